@@ -1,0 +1,217 @@
+//! Configuration: figment merges built-in defaults < TOML file < environment
+//! (`FOLDGATE_` prefix, `__` for nesting), then [`Config::validate`] checks
+//! what types cannot.
+
+mod policy;
+mod secret;
+mod sections;
+
+pub use policy::{Policy, PolicyOverrides, resolve as resolve_policy};
+pub use secret::Secret;
+pub use sections::*;
+
+use crate::glob;
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The whole configuration. Unknown keys anywhere are an error.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The listener.
+    pub server: ServerConfig,
+    /// Upstream APIs by name. Empty means one `openai` provider at
+    /// `https://api.openai.com/v1` taking every model.
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// Policy defaults for every model.
+    pub policy: PolicyOverrides,
+    /// Per-model windows and policy overrides, by glob.
+    pub models: BTreeMap<String, ModelConfig>,
+    /// The summarizer call.
+    pub summarizer: SummarizerConfig,
+    /// How the summary is placed in the view.
+    pub summary: SummaryConfig,
+    /// Conversation keys.
+    pub conversation: ConversationConfig,
+    /// Token estimation.
+    pub tokens: TokensConfig,
+}
+
+/// A configuration that could not be loaded or is invalid.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Parsing or type errors; figment's message names the key and the file.
+    #[error("{0}")]
+    Load(Box<figment::Error>),
+    /// A value that parses but makes no sense.
+    #[error("invalid configuration{}: {message}", source_suffix(.file))]
+    Invalid { message: String, file: Option<PathBuf> },
+}
+
+fn source_suffix(source: &Option<PathBuf>) -> String {
+    source.as_ref().map(|p| format!(" in {}", p.display())).unwrap_or_default()
+}
+
+/// The file used when no `--config` is given and `./config.toml` exists.
+pub const DEFAULT_PATH: &str = "config.toml";
+
+impl Config {
+    /// Loads defaults, then `path` (or `./config.toml` when present), then
+    /// `FOLDGATE_*` environment variables, and validates the result.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let file = match path {
+            Some(p) => Some(p.to_path_buf()),
+            None => Some(PathBuf::from(DEFAULT_PATH)).filter(|p| p.exists()),
+        };
+        let mut figment = Figment::new();
+        if let Some(file) = &file {
+            // `Toml::file` silently skips a missing file; a named one must exist.
+            if !file.exists() {
+                return Err(ConfigError::Invalid {
+                    message: "file not found".into(),
+                    file: Some(file.clone()),
+                });
+            }
+            figment = figment.merge(Toml::file(file));
+        }
+        figment = figment.merge(
+            Env::prefixed("FOLDGATE_")
+                .filter(|k| !k.as_str().eq_ignore_ascii_case("log"))
+                .split("__"),
+        );
+        let mut config: Config = figment.extract().map_err(|e| ConfigError::Load(Box::new(e)))?;
+        config.finish().map_err(|message| ConfigError::Invalid { message, file })?;
+        Ok(config)
+    }
+
+    /// Parses a TOML string alone (no environment), for tests and examples.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let mut config: Config = Figment::from(Toml::string(text))
+            .extract()
+            .map_err(|e| ConfigError::Load(Box::new(e)))?;
+        config.finish().map_err(|message| ConfigError::Invalid { message, file: None })?;
+        Ok(config)
+    }
+
+    /// Fills implied values, then validates.
+    fn finish(&mut self) -> Result<(), String> {
+        if self.providers.is_empty() {
+            self.providers.insert(
+                "openai".into(),
+                ProviderConfig {
+                    base_url: "https://api.openai.com/v1".into(),
+                    models: vec!["*".into()],
+                    api_key_env: None,
+                    ca_file: None,
+                    policy: PolicyOverrides::default(),
+                },
+            );
+        }
+        if let Some(var) = &self.server.api_keys_env {
+            let keys = std::env::var(var)
+                .map_err(|_| format!("server.api_keys_env: environment variable {var} is not set"))?;
+            self.server.api_keys.extend(
+                keys.split(',').map(str::trim).filter(|k| !k.is_empty()).map(Secret::new),
+            );
+        }
+        self.validate()
+    }
+
+    /// Checks what the types cannot; the message names the offending key.
+    pub fn validate(&self) -> Result<(), String> {
+        let s = &self.server;
+        if s.tls_cert.is_some() != s.tls_key.is_some() {
+            return Err("server.tls_cert and server.tls_key must be set together".into());
+        }
+        if s.max_body_bytes == 0 {
+            return Err("server.max_body_bytes must be above 0".into());
+        }
+        for (name, p) in &self.providers {
+            let uri: http::Uri = p
+                .base_url
+                .parse()
+                .map_err(|e| format!("providers.{name}.base_url: {e}"))?;
+            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
+                return Err(format!(
+                    "providers.{name}.base_url must be an absolute http(s) URL, got {:?}",
+                    p.base_url
+                ));
+            }
+            if p.models.is_empty() {
+                return Err(format!("providers.{name}.models must name at least one pattern"));
+            }
+            if let Some(var) = &p.api_key_env {
+                if std::env::var_os(var).is_none() {
+                    return Err(format!(
+                        "providers.{name}.api_key_env: environment variable {var} is not set"
+                    ));
+                }
+            }
+            p.policy.validate(&format!("providers.{name}.policy"))?;
+        }
+        if let Some(name) = &self.summarizer.provider {
+            if !self.providers.contains_key(name) {
+                return Err(format!("summarizer.provider: no provider named {name:?}"));
+            }
+        }
+        self.policy.validate("policy")?;
+        for (pattern, m) in &self.models {
+            m.policy.validate(&format!("models.\"{pattern}\""))?;
+            if m.context_window == Some(0) {
+                return Err(format!("models.\"{pattern}\".context_window must be above 0"));
+            }
+            if let Some(scale) = m.token_scale {
+                if !(scale > 0.0 && scale < 10.0) {
+                    return Err(format!("models.\"{pattern}\".token_scale must be in (0, 10)"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The provider a model routes to: the first provider (in name order)
+    /// naming it by a pattern other than `*`, else the default provider.
+    pub fn provider_for(&self, model: Option<&str>) -> (&str, &ProviderConfig) {
+        if let Some(model) = model {
+            let named = self.providers.iter().find(|(_, p)| {
+                p.models.iter().any(|pat| pat != "*" && glob::matches(pat, model))
+            });
+            if let Some((name, p)) = named {
+                return (name, p);
+            }
+        }
+        self.default_provider()
+    }
+
+    /// The provider whose patterns include `*`, else the first by name.
+    pub fn default_provider(&self) -> (&str, &ProviderConfig) {
+        let (name, p) = self
+            .providers
+            .iter()
+            .find(|(_, p)| p.models.iter().any(|m| m == "*"))
+            .or_else(|| self.providers.iter().next())
+            .expect("finish() guarantees at least one provider");
+        (name.as_str(), p)
+    }
+
+    /// The most specific `[models."glob"]` entry matching `model`.
+    pub fn model_config(&self, model: &str) -> Option<&ModelConfig> {
+        glob::most_specific(self.models.keys().map(String::as_str), model)
+            .and_then(|pattern| self.models.get(pattern))
+    }
+
+    /// The resolved policy for `model` on `provider`.
+    pub fn policy_for(&self, provider: &str, model: &str) -> Policy {
+        let provider = self.providers.get(provider).map(|p| &p.policy);
+        let model = self.model_config(model).map(|m| &m.policy);
+        let levels: Vec<&PolicyOverrides> =
+            [Some(&self.policy), provider, model].into_iter().flatten().collect();
+        resolve_policy(&levels)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,142 @@
+//! Fold policy knobs and how the three levels that set them combine.
+//!
+//! Every knob can be set in `[policy]`, in `[providers.NAME.policy]` and in
+//! `[models."glob"]`; the most specific level that sets a knob wins.
+
+use serde::{Deserialize, Serialize};
+
+/// The resolved policy for one request: every knob has a value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Policy {
+    /// Fold when the view's estimated tokens reach this share of the window.
+    pub trigger_ratio: f64,
+    /// A fold shrinks the view to at most this share of the window
+    /// (hysteresis: the next token trigger is far away).
+    pub reset_ratio: f64,
+    /// Messages at the end of the conversation always kept verbatim.
+    pub preserve_recent: usize,
+    /// Fold when more than `preserve_recent + overflow_buffer` messages are
+    /// unfolded. 0 turns the overflow trigger off.
+    pub overflow_buffer: usize,
+    /// Fold after this many user turns since the last fold. 0 turns it off.
+    pub safety_user_turns: usize,
+    /// After a fold, the token trigger waits for this many new messages
+    /// (the emergency case ignores it).
+    pub cooldown_messages: usize,
+    /// Never fold a conversation with fewer messages than this
+    /// (the emergency case ignores it).
+    pub min_messages: usize,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            trigger_ratio: 0.80,
+            reset_ratio: 0.70,
+            preserve_recent: 6,
+            overflow_buffer: 0,
+            safety_user_turns: 0,
+            cooldown_messages: 2,
+            min_messages: 4,
+        }
+    }
+}
+
+/// One level's policy settings; a knob left unset falls through to the
+/// level below it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyOverrides {
+    /// See [`Policy::trigger_ratio`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger_ratio: Option<f64>,
+    /// See [`Policy::reset_ratio`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reset_ratio: Option<f64>,
+    /// See [`Policy::preserve_recent`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preserve_recent: Option<usize>,
+    /// See [`Policy::overflow_buffer`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overflow_buffer: Option<usize>,
+    /// See [`Policy::safety_user_turns`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub safety_user_turns: Option<usize>,
+    /// See [`Policy::cooldown_messages`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cooldown_messages: Option<usize>,
+    /// See [`Policy::min_messages`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_messages: Option<usize>,
+}
+
+impl PolicyOverrides {
+    /// Applies the knobs this level sets on top of `base`.
+    pub fn apply(&self, base: &mut Policy) {
+        macro_rules! take {
+            ($($k:ident),*) => { $(if let Some(v) = self.$k { base.$k = v; })* };
+        }
+        take!(
+            trigger_ratio,
+            reset_ratio,
+            preserve_recent,
+            overflow_buffer,
+            safety_user_turns,
+            cooldown_messages,
+            min_messages
+        );
+    }
+
+    /// Checks ranges; `at` names the level (e.g. `policy`) for the message.
+    pub fn validate(&self, at: &str) -> Result<(), String> {
+        for (name, value) in [("trigger_ratio", self.trigger_ratio), ("reset_ratio", self.reset_ratio)] {
+            if let Some(v) = value {
+                if !(v > 0.0 && v <= 1.0) {
+                    return Err(format!("{at}.{name} must be in (0, 1], got {v}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Resolves the policy for one request: defaults, then `[policy]`, then the
+/// provider's, then the model's overrides.
+pub fn resolve(levels: &[&PolicyOverrides]) -> Policy {
+    let mut policy = Policy::default();
+    for level in levels {
+        level.apply(&mut policy);
+    }
+    if policy.reset_ratio > policy.trigger_ratio {
+        policy.reset_ratio = policy.trigger_ratio;
+    }
+    policy
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn most_specific_level_wins() {
+        let global = PolicyOverrides { trigger_ratio: Some(0.7), preserve_recent: Some(8), ..Default::default() };
+        let provider = PolicyOverrides { preserve_recent: Some(4), ..Default::default() };
+        let model = PolicyOverrides { trigger_ratio: Some(0.9), ..Default::default() };
+        let p = resolve(&[&global, &provider, &model]);
+        assert_eq!(p.trigger_ratio, 0.9);
+        assert_eq!(p.preserve_recent, 4);
+        assert_eq!(p.reset_ratio, 0.70);
+    }
+
+    #[test]
+    fn reset_never_exceeds_trigger() {
+        let global = PolicyOverrides { trigger_ratio: Some(0.5), ..Default::default() };
+        assert_eq!(resolve(&[&global]).reset_ratio, 0.5);
+    }
+
+    #[test]
+    fn ratios_out_of_range_are_named() {
+        let bad = PolicyOverrides { trigger_ratio: Some(1.5), ..Default::default() };
+        assert_eq!(bad.validate("policy").unwrap_err(), "policy.trigger_ratio must be in (0, 1], got 1.5");
+    }
+}

@@ -1,0 +1,247 @@
+//! The configuration sections. Every field's doc comment is the user's
+//! reference for that key; `config.toml` at the repository root mirrors it.
+
+use super::policy::PolicyOverrides;
+use super::secret::Secret;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `[server]`: the listener and what guards it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// PEM certificate chain; with `tls_key`, foldgate terminates TLS.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for `tls_cert`.
+    pub tls_key: Option<PathBuf>,
+    /// Largest request body accepted, in bytes (413 above it).
+    pub max_body_bytes: usize,
+    /// Time allowed to connect to the upstream.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Time allowed for the upstream's response headers (504 after it).
+    /// A streamed body may take longer once it has started.
+    #[serde(with = "humantime_serde")]
+    pub upstream_timeout: Duration,
+    /// On SIGINT/SIGTERM, how long in-flight requests and streams may run on.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
+    /// When non-empty, a request must carry one of these keys as
+    /// `Authorization: Bearer KEY` (or `x-api-key`), else 401.
+    pub api_keys: Vec<Secret>,
+    /// Name of an environment variable holding more keys, comma-separated.
+    pub api_keys_env: Option<String>,
+    /// When set, admin endpoints other than `health` need
+    /// `Authorization: Bearer TOKEN`.
+    pub admin_token: Option<Secret>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            tls_cert: None,
+            tls_key: None,
+            max_body_bytes: 32 * 1024 * 1024,
+            connect_timeout: Duration::from_secs(10),
+            upstream_timeout: Duration::from_secs(600),
+            shutdown_timeout: Duration::from_secs(30),
+            api_keys: Vec::new(),
+            api_keys_env: None,
+            admin_token: None,
+        }
+    }
+}
+
+/// `[providers.NAME]`: one upstream API.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// Base URL including the version prefix, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Model-name globs (`*`, `?`) routed here. The provider whose patterns
+    /// include `*` takes every model no other provider names; without one,
+    /// the first provider in name order does.
+    #[serde(default = "all_models")]
+    pub models: Vec<String>,
+    /// Environment variable with this provider's API key. When set, it
+    /// replaces the client's `Authorization` header.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Extra PEM CA certificate(s) to trust for this upstream.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Policy overrides for this provider's models.
+    #[serde(default)]
+    pub policy: PolicyOverrides,
+}
+
+fn all_models() -> Vec<String> {
+    vec!["*".to_string()]
+}
+
+/// `[models."GLOB"]`: a model's window and policy overrides. The most
+/// specific matching pattern (fewest wildcards, then longest) wins.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(try_from = "BTreeMap<String, serde_json::Value>")]
+pub struct ModelConfig {
+    /// Context window in tokens.
+    pub context_window: Option<u32>,
+    /// Largest completion the model produces, in tokens.
+    pub max_output_tokens: Option<u32>,
+    /// Multiplies o200k_base counts for models with another tokenizer.
+    pub token_scale: Option<f64>,
+    /// Policy knobs, written inline beside the keys above.
+    #[serde(flatten)]
+    pub policy: PolicyOverrides,
+}
+
+impl TryFrom<BTreeMap<String, serde_json::Value>> for ModelConfig {
+    type Error = String;
+
+    fn try_from(mut map: BTreeMap<String, serde_json::Value>) -> Result<Self, String> {
+        fn take<T: serde::de::DeserializeOwned>(
+            map: &mut BTreeMap<String, serde_json::Value>,
+            key: &str,
+        ) -> Result<Option<T>, String> {
+            map.remove(key)
+                .map(|v| serde_json::from_value(v).map_err(|e| format!("{key}: {e}")))
+                .transpose()
+        }
+        let context_window = take(&mut map, "context_window")?;
+        let max_output_tokens = take(&mut map, "max_output_tokens")?;
+        let token_scale = take(&mut map, "token_scale")?;
+        let rest = serde_json::Value::Object(map.into_iter().collect());
+        let policy = serde_json::from_value(rest).map_err(|e| e.to_string())?;
+        Ok(Self { context_window, max_output_tokens, token_scale, policy })
+    }
+}
+
+/// What to do when the summarizer cannot produce a summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Forward the request unfolded, log and count it.
+    Passthrough,
+    /// Answer 503 with an error saying why.
+    Error,
+}
+
+/// `[summarizer]`: the LLM call that writes summaries.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SummarizerConfig {
+    /// Provider to call; unset means the request's own provider.
+    pub provider: Option<String>,
+    /// Model to call; unset means the request's own model.
+    pub model: Option<String>,
+    /// Models tried in order when `model` fails.
+    pub fallback_models: Vec<String>,
+    /// Upper bound on the summary's length, in tokens.
+    pub max_summary_tokens: u32,
+    /// Time allowed for one summarizer call.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// `passthrough` or `error`.
+    pub on_failure: OnFailure,
+}
+
+impl Default for SummarizerConfig {
+    fn default() -> Self {
+        Self {
+            provider: None,
+            model: None,
+            fallback_models: Vec::new(),
+            max_summary_tokens: 2000,
+            timeout: Duration::from_secs(120),
+            on_failure: OnFailure::Passthrough,
+        }
+    }
+}
+
+/// How to key a conversation that carries no conversation header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fallback {
+    /// A hash of the pinned head and the first user message.
+    Fingerprint,
+    /// No key: fold without caching.
+    None,
+}
+
+/// `[conversation]`: how requests are grouped into conversations.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConversationConfig {
+    /// Request header that names the conversation.
+    pub header: String,
+    /// Key used when the header is absent.
+    pub fallback: Fallback,
+}
+
+impl Default for ConversationConfig {
+    fn default() -> Self {
+        Self { header: "x-conversation-id".to_string(), fallback: Fallback::Fingerprint }
+    }
+}
+
+/// Where the summary goes in the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// Its own system message right after the pinned head.
+    #[default]
+    System,
+    /// Appended to the last pinned message under a heading.
+    Merge,
+    /// A user-role message (for templates that allow one system message).
+    User,
+}
+
+/// `[summary]`: how the summary is shown to the model.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SummaryConfig {
+    /// `system`, `merge` or `user`.
+    pub placement: Placement,
+}
+
+/// `[tokens]`: the estimator's settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TokensConfig {
+    /// Output reserve when a request sets neither `max_completion_tokens`
+    /// nor `max_tokens`.
+    pub default_output_reserve: u32,
+    /// Window assumed for a model nothing else names (a warning is logged).
+    pub default_context_window: u32,
+    /// Tokens counted for an image part with `detail = "low"`.
+    pub image_tokens_low: u32,
+    /// Tokens counted for an image part with `detail = "high"` or `"auto"`.
+    pub image_tokens_high: u32,
+    /// Memory bound of the per-message count cache, in bytes.
+    pub cache_bytes: u64,
+    /// Learn each model's actual/estimated ratio from upstream `usage`.
+    pub calibrate: bool,
+    /// Ask providers' `/models` for context lengths of unnamed models.
+    pub discover: bool,
+}
+
+impl Default for TokensConfig {
+    fn default() -> Self {
+        Self {
+            default_output_reserve: 4096,
+            default_context_window: 8192,
+            image_tokens_low: 85,
+            image_tokens_high: 765,
+            cache_bytes: 64 * 1024 * 1024,
+            calibrate: true,
+            discover: false,
+        }
+    }
+}

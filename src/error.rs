@@ -1,0 +1,136 @@
+//! Errors made by foldgate itself. Each becomes OpenAI's error envelope
+//! `{"error":{"message","type","param","code"}}` in one place,
+//! [`ApiError::into_response`], so the stack's error type is `Infallible`.
+//! Upstream errors are not `ApiError`s: they pass through unchanged.
+
+use crate::body::{self, Body};
+use http::{HeaderValue, Response, StatusCode, header};
+use std::time::Duration;
+
+/// An error answered by foldgate rather than the upstream.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request is malformed.
+    #[error("{message}")]
+    BadRequest { message: String, param: Option<&'static str> },
+    /// Missing or wrong credentials.
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// No such route.
+    #[error("no route for {0}")]
+    NotFound(String),
+    /// The body is larger than `server.max_body_bytes`.
+    #[error("request body exceeds the limit of {limit} bytes (server.max_body_bytes)")]
+    BodyTooLarge { limit: usize },
+    /// The upstream could not be reached or dropped the connection.
+    #[error("upstream {provider} unreachable: {detail}")]
+    UpstreamUnreachable { provider: String, detail: String },
+    /// The upstream did not answer in time.
+    #[error("upstream {provider} did not answer within {after:?}")]
+    UpstreamTimeout { provider: String, after: Duration },
+    /// foldgate cannot serve the request right now (e.g. summarizer down
+    /// with `on_failure = "error"`).
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug or an unexpected condition.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// The short, low-cardinality label of an error, set as a response
+/// extension so the access log and metrics can read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorLabel(pub &'static str);
+
+impl ApiError {
+    /// HTTP status for this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
+            Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The envelope's `code`, also the metrics label.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::BadRequest { .. } => "invalid_request",
+            Self::Unauthorized(_) => "invalid_api_key",
+            Self::NotFound(_) => "not_found",
+            Self::BodyTooLarge { .. } => "request_too_large",
+            Self::UpstreamUnreachable { .. } => "upstream_unreachable",
+            Self::UpstreamTimeout { .. } => "upstream_timeout",
+            Self::Unavailable(_) => "unavailable",
+            Self::Internal(_) => "internal_error",
+        }
+    }
+
+    /// The envelope's `type`, following OpenAI's vocabulary.
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::BadRequest { .. } | Self::NotFound(_) | Self::BodyTooLarge { .. } => {
+                "invalid_request_error"
+            }
+            Self::Unauthorized(_) => "authentication_error",
+            _ => "server_error",
+        }
+    }
+
+    /// Renders the OpenAI error envelope, logging the error once here.
+    pub fn into_response(self) -> Response<Body> {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::warn!(code = self.code(), error = %self, "request failed");
+        } else {
+            tracing::debug!(code = self.code(), error = %self, "request rejected");
+        }
+        let param = match &self {
+            Self::BadRequest { param, .. } => *param,
+            _ => None,
+        };
+        let envelope = serde_json::json!({
+            "error": {
+                "message": self.to_string(),
+                "type": self.kind(),
+                "param": param,
+                "code": self.code(),
+            }
+        });
+        let mut response = Response::new(body::full(envelope.to_string()));
+        *response.status_mut() = status;
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if matches!(self, Self::Unauthorized(_)) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response.extensions_mut().insert(ErrorLabel(self.code()));
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn envelope_shape() {
+        let resp = ApiError::BodyTooLarge { limit: 10 }.into_response();
+        assert_eq!(resp.status(), 413);
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["error"]["code"], "request_too_large");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert!(v["error"]["param"].is_null());
+        assert!(v["error"]["message"].as_str().unwrap().contains("10 bytes"));
+    }
+}

@@ -1,0 +1,24 @@
+//! foldgate: a transparent OpenAI-compatible proxy that folds long
+//! conversations into a summary before they overflow the context window.
+//!
+//! - [`config`]: figment configuration, validation, secrets.
+//! - [`server`]: listener, TLS, the tower stack, graceful shutdown.
+//! - [`upstream`]: the pooled HTTPS client, provider routing, header hygiene.
+//! - [`proxy`]: the request handler: admin routes, passthrough, chat hook.
+//! - [`admin`]: `/foldgate/*` endpoints.
+//! - [`error`]: errors made by foldgate, rendered as OpenAI's error envelope.
+//! - [`tokens`]: token estimation, model windows, calibration.
+//! - [`fold`]: fold policy, cut planning and views (pure, no IO).
+//! - [`glob`]: model-name patterns.
+//! - [`body`]: the body type that crosses the stack.
+
+pub mod admin;
+pub mod body;
+pub mod config;
+pub mod error;
+pub mod fold;
+pub mod glob;
+pub mod proxy;
+pub mod server;
+pub mod tokens;
+pub mod upstream;

@@ -1,0 +1,73 @@
+//! The `foldgate` command line.
+
+use clap::{Parser, Subcommand};
+use foldgate::config::Config;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// A transparent OpenAI-compatible proxy that folds long conversations into
+/// a summary before they overflow the model's context window.
+#[derive(Parser)]
+#[command(name = "foldgate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy.
+    Serve {
+        /// Configuration file (default: ./config.toml if present, else built-in defaults).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Load and validate the configuration, then print it with secrets masked.
+    CheckConfig {
+        /// Configuration file (default: ./config.toml if present).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command {
+        Command::Serve { config } => {
+            let config = match Config::load(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => return fail(&e),
+            };
+            match runtime.block_on(foldgate::server::run(config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            }
+        }
+        Command::CheckConfig { config } => match Config::load(config.as_deref()) {
+            Ok(c) => match toml::to_string_pretty(&c) {
+                Ok(text) => {
+                    println!("# configuration is valid\n{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            },
+            Err(e) => fail(&e),
+        },
+    }
+}
+
+fn fail(error: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("foldgate: {error}");
+    ExitCode::FAILURE
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FOLDGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}

@@ -1,0 +1,153 @@
+//! foldgate's own middleware: API-key auth and the access log.
+
+use crate::body::Body;
+use crate::config::Secret;
+use crate::error::{ApiError, ErrorLabel};
+use crate::proxy::UpstreamLatency;
+use crate::upstream::headers;
+use http::{Request, Response};
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+use tower::{Layer, Service};
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Infallible>> + Send>>;
+
+/// Rejects requests without one of `server.api_keys` (when any are set).
+/// `/foldgate/health` stays open for load balancers and health checks.
+#[derive(Clone)]
+pub struct AuthLayer {
+    keys: Arc<Vec<Secret>>,
+}
+
+impl AuthLayer {
+    /// A layer accepting these keys; an empty list accepts everyone.
+    pub fn new(keys: Vec<Secret>) -> Self {
+        Self { keys: Arc::new(keys) }
+    }
+}
+
+impl<S> Layer<S> for AuthLayer {
+    type Service = AuthService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        AuthService { inner, keys: self.keys.clone() }
+    }
+}
+
+/// See [`AuthLayer`].
+#[derive(Clone)]
+pub struct AuthService<S> {
+    inner: S,
+    keys: Arc<Vec<Secret>>,
+}
+
+impl<S, B> Service<Request<B>> for AuthService<S>
+where
+    S: Service<Request<B>, Response = Response<Body>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Response<Body>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        if self.keys.is_empty() || req.uri().path() == "/foldgate/health" {
+            return Box::pin(self.inner.call(req));
+        }
+        let offered = headers::credential(req.headers());
+        let allowed = offered.is_some_and(|key| self.keys.iter().any(|k| eq_const_time(k.expose(), key)));
+        if allowed {
+            Box::pin(self.inner.call(req))
+        } else {
+            let message = if offered.is_some() { "invalid API key" } else { "missing API key" };
+            Box::pin(async move { Ok(ApiError::Unauthorized(message).into_response()) })
+        }
+    }
+}
+
+/// Compares secrets without an early exit on the first differing byte.
+fn eq_const_time(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Logs one line per request: method, path, status, upstream latency and
+/// foldgate's own overhead (time to the response head minus the upstream's).
+#[derive(Clone, Default)]
+pub struct AccessLogLayer;
+
+impl<S> Layer<S> for AccessLogLayer {
+    type Service = AccessLogService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        AccessLogService { inner }
+    }
+}
+
+/// See [`AccessLogLayer`].
+#[derive(Clone)]
+pub struct AccessLogService<S> {
+    inner: S,
+}
+
+impl<S, B> Service<Request<B>> for AccessLogService<S>
+where
+    S: Service<Request<B>, Response = Response<Body>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Response<Body>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let started = Instant::now();
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        let request_id = req
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let response = fut.await?;
+            let total = started.elapsed();
+            let upstream = response.extensions().get::<UpstreamLatency>().map(|u| u.0);
+            let overhead = upstream.map_or(total, |u| total.saturating_sub(u));
+            let error = response.extensions().get::<ErrorLabel>().map(|e| e.0);
+            tracing::info!(
+                target: "foldgate::access",
+                %method,
+                path,
+                status = response.status().as_u16(),
+                upstream_ms = upstream.map(|u| u.as_secs_f64() * 1e3),
+                overhead_ms = overhead.as_secs_f64() * 1e3,
+                error,
+                request_id,
+            );
+            Ok(response)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::eq_const_time;
+
+    #[test]
+    fn const_time_eq() {
+        assert!(eq_const_time("abc", "abc"));
+        assert!(!eq_const_time("abc", "abd"));
+        assert!(!eq_const_time("abc", "abcd"));
+    }
+}

@@ -1,0 +1,161 @@
+//! The listener: accepts TCP (optionally TLS) connections, serves HTTP/1.1
+//! and HTTP/2 on each with the tower stack, and shuts down gracefully.
+
+mod layers;
+pub mod stack;
+
+pub use layers::{AccessLogLayer, AuthLayer};
+
+use crate::config::{Config, ConfigError};
+use crate::proxy::App;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+/// Errors that stop foldgate from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// The configuration could not be loaded or is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: std::net::SocketAddr, source: std::io::Error },
+    /// The TLS certificate or key could not be used.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// Upstream clients could not be built.
+    #[error("upstream: {0}")]
+    Upstream(String),
+}
+
+/// Serves on `listener` until `shutdown` resolves, then stops accepting and
+/// lets in-flight requests and streams finish for up to
+/// `server.shutdown_timeout`.
+pub async fn serve(
+    listener: TcpListener,
+    config: Arc<Config>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StartupError> {
+    let tls = tls_acceptor(&config)?;
+    let deadline = config.server.shutdown_timeout;
+    let app = Arc::new(App::new(config).map_err(StartupError::Upstream)?);
+    let service = stack::build(app);
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(service.clone());
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let result = match tls {
+                None => {
+                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    watcher.watch(conn.into_owned()).await
+                }
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(stream) => {
+                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                        watcher.watch(conn.into_owned()).await
+                    }
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                },
+            };
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!(?deadline, "shutting down: waiting for in-flight requests");
+    if tokio::time::timeout(deadline, graceful.shutdown()).await.is_err() {
+        tracing::warn!("shutdown deadline passed; dropping the remaining connections");
+    }
+    Ok(())
+}
+
+/// Binds `config.server.listen` and serves until SIGINT or SIGTERM.
+pub async fn run(config: Config) -> Result<(), StartupError> {
+    let addr = config.server.listen;
+    let listener = TcpListener::bind(addr).await.map_err(|source| StartupError::Bind { addr, source })?;
+    let scheme = if config.server.tls_cert.is_some() { "https" } else { "http" };
+    tracing::info!("foldgate listening on {scheme}://{}", listener.local_addr().unwrap_or(addr));
+    serve(listener, Arc::new(config), shutdown_signal()).await
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
+
+/// The TLS acceptor when `server.tls_cert` and `server.tls_key` are set.
+fn tls_acceptor(config: &Config) -> Result<Option<TlsAcceptor>, StartupError> {
+    let (Some(cert), Some(key)) = (&config.server.tls_cert, &config.server.tls_key) else {
+        return Ok(None);
+    };
+    let certs = load_certs(cert)?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| StartupError::Tls(format!("server.tls_key {}: {e}", key.display())))?;
+    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| StartupError::Tls(e.to_string()))?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| StartupError::Tls(e.to_string()))?;
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Some(TlsAcceptor::from(Arc::new(tls))))
+}
+
+fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, StartupError> {
+    let certs: Vec<_> = CertificateDer::pem_file_iter(path)
+        .and_then(|it| it.collect())
+        .map_err(|e| StartupError::Tls(format!("server.tls_cert {}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(StartupError::Tls(format!("server.tls_cert {}: no certificate", path.display())));
+    }
+    Ok(certs)
+}

@@ -1,0 +1,109 @@
+//! Header hygiene between client, foldgate and upstream.
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1): they describe one connection and
+/// must not be forwarded.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Removes hop-by-hop headers, including any that `Connection` names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+}
+
+/// Prepares client headers for the upstream: hop-by-hop removed, `Host`
+/// removed (the client sets the upstream's), and the credential replaced
+/// by the provider's key when it has one.
+pub fn to_upstream(headers: &mut HeaderMap, provider_key: Option<&str>, drop_client_auth: bool) {
+    strip_hop_by_hop(headers);
+    headers.remove(header::HOST);
+    if drop_client_auth || provider_key.is_some() {
+        headers.remove(header::AUTHORIZATION);
+        headers.remove("x-api-key");
+    }
+    if let Some(key) = provider_key {
+        if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {key}")) {
+            value.set_sensitive(true);
+            headers.insert(header::AUTHORIZATION, value);
+        }
+    }
+}
+
+/// Prepares upstream response headers for the client. Event streams get
+/// `X-Accel-Buffering: no` so a buffering proxy in front of foldgate
+/// (nginx) passes chunks through as they come.
+pub fn to_client(headers: &mut HeaderMap) {
+    strip_hop_by_hop(headers);
+    let is_event_stream = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if is_event_stream {
+        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    }
+}
+
+/// The bearer credential a request carries: `Authorization: Bearer X`, else
+/// `x-api-key: X` (Anthropic-style clients).
+pub fn credential(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_connection_named_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("close, x-hop"));
+        h.insert("x-hop", HeaderValue::from_static("1"));
+        h.insert("x-keep", HeaderValue::from_static("1"));
+        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-keep"));
+    }
+
+    #[test]
+    fn provider_key_replaces_client_auth() {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer client"));
+        h.insert(header::HOST, HeaderValue::from_static("localhost:8080"));
+        to_upstream(&mut h, Some("sk-provider"), false);
+        assert_eq!(h[header::AUTHORIZATION], "Bearer sk-provider");
+        assert!(!h.contains_key(header::HOST));
+    }
+
+    #[test]
+    fn credential_from_either_header() {
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", HeaderValue::from_static("k1"));
+        assert_eq!(credential(&h), Some("k1"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k2"));
+        assert_eq!(credential(&h), Some("k2"));
+    }
+}

@@ -1,0 +1,178 @@
+//! Upstream providers: routing by model, path mapping, and sending a
+//! request with clean headers and a deadline for the response head.
+
+mod client;
+pub mod headers;
+
+pub use client::HttpClient;
+
+use crate::body::Body;
+use crate::config::{Config, Secret};
+use crate::error::ApiError;
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One configured provider, ready to send to.
+#[derive(Debug)]
+pub struct Provider {
+    /// The provider's name in the configuration.
+    pub name: String,
+    scheme: Scheme,
+    authority: Authority,
+    /// Path of `base_url`, without a trailing slash (e.g. `/v1`).
+    base_path: String,
+    api_key: Option<Secret>,
+    max_body_bytes: usize,
+    client: HttpClient,
+}
+
+/// All providers, and the rules that pick one for a request.
+#[derive(Debug)]
+pub struct Upstreams {
+    config: Arc<Config>,
+    providers: HashMap<String, Arc<Provider>>,
+}
+
+impl Upstreams {
+    /// Builds a client per provider (providers without `ca_file` share one
+    /// pool). Reads provider keys from the environment once.
+    pub fn new(config: Arc<Config>) -> Result<Self, String> {
+        let shared = client::build(None, config.server.connect_timeout)?;
+        let mut providers = HashMap::new();
+        for (name, p) in &config.providers {
+            let uri: Uri = p.base_url.parse().map_err(|e| format!("providers.{name}.base_url: {e}"))?;
+            let client = match &p.ca_file {
+                Some(ca) => client::build(Some(ca), config.server.connect_timeout)
+                    .map_err(|e| format!("providers.{name}.{e}"))?,
+                None => shared.clone(),
+            };
+            let api_key = p
+                .api_key_env
+                .as_ref()
+                .map(|var| {
+                    std::env::var(var).map(Secret::new).map_err(|_| {
+                        format!("providers.{name}.api_key_env: environment variable {var} is not set")
+                    })
+                })
+                .transpose()?;
+            let provider = Provider {
+                name: name.clone(),
+                scheme: uri.scheme().cloned().unwrap_or(Scheme::HTTPS),
+                authority: uri
+                    .authority()
+                    .cloned()
+                    .ok_or_else(|| format!("providers.{name}.base_url has no host"))?,
+                base_path: uri.path().trim_end_matches('/').to_string(),
+                api_key,
+                max_body_bytes: config.server.max_body_bytes,
+                client,
+            };
+            providers.insert(name.clone(), Arc::new(provider));
+        }
+        Ok(Self { config, providers })
+    }
+
+    /// The provider for `model` (see [`Config::provider_for`]).
+    pub fn route(&self, model: Option<&str>) -> Arc<Provider> {
+        let (name, _) = self.config.provider_for(model);
+        self.by_name(name)
+    }
+
+    /// A provider by name; unknown names give the default provider.
+    pub fn by_name(&self, name: &str) -> Arc<Provider> {
+        match self.providers.get(name) {
+            Some(p) => p.clone(),
+            None => {
+                let (default, _) = self.config.default_provider();
+                // Config validation guarantees every provider was built.
+                self.providers[default].clone()
+            }
+        }
+    }
+}
+
+impl Provider {
+    /// Maps a proxy path onto this provider: `/v1/x` → `{base_url}/x`,
+    /// any other path `/y` → `{base_url}/y`. The query is kept.
+    pub fn target(&self, path_and_query: Option<&PathAndQuery>) -> Result<Uri, ApiError> {
+        let pq = path_and_query.map(PathAndQuery::as_str).unwrap_or("/");
+        let rest = match pq.strip_prefix("/v1") {
+            Some(r) if r.is_empty() || r.starts_with('/') || r.starts_with('?') => r,
+            _ => pq,
+        };
+        let path = format!("{}{}", self.base_path, rest);
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(if path.is_empty() { "/".to_string() } else { path })
+            .build()
+            .map_err(|e| ApiError::BadRequest { message: format!("bad request path: {e}"), param: None })
+    }
+
+    /// Sends `req` (whose URI is the client's) upstream and waits up to
+    /// `timeout` for the response head. The body streams both ways.
+    pub async fn send(
+        &self,
+        mut req: Request<Body>,
+        timeout: Duration,
+        drop_client_auth: bool,
+    ) -> Result<Response<Incoming>, ApiError> {
+        *req.uri_mut() = self.target(req.uri().path_and_query())?;
+        headers::to_upstream(
+            req.headers_mut(),
+            self.api_key.as_ref().map(Secret::expose),
+            drop_client_auth,
+        );
+        // Let hyper pick the version: ALPN decides for TLS upstreams.
+        *req.version_mut() = http::Version::HTTP_11;
+        match tokio::time::timeout(timeout, self.client.request(req)).await {
+            Err(_) => Err(ApiError::UpstreamTimeout { provider: self.name.clone(), after: timeout }),
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) => Err(self.classify(&e)),
+        }
+    }
+
+    /// Turns a client error into the error the client sees.
+    fn classify(&self, err: &hyper_util::client::legacy::Error) -> ApiError {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+        let mut detail = String::new();
+        while let Some(e) = source {
+            if e.is::<http_body_util::LengthLimitError>() {
+                return ApiError::BodyTooLarge { limit: self.max_body_bytes };
+            }
+            if !detail.is_empty() {
+                detail.push_str(": ");
+            }
+            detail.push_str(&e.to_string());
+            source = e.source();
+        }
+        ApiError::UpstreamUnreachable { provider: self.name.clone(), detail }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider(base: &str) -> Arc<Provider> {
+        let toml = format!("[providers.p]\nbase_url = \"{base}\"\n");
+        let config = Arc::new(Config::from_toml(&toml).unwrap());
+        Upstreams::new(config).unwrap().by_name("p")
+    }
+
+    #[test]
+    fn path_mapping() {
+        let p = provider("https://api.example.com/v1");
+        let map = |s: &str| p.target(Some(&s.parse().unwrap())).unwrap().to_string();
+        assert_eq!(map("/v1/chat/completions"), "https://api.example.com/v1/chat/completions");
+        assert_eq!(map("/chat/completions?x=1"), "https://api.example.com/v1/chat/completions?x=1");
+        assert_eq!(map("/v1/models?limit=2"), "https://api.example.com/v1/models?limit=2");
+        assert_eq!(map("/v1beta/x"), "https://api.example.com/v1/v1beta/x");
+        let root = provider("http://127.0.0.1:9000/");
+        assert_eq!(root.target(Some(&"/v1/models".parse().unwrap())).unwrap().to_string(), "http://127.0.0.1:9000/models");
+    }
+}

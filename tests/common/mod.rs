@@ -1,0 +1,119 @@
+//! Test harness: a real foldgate server on 127.0.0.1:0, a mock upstream
+//! that is itself a real HTTP server, and a small HTTP client.
+#![allow(dead_code, reason = "each test binary uses a different part of the harness")]
+
+pub mod mock;
+
+use bytes::Bytes;
+use foldgate::body::{self, Body};
+use foldgate::config::Config;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A foldgate server running in this process.
+pub struct Foldgate {
+    pub addr: SocketAddr,
+    pub url: String,
+    shutdown: Option<oneshot::Sender<()>>,
+    pub task: Option<JoinHandle<()>>,
+}
+
+impl Foldgate {
+    /// Starts foldgate with a TOML configuration.
+    pub async fn start(toml: &str) -> Self {
+        let config = Config::from_toml(toml).unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
+        Self::start_config(config).await
+    }
+
+    /// Starts foldgate with a parsed configuration.
+    pub async fn start_config(config: Config) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let scheme = if config.server.tls_cert.is_some() { "https" } else { "http" };
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            foldgate::server::serve(listener, Arc::new(config), async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        Self { addr, url: format!("{scheme}://{addr}"), shutdown: Some(tx), task: Some(task) }
+    }
+
+    /// Asks the server to shut down gracefully (returns at once).
+    pub fn begin_shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for Foldgate {
+    fn drop(&mut self) {
+        self.begin_shutdown();
+    }
+}
+
+/// A foldgate config pointing its one provider at `upstream`.
+pub fn config_for(upstream: &str, extra: &str) -> String {
+    format!("[providers.mock]\nbase_url = \"{upstream}/v1\"\nmodels = [\"*\"]\n{extra}")
+}
+
+/// A plain-HTTP client.
+pub fn client() -> Client<HttpConnector, Body> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+/// A finished response.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// Asserts this is foldgate's error envelope with `status` and `code`.
+    pub fn assert_envelope(&self, status: u16, code: &str) {
+        assert_eq!(self.status.as_u16(), status, "body: {}", String::from_utf8_lossy(&self.body));
+        let v = self.json();
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+        assert!(v["error"]["type"].is_string(), "{v}");
+        assert!(v["error"].get("param").is_some(), "{v}");
+    }
+}
+
+/// Sends a request and reads the whole response.
+pub async fn send(method: Method, url: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Reply {
+    let mut req = Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = client().request(req.body(body::full(body.into())).unwrap()).await.unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    Reply { status, headers, body }
+}
+
+/// POSTs JSON.
+pub async fn post_json(url: &str, headers: &[(&str, &str)], json: &serde_json::Value) -> Reply {
+    let mut all = vec![("content-type", "application/json")];
+    all.extend_from_slice(headers);
+    send(Method::POST, url, &all, json.to_string()).await
+}

@@ -1,0 +1,55 @@
+//! The `foldgate` binary as a user runs it.
+
+use std::process::Command;
+
+fn foldgate() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_foldgate"));
+    cmd.env_remove("FOLDGATE_LOG");
+    cmd
+}
+
+#[test]
+fn help_and_version() {
+    let help = foldgate().arg("--help").output().unwrap();
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("serve") && text.contains("check-config"), "{text}");
+    let version = foldgate().arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn check_config_masks_secrets_and_applies_env() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, "[server]\napi_keys = [\"sk-top-secret\"]\n[providers.x]\nbase_url = \"http://127.0.0.1:9/v1\"\n").unwrap();
+    let out = foldgate()
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .env("FOLDGATE_SERVER__LISTEN", "127.0.0.1:9999")
+        .env("FOLDGATE_POLICY__TRIGGER_RATIO", "0.65")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!stdout.contains("sk-top-secret"), "{stdout}");
+    assert!(stdout.contains("127.0.0.1:9999") && stdout.contains("0.65"), "{stdout}");
+}
+
+#[test]
+fn check_config_rejects_unknown_keys_naming_key_and_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("typo.toml");
+    std::fs::write(&path, "[policy]\npreserve_recnt = 4\n").unwrap();
+    let out = foldgate().args(["check-config", "--config"]).arg(&path).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("preserve_recnt") && err.contains("typo.toml"), "{err}");
+}
+
+#[test]
+fn the_repository_config_is_valid() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml");
+    let out = foldgate().args(["check-config", "--config", path]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

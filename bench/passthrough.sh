@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Passthrough overhead, measured as BENCHMARKS.md describes: one run, three
+# rows, interleaved rounds — nginx direct, nginx as a plain reverse proxy,
+# and foldgate — all POSTing a 32 KB chat body (bench/chat-32k.lua) with wrk.
+# Usage: bench/passthrough.sh [seconds-per-round] [rounds] [connections]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=${1:-10}
+ROUNDS=${2:-3}
+CONNS=${3:-16}
+command -v wrk >/dev/null && command -v nginx >/dev/null || {
+  echo "needs wrk and nginx: apt-get install -y wrk nginx-light" >&2; exit 1; }
+cargo build --release --quiet
+WORK=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; nginx -p "$WORK" -c nginx.conf -s stop 2>/dev/null || true; rm -rf "$WORK"' EXIT
+UP=18081; PROXY=18082; FG=18083
+
+CANNED='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":8000,"completion_tokens":2,"total_tokens":8002}}'
+cat > "$WORK/nginx.conf" <<CONF
+worker_processes 1;
+pid $WORK/nginx.pid;
+error_log $WORK/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log $WORK/access.log;
+  client_body_temp_path $WORK/body; proxy_temp_path $WORK/proxy;
+  fastcgi_temp_path $WORK/fcgi; uwsgi_temp_path $WORK/uwsgi; scgi_temp_path $WORK/scgi;
+  client_max_body_size 64m; client_body_buffer_size 64k;
+  server { listen 127.0.0.1:$UP;
+    location / { default_type application/json; return 200 '$CANNED'; } }
+  upstream backend { server 127.0.0.1:$UP; keepalive 64; }
+  server { listen 127.0.0.1:$PROXY;
+    location / { proxy_pass http://backend; proxy_http_version 1.1;
+      proxy_set_header Connection ""; proxy_buffering off; proxy_request_buffering off; } }
+}
+CONF
+nginx -p "$WORK" -c nginx.conf
+cat > "$WORK/foldgate.toml" <<CONF
+[server]
+listen = "127.0.0.1:$FG"
+[providers.bench]
+base_url = "http://127.0.0.1:$UP/v1"
+CONF
+FOLDGATE_LOG=${FOLDGATE_LOG:-info} ./target/release/foldgate serve --config "$WORK/foldgate.toml" 2>"$WORK/foldgate.log" &
+for _ in $(seq 50); do curl -sf "http://127.0.0.1:$FG/foldgate/health" >/dev/null && break; sleep 0.1; done
+
+# Prints "rps p50_ms p99_ms" for one wrk run.
+measure() {
+  wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s bench/chat-32k.lua "$1" | awk '
+    function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
+    /Requests\/sec/ { rps = $2 } / 50%/ { p50 = ms($2) } / 99%/ { p99 = ms($2) }
+    /Non-2xx/ { bad = $NF } END { if (bad) print "non-2xx responses: " bad > "/dev/stderr"; printf "%s %.3f %.3f\n", rps, p50, p99 }'
+}
+
+declare -A RPS P50 P99
+ROWS=(direct nginx-proxy foldgate)
+declare -A URL=([direct]="http://127.0.0.1:$UP/v1/chat/completions"
+  [nginx-proxy]="http://127.0.0.1:$PROXY/v1/chat/completions"
+  [foldgate]="http://127.0.0.1:$FG/v1/chat/completions")
+for row in "${ROWS[@]}"; do curl -sf -o /dev/null -X POST -H 'content-type: application/json' -d '{"model":"gpt-4o-mini","messages":[]}' "${URL[$row]}" || { echo "$row is not answering" >&2; exit 1; }; done
+for round in $(seq "$ROUNDS"); do
+  for row in "${ROWS[@]}"; do
+    read -r rps p50 p99 < <(measure "${URL[$row]}")
+    RPS[$row]+="$rps "; P50[$row]+="$p50 "; P99[$row]+="$p99 "
+    echo "round $round $row: $rps req/s, p50 $p50 ms, p99 $p99 ms" >&2
+  done
+done
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+printf '\n%s, %s cores, wrk -c%s, %ss x %s rounds (medians)\n\n' "$(date -u +%F)" "$(nproc)" "$CONNS" "$DURATION" "$ROUNDS"
+echo "| target | req/s | p50 ms | p99 ms | req/s vs direct | req/s vs nginx-proxy | p50 vs nginx-proxy |"
+echo "|---|---|---|---|---|---|---|"
+d=$(echo "${RPS[direct]}" | median); n=$(echo "${RPS[nginx-proxy]}" | median); np50=$(echo "${P50[nginx-proxy]}" | median)
+for row in "${ROWS[@]}"; do
+  r=$(echo "${RPS[$row]}" | median); p50=$(echo "${P50[$row]}" | median); p99=$(echo "${P99[$row]}" | median)
+  awk -v row="$row" -v r="$r" -v p50="$p50" -v p99="$p99" -v d="$d" -v n="$n" -v np50="$np50" \
+    'BEGIN { printf "| %s | %.0f | %.3f | %.3f | %.2fx | %.2fx | %+.3f ms |\n", row, r, p50, p99, r/d, r/n, p50-np50 }'
+done

@@ -13,6 +13,9 @@ pub enum ApiError {
     /// The request is malformed.
     #[error("{message}")]
     BadRequest { message: String, param: Option<&'static str> },
+    /// The prompt cannot fit the model's window, even folded.
+    #[error("{0}")]
+    ContextLength(String),
     /// Missing or wrong credentials.
     #[error("{0}")]
     Unauthorized(&'static str),
@@ -46,7 +49,7 @@ impl ApiError {
     /// HTTP status for this error.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::BadRequest { .. } | Self::ContextLength(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -61,6 +64,7 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::BadRequest { .. } => "invalid_request",
+            Self::ContextLength(_) => "context_length_exceeded",
             Self::Unauthorized(_) => "invalid_api_key",
             Self::NotFound(_) => "not_found",
             Self::BodyTooLarge { .. } => "request_too_large",
@@ -74,7 +78,7 @@ impl ApiError {
     /// The envelope's `type`, following OpenAI's vocabulary.
     fn kind(&self) -> &'static str {
         match self {
-            Self::BadRequest { .. } | Self::NotFound(_) | Self::BodyTooLarge { .. } => {
+            Self::BadRequest { .. } | Self::ContextLength(_) | Self::NotFound(_) | Self::BodyTooLarge { .. } => {
                 "invalid_request_error"
             }
             Self::Unauthorized(_) => "authentication_error",
@@ -92,6 +96,7 @@ impl ApiError {
         }
         let param = match &self {
             Self::BadRequest { param, .. } => *param,
+            Self::ContextLength(_) => Some("messages"),
             _ => None,
         };
         let envelope = serde_json::json!({

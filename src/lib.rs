@@ -5,6 +5,10 @@
 //! - [`server`]: listener, TLS, the tower stack, graceful shutdown.
 //! - [`upstream`]: the pooled HTTPS client, provider routing, header hygiene.
 //! - [`proxy`]: the request handler: admin routes, passthrough, chat hook.
+//! - [`chat`]: the chat-completions pipeline: fold, forward, reactive retry.
+//! - [`summarize`]: the summarizer calls: prompt, formats, retries, repair.
+//! - [`state`]: fold-state storage and per-conversation single-flight.
+//! - [`metrics`]: Prometheus counters.
 //! - [`admin`]: `/foldgate/*` endpoints.
 //! - [`error`]: errors made by foldgate, rendered as OpenAI's error envelope.
 //! - [`tokens`]: token estimation, model windows, calibration.
@@ -14,11 +18,15 @@
 
 pub mod admin;
 pub mod body;
+pub mod chat;
 pub mod config;
 pub mod error;
 pub mod fold;
 pub mod glob;
+pub mod metrics;
 pub mod proxy;
 pub mod server;
+pub mod state;
+pub mod summarize;
 pub mod tokens;
 pub mod upstream;

@@ -28,6 +28,15 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Estimate a chat request's prompt tokens; reads the JSON body on stdin.
+    Estimate {
+        /// Model to count for (default: the body's `model`).
+        #[arg(long, short, default_value = "")]
+        model: String,
+        /// Configuration file (default: ./config.toml if present).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -58,6 +67,23 @@ fn main() -> ExitCode {
             },
             Err(e) => fail(&e),
         },
+        Command::Estimate { model, config } => {
+            let config = match Config::load(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => return fail(&e),
+            };
+            let mut body = Vec::new();
+            if let Err(e) = std::io::Read::read_to_end(&mut std::io::stdin(), &mut body) {
+                return fail(&e);
+            }
+            match foldgate::tokens::estimate_report(&config, &model, &body) {
+                Ok(report) => {
+                    println!("{report}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            }
+        }
     }
 }
 

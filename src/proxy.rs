@@ -3,7 +3,12 @@
 //! every other body streams through untouched.
 
 use crate::body::{self, Body};
+use crate::chat::{self, Chat};
 use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::state::{Flights, MemoryStore};
+use crate::summarize::Summarizer;
+use crate::tokens::TokenCounter;
 use crate::error::ApiError;
 use crate::upstream::{Upstreams, headers};
 use bytes::Bytes;
@@ -21,12 +26,21 @@ pub struct App {
     pub config: Arc<Config>,
     /// Upstream providers.
     pub upstreams: Upstreams,
+    /// The chat pipeline's shared parts.
+    pub chat: Chat,
 }
 
 impl App {
     /// Builds the shared state from a validated configuration.
     pub fn new(config: Arc<Config>) -> Result<Self, String> {
-        Ok(Self { upstreams: Upstreams::new(config.clone())?, config })
+        let chat = Chat {
+            tokens: Arc::new(TokenCounter::new(&config)),
+            store: Arc::new(MemoryStore::new(&config.state)),
+            flights: Flights::default(),
+            summarizer: Summarizer::new(config.summarizer.clone()),
+            metrics: Arc::new(Metrics::default()),
+        };
+        Ok(Self { upstreams: Upstreams::new(config.clone())?, config, chat })
     }
 }
 
@@ -50,6 +64,10 @@ async fn forward(app: &App, req: Request<Incoming>) -> Result<Response<Body>, Ap
     let (parts, incoming) = req.into_parts();
     if content_length(&parts.headers).is_some_and(|len| len > limit as u64) {
         return Err(ApiError::BodyTooLarge { limit });
+    }
+    if chat::is_chat(&parts.method, parts.uri.path()) {
+        let bytes = read_body(incoming, limit).await?;
+        return chat::handle(app, parts, bytes).await;
     }
     let (provider, body) = if is_json_post(&parts.method, &parts.headers) {
         let bytes = read_body(incoming, limit).await?;

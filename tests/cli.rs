@@ -53,3 +53,23 @@ fn the_repository_config_is_valid() {
     let out = foldgate().args(["check-config", "--config", path]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn estimate_reads_a_request_on_stdin() {
+    use std::io::Write;
+    let mut child = foldgate()
+        .args(["estimate", "--model", "gpt-4o"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let body = r#"{"model":"x","max_tokens":500,"messages":[{"role":"user","content":"Hello there, how are you?"}]}"#;
+    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("o200k_base") && text.contains("128000") && text.contains("500"), "{text}");
+    let bad = foldgate().args(["estimate"]).stdin(std::process::Stdio::null()).output().unwrap();
+    assert!(!bad.status.success());
+}

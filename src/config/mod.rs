@@ -38,6 +38,8 @@ pub struct Config {
     pub conversation: ConversationConfig,
     /// Token estimation.
     pub tokens: TokensConfig,
+    /// Fold state storage.
+    pub state: StateConfig,
 }
 
 /// A configuration that could not be loaded or is invalid.

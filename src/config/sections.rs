@@ -147,6 +147,12 @@ pub struct SummarizerConfig {
     /// Time allowed for one summarizer call.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
+    /// Extra attempts per model after a transport error, timeout, 429, 5xx
+    /// or output that is not a valid summary.
+    pub retries: u32,
+    /// First backoff between attempts; it doubles each time.
+    #[serde(with = "humantime_serde")]
+    pub backoff: Duration,
     /// `passthrough` or `error`.
     pub on_failure: OnFailure,
 }
@@ -159,6 +165,8 @@ impl Default for SummarizerConfig {
             fallback_models: Vec::new(),
             max_summary_tokens: 2000,
             timeout: Duration::from_secs(120),
+            retries: 2,
+            backoff: Duration::from_millis(500),
             on_failure: OnFailure::Passthrough,
         }
     }
@@ -243,5 +251,23 @@ impl Default for TokensConfig {
             calibrate: true,
             discover: false,
         }
+    }
+}
+
+/// `[state]`: where fold states live.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// A conversation idle this long is forgotten (its next long request
+    /// folds again from scratch; no message is lost).
+    #[serde(with = "humantime_serde")]
+    pub ttl: Duration,
+    /// Memory bound of the in-process state cache, in bytes.
+    pub cache_bytes: u64,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        Self { ttl: Duration::from_secs(24 * 3600), cache_bytes: 256 * 1024 * 1024 }
     }
 }

@@ -2,6 +2,7 @@
 //! that is itself a real HTTP server, and a small HTTP client.
 #![allow(dead_code, reason = "each test binary uses a different part of the harness")]
 
+pub mod llm;
 pub mod mock;
 
 use bytes::Bytes;

@@ -1,0 +1,98 @@
+//! The fold engine: when to fold, what to fold, and the view sent upstream.
+//! Pure functions, no IO, no clock — property-tested in `tests/fold_props.rs`.
+//!
+//! # Contract (DESIGN.md §2)
+//!
+//! A request's `messages` are `M[0..n)`; the leading `system`/`developer`
+//! messages (`p` of them) are *pinned* and always sent verbatim. A
+//! [`FoldState`] spans `covered` messages after the pinned head; its summary
+//! stands for all of them except `kept_user` (the last user message of an
+//! agent loop, shown verbatim). The view is
+//!
+//! ```text
+//! pinned + [summary] + (M[p + kept_user]) + M[p + covered..n)
+//! ```
+//!
+//! Invariants every caller and test relies on:
+//!
+//! - **Reuse only on a match.** A state applies only when the request's
+//!   `M[p..p+covered)` hash to its chain ([`FoldChain::best_match`]); an
+//!   edited or branched history gets the longest matching fold, or none.
+//! - **No drop without fold.** Every message absent from the view is folded
+//!   into the summary in the view.
+//! - **One fold per request**, chosen by [`plan`] from the triggers in
+//!   [`trigger`] and the cut rules in [`cut`].
+//! - **Frozen bytes.** The same state renders to the same view bytes.
+//!
+//! # Request path
+//!
+//! 1. [`plan`] matches the conversation's [`FoldChain`] against the request
+//!    (the deepest fold whose hash chain equals the request's messages),
+//!    measures the view with that fold applied, evaluates the triggers and,
+//!    when one fires, plans the cut. It returns a [`Decision`]:
+//!    - [`Decision::NoFold`]: forward `build_view(messages, info.base)`;
+//!      `info.skipped` names a trigger that fired without any valid cut
+//!      (the view already fits the window);
+//!    - [`Decision::Fold`]: summarize `plan.base`'s summary plus
+//!      [`FoldPlan::to_fold`], then [`FoldState::after`] gives the new state;
+//!      store it in the chain ([`FoldChain::push`]) and forward
+//!      `build_view(messages, Some(&state))`;
+//!    - [`Decision::CannotFit`]: an emergency no cut can solve (one giant
+//!      message); nothing was dropped, the caller refuses or forwards as is.
+//! 2. [`build_view`] renders the view (re-checking the state's hash chain);
+//!    with no state the view is the messages themselves, and
+//!    [`view_differs`] / [`ViewInfo::changed`] tell the proxy it can forward
+//!    the client's original bytes.
+
+pub mod cut;
+pub mod hash;
+mod plan;
+pub mod state;
+pub mod summary;
+pub mod trigger;
+pub mod view;
+
+pub use hash::ChainHash;
+pub use plan::{CannotFit, Decision, FoldPlan, ViewInfo, plan};
+pub use state::{FoldChain, FoldState, Reason};
+pub use summary::Summary;
+pub use view::{ACK_TEXT, build_view, pinned_len, view_differs};
+
+use serde_json::Value;
+
+/// Token counts for single messages, supplied by the caller (the real
+/// estimator in production, a simple deterministic counter in tests).
+pub trait CountTokens {
+    /// Estimated prompt tokens of one message, framing included.
+    fn message_tokens(&self, message: &Value) -> u32;
+}
+
+impl<F: Fn(&Value) -> u32> CountTokens for F {
+    fn message_tokens(&self, message: &Value) -> u32 {
+        self(message)
+    }
+}
+
+/// The request's token budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Budget {
+    /// The model's context window.
+    pub context_window: u32,
+    /// Tokens kept free for the completion (`max_tokens` or a default).
+    pub output_reserve: u32,
+    /// Prompt tokens outside the messages: tool definitions, priming.
+    pub overhead: u32,
+    /// Tokens a new summary is expected to take (e.g. `max_summary_tokens`).
+    pub summary_reserve: u32,
+}
+
+/// Misuse of the fold engine's outputs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FoldError {
+    /// A state was applied to messages it was not made from.
+    #[error("fold state {id} does not match the request's messages")]
+    StateMismatch {
+        /// The state's id.
+        id: String,
+    },
+}

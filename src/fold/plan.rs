@@ -1,0 +1,213 @@
+//! [`plan`]: one request's fold decision, from the messages and the
+//! conversation's fold chain to [`Decision`].
+
+use super::cut::{self, CutInput};
+use super::hash::{ChainHash, PrefixChain};
+use super::state::{FoldChain, FoldState, Reason};
+use super::trigger::{self, Observed};
+use super::view::{Item, ack_message, is_role, layout, pinned_len};
+use super::{Budget, CountTokens};
+use crate::config::{Placement, Policy};
+use serde_json::Value;
+
+/// What to do with one request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// No trigger fired: send the view of `base` (the messages as they are
+    /// when `base` is `None`).
+    NoFold(ViewInfo),
+    /// Summarize [`FoldPlan::to_fold`], then [`FoldState::after`].
+    Fold(FoldPlan),
+    /// The view overflows the window (an emergency) and no valid cut makes
+    /// it fit, e.g. one giant message. Nothing was dropped; the caller
+    /// forwards the current view or refuses the request.
+    CannotFit(CannotFit),
+}
+
+impl Decision {
+    /// The state applied to the current (pre-fold) view.
+    pub fn base(&self) -> Option<&FoldState> {
+        match self {
+            Self::NoFold(v) => v.base.as_ref(),
+            Self::Fold(p) => p.base.as_ref(),
+            Self::CannotFit(c) => c.view.base.as_ref(),
+        }
+    }
+}
+
+/// The current view: the matching state applied, if any, and its size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewInfo {
+    /// The deepest fold matching the request.
+    pub base: Option<FoldState>,
+    /// Prompt tokens of the view, overhead included.
+    pub tokens: u32,
+    /// Prompt tokens of the client's messages as sent, overhead included.
+    pub original_tokens: u32,
+    /// A trigger that fired without a fold: no valid cut fits, but the view
+    /// already fits the window (an emergency becomes [`Decision::CannotFit`]).
+    pub skipped: Option<Reason>,
+}
+
+impl ViewInfo {
+    /// Whether the view differs from the client's messages.
+    pub fn changed(&self) -> bool {
+        self.base.is_some()
+    }
+}
+
+/// Everything the summarizer step needs to carry out one fold.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoldPlan {
+    /// The state being rewritten (its summary goes to the summarizer).
+    pub base: Option<FoldState>,
+    /// The trigger that fired.
+    pub reason: Reason,
+    /// Indices into the request's messages to fold, ascending: a previously
+    /// kept user message that is no longer kept, then the newly folded run.
+    pub fold: Vec<usize>,
+    /// Length of the pinned head.
+    pub pinned: usize,
+    /// The new state's span after the pinned head.
+    pub covered: usize,
+    /// The new state's kept user message (relative to the pinned head).
+    pub kept_user: Option<usize>,
+    /// Hash chain over the new span.
+    pub chain: ChainHash,
+    /// Prompt tokens of the view before the fold.
+    pub tokens_before: u32,
+    /// Expected prompt tokens after it, counting the summary reserve.
+    pub tokens_after: u32,
+    /// Messages in the request.
+    pub messages: usize,
+    /// User messages in the request.
+    pub user_turns: usize,
+}
+
+impl FoldPlan {
+    /// The messages to fold, in order.
+    pub fn to_fold<'m>(&self, messages: &'m [Value]) -> Vec<&'m Value> {
+        self.fold.iter().filter_map(|&i| messages.get(i)).collect()
+    }
+}
+
+/// The view overflows the window and no valid cut brings it under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CannotFit {
+    /// Always [`Reason::Emergency`].
+    pub reason: Reason,
+    /// The current view (forward it, or refuse the request).
+    pub view: ViewInfo,
+    /// The smallest view any valid cut would leave, if one exists.
+    pub smallest: Option<u32>,
+    /// The largest view that leaves room for the output reserve.
+    pub limit: u32,
+}
+
+/// Decides what to do with one request. `chain` holds the conversation's
+/// recent folds; the deepest one matching `messages` is applied first.
+pub fn plan<C: CountTokens + ?Sized>(
+    messages: &[Value],
+    chain: Option<&FoldChain>,
+    policy: &Policy,
+    budget: &Budget,
+    counter: &C,
+    placement: Placement,
+) -> Decision {
+    let p = pinned_len(messages);
+    let n = messages.len();
+    let mut prefix = PrefixChain::new(&messages[p..]);
+    let base = chain.and_then(|c| c.best_match_prefix(n - p, &mut prefix));
+    let counts: Vec<u32> = messages.iter().map(|m| counter.message_tokens(m)).collect();
+    let overhead = u64::from(budget.overhead);
+    let view_tokens =
+        overhead + layout_tokens(&layout(messages, base, placement), &counts, counter);
+    let view = ViewInfo {
+        base: base.cloned(),
+        tokens: clamp(view_tokens),
+        original_tokens: clamp(overhead + counts.iter().map(|&c| u64::from(c)).sum::<u64>()),
+        skipped: None,
+    };
+    let start = p + base.map_or(0, |b| b.covered);
+    let user_turns = messages.iter().filter(|m| is_role(m, "user")).count();
+    let seen = Observed {
+        view_tokens,
+        messages: n,
+        unfolded: n - start,
+        user_messages: user_turns,
+        base,
+    };
+    let Some(reason) = trigger::evaluate(&seen, policy, budget) else {
+        return Decision::NoFold(view);
+    };
+    let window = u64::from(budget.context_window);
+    let window_limit = window.saturating_sub(u64::from(budget.output_reserve));
+    let old_kept = base.and_then(|b| b.kept_user).map(|k| p + k);
+    let input = CutInput {
+        messages,
+        counts: &counts,
+        start,
+        old_kept,
+        fixed: counts[..p].iter().map(|&c| u64::from(c)).sum::<u64>()
+            + u64::from(budget.summary_reserve)
+            + overhead,
+        ack: if placement == Placement::User {
+            u64::from(counter.message_tokens(&ack_message()))
+        } else {
+            0
+        },
+        reset_limit: ((policy.reset_ratio * window as f64).floor() as u64).min(window_limit),
+        window_limit,
+        preserve_recent: policy.preserve_recent,
+        overflow_buffer: policy.overflow_buffer,
+        reason,
+    };
+    match cut::choose(&input) {
+        Ok(c) => {
+            let mut fold: Vec<usize> = old_kept
+                .filter(|&k| Some(k) != c.kept)
+                .into_iter()
+                .collect();
+            fold.extend((start..c.cut).filter(|&i| Some(i) != c.kept));
+            let covered = c.cut - p;
+            Decision::Fold(FoldPlan {
+                base: view.base,
+                reason,
+                fold,
+                pinned: p,
+                covered,
+                kept_user: c.kept.map(|k| k - p),
+                chain: prefix.get(covered).unwrap_or_default(),
+                tokens_before: view.tokens,
+                tokens_after: clamp(c.expected),
+                messages: n,
+                user_turns,
+            })
+        }
+        Err(_) if reason != Reason::Emergency => Decision::NoFold(ViewInfo {
+            skipped: Some(reason),
+            ..view
+        }),
+        Err(smallest) => Decision::CannotFit(CannotFit {
+            reason,
+            view,
+            smallest: smallest.map(clamp),
+            limit: clamp(window_limit),
+        }),
+    }
+}
+
+/// Tokens of a laid-out view, messages only.
+fn layout_tokens<C: CountTokens + ?Sized>(items: &[Item], counts: &[u32], counter: &C) -> u64 {
+    items
+        .iter()
+        .map(|item| match item {
+            Item::Original(i) => u64::from(counts[*i]),
+            Item::New(v) => u64::from(counter.message_tokens(v)),
+        })
+        .sum()
+}
+
+fn clamp(tokens: u64) -> u32 {
+    u32::try_from(tokens).unwrap_or(u32::MAX)
+}

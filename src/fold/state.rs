@@ -1,0 +1,241 @@
+//! Fold states: what one fold produced, and the bounded chain of recent
+//! folds a conversation keeps.
+//!
+//! A [`FoldState`] spans `covered` messages after the pinned head. All of
+//! them are folded into its summary except `kept_user`, the last user
+//! message of an agent loop, which the view still shows verbatim. The
+//! state's `chain` hashes exactly the covered messages, so it is applied only
+//! to a request whose messages at those positions are byte-for-byte the ones
+//! it was made from ([`FoldChain::best_match`]).
+
+use super::FoldPlan;
+use super::hash::{ChainHash, PrefixChain};
+use super::summary::Summary;
+use super::view::pinned_len;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// Why a fold happened, in trigger priority order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reason {
+    /// View tokens plus the output reserve exceed the window.
+    Emergency,
+    /// View tokens reached `trigger_ratio` of the window.
+    Token,
+    /// More than `preserve_recent + overflow_buffer` unfolded messages.
+    Overflow,
+    /// `safety_user_turns` user messages since the last fold.
+    Safety,
+}
+
+impl Reason {
+    /// A short lower-case label for logs, headers and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Emergency => "emergency",
+            Self::Token => "token",
+            Self::Overflow => "overflow",
+            Self::Safety => "safety",
+        }
+    }
+}
+
+/// One fold: the summary and exactly which messages it stands for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FoldState {
+    /// Derived from `chain` and `kept_user`: equal spans give equal ids.
+    pub id: String,
+    /// The state this fold rewrote, if any.
+    pub parent: Option<String>,
+    /// 1 for a first fold, parent's depth + 1 after.
+    pub depth: u32,
+    /// The summary of every covered message except `kept_user`.
+    pub summary: Summary,
+    /// Messages after the pinned head that this state spans.
+    pub covered: usize,
+    /// Index (relative to the pinned head, `< covered`) of the last user
+    /// message of an agent loop, shown verbatim after the summary.
+    pub kept_user: Option<usize>,
+    /// Hash chain over exactly the `covered` messages.
+    pub chain: ChainHash,
+    /// User messages in the request that produced this fold.
+    pub user_turns: usize,
+    /// Messages in the request that produced this fold.
+    pub messages: usize,
+    /// Unix seconds when the fold was made.
+    pub created_at: u64,
+    /// Estimated prompt tokens of the view before the fold.
+    pub tokens_before: u32,
+    /// Expected prompt tokens of the view after it (with the summary reserve).
+    pub tokens_after: u32,
+    /// The trigger that caused the fold.
+    pub reason: Reason,
+}
+
+impl FoldState {
+    /// The next state: `plan` carried out with the summarizer's `summary`
+    /// (a complete rewrite of the base summary plus the folded messages).
+    pub fn after(plan: &FoldPlan, summary: Summary, now_unix: u64) -> Self {
+        let base = plan.base.as_ref();
+        Self {
+            id: state_id(&plan.chain, plan.covered, plan.kept_user),
+            parent: base.map(|b| b.id.clone()),
+            depth: base.map_or(1, |b| b.depth.saturating_add(1)),
+            summary,
+            covered: plan.covered,
+            kept_user: plan.kept_user,
+            chain: plan.chain,
+            user_turns: plan.user_turns,
+            messages: plan.messages,
+            created_at: now_unix,
+            tokens_before: plan.tokens_before,
+            tokens_after: plan.tokens_after,
+            reason: plan.reason,
+        }
+    }
+
+    /// How many messages the summary stands for.
+    pub fn folded(&self) -> usize {
+        self.covered - usize::from(self.kept_user.is_some())
+    }
+
+    /// Whether this state applies to `messages`: the covered range exists,
+    /// at least one message follows it, and it hashes to `chain`.
+    pub fn matches(&self, messages: &[Value]) -> bool {
+        let p = pinned_len(messages);
+        let mut prefix = PrefixChain::new(&messages[p..]);
+        self.matches_prefix(messages.len() - p, &mut prefix)
+    }
+
+    /// [`FoldState::matches`] against precomputed prefix hashes of the
+    /// `after_pinned` messages that follow the pinned head.
+    pub(crate) fn matches_prefix(&self, after_pinned: usize, prefix: &mut PrefixChain<'_>) -> bool {
+        self.covered < after_pinned
+            && self.kept_user.is_none_or(|k| k < self.covered)
+            && prefix.get(self.covered) == Some(self.chain)
+    }
+}
+
+/// Deterministic id: 16 hex digits of `sha256(chain || covered || kept)`.
+fn state_id(chain: &ChainHash, covered: usize, kept_user: Option<usize>) -> String {
+    let mut h = Sha256::new();
+    h.update(chain.0);
+    h.update((covered as u64).to_le_bytes());
+    h.update(kept_user.map_or(0, |k| k as u64 + 1).to_le_bytes());
+    ChainHash(h.finalize().into()).to_hex()[..16].to_string()
+}
+
+/// A conversation's recent folds, oldest first, at most [`FoldChain::MAX`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct FoldChain {
+    states: Vec<FoldState>,
+}
+
+impl FoldChain {
+    /// States kept; older ones are dropped (the store may keep them for audit).
+    pub const MAX: usize = 8;
+
+    /// An empty chain.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a state, dropping the oldest beyond [`FoldChain::MAX`].
+    pub fn push(&mut self, state: FoldState) {
+        self.states.push(state);
+        if self.states.len() > Self::MAX {
+            let excess = self.states.len() - Self::MAX;
+            self.states.drain(..excess);
+        }
+    }
+
+    /// The states, oldest first.
+    pub fn states(&self) -> &[FoldState] {
+        &self.states
+    }
+
+    /// The most recent state.
+    pub fn latest(&self) -> Option<&FoldState> {
+        self.states.last()
+    }
+
+    /// Number of states held.
+    pub fn len(&self) -> usize {
+        self.states.len()
+    }
+
+    /// Whether no fold is held.
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty()
+    }
+
+    /// The state spanning the most messages that matches `messages` (an
+    /// edited or branched history gets the longest fold still matching, or
+    /// none). Hashes the request's prefix once, up to the longest candidate.
+    pub fn best_match(&self, messages: &[Value]) -> Option<&FoldState> {
+        let p = pinned_len(messages);
+        let mut prefix = PrefixChain::new(&messages[p..]);
+        self.best_match_prefix(messages.len() - p, &mut prefix)
+    }
+
+    /// [`FoldChain::best_match`] with precomputed prefix hashes.
+    pub(crate) fn best_match_prefix(
+        &self,
+        after_pinned: usize,
+        prefix: &mut PrefixChain<'_>,
+    ) -> Option<&FoldState> {
+        // Newest first, then a stable sort: longest span, then deepest.
+        let mut candidates: Vec<&FoldState> = self.states.iter().rev().collect();
+        candidates.sort_by_key(|s| std::cmp::Reverse((s.covered, s.depth)));
+        candidates
+            .into_iter()
+            .find(|s| s.matches_prefix(after_pinned, prefix))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn state(ms: &[Value], covered: usize, depth: u32) -> FoldState {
+        FoldState {
+            id: state_id(&super::super::hash::chain_of(&ms[..covered]), covered, None),
+            parent: None,
+            depth,
+            summary: Summary::default(),
+            covered,
+            kept_user: None,
+            chain: super::super::hash::chain_of(&ms[..covered]),
+            user_turns: 0,
+            messages: ms.len(),
+            created_at: 0,
+            tokens_before: 0,
+            tokens_after: 0,
+            reason: Reason::Token,
+        }
+    }
+
+    #[test]
+    fn chain_is_bounded_and_prefers_the_longest_match() {
+        let ms: Vec<Value> = (0..20)
+            .map(|i| json!({"role": "user", "content": i}))
+            .collect();
+        let mut chain = FoldChain::new();
+        for covered in 1..=10 {
+            chain.push(state(&ms, covered, covered as u32));
+        }
+        assert_eq!(chain.len(), FoldChain::MAX);
+        assert_eq!(chain.states()[0].covered, 3);
+        assert_eq!(chain.best_match(&ms).map(|s| s.covered), Some(10));
+        assert_eq!(chain.best_match(&ms[..11]).map(|s| s.covered), Some(10));
+        // A state must leave at least one message after its span.
+        assert_eq!(chain.best_match(&ms[..10]).map(|s| s.covered), Some(9));
+        let mut edited = ms.clone();
+        edited[5]["content"] = json!("x");
+        assert_eq!(chain.best_match(&edited).map(|s| s.covered), Some(5));
+    }
+}

@@ -1,0 +1,106 @@
+//! The structured summary a fold produces and its frozen rendering.
+//!
+//! The summarizer returns [`Summary`] as JSON. [`Summary::render`] turns it
+//! into text deterministically: a fixed heading line, the narrative, then one
+//! `## Section` with `- item` bullets per non-empty list, in a fixed order.
+//! Every item appears verbatim, and the same summary renders to the same
+//! bytes on every request, so the upstream's prompt cache stays warm.
+
+use serde::{Deserialize, Serialize};
+
+/// Summarizer output: a short narrative plus lists kept item by item.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Summary {
+    /// Short narrative of what happened.
+    pub summary: String,
+    /// Stable facts: identifiers, numbers, names, paths.
+    pub facts: Vec<String>,
+    /// What the user is trying to achieve.
+    pub goals: Vec<String>,
+    /// Decisions taken (the most recent explicit one wins).
+    pub decisions: Vec<String>,
+    /// Questions and tasks still open.
+    pub open_items: Vec<String>,
+    /// Files, URLs, commands and other artifacts produced or referenced.
+    pub artifacts: Vec<String>,
+}
+
+/// The first line of every rendered summary; `{n}` is the folded count.
+pub const HEADING_PREFIX: &str = "[foldgate] Summary of the earlier conversation";
+
+impl Summary {
+    /// The sections in rendering order, with their headings.
+    pub fn sections(&self) -> [(&'static str, &[String]); 5] {
+        [
+            ("Facts", &self.facts),
+            ("Goals", &self.goals),
+            ("Decisions", &self.decisions),
+            ("Open items", &self.open_items),
+            ("Artifacts", &self.artifacts),
+        ]
+    }
+
+    /// Renders the summary of `folded` messages as the text of a message.
+    ///
+    /// ```text
+    /// [foldgate] Summary of the earlier conversation (12 messages folded):
+    ///
+    /// <narrative>
+    ///
+    /// ## Facts
+    /// - item
+    /// ```
+    pub fn render(&self, folded: usize) -> String {
+        let noun = if folded == 1 { "message" } else { "messages" };
+        let mut out = format!("{HEADING_PREFIX} ({folded} {noun} folded):");
+        let narrative = self.summary.trim();
+        if !narrative.is_empty() {
+            out.push_str("\n\n");
+            out.push_str(narrative);
+        }
+        for (heading, items) in self.sections() {
+            if items.is_empty() {
+                continue;
+            }
+            out.push_str("\n\n## ");
+            out.push_str(heading);
+            for item in items {
+                out.push_str("\n- ");
+                out.push_str(item);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_headings_for_non_empty_lists_only() {
+        let s = Summary {
+            summary: "Fixing the parser.".into(),
+            facts: vec!["repo at /src/app".into(), "port 8080".into()],
+            open_items: vec!["run tests".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            s.render(3),
+            "[foldgate] Summary of the earlier conversation (3 messages folded):\n\n\
+             Fixing the parser.\n\n## Facts\n- repo at /src/app\n- port 8080\n\n\
+             ## Open items\n- run tests"
+        );
+    }
+
+    #[test]
+    fn missing_lists_default_to_empty() {
+        let s: Summary = serde_json::from_str(r#"{"summary":"x","facts":["a"]}"#).unwrap();
+        assert!(s.goals.is_empty() && s.artifacts.is_empty());
+        assert_eq!(
+            s.render(1),
+            format!("{HEADING_PREFIX} (1 message folded):\n\nx\n\n## Facts\n- a")
+        );
+    }
+}

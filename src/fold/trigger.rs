@@ -1,0 +1,111 @@
+//! When to fold: the triggers, evaluated on the current view in priority
+//! order, at most one per request.
+//!
+//! 1. *emergency*: view tokens + output reserve > window (ignores cooldown
+//!    and `min_messages`); *token*: view tokens ≥ `trigger_ratio` × window,
+//!    once `cooldown_messages` new messages arrived since the applied fold
+//!    and the request has at least `min_messages` messages;
+//! 2. *overflow*: unfolded messages > `preserve_recent + overflow_buffer`
+//!    (off when `overflow_buffer` is 0);
+//! 3. *safety*: user messages since the applied fold ≥ `safety_user_turns`
+//!    (off at 0).
+//!
+//! "Since the applied fold" compares the request with the counts the fold
+//! state recorded; without a state, the whole request counts. View tokens
+//! include `overhead` (tool definitions and priming), since they occupy the
+//! same window.
+
+use super::Budget;
+use super::state::{FoldState, Reason};
+use crate::config::Policy;
+
+/// What the triggers look at, measured on the current view.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Observed<'a> {
+    /// Prompt tokens of the view, overhead included.
+    pub view_tokens: u64,
+    /// Messages in the request.
+    pub messages: usize,
+    /// Messages after the applied state's covered range.
+    pub unfolded: usize,
+    /// User messages in the request.
+    pub user_messages: usize,
+    /// The fold state applied to the view, if any.
+    pub base: Option<&'a FoldState>,
+}
+
+/// The trigger that fires, if any.
+pub(crate) fn evaluate(seen: &Observed<'_>, policy: &Policy, budget: &Budget) -> Option<Reason> {
+    let window = u64::from(budget.context_window);
+    if seen.view_tokens + u64::from(budget.output_reserve) > window {
+        return Some(Reason::Emergency);
+    }
+    if seen.messages < policy.min_messages {
+        return None;
+    }
+    let new_messages = seen
+        .base
+        .map_or(seen.messages, |b| seen.messages.saturating_sub(b.messages));
+    let cooled = seen.base.is_none() || new_messages >= policy.cooldown_messages;
+    if cooled && seen.view_tokens as f64 >= policy.trigger_ratio * window as f64 {
+        return Some(Reason::Token);
+    }
+    if policy.overflow_buffer > 0 && seen.unfolded > policy.preserve_recent + policy.overflow_buffer
+    {
+        return Some(Reason::Overflow);
+    }
+    let new_users = seen.base.map_or(seen.user_messages, |b| {
+        seen.user_messages.saturating_sub(b.user_turns)
+    });
+    if policy.safety_user_turns > 0 && new_users >= policy.safety_user_turns {
+        return Some(Reason::Safety);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(view_tokens: u64, messages: usize) -> Observed<'static> {
+        Observed {
+            view_tokens,
+            messages,
+            unfolded: messages,
+            user_messages: messages / 2,
+            base: None,
+        }
+    }
+
+    fn budget() -> Budget {
+        Budget {
+            context_window: 1000,
+            output_reserve: 100,
+            overhead: 0,
+            summary_reserve: 50,
+        }
+    }
+
+    #[test]
+    fn priority_and_thresholds() {
+        let mut policy = Policy {
+            overflow_buffer: 2,
+            safety_user_turns: 3,
+            ..Policy::default()
+        };
+        let b = budget();
+        assert_eq!(
+            evaluate(&seen(901, 2), &policy, &b),
+            Some(Reason::Emergency)
+        );
+        assert_eq!(evaluate(&seen(800, 20), &policy, &b), Some(Reason::Token));
+        assert_eq!(
+            evaluate(&seen(799, 20), &policy, &b),
+            Some(Reason::Overflow)
+        );
+        assert_eq!(evaluate(&seen(10, 8), &policy, &b), Some(Reason::Safety));
+        assert_eq!(evaluate(&seen(10, 5), &policy, &b), None);
+        policy.min_messages = 30;
+        assert_eq!(evaluate(&seen(800, 20), &policy, &b), None);
+    }
+}

@@ -1,0 +1,65 @@
+//! Counters exported at `/foldgate/metrics` in Prometheus text format.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Process-wide counters. Labels are fixed and low-cardinality.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Chat-completion requests intercepted.
+    pub chat_requests: AtomicU64,
+    /// Chat requests forwarded with a reused summary.
+    pub folds_reused: AtomicU64,
+    /// New folds by reason: emergency, token, overflow, safety.
+    pub folds_new: [AtomicU64; 4],
+    /// Folds whose summarizer failed (then handled by `on_failure`).
+    pub fold_failures: AtomicU64,
+    /// Emergency folds after an upstream context-length error.
+    pub reactive_folds: AtomicU64,
+    /// Requests whose must-keep messages alone exceed the window.
+    pub cannot_fit: AtomicU64,
+    /// HTTP calls made to summarizer models.
+    pub summarizer_calls: AtomicU64,
+    /// Tokens summarizer models reported using.
+    pub summarizer_tokens: AtomicU64,
+    /// Milliseconds spent in summarizer calls.
+    pub summarizer_ms: AtomicU64,
+}
+
+/// Reason label order of [`Metrics::folds_new`].
+pub const REASONS: [&str; 4] = ["emergency", "token", "overflow", "safety"];
+
+impl Metrics {
+    /// Adds one to a counter.
+    pub fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Renders every counter; `extra` appends gauges owned elsewhere.
+    pub fn render(&self, extra: &[(&str, &str, Vec<(String, f64)>)]) -> String {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut out = String::new();
+        let mut counter = |name: &str, help: &str, value: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+        };
+        counter("foldgate_chat_requests_total", "Chat-completion requests intercepted.", get(&self.chat_requests));
+        counter("foldgate_folds_reused_total", "Requests forwarded with a reused summary.", get(&self.folds_reused));
+        counter("foldgate_fold_failures_total", "Folds whose summarizer failed.", get(&self.fold_failures));
+        counter("foldgate_reactive_folds_total", "Folds after an upstream context-length error.", get(&self.reactive_folds));
+        counter("foldgate_cannot_fit_total", "Requests that cannot fit the window even folded.", get(&self.cannot_fit));
+        counter("foldgate_summarizer_calls_total", "HTTP calls to summarizer models.", get(&self.summarizer_calls));
+        counter("foldgate_summarizer_tokens_total", "Tokens used by summarizer models.", get(&self.summarizer_tokens));
+        counter("foldgate_summarizer_milliseconds_total", "Time spent summarizing.", get(&self.summarizer_ms));
+        let _ = writeln!(out, "# HELP foldgate_folds_total New folds by trigger.\n# TYPE foldgate_folds_total counter");
+        for (reason, c) in REASONS.iter().zip(&self.folds_new) {
+            let _ = writeln!(out, "foldgate_folds_total{{reason=\"{reason}\"}} {}", get(c));
+        }
+        for (name, help, samples) in extra {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (labels, value) in samples {
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,74 @@
+//! Fold state storage. The state is a cache: the client resends its whole
+//! history every turn, so losing a state costs a re-summarization, never a
+//! message. States are keyed by tenant and conversation.
+
+mod memory;
+
+pub use memory::MemoryStore;
+
+use crate::fold::FoldChain;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// A boxed future, for object-safe async store methods.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Which conversation, of which tenant. The tenant is a hash of the
+/// credential, never the credential itself.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ConvKey {
+    /// Hex hash of the request's credential (`anonymous` without one).
+    pub tenant: String,
+    /// The conversation header's value, or a fingerprint.
+    pub conversation: String,
+}
+
+impl fmt::Display for ConvKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.tenant, self.conversation)
+    }
+}
+
+/// Where fold chains live. Implementations must be cheap to call on every
+/// request and must never fail a request on their own: a backend error is
+/// logged and reads as "no state".
+pub trait Store: Send + Sync + fmt::Debug {
+    /// The conversation's fold chain, if any.
+    fn load<'a>(&'a self, key: &'a ConvKey) -> BoxFuture<'a, Option<Arc<FoldChain>>>;
+    /// Replaces the conversation's fold chain.
+    fn save<'a>(&'a self, key: &'a ConvKey, chain: Arc<FoldChain>) -> BoxFuture<'a, ()>;
+    /// Every tenant's chain for a conversation id (admin only).
+    fn find<'a>(&'a self, conversation: &'a str) -> BoxFuture<'a, Vec<(ConvKey, Arc<FoldChain>)>>;
+    /// Number of conversations stored (approximate; for metrics).
+    fn count(&self) -> u64;
+}
+
+/// Single-flight: one lock per conversation, so concurrent requests of one
+/// conversation wait for the fold in flight instead of starting their own.
+#[derive(Debug)]
+pub struct Flights {
+    locks: moka::sync::Cache<ConvKey, Arc<tokio::sync::Mutex<()>>>,
+}
+
+impl Default for Flights {
+    fn default() -> Self {
+        Self {
+            // Idle locks are dropped; a held lock is in use, so it is not idle
+            // for longer than a fold takes.
+            locks: moka::sync::Cache::builder()
+                .max_capacity(1_000_000)
+                .time_to_idle(std::time::Duration::from_secs(3600))
+                .build(),
+        }
+    }
+}
+
+impl Flights {
+    /// Waits for, then holds, the conversation's fold lock.
+    pub async fn lock(&self, key: &ConvKey) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = self.locks.get_with_by_ref(key, || Arc::new(tokio::sync::Mutex::new(())));
+        lock.lock_owned().await
+    }
+}

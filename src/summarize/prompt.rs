@@ -1,0 +1,188 @@
+//! The summarizer's prompt: rules, JSON schema, and the transcript of the
+//! messages to fold.
+
+use crate::fold::Summary;
+use serde_json::{Value, json};
+use std::fmt::Write;
+
+/// How the summarizer is asked for JSON; downgraded when a model rejects it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Format {
+    /// `response_format: {"type": "json_schema", ...}` (strict schema).
+    JsonSchema,
+    /// `response_format: {"type": "json_object"}`.
+    JsonObject,
+    /// No `response_format`; the prompt alone asks for JSON.
+    Instructions,
+}
+
+impl Format {
+    /// The next weaker format, if any.
+    pub fn downgrade(self) -> Option<Self> {
+        match self {
+            Self::JsonSchema => Some(Self::JsonObject),
+            Self::JsonObject => Some(Self::Instructions),
+            Self::Instructions => None,
+        }
+    }
+}
+
+/// The summarizer's standing instructions (DESIGN.md §2).
+pub const SYSTEM_PROMPT: &str = "\
+You maintain the running memory of a long conversation between a user and an AI assistant. \
+You receive the current summary (possibly empty) and the next messages of the conversation. \
+Rewrite the summary so it covers everything: return ONE complete new summary, not an addition.
+
+Rules:
+- Keep identifiers, numbers, names, file paths, URLs, commands, versions and code symbols verbatim.
+- Invent nothing. Record only what the messages say.
+- When decisions conflict, keep the most recent explicit decision and drop the superseded one.
+- A proposal, plan or intention is not a completed action: say \"proposed\" or \"planned\" unless the messages show it was done.
+- Keep every fact, goal, decision, open item and artifact of the current summary that is still true.
+- No transcript, no filler, no pleasantries, no commentary on tone.
+
+Answer with a single JSON object and nothing else:
+{\"summary\": \"short narrative\", \"facts\": [\"...\"], \"goals\": [\"...\"], \"decisions\": [\"...\"], \"open_items\": [\"...\"], \"artifacts\": [\"...\"]}";
+
+/// The JSON schema of the summary object, for `response_format`.
+pub fn schema() -> Value {
+    let list = json!({ "type": "array", "items": { "type": "string" } });
+    json!({
+        "type": "object",
+        "properties": {
+            "summary": { "type": "string" },
+            "facts": list, "goals": list, "decisions": list,
+            "open_items": list, "artifacts": list,
+        },
+        "required": ["summary", "facts", "goals", "decisions", "open_items", "artifacts"],
+        "additionalProperties": false,
+    })
+}
+
+/// The user message: the current summary, then the transcript to fold.
+pub fn user_prompt(current: Option<&Summary>, transcript: &str) -> String {
+    let current = match current {
+        Some(s) => serde_json::to_string_pretty(s).unwrap_or_default(),
+        None => "(none yet)".to_string(),
+    };
+    format!(
+        "Current summary:\n{current}\n\nNew messages to fold into it:\n{transcript}\n\n\
+         Return the complete rewritten summary as one JSON object."
+    )
+}
+
+/// The chat-completions body of one summarizer call.
+pub fn request_body(model: &str, user: String, format: Format, max_tokens: u32, completion_param: bool) -> Value {
+    let mut body = json!({
+        "model": model,
+        "messages": [
+            { "role": "system", "content": SYSTEM_PROMPT },
+            { "role": "user", "content": user },
+        ],
+        "stream": false,
+    });
+    let limit_key = if completion_param { "max_completion_tokens" } else { "max_tokens" };
+    body[limit_key] = json!(max_tokens);
+    match format {
+        Format::JsonSchema => {
+            body["response_format"] = json!({
+                "type": "json_schema",
+                "json_schema": { "name": "conversation_summary", "strict": true, "schema": schema() },
+            });
+        }
+        Format::JsonObject => body["response_format"] = json!({ "type": "json_object" }),
+        Format::Instructions => {}
+    }
+    body
+}
+
+/// Renders messages as a compact transcript, one block per message, with
+/// tool calls and tool results labelled.
+pub fn transcript(messages: &[&Value]) -> String {
+    let mut out = String::new();
+    for message in messages {
+        render_message(&mut out, message);
+    }
+    out
+}
+
+/// Renders one message; appended to `out`.
+pub fn render_message(out: &mut String, message: &Value) {
+    let role = message.get("role").and_then(Value::as_str).unwrap_or("unknown");
+    let _ = write!(out, "### {role}");
+    if let Some(name) = message.get("name").and_then(Value::as_str) {
+        let _ = write!(out, " ({name})");
+    }
+    if let Some(id) = message.get("tool_call_id").and_then(Value::as_str) {
+        let _ = write!(out, " [result of {id}]");
+    }
+    out.push('\n');
+    let content = content_text(message.get("content"));
+    if !content.is_empty() {
+        out.push_str(&content);
+        out.push('\n');
+    }
+    for call in message.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+        let id = call.get("id").and_then(Value::as_str).unwrap_or("");
+        let f = call.get("function");
+        let name = f.and_then(|f| f.get("name")).and_then(Value::as_str).unwrap_or("?");
+        let args = f.and_then(|f| f.get("arguments")).and_then(Value::as_str).unwrap_or("");
+        let _ = writeln!(out, "-> tool call {name}({args}) [{id}]");
+    }
+    if let Some(f) = message.get("function_call") {
+        let name = f.get("name").and_then(Value::as_str).unwrap_or("?");
+        let args = f.get("arguments").and_then(Value::as_str).unwrap_or("");
+        let _ = writeln!(out, "-> function call {name}({args})");
+    }
+    out.push('\n');
+}
+
+/// Text of a message's content: a string, or the text of its parts with a
+/// marker for each non-text part.
+fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .map(|part| match part.get("type").and_then(Value::as_str) {
+                Some("text") => part.get("text").and_then(Value::as_str).unwrap_or("").to_string(),
+                Some(other) => format!("[{other}]"),
+                None => part.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transcript_labels_tools_and_parts() {
+        let msgs = [
+            json!({"role":"user","name":"ann","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"x"}}]}),
+            json!({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"read","arguments":"{\"p\":\"a.rs\"}"}}]}),
+            json!({"role":"tool","tool_call_id":"c1","content":"fn main() {}"}),
+        ];
+        let refs: Vec<&Value> = msgs.iter().collect();
+        let t = transcript(&refs);
+        assert!(t.contains("### user (ann)\nlook\n[image_url]"), "{t}");
+        assert!(t.contains("-> tool call read({\"p\":\"a.rs\"}) [c1]"), "{t}");
+        assert!(t.contains("### tool [result of c1]\nfn main() {}"), "{t}");
+    }
+
+    #[test]
+    fn formats_shape_the_request() {
+        let b = request_body("m", "u".into(), Format::JsonSchema, 100, false);
+        assert_eq!(b["response_format"]["type"], "json_schema");
+        assert_eq!(b["max_tokens"], 100);
+        let b = request_body("m", "u".into(), Format::Instructions, 100, true);
+        assert!(b.get("response_format").is_none());
+        assert_eq!(b["max_completion_tokens"], 100);
+        assert_eq!(Format::JsonSchema.downgrade(), Some(Format::JsonObject));
+        assert_eq!(Format::Instructions.downgrade(), None);
+    }
+}

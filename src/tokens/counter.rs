@@ -1,0 +1,296 @@
+//! [`TokenCounter`]: the shared estimator, with its count cache, the model
+//! registry lookup and calibration.
+
+use super::calibration::Calibrator;
+use super::encoding::{Encoding, base_name};
+use super::estimate::{CacheStats, Estimate, apply, saturate};
+use super::hash::{hash_value, hash_values};
+use super::message::{REPLY_PRIMING, Rules};
+use super::registry::{self, LimitSource, ModelLimits};
+use super::tools::definitions_tokens;
+use crate::config::{Config, ModelConfig, TokensConfig};
+use crate::glob;
+use moka::sync::Cache;
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError, RwLock};
+
+/// Bytes charged per cache entry against `tokens.cache_bytes`: the key and
+/// value (about 40 bytes) plus moka's per-entry bookkeeping.
+const CACHE_ENTRY_BYTES: u32 = 160;
+/// Unknown model names remembered for the once-per-model warning; names come
+/// from clients, so the set is bounded and later unknown names go unwarned.
+const MAX_WARNED: usize = 1024;
+
+/// What a cache entry counts: one message, or a request's tool definitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    Message,
+    Definitions,
+}
+
+type CacheKey = (Encoding, Kind, u128);
+
+/// The token estimator: counts messages in each model's encoding, knows
+/// model windows, and learns a per-model correction from upstream usage.
+/// `Send + Sync`; share one behind an `Arc`.
+pub struct TokenCounter {
+    settings: TokensConfig,
+    /// `[models."glob"]` entries, for windows, output limits and token scales.
+    models: BTreeMap<String, ModelConfig>,
+    /// Raw counts by encoding and structural hash; `None` when `cache_bytes` is 0.
+    cache: Option<Cache<CacheKey, u32>>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    /// Windows from providers' `/models`, by lowercased model id.
+    discovered: RwLock<HashMap<String, u32>>,
+    calibration: Calibrator,
+    warned: Mutex<HashSet<String>>,
+}
+
+/// How one model is counted.
+#[derive(Debug, Clone, Copy)]
+struct Profile {
+    rules: Rules,
+    scale: f64,
+}
+
+impl TokenCounter {
+    /// A counter for `config`'s `[tokens]` settings and `[models]` entries.
+    /// A `tokens.cache_bytes` of 0 disables the count cache.
+    pub fn new(config: &Config) -> Self {
+        let cache = (config.tokens.cache_bytes > 0).then(|| {
+            Cache::builder()
+                .max_capacity(config.tokens.cache_bytes)
+                .weigher(|_: &CacheKey, _: &u32| CACHE_ENTRY_BYTES)
+                .build()
+        });
+        Self {
+            settings: config.tokens.clone(),
+            models: config.models.clone(),
+            cache,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            discovered: RwLock::new(HashMap::new()),
+            calibration: Calibrator::default(),
+            warned: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Tokens of one chat message in `model`'s encoding, as OpenAI counts it
+    /// (see [`super::message`]), times the model's `token_scale`; not calibrated.
+    pub fn message_tokens(&self, model: &str, message: &Value) -> u32 {
+        self.scaled_message(&self.profile(model), message)
+    }
+
+    /// The whole-request estimate for `request`, a parsed chat-completions body.
+    pub fn estimate(&self, model: &str, request: &Map<String, Value>) -> Estimate {
+        let profile = self.profile(model);
+        let messages: Vec<u32> = match request.get("messages") {
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|m| self.scaled_message(&profile, m))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let encoding = profile.rules.encoding;
+        let definitions = self.cached(
+            || (encoding, Kind::Definitions, definitions_hash(request)),
+            || definitions_tokens(encoding, request),
+        );
+        let overhead = apply(u64::from(REPLY_PRIMING) + definitions, profile.scale);
+        let raw = messages.iter().map(|&n| u64::from(n)).sum::<u64>() + u64::from(overhead);
+        let factor = self.calibration_factor(model);
+        let limits = self.limits(model);
+        Estimate {
+            raw_input_tokens: saturate(raw),
+            input_tokens: apply(raw, factor),
+            factor,
+            messages,
+            overhead,
+            output_reserve: self.output_reserve(request, limits.max_output_tokens),
+            context_window: limits.context_window,
+        }
+    }
+
+    /// `model`'s limits. The window comes from, in order: the most specific
+    /// `[models."glob"]` entry that sets `context_window`, a window recorded
+    /// by [`TokenCounter::record_discovered`], the built-in table, and
+    /// `tokens.default_context_window` (warned about once per model). The
+    /// output limit comes from config, else the built-in table.
+    pub fn limits(&self, model: &str) -> ModelLimits {
+        let built_in = registry::built_in(&base_name(model));
+        let max_output_tokens = self
+            .configured(model, |m| m.max_output_tokens)
+            .or(built_in.and_then(|b| b.1));
+        let (context_window, source) = if let Some(w) = self.configured(model, |m| m.context_window)
+        {
+            (w, LimitSource::Config)
+        } else if let Some(w) = self.discovered_window(model) {
+            (w, LimitSource::Discovered)
+        } else if let Some((w, _)) = built_in {
+            (w, LimitSource::BuiltIn)
+        } else {
+            self.warn_unknown(model);
+            (self.settings.default_context_window, LimitSource::Default)
+        };
+        ModelLimits {
+            context_window,
+            max_output_tokens,
+            source,
+        }
+    }
+
+    /// Records the upstream's `usage.prompt_tokens` (`actual`) for a request
+    /// whose *uncalibrated* estimate was `estimated`
+    /// ([`Estimate::raw_input_tokens`], or the raw sum for a folded view).
+    /// No effect when `tokens.calibrate` is off.
+    pub fn observe_usage(&self, model: &str, estimated: u32, actual_prompt_tokens: u32) {
+        if self.settings.calibrate {
+            self.calibration
+                .observe(model, estimated, actual_prompt_tokens);
+        }
+    }
+
+    /// The factor applied to `model`'s estimates: 1.0 before any usage was
+    /// observed or when calibration is off; always within [0.5, 2.0].
+    pub fn calibration_factor(&self, model: &str) -> f64 {
+        if self.settings.calibrate {
+            self.calibration.factor(model)
+        } else {
+            1.0
+        }
+    }
+
+    /// Records `model`'s window as listed by its provider (see
+    /// [`super::parse_models_listing`]). Ids are matched case-insensitively
+    /// and in full, router namespace included.
+    pub fn record_discovered(&self, model: &str, context_window: u32) {
+        if context_window == 0 {
+            return;
+        }
+        let mut map = self
+            .discovered
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.insert(model.to_ascii_lowercase(), context_window);
+    }
+
+    /// Hits and misses of the count cache.
+    pub fn cache_stats(&self) -> CacheStats {
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Entries in the count cache (after pending evictions are applied).
+    pub fn cache_entry_count(&self) -> u64 {
+        self.cache.as_ref().map_or(0, |c| {
+            c.run_pending_tasks();
+            c.entry_count()
+        })
+    }
+
+    /// The encoding `model` is counted in.
+    pub fn encoding(&self, model: &str) -> Encoding {
+        Encoding::for_model(model)
+    }
+
+    /// `model`'s token scale: the most specific `[models]` entry setting
+    /// `token_scale`, else 1.0. No built-in scales: other vendors' ratios
+    /// to o200k vary by language and content, and calibration learns them.
+    pub fn token_scale(&self, model: &str) -> f64 {
+        self.configured(model, |m| m.token_scale)
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .unwrap_or(1.0)
+    }
+
+    fn profile(&self, model: &str) -> Profile {
+        let rules = Rules {
+            encoding: Encoding::for_model(model),
+            image_low: self.settings.image_tokens_low,
+            image_high: self.settings.image_tokens_high,
+        };
+        Profile {
+            rules,
+            scale: self.token_scale(model),
+        }
+    }
+
+    fn scaled_message(&self, profile: &Profile, message: &Value) -> u32 {
+        let raw = self.cached(
+            || (profile.rules.encoding, Kind::Message, hash_value(message)),
+            || profile.rules.message(message),
+        );
+        apply(raw, profile.scale)
+    }
+
+    /// A raw count from the cache, else from `count` (then cached). The key
+    /// is only hashed when there is a cache.
+    fn cached(&self, key: impl FnOnce() -> CacheKey, count: impl FnOnce() -> u64) -> u64 {
+        let Some(cache) = &self.cache else {
+            return count();
+        };
+        let key = key();
+        if let Some(n) = cache.get(&key) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return u64::from(n);
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let n = count();
+        cache.insert(key, saturate(n));
+        n
+    }
+
+    fn output_reserve(&self, request: &Map<String, Value>, max_output: Option<u32>) -> u32 {
+        let asked = ["max_completion_tokens", "max_tokens"]
+            .iter()
+            .find_map(|k| request.get(*k).and_then(Value::as_u64))
+            .map_or(self.settings.default_output_reserve, saturate);
+        max_output.map_or(asked, |cap| asked.min(cap))
+    }
+
+    /// A field of the most specific `[models]` entry that sets it, so a
+    /// policy-only entry for `gpt-4o-mini` does not hide `gpt-4o*`'s window.
+    fn configured<T>(&self, model: &str, field: impl Fn(&ModelConfig) -> Option<T>) -> Option<T> {
+        let keys = self
+            .models
+            .iter()
+            .filter(|(_, m)| field(m).is_some())
+            .map(|(k, _)| k.as_str());
+        glob::most_specific(keys, model)
+            .and_then(|k| self.models.get(k))
+            .and_then(field)
+    }
+
+    fn discovered_window(&self, model: &str) -> Option<u32> {
+        let map = self
+            .discovered
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        if map.is_empty() {
+            return None;
+        }
+        map.get(&model.to_ascii_lowercase()).copied()
+    }
+
+    fn warn_unknown(&self, model: &str) {
+        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+        if warned.len() < MAX_WARNED && warned.insert(model.to_owned()) {
+            tracing::warn!(
+                model,
+                context_window = self.settings.default_context_window,
+                "unknown model; assuming tokens.default_context_window (set its [models] context_window)"
+            );
+        }
+    }
+}
+
+/// Hash of everything [`definitions_tokens`] reads.
+fn definitions_hash(request: &Map<String, Value>) -> u128 {
+    hash_values(
+        ["tools", "functions", "response_format"].map(|k| request.get(k).unwrap_or(&Value::Null)),
+    )
+}

@@ -1,0 +1,157 @@
+//! Which BPE encoding a model's prompt is counted in, and counting text with it.
+
+use tiktoken_rs::CoreBPE;
+
+/// A tiktoken encoding foldgate counts with.
+///
+/// Models outside OpenAI's families are counted in o200k_base and then
+/// multiplied by their `token_scale` (see [`super::TokenCounter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Encoding {
+    /// gpt-4o, gpt-4.1, gpt-4.5, gpt-5, the o-series, and the fallback for
+    /// every model that is not OpenAI's.
+    O200kBase,
+    /// gpt-4 (not 4o/4.1/4.5), gpt-3.5, text-embedding-3 and ada-002.
+    Cl100kBase,
+}
+
+impl Encoding {
+    /// The encoding of `model`, ignoring case and any router namespace
+    /// (`openai/gpt-4o`, `azure/gpt-35-turbo`).
+    pub fn for_model(model: &str) -> Self {
+        Self::for_base_name(&base_name(model))
+    }
+
+    /// Like [`Encoding::for_model`] for a name already passed through [`base_name`].
+    pub(crate) fn for_base_name(name: &str) -> Self {
+        // Order matters: "gpt-4o"/"gpt-4.1"/"gpt-4.5" are o200k although "gpt-4" is cl100k.
+        const O200K: [&str; 8] = [
+            "gpt-4o",
+            "chatgpt-4o",
+            "gpt-4.1",
+            "gpt-4.5",
+            "gpt-5",
+            "gpt-oss",
+            "codex-",
+            "computer-use",
+        ];
+        const CL100K: [&str; 5] = [
+            "gpt-4",
+            "gpt-3.5",
+            "gpt-35",
+            "text-embedding-3",
+            "text-embedding-ada-002",
+        ];
+        if O200K.iter().any(|p| name.starts_with(p)) || is_o_series(name) {
+            Self::O200kBase
+        } else if CL100K.iter().any(|p| name.starts_with(p)) {
+            Self::Cl100kBase
+        } else {
+            Self::O200kBase
+        }
+    }
+
+    /// tiktoken's name for the encoding.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::O200kBase => "o200k_base",
+            Self::Cl100kBase => "cl100k_base",
+        }
+    }
+
+    /// Tokens of `text`, with special-token strings counted as plain text
+    /// (the API does the same for message content).
+    pub fn count(self, text: &str) -> u32 {
+        if text.is_empty() {
+            return 0;
+        }
+        u32::try_from(self.bpe().encode_ordinary(text).len()).unwrap_or(u32::MAX)
+    }
+
+    /// The shared tokenizer. tiktoken-rs builds each one once, on first use,
+    /// from ranks compiled into the binary.
+    pub(crate) fn bpe(self) -> &'static CoreBPE {
+        match self {
+            Self::O200kBase => tiktoken_rs::o200k_base_singleton(),
+            Self::Cl100kBase => tiktoken_rs::cl100k_base_singleton(),
+        }
+    }
+}
+
+/// `o1`, `o3-mini`, `o4-mini-high`, and later `oN` models.
+fn is_o_series(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() >= 2 && b[0] == b'o' && b[1].is_ascii_digit()
+}
+
+/// `model` lowercased, without a router namespace (the part up to the last
+/// `/`): `OpenAI/GPT-4o` → `gpt-4o`, `meta-llama/Llama-3.1-8B` → `llama-3.1-8b`.
+pub(crate) fn base_name(model: &str) -> String {
+    let tail = model.rsplit('/').next().unwrap_or(model);
+    tail.to_ascii_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families() {
+        use Encoding::*;
+        for m in [
+            "gpt-4o",
+            "gpt-4o-mini",
+            "chatgpt-4o-latest",
+            "gpt-4.1-nano",
+            "gpt-4.5-preview",
+            "gpt-5",
+            "gpt-5-mini",
+            "o1",
+            "o3-mini",
+            "o4-mini",
+            "openai/gpt-4o",
+            "OpenAI/GPT-4O",
+        ] {
+            assert_eq!(Encoding::for_model(m), O200kBase, "{m}");
+        }
+        for m in [
+            "gpt-4",
+            "gpt-4-0613",
+            "gpt-4-turbo",
+            "gpt-3.5-turbo",
+            "azure/gpt-35-turbo",
+            "text-embedding-3-small",
+        ] {
+            assert_eq!(Encoding::for_model(m), Cl100kBase, "{m}");
+        }
+        for m in [
+            "claude-3-5-sonnet",
+            "llama3.1:8b",
+            "omni-moderation-latest",
+            "mistral",
+        ] {
+            assert_eq!(Encoding::for_model(m), O200kBase, "{m}");
+        }
+    }
+
+    #[test]
+    fn counts_match_tiktoken() {
+        let text = "Hello, world! <|endoftext|> is plain text here.";
+        let expect = tiktoken_rs::o200k_base_singleton()
+            .encode_ordinary(text)
+            .len() as u32;
+        assert_eq!(Encoding::O200kBase.count(text), expect);
+        assert_eq!(Encoding::Cl100kBase.count(""), 0);
+        assert_eq!(Encoding::Cl100kBase.count("hello world"), 2);
+    }
+
+    #[test]
+    fn base_names() {
+        assert_eq!(base_name("OpenAI/GPT-4o"), "gpt-4o");
+        assert_eq!(
+            base_name("openrouter/anthropic/claude-3.5-sonnet"),
+            "claude-3.5-sonnet"
+        );
+        assert_eq!(base_name("llama3.1:8b"), "llama3.1:8b");
+    }
+}

@@ -1,0 +1,36 @@
+//! Token estimation: counts a chat request's prompt tokens in the model's
+//! encoding, knows each model's context window, and calibrates itself
+//! against the upstream's reported usage.
+//!
+//! - [`encoding`]: which tiktoken encoding a model is counted in.
+//! - [`message`]: the per-message counting rules (OpenAI cookbook, extended).
+//! - `tools`: tokens of tool/function definitions.
+//! - `hash`: structural hash of a message, the count cache's key.
+//! - `registry`: [`ModelLimits`] and built-in windows of well-known models.
+//! - `calibration`: the per-model actual/estimated factor.
+//! - `counter`: [`TokenCounter`], which ties these together.
+//! - `estimate`: [`Estimate`], its result.
+//! - `usage`: [`UsageScanner`], reading `usage` out of responses.
+//! - `discovery`: [`parse_models_listing`] for providers' `/models`.
+//! - `report`: [`estimate_report`] for `foldgate estimate`.
+
+mod calibration;
+mod counter;
+mod discovery;
+pub mod encoding;
+mod estimate;
+mod hash;
+pub mod message;
+mod registry;
+mod report;
+mod tools;
+mod usage;
+
+pub use calibration::{ALPHA as CALIBRATION_ALPHA, MAX_FACTOR, MIN_FACTOR};
+pub use counter::TokenCounter;
+pub use discovery::parse_models_listing;
+pub use encoding::Encoding;
+pub use estimate::{CacheStats, Estimate};
+pub use registry::{LimitSource, ModelLimits};
+pub use report::{EstimateError, estimate_report};
+pub use usage::UsageScanner;

@@ -1,0 +1,224 @@
+//! Reads `usage.prompt_tokens` out of an upstream response as it streams by,
+//! without holding the whole body, for calibration.
+
+use serde::Deserialize;
+
+/// Largest JSON body buffered; past it the scanner gives up (a chat
+/// completion this large is rare and one missed observation costs nothing).
+pub const MAX_JSON_BYTES: usize = 4 * 1024 * 1024;
+/// Largest single SSE line kept; longer lines are skipped.
+pub const MAX_LINE_BYTES: usize = 1024 * 1024;
+
+/// Incremental scanner for the prompt-token count an upstream reports.
+///
+/// For a JSON body it buffers up to 4 MiB and parses once at
+/// the end. For an SSE stream it splits `data:` lines across chunk
+/// boundaries and parses only lines whose `"usage"` is an object, so the
+/// `"usage":null` on every chunk of an `include_usage` stream costs a byte
+/// scan, not a parse. Chat-completion `usage.prompt_tokens` and
+/// Responses-API `usage.input_tokens` (also under `response`) are read.
+#[derive(Debug)]
+pub struct UsageScanner {
+    sse: bool,
+    /// JSON: the body so far. SSE: the unfinished last line.
+    buf: Vec<u8>,
+    /// JSON: the body was too large. SSE: skipping to the next newline.
+    overflow: bool,
+    found: Option<u32>,
+}
+
+impl UsageScanner {
+    /// A scanner for an SSE stream (`text/event-stream`) or a JSON body.
+    pub fn new(is_sse: bool) -> Self {
+        Self {
+            sse: is_sse,
+            buf: Vec::new(),
+            overflow: false,
+            found: None,
+        }
+    }
+
+    /// Feeds the next body chunk.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        if self.sse {
+            self.feed_sse(chunk);
+        } else if !self.overflow {
+            if self.buf.len() + chunk.len() > MAX_JSON_BYTES {
+                self.overflow = true;
+                self.buf = Vec::new();
+            } else {
+                self.buf.extend_from_slice(chunk);
+            }
+        }
+    }
+
+    /// The last prompt-token count seen, once the body has ended.
+    pub fn finish(mut self) -> Option<u32> {
+        if self.sse {
+            if !self.overflow && !self.buf.is_empty() {
+                let line = std::mem::take(&mut self.buf);
+                self.line(&line);
+            }
+            self.found
+        } else if self.overflow {
+            None
+        } else {
+            serde_json::from_slice::<Envelope>(&self.buf)
+                .ok()
+                .and_then(Envelope::prompt_tokens)
+        }
+    }
+
+    fn feed_sse(&mut self, chunk: &[u8]) {
+        let mut rest = chunk;
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            let (head, tail) = (&rest[..nl], &rest[nl + 1..]);
+            if self.buf.is_empty() && !self.overflow {
+                self.line(head);
+            } else {
+                if !self.overflow && self.buf.len() + head.len() <= MAX_LINE_BYTES {
+                    self.buf.extend_from_slice(head);
+                    let line = std::mem::take(&mut self.buf);
+                    self.line(&line);
+                }
+                self.buf.clear();
+                self.overflow = false;
+            }
+            rest = tail;
+        }
+        if self.overflow {
+            return;
+        }
+        if self.buf.len() + rest.len() > MAX_LINE_BYTES {
+            self.overflow = true;
+            self.buf = Vec::new();
+        } else {
+            self.buf.extend_from_slice(rest);
+        }
+    }
+
+    /// One complete SSE line, without its `\n`.
+    fn line(&mut self, line: &[u8]) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(data) = line.strip_prefix(b"data:") else {
+            return;
+        };
+        if !has_usage_object(data) {
+            return;
+        }
+        if let Some(n) = serde_json::from_slice::<Envelope>(data)
+            .ok()
+            .and_then(Envelope::prompt_tokens)
+        {
+            self.found = Some(n);
+        }
+    }
+}
+
+/// Whether `data` holds `"usage"` followed by `:` and an object.
+fn has_usage_object(data: &[u8]) -> bool {
+    const KEY: &[u8] = b"\"usage\"";
+    let mut from = 0;
+    while let Some(at) = data[from..].windows(KEY.len()).position(|w| w == KEY) {
+        let after = &data[from + at + KEY.len()..];
+        let mut it = after.iter().copied().skip_while(u8::is_ascii_whitespace);
+        if it.next() == Some(b':') && it.find(|b| !b.is_ascii_whitespace()) == Some(b'{') {
+            return true;
+        }
+        from += at + KEY.len();
+    }
+    false
+}
+
+/// The parts of a response or chunk that can carry usage.
+#[derive(Deserialize)]
+struct Envelope {
+    usage: Option<Usage>,
+    /// Responses API events wrap the response object.
+    response: Option<Box<Envelope>>,
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    prompt_tokens: Option<u32>,
+    input_tokens: Option<u32>,
+}
+
+impl Envelope {
+    fn prompt_tokens(self) -> Option<u32> {
+        let own = self.usage.and_then(|u| u.prompt_tokens.or(u.input_tokens));
+        own.or_else(|| self.response.and_then(|r| r.prompt_tokens()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(sse: bool, chunks: &[&[u8]]) -> Option<u32> {
+        let mut s = UsageScanner::new(sse);
+        for c in chunks {
+            s.feed(c);
+        }
+        s.finish()
+    }
+
+    #[test]
+    fn json_body() {
+        let body = br#"{"id":"x","choices":[{"message":{"content":"hi \"usage\": {"}}],"usage":{"prompt_tokens":57,"completion_tokens":3}}"#;
+        assert_eq!(scan(false, &[&body[..10], &body[10..]]), Some(57));
+        assert_eq!(scan(false, &[br#"{"choices":[]}"#]), None);
+        assert_eq!(scan(false, &[b"not json"]), None);
+    }
+
+    #[test]
+    fn json_too_large_gives_up() {
+        let mut s = UsageScanner::new(false);
+        s.feed(&vec![b' '; MAX_JSON_BYTES]);
+        s.feed(br#"{"usage":{"prompt_tokens":1}}"#);
+        assert_eq!(s.finish(), None);
+    }
+
+    #[test]
+    fn sse_usage_chunk() {
+        let stream = b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\n\
+data: {\"choices\":[],\"usage\":{\"prompt_tokens\":42,\"completion_tokens\":1}}\r\n\r\n\
+data: [DONE]\n\n";
+        assert_eq!(scan(true, &[stream]), Some(42));
+        assert_eq!(
+            scan(true, &[b"data: {\"usage\":null}\n\ndata: [DONE]\n\n"]),
+            None
+        );
+    }
+
+    #[test]
+    fn sse_without_trailing_newline() {
+        assert_eq!(
+            scan(true, &[b"data: {\"usage\": {\"prompt_tokens\": 9}}"]),
+            Some(9)
+        );
+    }
+
+    #[test]
+    fn responses_api_event() {
+        let ev = b"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":77}}}\n\n";
+        assert_eq!(scan(true, &[ev]), Some(77));
+    }
+
+    #[test]
+    fn overlong_line_skipped_then_recovers() {
+        let mut s = UsageScanner::new(true);
+        s.feed(b"data: ");
+        s.feed(&vec![b'x'; MAX_LINE_BYTES + 1]);
+        s.feed(b"\"usage\":{}\ndata: {\"usage\":{\"prompt_tokens\":5}}\n");
+        assert_eq!(s.finish(), Some(5));
+    }
+
+    #[test]
+    fn usage_detection() {
+        assert!(has_usage_object(br#"{"usage" : {"a":1}}"#));
+        assert!(!has_usage_object(br#"{"usage":null}"#));
+        assert!(!has_usage_object(br#"{"usage_x":{}}"#));
+        assert!(has_usage_object(br#"{"a":"usage","usage":{}}"#));
+    }
+}

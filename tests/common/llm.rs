@@ -1,0 +1,263 @@
+//! A mock LLM upstream that plays both the chat model and the summarizer.
+//!
+//! Client messages carry tags like `[m17]`. The mock summarizer returns a
+//! summary whose `facts` list the tags it has seen (in the current summary
+//! and in the transcript), compressed to ranges (`[m0..m57]`), so a test
+//! can check that every message missing from a view is in its summary.
+
+use super::mock::{self, Mock, Recorded};
+use bytes::Bytes;
+use foldgate::summarize::prompt::SYSTEM_PROMPT;
+use http::{Response, StatusCode};
+use serde_json::{Value, json};
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How the mock summarizer answers one call.
+#[derive(Debug, Clone)]
+pub enum Sum {
+    /// A valid JSON summary.
+    Good,
+    /// The same, inside a markdown code fence with prose around it.
+    Fenced,
+    /// Text that is not JSON.
+    Garbage,
+    /// An HTTP error status.
+    Status(u16),
+    /// A valid summary after a delay.
+    Slow(Duration),
+}
+
+/// What the mock saw and how it behaves.
+#[derive(Default)]
+pub struct LlmState {
+    /// Answers for the next summarizer calls; `Good` when empty.
+    pub script: Mutex<VecDeque<Sum>>,
+    /// Reject `response_format: json_schema` with a 400.
+    pub reject_schema: AtomicBool,
+    /// Answer chat requests whose body exceeds this many bytes with a
+    /// context-length 400 (0 = off).
+    pub context_limit_bytes: AtomicUsize,
+    /// Report this many prompt tokens in chat usage (0 = no usage field).
+    pub usage_prompt_tokens: AtomicU32,
+    /// Delay of every summarizer call.
+    pub summarizer_delay_ms: AtomicU32,
+    /// Summarizer request bodies, in order.
+    pub summarizer_requests: Mutex<Vec<Value>>,
+    /// Chat request bodies, in order.
+    pub chat_requests: Mutex<Vec<Value>>,
+}
+
+/// The running mock.
+pub struct Llm {
+    pub mock: Mock,
+    pub state: Arc<LlmState>,
+}
+
+impl Llm {
+    pub async fn start() -> Self {
+        let state = Arc::new(LlmState::default());
+        let shared = state.clone();
+        let mock = Mock::start(move |r: Recorded| answer(shared.clone(), r)).await;
+        Self { mock, state }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.mock.url
+    }
+
+    pub fn summarizer_calls(&self) -> usize {
+        self.state.summarizer_requests.lock().unwrap().len()
+    }
+
+    pub fn chat_requests(&self) -> Vec<Value> {
+        self.state.chat_requests.lock().unwrap().clone()
+    }
+
+    pub fn summarizer_requests(&self) -> Vec<Value> {
+        self.state.summarizer_requests.lock().unwrap().clone()
+    }
+
+    pub fn script(&self, answers: impl IntoIterator<Item = Sum>) {
+        self.state.script.lock().unwrap().extend(answers);
+    }
+}
+
+fn is_summarizer(body: &Value) -> bool {
+    body.pointer("/messages/0/content").and_then(Value::as_str) == Some(SYSTEM_PROMPT)
+}
+
+async fn answer(state: Arc<LlmState>, r: Recorded) -> Response<foldgate::body::Body> {
+    let Ok(body) = serde_json::from_slice::<Value>(&r.body) else {
+        return mock::json(StatusCode::BAD_REQUEST, &json!({"error": {"message": "mock: not JSON"}}));
+    };
+    if is_summarizer(&body) {
+        return summarize(&state, body).await;
+    }
+    state.chat_requests.lock().unwrap().push(body.clone());
+    let limit = state.context_limit_bytes.load(Ordering::Relaxed);
+    if limit > 0 && r.body.len() > limit {
+        return mock::json(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": {"message": "This model's maximum context length is 1000 tokens. However, your messages resulted in 5000 tokens.",
+                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+        );
+    }
+    let usage = state.usage_prompt_tokens.load(Ordering::Relaxed);
+    let usage = (usage > 0).then(|| json!({"prompt_tokens": usage, "completion_tokens": 3, "total_tokens": usage + 3}));
+    if body["stream"] == json!(true) {
+        let (tx, resp) = mock::stream("text/event-stream");
+        tokio::spawn(async move {
+            for word in ["Sure", ", done", "."] {
+                let chunk = json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": word}}]});
+                let _ = tx.send(Bytes::from(format!("data: {chunk}\n\n"))).await;
+            }
+            if let Some(u) = usage {
+                let chunk = json!({"object": "chat.completion.chunk", "choices": [], "usage": u});
+                let _ = tx.send(Bytes::from(format!("data: {chunk}\n\n"))).await;
+            }
+            let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+        });
+        return resp;
+    }
+    let mut reply = json!({
+        "id": "chatcmpl-mock", "object": "chat.completion", "model": body["model"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Sure, done."}, "finish_reason": "stop"}],
+    });
+    if let Some(u) = usage {
+        reply["usage"] = u;
+    }
+    mock::json(StatusCode::OK, &reply)
+}
+
+async fn summarize(state: &LlmState, body: Value) -> Response<foldgate::body::Body> {
+    state.summarizer_requests.lock().unwrap().push(body.clone());
+    let delay = state.summarizer_delay_ms.load(Ordering::Relaxed);
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(u64::from(delay))).await;
+    }
+    if state.reject_schema.load(Ordering::Relaxed)
+        && body.pointer("/response_format/type").and_then(Value::as_str) == Some("json_schema")
+    {
+        return mock::json(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": {"message": "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model.", "type": "invalid_request_error"}}),
+        );
+    }
+    let next = state.script.lock().unwrap().pop_front().unwrap_or(Sum::Good);
+    let prompt = body.pointer("/messages/1/content").and_then(Value::as_str).unwrap_or("");
+    let summary = json!({
+        "summary": "The user and assistant worked through numbered steps.",
+        "facts": [ranges(&tags(prompt))],
+        "goals": ["finish the steps"], "decisions": [], "open_items": [], "artifacts": [],
+    })
+    .to_string();
+    let content = match next {
+        Sum::Good => summary,
+        Sum::Slow(d) => {
+            tokio::time::sleep(d).await;
+            summary
+        }
+        Sum::Fenced => format!("Here is the summary:\n```json\n{summary}\n```\nAnything else?"),
+        Sum::Garbage => "I am sorry, I cannot summarize this conversation.".to_string(),
+        Sum::Status(code) => {
+            return mock::json(StatusCode::from_u16(code).unwrap(), &json!({"error": {"message": "mock summarizer failure"}}));
+        }
+    };
+    mock::json(
+        StatusCode::OK,
+        &json!({"id": "sum", "object": "chat.completion", "choices": [{"index": 0,
+            "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt.len() / 4, "completion_tokens": 50, "total_tokens": prompt.len() / 4 + 50}}),
+    )
+}
+
+/// Every tag in `text`: `[m12]` singles and `[m3..m9]` ranges.
+pub fn tags(text: &str) -> BTreeSet<u32> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("[m") {
+        rest = &rest[i + 2..];
+        let Some(end) = rest.find(']') else { break };
+        let inner = &rest[..end];
+        if let Some((a, b)) = inner.split_once("..m") {
+            if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                out.extend(a..=b);
+            }
+        } else if let Ok(n) = inner.parse::<u32>() {
+            out.insert(n);
+        }
+    }
+    out
+}
+
+/// Compresses tags into `[mA..mB]` ranges.
+pub fn ranges(tags: &BTreeSet<u32>) -> String {
+    let mut out = String::new();
+    let mut iter = tags.iter().copied().peekable();
+    while let Some(start) = iter.next() {
+        let mut end = start;
+        while iter.peek() == Some(&(end + 1)) {
+            end = iter.next().unwrap();
+        }
+        out.push_str(&format!("[m{start}..m{end}]"));
+    }
+    out
+}
+
+/// Text of a message's content (string or text parts).
+pub fn content_text(m: &Value) -> String {
+    match m.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// Checks one forwarded view against the messages the client sent: every
+/// client tag is either in a verbatim message or in the summary message,
+/// tool pairs are intact, and order is kept.
+pub fn assert_view_covers(client: &[Value], view: &[Value]) {
+    let is_summary = |m: &Value| content_text(m).contains(foldgate::fold::summary::HEADING_PREFIX);
+    let summary_tags: BTreeSet<u32> = view.iter().filter(|m| is_summary(m)).flat_map(|m| tags(&content_text(m))).collect();
+    // Verbatim messages: those equal to a client message, in client order.
+    let mut next = 0;
+    let mut verbatim = BTreeSet::new();
+    for m in view.iter().filter(|m| !is_summary(m) || client.contains(m)) {
+        if let Some(pos) = client[next..].iter().position(|c| c == m) {
+            verbatim.insert(next + pos);
+            next += pos + 1;
+        } else if content_text(m) != foldgate::fold::ACK_TEXT {
+            panic!("view has a message the client did not send, or out of order: {m}");
+        }
+    }
+    for (i, m) in client.iter().enumerate() {
+        if verbatim.contains(&i) {
+            continue;
+        }
+        let own = tags(&content_text(m));
+        assert!(
+            !own.is_empty() && own.is_subset(&summary_tags),
+            "client message {i} ({m}) is neither in the view nor in its summary ({summary_tags:?})"
+        );
+    }
+    // Tool pairs: every tool result follows its call, and every call has its result.
+    let mut open: Vec<String> = Vec::new();
+    for m in view {
+        match m["role"].as_str() {
+            Some("tool") => {
+                let id = m["tool_call_id"].as_str().unwrap_or("");
+                let at = open.iter().position(|o| o == id).unwrap_or_else(|| panic!("tool result {id} without its call in the view"));
+                open.remove(at);
+            }
+            _ => {
+                assert!(open.is_empty(), "tool calls {open:?} lack results before {m}");
+                for call in m["tool_calls"].as_array().into_iter().flatten() {
+                    open.push(call["id"].as_str().unwrap_or("").to_string());
+                }
+            }
+        }
+    }
+}

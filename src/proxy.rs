@@ -6,7 +6,7 @@ use crate::body::{self, Body};
 use crate::chat::{self, Chat};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::state::{Flights, MemoryStore};
+use crate::state::MemoryStore;
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
 use crate::error::ApiError;
@@ -36,7 +36,6 @@ impl App {
         let chat = Chat {
             tokens: Arc::new(TokenCounter::new(&config)),
             store: Arc::new(MemoryStore::new(&config.state)),
-            flights: Flights::default(),
             summarizer: Summarizer::new(config.summarizer.clone()),
             metrics: Arc::new(Metrics::default()),
         };

@@ -18,7 +18,7 @@ use crate::body::{self, Body};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::proxy::{App, UpstreamLatency};
-use crate::state::{Flights, Store};
+use crate::state::Store;
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
 use crate::upstream::headers;
@@ -40,8 +40,6 @@ pub struct Chat {
     pub tokens: Arc<TokenCounter>,
     /// Fold states.
     pub store: Arc<dyn Store>,
-    /// One fold at a time per conversation.
-    pub flights: Flights,
     /// The summarizer calls.
     pub summarizer: Summarizer,
     /// Counters.

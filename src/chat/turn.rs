@@ -111,7 +111,7 @@ impl<'a> Turn<'a> {
     /// another's fold plans again and usually just reuses that fold.
     async fn fold(&self) -> Result<Prepared, ApiError> {
         let _guard = match &self.key {
-            Some(key) => Some(self.app.chat.flights.lock(key).await),
+            Some(key) => Some(self.app.chat.store.lock(key).await),
             None => None,
         };
         let chain = self.load().await;

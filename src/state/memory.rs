@@ -1,6 +1,6 @@
 //! The in-process store: a moka cache with idle expiry, bounded by weight.
 
-use super::{BoxFuture, ConvKey, Store};
+use super::{BoxFuture, ConvKey, Flights, FoldGuard, Store};
 use crate::config::StateConfig;
 use crate::fold::FoldChain;
 use std::sync::Arc;
@@ -9,6 +9,7 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct MemoryStore {
     cache: moka::sync::Cache<ConvKey, Arc<FoldChain>>,
+    flights: Flights,
 }
 
 impl MemoryStore {
@@ -22,7 +23,7 @@ impl MemoryStore {
             })
             .time_to_idle(config.ttl)
             .build();
-        Self { cache }
+        Self { cache, flights: Flights::default() }
     }
 }
 
@@ -47,6 +48,10 @@ impl Store for MemoryStore {
 
     fn save<'a>(&'a self, key: &'a ConvKey, chain: Arc<FoldChain>) -> BoxFuture<'a, ()> {
         Box::pin(async move { self.cache.insert(key.clone(), chain) })
+    }
+
+    fn lock<'a>(&'a self, key: &'a ConvKey) -> BoxFuture<'a, FoldGuard> {
+        Box::pin(async move { Box::new(self.flights.lock(key).await) as FoldGuard })
     }
 
     fn find<'a>(&'a self, conversation: &'a str) -> BoxFuture<'a, Vec<(ConvKey, Arc<FoldChain>)>> {

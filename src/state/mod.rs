@@ -39,11 +39,19 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn load<'a>(&'a self, key: &'a ConvKey) -> BoxFuture<'a, Option<Arc<FoldChain>>>;
     /// Replaces the conversation's fold chain.
     fn save<'a>(&'a self, key: &'a ConvKey, chain: Arc<FoldChain>) -> BoxFuture<'a, ()>;
+    /// Waits for, then holds, the conversation's fold lock: while the
+    /// returned guard lives, no other fold of this conversation runs (in
+    /// this process, and across replicas for shared backends). Callers
+    /// `load` again after acquiring it.
+    fn lock<'a>(&'a self, key: &'a ConvKey) -> BoxFuture<'a, FoldGuard>;
     /// Every tenant's chain for a conversation id (admin only).
     fn find<'a>(&'a self, conversation: &'a str) -> BoxFuture<'a, Vec<(ConvKey, Arc<FoldChain>)>>;
     /// Number of conversations stored (approximate; for metrics).
     fn count(&self) -> u64;
 }
+
+/// Held while a fold runs; dropping it releases the conversation.
+pub type FoldGuard = Box<dyn Send + Sync>;
 
 /// Single-flight: one lock per conversation, so concurrent requests of one
 /// conversation wait for the fold in flight instead of starting their own.

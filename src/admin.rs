@@ -10,6 +10,7 @@
 use crate::body::{self, Body};
 use crate::chat::key;
 use crate::error::ApiError;
+use crate::metrics::Gauge;
 use crate::proxy::App;
 use crate::state::ConvKey;
 use crate::upstream::headers;
@@ -33,8 +34,12 @@ pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
 }
 
 fn metrics(app: &App) -> Response<Body> {
-    let stored = vec![(String::new(), app.chat.store.count() as f64)];
-    let text = app.chat.metrics.render(&[("foldgate_conversations", "Conversations with a fold state in memory.", stored)]);
+    let stored = Gauge {
+        name: "foldgate_conversations",
+        help: "Conversations with a fold state in the hot cache.",
+        samples: vec![(String::new(), app.chat.store.count() as f64)],
+    };
+    let text = app.chat.metrics.render(&[stored]);
     let mut response = Response::new(body::full(text));
     response
         .headers_mut()
@@ -86,7 +91,7 @@ fn percent_decode(segment: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() + 0 && i + 2 <= bytes.len() - 1 {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
             if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
                 out.push((h * 16 + l) as u8);
                 i += 3;

@@ -37,6 +37,15 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Delete stored fold states unused, and audit rows made, longer ago than an age (SQLite).
+    Prune {
+        /// Age, e.g. `30d`, `12h`.
+        #[arg(long, value_parser = humantime_serde::re::humantime::parse_duration)]
+        older_than: std::time::Duration,
+        /// Configuration file (default: ./config.toml if present).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -57,6 +66,7 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
+        Command::Prune { older_than, config } => prune(config, older_than),
         Command::CheckConfig { config } => match Config::load(config.as_deref()) {
             Ok(c) => match toml::to_string_pretty(&c) {
                 Ok(text) => {
@@ -84,6 +94,20 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
+    }
+}
+
+fn prune(config: Option<PathBuf>, older_than: std::time::Duration) -> ExitCode {
+    let config = match Config::load(config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    match foldgate::state::prune(&config.state, older_than) {
+        Ok(p) => {
+            println!("pruned {} conversation states and {} fold audit rows from {}", p.states, p.folds, config.state.path.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
     }
 }
 

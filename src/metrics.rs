@@ -26,6 +26,16 @@ pub struct Metrics {
     pub summarizer_ms: AtomicU64,
 }
 
+/// A gauge owned outside [`Metrics`], rendered beside its counters.
+pub struct Gauge<'a> {
+    /// Metric name.
+    pub name: &'a str,
+    /// Help text.
+    pub help: &'a str,
+    /// `(labels, value)` samples; labels are `{k="v"}` or empty.
+    pub samples: Vec<(String, f64)>,
+}
+
 /// Reason label order of [`Metrics::folds_new`].
 pub const REASONS: [&str; 4] = ["emergency", "token", "overflow", "safety"];
 
@@ -36,7 +46,7 @@ impl Metrics {
     }
 
     /// Renders every counter; `extra` appends gauges owned elsewhere.
-    pub fn render(&self, extra: &[(&str, &str, Vec<(String, f64)>)]) -> String {
+    pub fn render(&self, extra: &[Gauge<'_>]) -> String {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let mut out = String::new();
         let mut counter = |name: &str, help: &str, value: u64| {
@@ -54,7 +64,7 @@ impl Metrics {
         for (reason, c) in REASONS.iter().zip(&self.folds_new) {
             let _ = writeln!(out, "foldgate_folds_total{{reason=\"{reason}\"}} {}", get(c));
         }
-        for (name, help, samples) in extra {
+        for Gauge { name, help, samples } in extra {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
             for (labels, value) in samples {
                 let _ = writeln!(out, "{name}{labels} {value}");

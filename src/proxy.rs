@@ -6,7 +6,6 @@ use crate::body::{self, Body};
 use crate::chat::{self, Chat};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::state::MemoryStore;
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
 use crate::error::ApiError;
@@ -35,7 +34,7 @@ impl App {
     pub fn new(config: Arc<Config>) -> Result<Self, String> {
         let chat = Chat {
             tokens: Arc::new(TokenCounter::new(&config)),
-            store: Arc::new(MemoryStore::new(&config.state)),
+            store: crate::state::open(&config.state)?,
             summarizer: Summarizer::new(config.summarizer.clone()),
             metrics: Arc::new(Metrics::default()),
         };

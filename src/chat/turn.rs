@@ -3,7 +3,7 @@
 use super::key;
 use crate::config::{OnFailure, Policy};
 use crate::error::ApiError;
-use crate::fold::{self, Budget, CannotFit, Decision, FoldChain, FoldPlan, FoldState, Reason};
+use crate::fold::{self, Budget, CannotFit, Decision, FoldChain, FoldPlan, FoldState, Reason, ViewInfo};
 use crate::metrics::Metrics;
 use crate::proxy::App;
 use crate::state::ConvKey;
@@ -101,7 +101,7 @@ impl<'a> Turn<'a> {
     pub async fn prepare(&self) -> Result<Prepared, ApiError> {
         let chain = self.load().await;
         match self.decide(chain.as_deref()) {
-            Decision::NoFold(info) => self.reuse(info.base.as_ref(), None),
+            Decision::NoFold(info) => self.no_fold(&info),
             Decision::CannotFit(c) => self.cannot_fit(&c),
             Decision::Fold(_) => self.fold().await,
         }
@@ -116,7 +116,7 @@ impl<'a> Turn<'a> {
         };
         let chain = self.load().await;
         match self.decide(chain.as_deref()) {
-            Decision::NoFold(info) => self.reuse(info.base.as_ref(), None),
+            Decision::NoFold(info) => self.no_fold(&info),
             Decision::CannotFit(c) => self.cannot_fit(&c),
             Decision::Fold(plan) => self.run_fold(plan, chain).await,
         }
@@ -214,22 +214,27 @@ impl<'a> Turn<'a> {
         }
     }
 
-    /// No cut fits: refuse when the prompt cannot fit at all (emergency),
-    /// otherwise forward the current view.
+    /// Even the smallest valid view overflows the window: refuse clearly
+    /// rather than drop a message the summary does not hold.
     fn cannot_fit(&self, c: &CannotFit) -> Result<Prepared, ApiError> {
         Metrics::inc(&self.app.chat.metrics.cannot_fit);
-        if c.reason == Reason::Emergency {
-            return Err(ApiError::ContextLength(format!(
-                "the conversation cannot fit {}'s context window of {} tokens: the messages that must stay verbatim \
-                 (pinned, the last user message and the most recent ones) need about {} tokens plus {} for the output",
-                self.model,
-                self.budget.context_window,
-                c.smallest.unwrap_or(c.view.tokens),
-                self.budget.output_reserve,
-            )));
-        }
-        tracing::warn!(model = self.model, tokens = c.view.tokens, "fold triggered but no cut fits; forwarding the current view");
-        self.reuse(c.view.base.as_ref(), Some("no fold fits; forwarded as is"))
+        Err(ApiError::ContextLength(format!(
+            "the conversation cannot fit {}'s context window of {} tokens: the messages that must stay verbatim \
+             (pinned, the last user message and the most recent ones) need about {} tokens plus {} for the output",
+            self.model,
+            self.budget.context_window,
+            c.smallest.unwrap_or(c.view.tokens),
+            self.budget.output_reserve,
+        )))
+    }
+
+    /// No trigger fired, or one fired without a valid cut (the view fits).
+    fn no_fold(&self, info: &ViewInfo) -> Result<Prepared, ApiError> {
+        let warning = info.skipped.map(|reason| {
+            tracing::debug!(model = self.model, reason = reason.as_str(), "fold trigger fired but no valid cut exists");
+            "fold trigger fired but no valid cut exists"
+        });
+        self.reuse(info.base.as_ref(), warning)
     }
 
     fn view_of(&self, state: Option<&FoldState>) -> Result<Vec<Value>, ApiError> {

@@ -160,6 +160,7 @@ impl Config {
             }
         }
         self.policy.validate("policy")?;
+        self.state.validate()?;
         for (pattern, m) in &self.models {
             m.policy.validate(&format!("models.\"{pattern}\""))?;
             if m.context_window == Some(0) {

@@ -254,20 +254,100 @@ impl Default for TokensConfig {
     }
 }
 
-/// `[state]`: where fold states live.
+/// `[state]`: where fold states live. An in-process cache (bounded by
+/// `cache_bytes`) always sits in front of the backend.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StateConfig {
+    /// `"sqlite"` (durable across restarts, keeps every fold for audit),
+    /// `"redis"` (shared by replicas) or `"memory"` (lost on restart).
+    pub backend: StateBackend,
+    /// SQLite database file; it and its parent directory are created on
+    /// first start.
+    pub path: PathBuf,
+    /// Redis URL for `backend = "redis"`, e.g. `redis://127.0.0.1:6379/0`
+    /// (a password in it is never printed).
+    pub url: Option<Secret>,
     /// A conversation idle this long is forgotten (its next long request
     /// folds again from scratch; no message is lost).
     #[serde(with = "humantime_serde")]
     pub ttl: Duration,
     /// Memory bound of the in-process state cache, in bytes.
     pub cache_bytes: u64,
+    /// Redis: the longest a replica serves a cached state without asking
+    /// Redis whether another replica superseded it.
+    #[serde(with = "humantime_serde")]
+    pub refresh: Duration,
+    /// Redis: expiry of a conversation's cross-replica fold lock; the holder
+    /// renews it every third of this while its fold runs, so it only
+    /// matters when a replica dies mid-fold.
+    #[serde(with = "humantime_serde")]
+    pub lock_ttl: Duration,
+    /// Redis: how long a request waits for another replica's fold before
+    /// folding on its own (with a warning).
+    #[serde(with = "humantime_serde")]
+    pub lock_wait: Duration,
+    /// Redis: bound on every Redis command; a slower or unreachable Redis
+    /// degrades to this replica's memory until it answers again.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+/// Which store holds fold states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateBackend {
+    /// Embedded SQLite file at `state.path`.
+    Sqlite,
+    /// Redis at `state.url`, shared by replicas.
+    Redis,
+    /// This process's memory only.
+    Memory,
 }
 
 impl Default for StateConfig {
     fn default() -> Self {
-        Self { ttl: Duration::from_secs(24 * 3600), cache_bytes: 256 * 1024 * 1024 }
+        Self {
+            backend: StateBackend::Sqlite,
+            path: PathBuf::from("./foldgate.db"),
+            url: None,
+            ttl: Duration::from_secs(24 * 3600),
+            cache_bytes: 256 * 1024 * 1024,
+            refresh: Duration::from_secs(2),
+            lock_ttl: Duration::from_secs(30),
+            lock_wait: Duration::from_secs(60),
+            timeout: Duration::from_millis(500),
+        }
+    }
+}
+
+impl StateConfig {
+    /// Checks the section; errors name the offending key.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.ttl.is_zero() {
+            return Err("state.ttl must be above 0".into());
+        }
+        match self.backend {
+            StateBackend::Sqlite if self.path.as_os_str().is_empty() => {
+                Err("state.path must name a file when state.backend = \"sqlite\"".into())
+            }
+            StateBackend::Redis => {
+                let url = self.url.as_ref().map(Secret::expose).unwrap_or_default();
+                if url.is_empty() {
+                    return Err("state.url is required when state.backend = \"redis\"".into());
+                }
+                if !(url.starts_with("redis://") || url.starts_with("redis+unix://") || url.starts_with("unix://")) {
+                    return Err("state.url must be a redis:// (or unix://) URL".into());
+                }
+                if self.lock_ttl < Duration::from_millis(100) {
+                    return Err("state.lock_ttl must be at least 100ms".into());
+                }
+                if self.timeout.is_zero() {
+                    return Err("state.timeout must be above 0".into());
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 }

@@ -29,7 +29,7 @@ impl MemoryStore {
 
 /// Approximate bytes held by a chain: its summaries' text plus a fixed
 /// cost per state.
-fn weight(chain: &FoldChain) -> usize {
+pub(super) fn weight(chain: &FoldChain) -> usize {
     chain
         .states()
         .iter()

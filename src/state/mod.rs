@@ -1,10 +1,27 @@
 //! Fold state storage. The state is a cache: the client resends its whole
 //! history every turn, so losing a state costs a re-summarization, never a
 //! message. States are keyed by tenant and conversation.
+//!
+//! - `memory`: this process only (moka), lost on restart.
+//! - `sqlite`: embedded file, durable across restarts, fold audit trail.
+//! - `redis`: shared by replicas, with a cross-replica fold lock.
+//! - `hot`: the in-process layer the durable backends keep in front.
+//!
+//! [`open`] picks the backend from `[state]`; [`prune`] serves
+//! `foldgate prune`.
 
+mod hot;
 mod memory;
+pub mod redis;
+pub mod sqlite;
 
 pub use memory::MemoryStore;
+pub use redis::RedisStore;
+pub use sqlite::SqliteStore;
+pub use sqlite::db::Pruned;
+
+use crate::config::{StateBackend, StateConfig};
+use std::time::Duration;
 
 use crate::fold::FoldChain;
 use std::fmt;
@@ -79,4 +96,32 @@ impl Flights {
         let lock = self.locks.get_with_by_ref(key, || Arc::new(tokio::sync::Mutex::new(())));
         lock.lock_owned().await
     }
+}
+
+/// Opens the configured backend. Redis must be opened inside the Tokio
+/// runtime; a Redis that is down is not an error (see [`RedisStore`]).
+pub fn open(config: &StateConfig) -> Result<Arc<dyn Store>, String> {
+    Ok(match config.backend {
+        StateBackend::Memory => Arc::new(MemoryStore::new(config)),
+        StateBackend::Sqlite => Arc::new(SqliteStore::open(config)?),
+        StateBackend::Redis => Arc::new(RedisStore::open(config)?),
+    })
+}
+
+/// Deletes states unused for `older_than` and audit rows made before then.
+/// Only SQLite keeps anything to prune: Redis and memory states expire
+/// after `state.ttl` on their own.
+pub fn prune(config: &StateConfig, older_than: Duration) -> Result<Pruned, String> {
+    if config.backend != StateBackend::Sqlite {
+        return Err(format!(
+            "prune works on state.backend = \"sqlite\"; {:?} states expire after state.ttl on their own",
+            config.backend
+        ));
+    }
+    let mut conn = sqlite::db::open(&config.path)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let cutoff = i64::try_from(now.saturating_sub(older_than.as_secs())).unwrap_or(i64::MAX);
+    sqlite::db::prune(&mut conn, cutoff).map_err(|e| format!("state.path {}: {e}", config.path.display()))
 }

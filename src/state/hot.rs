@@ -1,0 +1,72 @@
+//! The in-process layer in front of a durable or shared backend: what the
+//! backend last said about each conversation (a chain, or that it has
+//! none), and when it said it.
+
+use super::ConvKey;
+use super::memory::weight;
+use crate::config::StateConfig;
+use crate::fold::FoldChain;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One conversation as last read from or written to the backend.
+#[derive(Debug, Clone)]
+pub(super) struct Slot {
+    /// The chain, or `None` when the backend had none.
+    pub chain: Option<Arc<FoldChain>>,
+    /// When the backend last confirmed this (read, written or touched).
+    pub synced: Instant,
+}
+
+/// Bounded by weight, forgotten after `state.ttl` idle.
+#[derive(Debug)]
+pub(super) struct Hot {
+    cache: moka::sync::Cache<ConvKey, Slot>,
+}
+
+impl Hot {
+    pub fn new(config: &StateConfig) -> Self {
+        let cache = moka::sync::Cache::builder()
+            .max_capacity(config.cache_bytes)
+            .weigher(|key: &ConvKey, slot: &Slot| {
+                let bytes = 64 + key.tenant.len() + key.conversation.len() + slot.chain.as_deref().map_or(0, weight);
+                u32::try_from(bytes).unwrap_or(u32::MAX)
+            })
+            .time_to_idle(config.ttl)
+            .build();
+        Self { cache }
+    }
+
+    pub fn get(&self, key: &ConvKey) -> Option<Slot> {
+        self.cache.get(key)
+    }
+
+    /// Records what the backend holds now.
+    pub fn put(&self, key: &ConvKey, chain: Option<Arc<FoldChain>>) {
+        self.cache.insert(key.clone(), Slot { chain, synced: Instant::now() });
+    }
+
+    /// Records what the backend said on a miss, unless a newer answer
+    /// (a save) landed meanwhile; returns what the layer holds now.
+    pub fn fill(&self, key: &ConvKey, chain: Option<Arc<FoldChain>>) -> Option<Arc<FoldChain>> {
+        self.cache
+            .entry_by_ref(key)
+            .or_insert_with(|| Slot { chain, synced: Instant::now() })
+            .into_value()
+            .chain
+    }
+
+    /// Conversations held, including ones known to have no state.
+    pub fn len(&self) -> u64 {
+        self.cache.entry_count()
+    }
+
+    /// Chains held in memory for a conversation id, of every tenant.
+    pub fn find(&self, conversation: &str) -> Vec<(ConvKey, Arc<FoldChain>)> {
+        self.cache
+            .iter()
+            .filter(|(key, _)| key.conversation == conversation)
+            .filter_map(|(key, slot)| slot.chain.map(|c| ((*key).clone(), c)))
+            .collect()
+    }
+}

@@ -1,0 +1,276 @@
+//! The Redis store: fold states shared by every replica, with a
+//! cross-replica fold lock ([`lock`]). Each replica keeps the in-process
+//! layer in front and serves from it for at most `state.refresh` before
+//! asking Redis again, and always asks Redis while it holds the fold lock.
+//!
+//! Redis is never allowed to fail a request: every command is bounded by
+//! `state.timeout`; the first failure marks Redis down (one warning), after
+//! which the replica runs on its own memory and a probe pings Redis in the
+//! background until it answers (one info line), when sharing resumes.
+
+mod lock;
+
+use super::hot::Hot;
+use super::{BoxFuture, ConvKey, Flights, FoldGuard, Store};
+use crate::config::StateConfig;
+use crate::fold::FoldChain;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// How often the probe pings a Redis marked down.
+const PROBE_EVERY: Duration = Duration::from_millis(500);
+
+/// Fold chains in Redis, behind the in-process layer.
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    hot: Hot,
+    flights: Flights,
+    conn: ConnectionManager,
+    healthy: AtomicBool,
+    probe: Notify,
+    /// Conversations whose fold lock this replica holds: their loads go to
+    /// Redis, because another replica may have folded while we waited.
+    held: Mutex<HashSet<ConvKey>>,
+    ttl_ms: u64,
+    refresh: Duration,
+    lock_ttl: Duration,
+    lock_wait: Duration,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore").field("healthy", &self.healthy).finish_non_exhaustive()
+    }
+}
+
+/// Why a Redis command gave no answer.
+#[derive(Debug)]
+enum Unavailable {
+    /// Marked down; not tried.
+    Down,
+    /// Tried and failed or timed out (now marked down).
+    Failed,
+}
+
+fn state_key(key: &ConvKey) -> String {
+    format!("foldgate:state:{}:{}", key.tenant, key.conversation)
+}
+
+impl RedisStore {
+    /// Connects lazily to `state.url`: a Redis that is down at start-up
+    /// only means this replica starts on its own memory.
+    pub fn open(config: &StateConfig) -> Result<Self, String> {
+        let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+        let client = redis::Client::open(url).map_err(|e| format!("state.url: {e}"))?;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| "state.backend = \"redis\" must be opened inside the Tokio runtime".to_string())?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.timeout))
+            .set_response_timeout(Some(config.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_secs(1));
+        let conn = ConnectionManager::new_lazy_with_config(client, manager_config).map_err(|e| format!("state.url: {e}"))?;
+        let inner = Arc::new(Inner {
+            hot: Hot::new(config),
+            flights: Flights::default(),
+            conn,
+            healthy: AtomicBool::new(true),
+            probe: Notify::new(),
+            held: Mutex::new(HashSet::new()),
+            ttl_ms: u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX),
+            refresh: config.refresh,
+            lock_ttl: config.lock_ttl,
+            lock_wait: config.lock_wait,
+            timeout: config.timeout,
+        });
+        runtime.spawn(probe(Arc::downgrade(&inner)));
+        tracing::info!(target: "foldgate::state", "fold states in Redis, shared by replicas");
+        Ok(Self { inner })
+    }
+
+    /// Whether Redis answered the last command sent to it.
+    pub fn healthy(&self) -> bool {
+        self.inner.healthy.load(Ordering::Relaxed)
+    }
+}
+
+impl Inner {
+    /// Runs one Redis command under the timeout, unless Redis is down.
+    async fn op<T>(&self, what: &str, f: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Unavailable> {
+        if !self.healthy.load(Ordering::Relaxed) {
+            return Err(Unavailable::Down);
+        }
+        let error = match tokio::time::timeout(self.timeout, f).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {:?}", self.timeout),
+        };
+        if self.healthy.swap(false, Ordering::Relaxed) {
+            tracing::warn!(target: "foldgate::state", op = what, error, "Redis unavailable; this replica runs on its own memory until it answers");
+            self.probe.notify_one();
+        }
+        Err(Unavailable::Failed)
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    fn is_held(&self, key: &ConvKey) -> bool {
+        self.held.lock().is_ok_and(|held| held.contains(key))
+    }
+
+    /// Reads the stored chain (renewing its idle expiry).
+    async fn fetch(&self, key: &ConvKey) -> Result<Option<FoldChain>, Unavailable> {
+        let mut conn = self.conn();
+        let cmd = redis::cmd("GETEX").arg(state_key(key)).arg("PX").arg(self.ttl_ms).clone();
+        let raw: Option<Vec<u8>> = self.op("GETEX", cmd.query_async(&mut conn)).await?;
+        let Some(raw) = raw else { return Ok(None) };
+        match serde_json::from_slice::<FoldChain>(&raw) {
+            Ok(chain) => Ok(Some(chain)),
+            Err(e) => {
+                tracing::warn!(target: "foldgate::state", conversation = %key, error = %e, "discarding a stored state that does not decode");
+                let del = redis::cmd("DEL").arg(state_key(key)).clone();
+                let _: Result<i64, _> = self.op("DEL", del.query_async(&mut conn)).await;
+                Ok(None)
+            }
+        }
+    }
+
+    async fn publish(&self, key: &ConvKey, chain: &FoldChain) {
+        let Ok(json) = serde_json::to_vec(chain) else { return };
+        let mut conn = self.conn();
+        let cmd = redis::cmd("SET").arg(state_key(key)).arg(json).arg("PX").arg(self.ttl_ms).clone();
+        let _: Result<(), _> = self.op("SET", cmd.query_async(&mut conn)).await;
+    }
+
+    async fn load(&self, key: &ConvKey) -> Option<Arc<FoldChain>> {
+        let slot = self.hot.get(key);
+        let held = self.is_held(key);
+        if let Some(slot) = &slot {
+            if !held && (slot.synced.elapsed() < self.refresh || !self.healthy.load(Ordering::Relaxed)) {
+                return slot.chain.clone();
+            }
+        }
+        let local = slot.and_then(|s| s.chain);
+        match self.fetch(key).await {
+            Ok(Some(chain)) => {
+                let chain = Arc::new(chain);
+                self.hot.put(key, Some(chain.clone()));
+                Some(chain)
+            }
+            // Redis lost it (restarted, or evicted under memory pressure)
+            // while this replica still has it: share it again.
+            Ok(None) => {
+                if let Some(chain) = &local {
+                    self.publish(key, chain).await;
+                }
+                self.hot.put(key, local.clone());
+                local
+            }
+            Err(_) => local,
+        }
+    }
+
+    async fn find(&self, conversation: &str) -> Result<Vec<(ConvKey, Arc<FoldChain>)>, Unavailable> {
+        let pattern = format!("foldgate:state:*:{}", glob_escape(conversation));
+        let mut conn = self.conn();
+        let mut cursor = 0u64;
+        let mut found = Vec::new();
+        loop {
+            let cmd = redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).clone();
+            let (next, keys): (u64, Vec<String>) = self.op("SCAN", cmd.query_async(&mut conn)).await?;
+            for k in keys {
+                let rest = &k["foldgate:state:".len()..];
+                let Some((tenant, conv)) = rest.split_once(':') else { continue };
+                let key = ConvKey { tenant: tenant.to_string(), conversation: conv.to_string() };
+                if conv == conversation {
+                    if let Some(chain) = self.fetch(&key).await? {
+                        found.push((key, Arc::new(chain)));
+                    }
+                }
+            }
+            if next == 0 {
+                return Ok(found);
+            }
+            cursor = next;
+        }
+    }
+}
+
+/// Escapes Redis glob metacharacters.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Pings a Redis marked down until it answers; ends with the store.
+async fn probe(inner: Weak<Inner>) {
+    loop {
+        let Some(store) = inner.upgrade() else { return };
+        if store.healthy.load(Ordering::Relaxed) {
+            let notified = store.probe.notified();
+            drop(store);
+            // Wake now and then to notice the store was dropped.
+            let _ = tokio::time::timeout(Duration::from_secs(5), notified).await;
+            continue;
+        }
+        let mut conn = store.conn();
+        let ping = tokio::time::timeout(store.timeout, redis::cmd("PING").query_async::<String>(&mut conn)).await;
+        if matches!(ping, Ok(Ok(_))) {
+            store.healthy.store(true, Ordering::Relaxed);
+            tracing::info!(target: "foldgate::state", "Redis answers again; fold states are shared again");
+            continue;
+        }
+        drop(store);
+        tokio::time::sleep(PROBE_EVERY).await;
+    }
+}
+
+impl Store for RedisStore {
+    fn load<'a>(&'a self, key: &'a ConvKey) -> BoxFuture<'a, Option<Arc<FoldChain>>> {
+        Box::pin(self.inner.load(key))
+    }
+
+    fn save<'a>(&'a self, key: &'a ConvKey, chain: Arc<FoldChain>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            self.inner.hot.put(key, Some(chain.clone()));
+            // Written through: the fold lock is released after this, and the
+            // next holder must find the new state in Redis.
+            self.inner.publish(key, &chain).await;
+        })
+    }
+
+    fn lock<'a>(&'a self, key: &'a ConvKey) -> BoxFuture<'a, FoldGuard> {
+        Box::pin(lock::acquire(self.inner.clone(), key))
+    }
+
+    fn find<'a>(&'a self, conversation: &'a str) -> BoxFuture<'a, Vec<(ConvKey, Arc<FoldChain>)>> {
+        Box::pin(async move {
+            match self.inner.find(conversation).await {
+                Ok(found) => found,
+                Err(_) => self.inner.hot.find(conversation),
+            }
+        })
+    }
+
+    fn count(&self) -> u64 {
+        self.inner.hot.len()
+    }
+}

@@ -37,6 +37,7 @@ impl App {
             store: crate::state::open(&config.state)?,
             summarizer: Summarizer::new(config.summarizer.clone()),
             metrics: Arc::new(Metrics::default()),
+            background: Default::default(),
         };
         Ok(Self { upstreams: Upstreams::new(config.clone())?, config, chat })
     }
@@ -57,7 +58,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
 }
 
 /// Forwards a request upstream and streams the answer back.
-async fn forward(app: &App, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     let limit = app.config.server.max_body_bytes;
     let (parts, incoming) = req.into_parts();
     if content_length(&parts.headers).is_some_and(|len| len > limit as u64) {

@@ -45,11 +45,14 @@ async fn openai_python_client_through_a_folding_conversation() {
         assert_eq!(upstream["stream"].as_bool().unwrap_or(false), i % 2 == 1, "request {i}");
         assert!(entry["tokens_out"].as_u64().unwrap() + 100 <= 3000, "request {i} overflows");
     }
+    // Default (background) mode: folds happen off the request path, so the
+    // client sees summaries reused, never a request waiting on a new one.
     let folds: Vec<&str> = log.iter().map(|e| e["fold"].as_str().unwrap()).collect();
-    let new = folds.iter().filter(|f| **f == "new").count();
-    assert!(new >= 1, "{folds:?}");
-    assert!(folds.iter().filter(|f| **f == "reused").count() > new, "{folds:?}");
-    assert_eq!(llm.summarizer_calls(), new);
+    assert!(!folds.contains(&"new"), "{folds:?}");
+    let reused = folds.iter().filter(|f| **f == "reused").count();
+    assert!(reused > 10, "{folds:?}");
+    let calls = llm.summarizer_calls();
+    assert!(calls >= 1 && calls * 5 < 50, "{calls} summarizer calls");
 }
 
 #[tokio::test]

@@ -63,6 +63,7 @@ fn policy() -> Policy {
         safety_user_turns: 0,
         cooldown_messages: 0,
         min_messages: 0,
+        ..Policy::default()
     }
 }
 

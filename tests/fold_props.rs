@@ -186,6 +186,7 @@ fn setup() -> impl Strategy<Value = Setup> {
             safety_user_turns: p.4,
             cooldown_messages: p.5,
             min_messages: p.6,
+            ..Policy::default()
         },
         budget: Budget {
             context_window: b.0,

@@ -7,10 +7,14 @@
 //! context-length 400, one emergency fold and retry → response with
 //! `x-foldgate-*` headers, usage read on the way for calibration.
 
+mod background;
 mod context_error;
+mod fold_run;
 pub mod key;
 mod tap;
 mod turn;
+
+pub use background::Background;
 
 pub use context_error::{ContextError, detect as detect_context_error};
 
@@ -44,6 +48,8 @@ pub struct Chat {
     pub summarizer: Summarizer,
     /// Counters.
     pub metrics: Arc<Metrics>,
+    /// Folds running off the request path.
+    pub background: Background,
 }
 
 impl std::fmt::Debug for Chat {
@@ -58,7 +64,7 @@ pub fn is_chat(method: &Method, path: &str) -> bool {
 }
 
 /// Handles one chat completion whose body has been read.
-pub async fn handle(app: &App, parts: Parts, bytes: Bytes) -> Result<Response<Body>, ApiError> {
+pub async fn handle(app: &Arc<App>, parts: Parts, bytes: Bytes) -> Result<Response<Body>, ApiError> {
     let mut request = parse(&bytes)?;
     let model = request.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
     Metrics::inc(&app.chat.metrics.chat_requests);
@@ -68,7 +74,7 @@ pub async fn handle(app: &App, parts: Parts, bytes: Bytes) -> Result<Response<Bo
         _ => Vec::new(),
     };
     let provider = app.upstreams.route(Some(&model));
-    let mut turn = Turn::new(app, &model, &provider.name, &parts.headers, &request, &messages, &estimate);
+    let mut turn = Turn::new(app.clone(), &model, &provider.name, &parts.headers, &request, messages, estimate);
     let mut prepared = turn.prepare().await?;
     let mut retried = false;
     loop {

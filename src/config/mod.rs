@@ -6,7 +6,7 @@ mod policy;
 mod secret;
 mod sections;
 
-pub use policy::{Policy, PolicyOverrides, resolve as resolve_policy};
+pub use policy::{Mode, Policy, PolicyOverrides, resolve as resolve_policy};
 pub use secret::Secret;
 pub use sections::*;
 

@@ -5,6 +5,18 @@
 
 use serde::{Deserialize, Serialize};
 
+/// When summaries are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Fold ahead of time, off the request path, once the view crosses
+    /// `prefold_ratio`; only an emergency waits for a summary.
+    #[default]
+    Background,
+    /// Fold on the request that crosses the trigger, which waits for it.
+    Inline,
+}
+
 /// The resolved policy for one request: every knob has a value.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Policy {
@@ -26,6 +38,11 @@ pub struct Policy {
     /// Never fold a conversation with fewer messages than this
     /// (the emergency case ignores it).
     pub min_messages: usize,
+    /// In background mode, start folding once the view reaches this share
+    /// of the window (default: 0.10 below `trigger_ratio`).
+    pub prefold_ratio: f64,
+    /// `background` or `inline`.
+    pub mode: Mode,
 }
 
 impl Default for Policy {
@@ -38,6 +55,8 @@ impl Default for Policy {
             safety_user_turns: 0,
             cooldown_messages: 2,
             min_messages: 4,
+            prefold_ratio: 0.80 - 0.10,
+            mode: Mode::Background,
         }
     }
 }
@@ -68,6 +87,12 @@ pub struct PolicyOverrides {
     /// See [`Policy::min_messages`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_messages: Option<usize>,
+    /// See [`Policy::prefold_ratio`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefold_ratio: Option<f64>,
+    /// See [`Policy::mode`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
 }
 
 impl PolicyOverrides {
@@ -83,13 +108,20 @@ impl PolicyOverrides {
             overflow_buffer,
             safety_user_turns,
             cooldown_messages,
-            min_messages
+            min_messages,
+            prefold_ratio,
+            mode
         );
     }
 
     /// Checks ranges; `at` names the level (e.g. `policy`) for the message.
     pub fn validate(&self, at: &str) -> Result<(), String> {
-        for (name, value) in [("trigger_ratio", self.trigger_ratio), ("reset_ratio", self.reset_ratio)] {
+        let ratios = [
+            ("trigger_ratio", self.trigger_ratio),
+            ("reset_ratio", self.reset_ratio),
+            ("prefold_ratio", self.prefold_ratio),
+        ];
+        for (name, value) in ratios {
             if let Some(v) = value {
                 if !(v > 0.0 && v <= 1.0) {
                     return Err(format!("{at}.{name} must be in (0, 1], got {v}"));
@@ -107,9 +139,12 @@ pub fn resolve(levels: &[&PolicyOverrides]) -> Policy {
     for level in levels {
         level.apply(&mut policy);
     }
-    if policy.reset_ratio > policy.trigger_ratio {
-        policy.reset_ratio = policy.trigger_ratio;
+    policy.reset_ratio = policy.reset_ratio.min(policy.trigger_ratio);
+    // Unset, the prefold ratio follows the trigger wherever it was set.
+    if levels.iter().all(|l| l.prefold_ratio.is_none()) {
+        policy.prefold_ratio = (policy.trigger_ratio - 0.10).max(0.05);
     }
+    policy.prefold_ratio = policy.prefold_ratio.min(policy.trigger_ratio);
     policy
 }
 
@@ -126,6 +161,17 @@ mod tests {
         assert_eq!(p.trigger_ratio, 0.9);
         assert_eq!(p.preserve_recent, 4);
         assert_eq!(p.reset_ratio, 0.70);
+    }
+
+    #[test]
+    fn prefold_follows_the_trigger_unless_set() {
+        let global = PolicyOverrides { trigger_ratio: Some(0.9), ..Default::default() };
+        let p = resolve(&[&global]);
+        assert!((p.prefold_ratio - 0.8).abs() < 1e-9);
+        assert_eq!(p.mode, Mode::Background);
+        let model = PolicyOverrides { prefold_ratio: Some(0.5), mode: Some(Mode::Inline), ..Default::default() };
+        let p = resolve(&[&global, &model]);
+        assert_eq!((p.prefold_ratio, p.mode), (0.5, Mode::Inline));
     }
 
     #[test]

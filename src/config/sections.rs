@@ -155,6 +155,10 @@ pub struct SummarizerConfig {
     pub backoff: Duration,
     /// `passthrough` or `error`.
     pub on_failure: OnFailure,
+    /// In background mode, how long a request that no longer fits waits
+    /// for a fold already running before folding inline itself.
+    #[serde(with = "humantime_serde")]
+    pub emergency_wait: Duration,
 }
 
 impl Default for SummarizerConfig {
@@ -168,6 +172,7 @@ impl Default for SummarizerConfig {
             retries: 2,
             backoff: Duration::from_millis(500),
             on_failure: OnFailure::Passthrough,
+            emergency_wait: Duration::from_secs(30),
         }
     }
 }

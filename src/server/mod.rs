@@ -48,7 +48,7 @@ pub async fn serve(
     let tls = tls_acceptor(&config)?;
     let deadline = config.server.shutdown_timeout;
     let app = Arc::new(App::new(config).map_err(StartupError::Upstream)?);
-    let service = stack::build(app);
+    let service = stack::build(app.clone());
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -93,9 +93,15 @@ pub async fn serve(
         });
     }
     drop(listener);
-    tracing::info!(?deadline, "shutting down: waiting for in-flight requests");
+    tracing::info!(?deadline, "shutting down: waiting for in-flight requests and folds");
+    let started = std::time::Instant::now();
     if tokio::time::timeout(deadline, graceful.shutdown()).await.is_err() {
         tracing::warn!("shutdown deadline passed; dropping the remaining connections");
+    }
+    // Background folds are not tied to a connection: give them the rest of the deadline.
+    let left = deadline.saturating_sub(started.elapsed());
+    if !app.chat.background.wait_idle(left).await {
+        tracing::warn!(running = app.chat.background.running(), "shutdown deadline passed with folds still running");
     }
     Ok(())
 }

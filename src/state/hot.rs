@@ -29,7 +29,10 @@ impl Hot {
         let cache = moka::sync::Cache::builder()
             .max_capacity(config.cache_bytes)
             .weigher(|key: &ConvKey, slot: &Slot| {
-                let bytes = 64 + key.tenant.len() + key.conversation.len() + slot.chain.as_deref().map_or(0, weight);
+                let bytes = 64
+                    + key.tenant.len()
+                    + key.conversation.len()
+                    + slot.chain.as_deref().map_or(0, weight);
                 u32::try_from(bytes).unwrap_or(u32::MAX)
             })
             .time_to_idle(config.ttl)
@@ -43,7 +46,13 @@ impl Hot {
 
     /// Records what the backend holds now.
     pub fn put(&self, key: &ConvKey, chain: Option<Arc<FoldChain>>) {
-        self.cache.insert(key.clone(), Slot { chain, synced: Instant::now() });
+        self.cache.insert(
+            key.clone(),
+            Slot {
+                chain,
+                synced: Instant::now(),
+            },
+        );
     }
 
     /// Records what the backend said on a miss, unless a newer answer
@@ -51,7 +60,10 @@ impl Hot {
     pub fn fill(&self, key: &ConvKey, chain: Option<Arc<FoldChain>>) -> Option<Arc<FoldChain>> {
         self.cache
             .entry_by_ref(key)
-            .or_insert_with(|| Slot { chain, synced: Instant::now() })
+            .or_insert_with(|| Slot {
+                chain,
+                synced: Instant::now(),
+            })
             .into_value()
             .chain
     }

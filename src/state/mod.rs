@@ -93,7 +93,9 @@ impl Default for Flights {
 impl Flights {
     /// Waits for, then holds, the conversation's fold lock.
     pub async fn lock(&self, key: &ConvKey) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = self.locks.get_with_by_ref(key, || Arc::new(tokio::sync::Mutex::new(())));
+        let lock = self
+            .locks
+            .get_with_by_ref(key, || Arc::new(tokio::sync::Mutex::new(())));
         lock.lock_owned().await
     }
 }
@@ -123,5 +125,6 @@ pub fn prune(config: &StateConfig, older_than: Duration) -> Result<Pruned, Strin
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let cutoff = i64::try_from(now.saturating_sub(older_than.as_secs())).unwrap_or(i64::MAX);
-    sqlite::db::prune(&mut conn, cutoff).map_err(|e| format!("state.path {}: {e}", config.path.display()))
+    sqlite::db::prune(&mut conn, cutoff)
+        .map_err(|e| format!("state.path {}: {e}", config.path.display()))
 }

@@ -2,8 +2,10 @@
 //! that is itself a real HTTP server, and a small HTTP client.
 #![allow(dead_code, reason = "each test binary uses a different part of the harness")]
 
+pub mod convo;
 pub mod llm;
 pub mod mock;
+pub mod redis;
 
 use bytes::Bytes;
 use foldgate::body::{self, Body};
@@ -28,9 +30,13 @@ pub struct Foldgate {
 }
 
 impl Foldgate {
-    /// Starts foldgate with a TOML configuration.
+    /// Starts foldgate with a TOML configuration. Without a `[state]`
+    /// section, states stay in memory (so tests never share a database).
     pub async fn start(toml: &str) -> Self {
-        let config = Config::from_toml(toml).unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
+        let mut config = Config::from_toml(toml).unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
+        if !toml.contains("[state]") {
+            config.state.backend = foldgate::config::StateBackend::Memory;
+        }
         Self::start_config(config).await
     }
 

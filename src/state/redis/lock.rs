@@ -45,7 +45,9 @@ impl Drop for Guard {
         if let Ok(mut held) = self.store.held.lock() {
             held.remove(&self.key);
         }
-        let Some((token, renewer)) = self.remote.take() else { return };
+        let Some((token, renewer)) = self.remote.take() else {
+            return;
+        };
         renewer.abort();
         let store = self.store.clone();
         let lock = lock_key(&self.key);
@@ -69,7 +71,12 @@ pub(super) async fn acquire(store: Arc<Inner>, key: &ConvKey) -> FoldGuard {
         held.insert(key.clone());
     }
     let remote = take(&store, key).await;
-    Box::new(Guard { store, key: key.clone(), remote, _local: local })
+    Box::new(Guard {
+        store,
+        key: key.clone(),
+        remote,
+        _local: local,
+    })
 }
 
 async fn take(store: &Arc<Inner>, key: &ConvKey) -> Option<(String, JoinHandle<()>)> {
@@ -80,8 +87,17 @@ async fn take(store: &Arc<Inner>, key: &ConvKey) -> Option<(String, JoinHandle<(
     let mut pause = BACKOFF.0;
     loop {
         let mut conn = store.conn();
-        let cmd = redis::cmd("SET").arg(&lock).arg(&token).arg("NX").arg("PX").arg(ttl_ms).clone();
-        match store.op("lock", cmd.query_async::<Option<String>>(&mut conn)).await {
+        let cmd = redis::cmd("SET")
+            .arg(&lock)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .clone();
+        match store
+            .op("lock", cmd.query_async::<Option<String>>(&mut conn))
+            .await
+        {
             Ok(Some(_)) => {
                 let renewer = tokio::spawn(renew(store.clone(), lock, token.clone(), ttl_ms));
                 return Some((token, renewer));

@@ -20,7 +20,6 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use tokio::sync::Notify;
 
 /// How often the probe pings a Redis marked down.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
@@ -36,7 +35,6 @@ struct Inner {
     flights: Flights,
     conn: ConnectionManager,
     healthy: AtomicBool,
-    probe: Notify,
     /// Conversations whose fold lock this replica holds: their loads go to
     /// Redis, because another replica may have folded while we waited.
     held: Mutex<HashSet<ConvKey>>,
@@ -49,7 +47,9 @@ struct Inner {
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisStore").field("healthy", &self.healthy).finish_non_exhaustive()
+        f.debug_struct("RedisStore")
+            .field("healthy", &self.healthy)
+            .finish_non_exhaustive()
     }
 }
 
@@ -72,20 +72,21 @@ impl RedisStore {
     pub fn open(config: &StateConfig) -> Result<Self, String> {
         let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();
         let client = redis::Client::open(url).map_err(|e| format!("state.url: {e}"))?;
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| "state.backend = \"redis\" must be opened inside the Tokio runtime".to_string())?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            "state.backend = \"redis\" must be opened inside the Tokio runtime".to_string()
+        })?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.timeout))
             .set_response_timeout(Some(config.timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_lazy_with_config(client, manager_config).map_err(|e| format!("state.url: {e}"))?;
+        let conn = ConnectionManager::new_lazy_with_config(client, manager_config)
+            .map_err(|e| format!("state.url: {e}"))?;
         let inner = Arc::new(Inner {
             hot: Hot::new(config),
             flights: Flights::default(),
             conn,
             healthy: AtomicBool::new(true),
-            probe: Notify::new(),
             held: Mutex::new(HashSet::new()),
             ttl_ms: u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX),
             refresh: config.refresh,
@@ -106,7 +107,11 @@ impl RedisStore {
 
 impl Inner {
     /// Runs one Redis command under the timeout, unless Redis is down.
-    async fn op<T>(&self, what: &str, f: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Unavailable> {
+    async fn op<T>(
+        &self,
+        what: &str,
+        f: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, Unavailable> {
         if !self.healthy.load(Ordering::Relaxed) {
             return Err(Unavailable::Down);
         }
@@ -117,7 +122,6 @@ impl Inner {
         };
         if self.healthy.swap(false, Ordering::Relaxed) {
             tracing::warn!(target: "foldgate::state", op = what, error, "Redis unavailable; this replica runs on its own memory until it answers");
-            self.probe.notify_one();
         }
         Err(Unavailable::Failed)
     }
@@ -133,7 +137,11 @@ impl Inner {
     /// Reads the stored chain (renewing its idle expiry).
     async fn fetch(&self, key: &ConvKey) -> Result<Option<FoldChain>, Unavailable> {
         let mut conn = self.conn();
-        let cmd = redis::cmd("GETEX").arg(state_key(key)).arg("PX").arg(self.ttl_ms).clone();
+        let cmd = redis::cmd("GETEX")
+            .arg(state_key(key))
+            .arg("PX")
+            .arg(self.ttl_ms)
+            .clone();
         let raw: Option<Vec<u8>> = self.op("GETEX", cmd.query_async(&mut conn)).await?;
         let Some(raw) = raw else { return Ok(None) };
         match serde_json::from_slice::<FoldChain>(&raw) {
@@ -148,9 +156,16 @@ impl Inner {
     }
 
     async fn publish(&self, key: &ConvKey, chain: &FoldChain) {
-        let Ok(json) = serde_json::to_vec(chain) else { return };
+        let Ok(json) = serde_json::to_vec(chain) else {
+            return;
+        };
         let mut conn = self.conn();
-        let cmd = redis::cmd("SET").arg(state_key(key)).arg(json).arg("PX").arg(self.ttl_ms).clone();
+        let cmd = redis::cmd("SET")
+            .arg(state_key(key))
+            .arg(json)
+            .arg("PX")
+            .arg(self.ttl_ms)
+            .clone();
         let _: Result<(), _> = self.op("SET", cmd.query_async(&mut conn)).await;
     }
 
@@ -158,7 +173,9 @@ impl Inner {
         let slot = self.hot.get(key);
         let held = self.is_held(key);
         if let Some(slot) = &slot {
-            if !held && (slot.synced.elapsed() < self.refresh || !self.healthy.load(Ordering::Relaxed)) {
+            if !held
+                && (slot.synced.elapsed() < self.refresh || !self.healthy.load(Ordering::Relaxed))
+            {
                 return slot.chain.clone();
             }
         }
@@ -182,18 +199,33 @@ impl Inner {
         }
     }
 
-    async fn find(&self, conversation: &str) -> Result<Vec<(ConvKey, Arc<FoldChain>)>, Unavailable> {
+    async fn find(
+        &self,
+        conversation: &str,
+    ) -> Result<Vec<(ConvKey, Arc<FoldChain>)>, Unavailable> {
         let pattern = format!("foldgate:state:*:{}", glob_escape(conversation));
         let mut conn = self.conn();
         let mut cursor = 0u64;
         let mut found = Vec::new();
         loop {
-            let cmd = redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).clone();
-            let (next, keys): (u64, Vec<String>) = self.op("SCAN", cmd.query_async(&mut conn)).await?;
+            let cmd = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .clone();
+            let (next, keys): (u64, Vec<String>) =
+                self.op("SCAN", cmd.query_async(&mut conn)).await?;
             for k in keys {
                 let rest = &k["foldgate:state:".len()..];
-                let Some((tenant, conv)) = rest.split_once(':') else { continue };
-                let key = ConvKey { tenant: tenant.to_string(), conversation: conv.to_string() };
+                let Some((tenant, conv)) = rest.split_once(':') else {
+                    continue;
+                };
+                let key = ConvKey {
+                    tenant: tenant.to_string(),
+                    conversation: conv.to_string(),
+                };
                 if conv == conversation {
                     if let Some(chain) = self.fetch(&key).await? {
                         found.push((key, Arc::new(chain)));
@@ -223,23 +255,21 @@ fn glob_escape(s: &str) -> String {
 /// Pings a Redis marked down until it answers; ends with the store.
 async fn probe(inner: Weak<Inner>) {
     loop {
+        tokio::time::sleep(PROBE_EVERY).await;
         let Some(store) = inner.upgrade() else { return };
         if store.healthy.load(Ordering::Relaxed) {
-            let notified = store.probe.notified();
-            drop(store);
-            // Wake now and then to notice the store was dropped.
-            let _ = tokio::time::timeout(Duration::from_secs(5), notified).await;
             continue;
         }
         let mut conn = store.conn();
-        let ping = tokio::time::timeout(store.timeout, redis::cmd("PING").query_async::<String>(&mut conn)).await;
+        let ping = tokio::time::timeout(
+            store.timeout,
+            redis::cmd("PING").query_async::<String>(&mut conn),
+        )
+        .await;
         if matches!(ping, Ok(Ok(_))) {
             store.healthy.store(true, Ordering::Relaxed);
             tracing::info!(target: "foldgate::state", "Redis answers again; fold states are shared again");
-            continue;
         }
-        drop(store);
-        tokio::time::sleep(PROBE_EVERY).await;
     }
 }
 

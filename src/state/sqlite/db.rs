@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// Schema steps, applied in order; `schema_version` records how many ran.
 /// Append, never edit: a database carries the steps it has seen.
-const MIGRATIONS: &[&str] = &[
+pub(super) const MIGRATIONS: &[&str] = &[
     // 1: each conversation's current chain.
     "CREATE TABLE conversations (
         tenant TEXT NOT NULL,
@@ -52,10 +52,13 @@ pub const VERSION: i64 = MIGRATIONS.len() as i64;
 pub fn open(path: &Path) -> Result<Connection, String> {
     let name = path.display();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| format!("state.path: cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("state.path: cannot create {}: {e}", dir.display()))?;
     }
-    let mut conn = Connection::open(path).map_err(|e| format!("state.path: cannot open {name}: {e}"))?;
-    conn.busy_timeout(Duration::from_secs(5)).map_err(|e| format!("state.path {name}: {e}"))?;
+    let mut conn =
+        Connection::open(path).map_err(|e| format!("state.path: cannot open {name}: {e}"))?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(|e| format!("state.path {name}: {e}"))?;
     // WAL: readers (prune, admin) never block the writer; NORMAL sync is
     // durable across process crashes, which is all a cache needs.
     conn.pragma_update(None, "journal_mode", "WAL")
@@ -80,11 +83,21 @@ pub fn migrate(conn: &mut Connection) -> Result<i64, String> {
             "schema version {found} is newer than this foldgate's ({VERSION}); use a newer foldgate or another state.path"
         ));
     }
-    for (i, step) in MIGRATIONS.iter().enumerate().skip(usize::try_from(found).unwrap_or(0)) {
-        tx.execute_batch(step).map_err(|e| format!("migration {}: {e}", i + 1))?;
+    for (i, step) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(found).unwrap_or(0))
+    {
+        tx.execute_batch(step)
+            .map_err(|e| format!("migration {}: {e}", i + 1))?;
     }
-    tx.execute("DELETE FROM schema_version", []).map_err(|e| e.to_string())?;
-    tx.execute("INSERT INTO schema_version (version) VALUES (?1)", [VERSION]).map_err(|e| e.to_string())?;
+    tx.execute("DELETE FROM schema_version", [])
+        .map_err(|e| e.to_string())?;
+    tx.execute(
+        "INSERT INTO schema_version (version) VALUES (?1)",
+        [VERSION],
+    )
+    .map_err(|e| e.to_string())?;
     tx.commit().map_err(|e| e.to_string())?;
     Ok(found)
 }
@@ -106,7 +119,11 @@ fn decode(key: &ConvKey, raw: ValueRef<'_>) -> Option<FoldChain> {
 
 /// The conversation's chain if it is stored, decodes, and was used after
 /// `idle_before`. A row that fails either test is deleted.
-pub fn load(conn: &Connection, key: &ConvKey, idle_before: i64) -> rusqlite::Result<Option<FoldChain>> {
+pub fn load(
+    conn: &Connection,
+    key: &ConvKey,
+    idle_before: i64,
+) -> rusqlite::Result<Option<FoldChain>> {
     let row = conn
         .query_row(
             "SELECT chain, used_at FROM conversations WHERE tenant = ?1 AND conversation = ?2",
@@ -129,9 +146,13 @@ pub fn load(conn: &Connection, key: &ConvKey, idle_before: i64) -> rusqlite::Res
 
 /// Every tenant's decodable chain for a conversation id.
 pub fn find(conn: &Connection, conversation: &str) -> rusqlite::Result<Vec<(ConvKey, FoldChain)>> {
-    let mut stmt = conn.prepare_cached("SELECT tenant, chain FROM conversations WHERE conversation = ?1")?;
+    let mut stmt =
+        conn.prepare_cached("SELECT tenant, chain FROM conversations WHERE conversation = ?1")?;
     let rows = stmt.query_map([conversation], |r| {
-        let key = ConvKey { tenant: r.get(0)?, conversation: conversation.to_string() };
+        let key = ConvKey {
+            tenant: r.get(0)?,
+            conversation: conversation.to_string(),
+        };
         let chain = decode(&key, r.get_ref(1)?);
         Ok(chain.map(|c| (key, c)))
     })?;
@@ -178,9 +199,11 @@ pub fn save(conn: &Connection, key: &ConvKey, chain: &FoldChain, now: i64) -> Re
 
 /// Records that the conversation was used at `now`.
 pub fn touch(conn: &Connection, key: &ConvKey, now: i64) -> rusqlite::Result<()> {
-    conn.prepare_cached("UPDATE conversations SET used_at = ?3 WHERE tenant = ?1 AND conversation = ?2")?
-        .execute(params![key.tenant, key.conversation, now])
-        .map(drop)
+    conn.prepare_cached(
+        "UPDATE conversations SET used_at = ?3 WHERE tenant = ?1 AND conversation = ?2",
+    )?
+    .execute(params![key.tenant, key.conversation, now])
+    .map(drop)
 }
 
 /// Deletes states idle since before `cutoff`; returns how many.
@@ -190,8 +213,10 @@ pub fn expire(conn: &Connection, cutoff: i64) -> rusqlite::Result<usize> {
 
 /// Conversations stored.
 pub fn count(conn: &Connection) -> rusqlite::Result<u64> {
-    conn.query_row("SELECT count(*) FROM conversations", [], |r| r.get::<_, i64>(0))
-        .map(|n| u64::try_from(n).unwrap_or(0))
+    conn.query_row("SELECT count(*) FROM conversations", [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .map(|n| u64::try_from(n).unwrap_or(0))
 }
 
 /// What [`prune`] deleted.

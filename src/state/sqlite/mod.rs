@@ -33,11 +33,26 @@ const BATCH: usize = 512;
 
 /// Work for the database thread.
 enum Cmd {
-    Load { key: ConvKey, reply: oneshot::Sender<Option<FoldChain>> },
-    Find { conversation: String, reply: oneshot::Sender<Vec<(ConvKey, FoldChain)>> },
-    Save { key: ConvKey, chain: Arc<FoldChain>, at: i64 },
-    Touch { key: ConvKey, at: i64 },
-    Flush { reply: oneshot::Sender<()> },
+    Load {
+        key: ConvKey,
+        reply: oneshot::Sender<Option<FoldChain>>,
+    },
+    Find {
+        conversation: String,
+        reply: oneshot::Sender<Vec<(ConvKey, FoldChain)>>,
+    },
+    Save {
+        key: ConvKey,
+        chain: Arc<FoldChain>,
+        at: i64,
+    },
+    Touch {
+        key: ConvKey,
+        at: i64,
+    },
+    Flush {
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// Fold chains in a SQLite file, behind the in-process layer.
@@ -99,7 +114,9 @@ impl Drop for SqliteStore {
 }
 
 fn now_unix() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 impl Store for SqliteStore {
@@ -107,13 +124,19 @@ impl Store for SqliteStore {
         Box::pin(async move {
             if let Some(slot) = self.hot.get(key) {
                 if slot.chain.is_some() && slot.synced.elapsed() >= self.touch_every {
-                    self.send(Cmd::Touch { key: key.clone(), at: now_unix() });
+                    self.send(Cmd::Touch {
+                        key: key.clone(),
+                        at: now_unix(),
+                    });
                     self.hot.put(key, slot.chain.clone());
                 }
                 return slot.chain;
             }
             let (reply, rx) = oneshot::channel();
-            if !self.send(Cmd::Load { key: key.clone(), reply }) {
+            if !self.send(Cmd::Load {
+                key: key.clone(),
+                reply,
+            }) {
                 return None;
             }
             match tokio::time::timeout(READ_TIMEOUT, rx).await {
@@ -129,7 +152,11 @@ impl Store for SqliteStore {
     fn save<'a>(&'a self, key: &'a ConvKey, chain: Arc<FoldChain>) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             self.hot.put(key, Some(chain.clone()));
-            self.send(Cmd::Save { key: key.clone(), chain, at: now_unix() });
+            self.send(Cmd::Save {
+                key: key.clone(),
+                chain,
+                at: now_unix(),
+            });
         })
     }
 
@@ -140,7 +167,10 @@ impl Store for SqliteStore {
     fn find<'a>(&'a self, conversation: &'a str) -> BoxFuture<'a, Vec<(ConvKey, Arc<FoldChain>)>> {
         Box::pin(async move {
             let (reply, rx) = oneshot::channel();
-            if !self.send(Cmd::Find { conversation: conversation.to_string(), reply }) {
+            if !self.send(Cmd::Find {
+                conversation: conversation.to_string(),
+                reply,
+            }) {
                 return self.hot.find(conversation);
             }
             match tokio::time::timeout(READ_TIMEOUT, rx).await {
@@ -173,9 +203,13 @@ fn run(mut conn: Connection, rx: mpsc::Receiver<Cmd>, ttl: i64, stored: &AtomicU
         if last_housekeeping.elapsed() >= HOUSEKEEPING {
             last_housekeeping = Instant::now();
             match db::expire(&conn, now_unix().saturating_sub(ttl)) {
-                Ok(n) if n > 0 => tracing::info!(target: "foldgate::state", expired = n, "deleted idle fold states"),
+                Ok(n) if n > 0 => {
+                    tracing::info!(target: "foldgate::state", expired = n, "deleted idle fold states")
+                }
                 Ok(_) => {}
-                Err(e) => tracing::warn!(target: "foldgate::state", error = %e, "SQLite expiry failed"),
+                Err(e) => {
+                    tracing::warn!(target: "foldgate::state", error = %e, "SQLite expiry failed")
+                }
             }
             if let Ok(n) = db::count(&conn) {
                 stored.store(n, Ordering::Relaxed);
@@ -202,7 +236,10 @@ fn apply(conn: &mut Connection, batch: Vec<Cmd>, ttl: i64) {
                 });
                 let _ = reply.send(chain);
             }
-            Cmd::Find { conversation, reply } => {
+            Cmd::Find {
+                conversation,
+                reply,
+            } => {
                 let _ = reply.send(db::find(&tx, &conversation).unwrap_or_default());
             }
             Cmd::Save { key, chain, at } => {

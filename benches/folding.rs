@@ -1,0 +1,120 @@
+//! Folding's token savings and cost on a scripted 500-turn conversation,
+//! and the added latency of a turn that reuses a summary.
+//!
+//! Run: `cargo bench --bench folding`. Everything runs in-process on
+//! loopback: a mock upstream (chat model + summarizer) and foldgate.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::llm::Llm;
+use common::{Foldgate, post_json};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const TURNS: usize = 500;
+const WINDOW: u32 = 16_000;
+const FILLER: &str = "we compare the parser, the tokenizer and the cache layer, measure again, and write down what changed in the benchmark notes";
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(run());
+}
+
+async fn run() {
+    let llm = Llm::start().await;
+    let fg = Foldgate::start(&format!(
+        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"bench-*\"]\ncontext_window = {WINDOW}\n\
+         [summarizer]\nmax_summary_tokens = 1000\n",
+        llm.url()
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", fg.url);
+    let mut messages = vec![json!({"role": "system", "content": "You are a careful coding assistant."})];
+    let (mut sent_total, mut full_total) = (0u64, 0u64);
+    let mut rows = Vec::new();
+    let mut max_out = 0u32;
+    for turn in 0..TURNS {
+        messages.push(json!({"role": "user", "content": format!("[m{}] step {turn}: {FILLER}", 2 * turn)}));
+        let body = json!({"model": "bench-model", "messages": messages, "max_tokens": 500});
+        let reply = post_json(&url, &[("x-conversation-id", "bench")], &body).await;
+        assert_eq!(reply.status, 200);
+        let header = |name: &str| -> u32 { reply.headers[name].to_str().unwrap().parse().unwrap() };
+        let (tokens_in, tokens_out) = (header("x-foldgate-tokens-in"), header("x-foldgate-tokens-out"));
+        sent_total += u64::from(tokens_out);
+        full_total += u64::from(tokens_in);
+        max_out = max_out.max(tokens_out);
+        if (turn + 1) % 50 == 0 {
+            let fold = reply.headers["x-foldgate-fold"].to_str().unwrap().to_string();
+            rows.push((turn + 1, tokens_in, tokens_out, fold));
+        }
+        messages.push(json!({"role": "assistant", "content": format!("[m{}] done with step {turn}: {FILLER}", 2 * turn + 1)}));
+    }
+    let summarizer_tokens: u64 = llm
+        .summarizer_requests()
+        .iter()
+        .map(|r| r["messages"][1]["content"].as_str().unwrap_or("").len() as u64 / 4 + 50)
+        .sum();
+    let metrics = common::send(http::Method::GET, &format!("{}/foldgate/metrics", fg.url), &[], "").await;
+    let metrics = String::from_utf8_lossy(&metrics.body).to_string();
+    let reported: u64 = metric(&metrics, "foldgate_summarizer_tokens_total");
+
+    println!("## Folding a {TURNS}-turn conversation (window {WINDOW}, trigger 0.80 = {} tokens)\n", WINDOW * 8 / 10);
+    println!("| turn | full history tokens | forwarded tokens | fold |");
+    println!("|---:|---:|---:|---|");
+    for (turn, tin, tout, fold) in &rows {
+        println!("| {turn} | {tin} | {tout} | {fold} |");
+    }
+    println!();
+    println!("| total over {TURNS} turns | tokens |");
+    println!("|---|---:|");
+    println!("| full history every turn (would overflow after the window) | {full_total} |");
+    println!("| forwarded by foldgate | {sent_total} |");
+    println!("| summarizer tokens ({} calls) | {reported} (mock-reported; ~{summarizer_tokens} by prompt size) |", llm.summarizer_calls());
+    println!(
+        "| foldgate total / full history | {:.3} |",
+        (sent_total + reported) as f64 / full_total as f64
+    );
+    println!("\nlargest forwarded prompt: {max_out} tokens (trigger {})\n", WINDOW * 8 / 10);
+
+    // Latency: the next turn reuses the stored summary; compare with the
+    // same body sent straight to the upstream.
+    messages.push(json!({"role": "user", "content": "[m99999] one more question"}));
+    let body = json!({"model": "bench-model", "messages": messages, "max_tokens": 500});
+    let direct = format!("{}/v1/chat/completions", llm.url());
+    let view_body = json!({"model": "bench-model", "messages": llm.chat_requests().last().unwrap()["messages"], "max_tokens": 500});
+    let mut rows = Vec::new();
+    for (name, url, body, conv) in [
+        ("direct to upstream (full history)", &direct, &body, "x"),
+        ("direct to upstream (folded view)", &direct, &view_body, "x"),
+        ("foldgate, reusing the summary", &url, &body, "bench"),
+    ] {
+        let mut samples = Vec::new();
+        for _ in 0..300 {
+            let started = Instant::now();
+            let reply = post_json(url, &[("x-conversation-id", conv)], body).await;
+            samples.push(started.elapsed());
+            assert_eq!(reply.status, 200);
+            if conv == "bench" {
+                assert_eq!(reply.headers["x-foldgate-fold"], "reused");
+            }
+        }
+        samples.sort();
+        rows.push((name, samples[samples.len() / 2], samples[samples.len() * 99 / 100]));
+    }
+    println!("## Latency of a reuse turn ({} messages in the client's history, 300 requests each)\n", messages.len());
+    println!("| path | p50 ms | p99 ms |");
+    println!("|---|---:|---:|");
+    for (name, p50, p99) in &rows {
+        println!("| {name} | {:.3} | {:.3} |", ms(*p50), ms(*p99));
+    }
+    println!("\nadded p50 vs direct with the full history: {:+.3} ms", ms(rows[2].1) - ms(rows[0].1));
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok())).unwrap_or(0)
+}

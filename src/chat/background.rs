@@ -1,0 +1,107 @@
+//! Background folds: at most one fold in flight per conversation, at most
+//! one more pending after it (never a queue), detached from the client's
+//! connection, and awaited at shutdown.
+
+use super::fold_run::Started;
+use super::turn::Turn;
+use crate::state::ConvKey;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// The background folds of this process.
+#[derive(Default)]
+pub struct Background {
+    /// Conversations with a fold running; the value is the newest request
+    /// that asked for another fold meanwhile.
+    slots: Mutex<HashMap<ConvKey, Option<Turn>>>,
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+impl std::fmt::Debug for Background {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Background").field("running", &self.running.load(Ordering::Relaxed)).finish()
+    }
+}
+
+impl Background {
+    /// Folds running now.
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    /// Waits until no background fold runs, or `limit` passes. Returns
+    /// whether everything finished.
+    pub async fn wait_idle(&self, limit: Duration) -> bool {
+        let wait = async {
+            loop {
+                let notified = self.idle.notified();
+                if self.running() == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(limit, wait).await.is_ok()
+    }
+
+    /// Claims the conversation for a new fold, or records `turn` as the
+    /// pending one when a fold already runs. True when the caller must
+    /// start the fold.
+    fn claim(&self, key: &ConvKey, turn: &Turn) -> bool {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        match slots.get_mut(key) {
+            Some(pending) => {
+                *pending = Some(turn.clone());
+                false
+            }
+            None => {
+                slots.insert(key.clone(), None);
+                true
+            }
+        }
+    }
+
+    /// The pending turn to fold next, or `None` after releasing the slot.
+    fn next(&self, key: &ConvKey) -> Option<Turn> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        match slots.get_mut(key).and_then(Option::take) {
+            Some(turn) => Some(turn),
+            None => {
+                slots.remove(key);
+                None
+            }
+        }
+    }
+}
+
+impl Turn {
+    /// Starts a background fold of this request's history (or marks one
+    /// pending when a fold of the conversation already runs).
+    pub(super) fn start_background(&self) {
+        let Some(key) = self.data.key.clone() else { return };
+        let background = &self.app.chat.background;
+        if !background.claim(&key, self) {
+            return;
+        }
+        background.running.fetch_add(1, Ordering::Relaxed);
+        let mut turn = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = turn.fold_locked(Started::Background, None).await {
+                    tracing::warn!(conversation = %key, error = %e, "background fold failed");
+                }
+                match turn.app.chat.background.next(&key) {
+                    Some(pending) => turn = pending,
+                    None => break,
+                }
+            }
+            let background = &turn.app.chat.background;
+            background.running.fetch_sub(1, Ordering::Relaxed);
+            background.idle.notify_waiters();
+        });
+    }
+}

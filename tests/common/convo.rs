@@ -1,0 +1,83 @@
+//! Building folding conversations and sending them (after tests/chat.rs).
+
+use super::llm::Llm;
+use super::{Foldgate, Reply, post_json};
+use serde_json::{Value, json};
+
+const FILLER: &str = "we look at the parser, the tokenizer and the cache layer, then decide on the next step together";
+
+/// A conversation whose every message carries a unique `[mN]` tag.
+pub struct Convo {
+    pub messages: Vec<Value>,
+    tag: u32,
+}
+
+impl Convo {
+    /// A history of `turns` user/assistant pairs after a system prompt; 55
+    /// turns fold on the first request against a `tiny-*` model.
+    pub fn with_turns(turns: usize) -> Self {
+        let mut c = Self {
+            messages: vec![
+                json!({"role": "system", "content": "You are a careful coding assistant."}),
+            ],
+            tag: 0,
+        };
+        for i in 0..turns {
+            c.push("user", &format!("question {i}"));
+            c.push("assistant", &format!("answer {i}"));
+        }
+        c
+    }
+
+    pub fn push(&mut self, role: &str, what: &str) -> &mut Self {
+        self.tag += 1;
+        let content = format!("[m{}] {what}: {FILLER}", self.tag);
+        self.messages
+            .push(json!({"role": role, "content": content}));
+        self
+    }
+
+    /// One more exchange: the assistant's answer to the last turn and a new
+    /// user message.
+    pub fn next_turn(&mut self, what: &str) -> &mut Self {
+        self.push("assistant", "done").push("user", what)
+    }
+
+    pub fn body(&self) -> Value {
+        json!({"model": "tiny-model", "messages": self.messages, "max_tokens": 100})
+    }
+}
+
+/// foldgate's config in front of `llm`, with a small window for `tiny-*`
+/// models, plus `extra` sections.
+pub fn config(llm: &Llm, extra: &str) -> String {
+    format!(
+        "[providers.mock]\nbase_url = \"{}/v1\"\n\
+         [models.\"tiny-*\"]\ncontext_window = 4000\n\
+         [policy]\nreset_ratio = 0.45\n\
+         [summarizer]\nmax_summary_tokens = 400\nretries = 2\nbackoff = \"5ms\"\ntimeout = \"5s\"\n{extra}",
+        llm.url()
+    )
+}
+
+/// Sends the conversation as tenant `sk-tenant-a`.
+pub async fn chat(fg: &Foldgate, conversation: &str, convo: &Convo) -> Reply {
+    post_json(
+        &format!("{}/v1/chat/completions", fg.url),
+        &[
+            ("x-conversation-id", conversation),
+            ("authorization", "Bearer sk-tenant-a"),
+        ],
+        &convo.body(),
+    )
+    .await
+}
+
+/// The `x-foldgate-fold` header.
+pub fn label(reply: &Reply) -> &str {
+    reply
+        .headers
+        .get("x-foldgate-fold")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("missing")
+}

@@ -160,9 +160,12 @@ impl Turn {
         fold::plan(&self.data.messages, chain, policy, &self.budget, &counter, placement)
     }
 
-    /// Calibrated tokens of one message.
+    /// Calibrated tokens of one message. A message of the request itself
+    /// is looked up in the estimate made while parsing, by position, so no
+    /// message is hashed twice on the request path.
     fn count(&self, message: &Value) -> u32 {
-        let raw = self.app.chat.tokens.message_tokens(&self.data.model, message);
+        let counted = index_in(&self.data.messages, message).and_then(|i| self.data.estimate.messages.get(i).copied());
+        let raw = counted.unwrap_or_else(|| self.app.chat.tokens.message_tokens(&self.data.model, message));
         self.data.estimate.calibrated(u64::from(raw))
     }
 
@@ -224,5 +227,27 @@ impl Turn {
             raw_tokens_out: u32::try_from(raw_out).unwrap_or(u32::MAX),
             warning: warning.map(str::to_string),
         }
+    }
+}
+
+/// The index of `item` when it is an element of `slice` itself (by
+/// address, not by value).
+fn index_in(slice: &[Value], item: &Value) -> Option<usize> {
+    let size = std::mem::size_of::<Value>();
+    let offset = (item as *const Value as usize).checked_sub(slice.as_ptr() as usize)?;
+    (offset % size == 0 && offset / size < slice.len()).then_some(offset / size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::index_in;
+    use serde_json::json;
+
+    #[test]
+    fn index_by_address_not_value() {
+        let v = vec![json!(1), json!(2), json!(1)];
+        assert_eq!(index_in(&v, &v[2]), Some(2));
+        let copy = v[0].clone();
+        assert_eq!(index_in(&v, &copy), None);
     }
 }

@@ -18,12 +18,23 @@ const TURNS: usize = 150;
 const FILLER: &str = "we look at the parser, the tokenizer and the cache layer, then decide on the next step together";
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let inline = replay("inline").await;
         let background = replay("background").await;
-        let triggers: Vec<usize> = inline.iter().enumerate().filter(|(_, t)| t.label == "new").map(|(i, _)| i).collect();
-        println!("## Added latency per turn, summarizer delay 2 s ({TURNS} turns, {} trigger turns)\n", triggers.len());
+        let triggers: Vec<usize> = inline
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.label == "new")
+            .map(|(i, _)| i)
+            .collect();
+        println!(
+            "## Added latency per turn, summarizer delay 2 s ({TURNS} turns, {} trigger turns)\n",
+            triggers.len()
+        );
         println!("| mode | turns | added p50 ms | added p99 ms | added max ms |");
         println!("|---|---|---:|---:|---:|");
         for (name, turns) in [("inline", &inline), ("background", &background)] {
@@ -36,9 +47,15 @@ fn main() {
         }
         let direct: Vec<f64> = background.iter().map(|t| t.direct * 1e3).collect();
         let (p50, p99, _) = stats(direct);
-        println!("\nplain passthrough baseline (direct to the mock): p50 {p50:.3} ms, p99 {p99:.3} ms");
+        println!(
+            "\nplain passthrough baseline (direct to the mock): p50 {p50:.3} ms, p99 {p99:.3} ms"
+        );
         let labels = |turns: &[Turn]| turns.iter().filter(|t| t.label == "reused").count();
-        println!("reused views: inline {}, background {}", labels(&inline), labels(&background));
+        println!(
+            "reused views: inline {}, background {}",
+            labels(&inline),
+            labels(&background)
+        );
     });
 }
 
@@ -66,10 +83,13 @@ async fn replay(mode: &str) -> Vec<Turn> {
     .await;
     let through_url = format!("{}/v1/chat/completions", fg.url);
     let direct_url = format!("{}/v1/chat/completions", llm.url());
-    let mut messages: Vec<Value> = vec![json!({"role": "system", "content": "You are a careful coding assistant."})];
+    let mut messages: Vec<Value> =
+        vec![json!({"role": "system", "content": "You are a careful coding assistant."})];
     let mut turns = Vec::new();
     for i in 0..TURNS {
-        messages.push(json!({"role": "user", "content": format!("[m{}] question {i}: {FILLER}", 2 * i)}));
+        messages.push(
+            json!({"role": "user", "content": format!("[m{}] question {i}: {FILLER}", 2 * i)}),
+        );
         let body = json!({"model": "tiny-model", "messages": messages, "max_tokens": 100});
         let started = Instant::now();
         let reply = post_json(&through_url, &[("x-conversation-id", "bench")], &body).await;
@@ -78,8 +98,15 @@ async fn replay(mode: &str) -> Vec<Turn> {
         let started = Instant::now();
         post_json(&direct_url, &[], &body).await;
         let direct = started.elapsed().as_secs_f64();
-        let label = reply.headers["x-foldgate-fold"].to_str().unwrap().to_string();
-        turns.push(Turn { label, through, direct });
+        let label = reply.headers["x-foldgate-fold"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        turns.push(Turn {
+            label,
+            through,
+            direct,
+        });
         messages.push(json!({"role": "assistant", "content": format!("[m{}] answer {i}: {FILLER}", 2 * i + 1)}));
         // A user's pace: a fold started in the background has time to finish.
         tokio::time::sleep(Duration::from_millis(120)).await;

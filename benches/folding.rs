@@ -17,7 +17,10 @@ const WINDOW: u32 = 16_000;
 const FILLER: &str = "we compare the parser, the tokenizer and the cache layer, measure again, and write down what changed in the benchmark notes";
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(run());
 }
 
@@ -30,22 +33,31 @@ async fn run() {
     ))
     .await;
     let url = format!("{}/v1/chat/completions", fg.url);
-    let mut messages = vec![json!({"role": "system", "content": "You are a careful coding assistant."})];
+    let mut messages =
+        vec![json!({"role": "system", "content": "You are a careful coding assistant."})];
     let (mut sent_total, mut full_total) = (0u64, 0u64);
     let mut rows = Vec::new();
     let mut max_out = 0u32;
     for turn in 0..TURNS {
-        messages.push(json!({"role": "user", "content": format!("[m{}] step {turn}: {FILLER}", 2 * turn)}));
+        messages.push(
+            json!({"role": "user", "content": format!("[m{}] step {turn}: {FILLER}", 2 * turn)}),
+        );
         let body = json!({"model": "bench-model", "messages": messages, "max_tokens": 500});
         let reply = post_json(&url, &[("x-conversation-id", "bench")], &body).await;
         assert_eq!(reply.status, 200);
         let header = |name: &str| -> u32 { reply.headers[name].to_str().unwrap().parse().unwrap() };
-        let (tokens_in, tokens_out) = (header("x-foldgate-tokens-in"), header("x-foldgate-tokens-out"));
+        let (tokens_in, tokens_out) = (
+            header("x-foldgate-tokens-in"),
+            header("x-foldgate-tokens-out"),
+        );
         sent_total += u64::from(tokens_out);
         full_total += u64::from(tokens_in);
         max_out = max_out.max(tokens_out);
         if (turn + 1) % 50 == 0 {
-            let fold = reply.headers["x-foldgate-fold"].to_str().unwrap().to_string();
+            let fold = reply.headers["x-foldgate-fold"]
+                .to_str()
+                .unwrap()
+                .to_string();
             rows.push((turn + 1, tokens_in, tokens_out, fold));
         }
         messages.push(json!({"role": "assistant", "content": format!("[m{}] done with step {turn}: {FILLER}", 2 * turn + 1)}));
@@ -55,11 +67,20 @@ async fn run() {
         .iter()
         .map(|r| r["messages"][1]["content"].as_str().unwrap_or("").len() as u64 / 4 + 50)
         .sum();
-    let metrics = common::send(http::Method::GET, &format!("{}/foldgate/metrics", fg.url), &[], "").await;
+    let metrics = common::send(
+        http::Method::GET,
+        &format!("{}/foldgate/metrics", fg.url),
+        &[],
+        "",
+    )
+    .await;
     let metrics = String::from_utf8_lossy(&metrics.body).to_string();
     let reported: u64 = metric(&metrics, "foldgate_summarizer_tokens_total");
 
-    println!("## Folding a {TURNS}-turn conversation (window {WINDOW}, trigger 0.80 = {} tokens)\n", WINDOW * 8 / 10);
+    println!(
+        "## Folding a {TURNS}-turn conversation (window {WINDOW}, trigger 0.80 = {} tokens)\n",
+        WINDOW * 8 / 10
+    );
     println!("| turn | full history tokens | forwarded tokens | fold |");
     println!("|---:|---:|---:|---|");
     for (turn, tin, tout, fold) in &rows {
@@ -70,12 +91,18 @@ async fn run() {
     println!("|---|---:|");
     println!("| full history every turn (would overflow after the window) | {full_total} |");
     println!("| forwarded by foldgate | {sent_total} |");
-    println!("| summarizer tokens ({} calls) | {reported} (mock-reported; ~{summarizer_tokens} by prompt size) |", llm.summarizer_calls());
+    println!(
+        "| summarizer tokens ({} calls) | {reported} (mock-reported; ~{summarizer_tokens} by prompt size) |",
+        llm.summarizer_calls()
+    );
     println!(
         "| foldgate total / full history | {:.3} |",
         (sent_total + reported) as f64 / full_total as f64
     );
-    println!("\nlargest forwarded prompt: {max_out} tokens (trigger {})\n", WINDOW * 8 / 10);
+    println!(
+        "\nlargest forwarded prompt: {max_out} tokens (trigger {})\n",
+        WINDOW * 8 / 10
+    );
 
     // Latency: the next turn reuses the stored summary; compare with the
     // same body sent straight to the upstream.
@@ -100,15 +127,25 @@ async fn run() {
             }
         }
         samples.sort();
-        rows.push((name, samples[samples.len() / 2], samples[samples.len() * 99 / 100]));
+        rows.push((
+            name,
+            samples[samples.len() / 2],
+            samples[samples.len() * 99 / 100],
+        ));
     }
-    println!("## Latency of a reuse turn ({} messages in the client's history, 300 requests each)\n", messages.len());
+    println!(
+        "## Latency of a reuse turn ({} messages in the client's history, 300 requests each)\n",
+        messages.len()
+    );
     println!("| path | p50 ms | p99 ms |");
     println!("|---|---:|---:|");
     for (name, p50, p99) in &rows {
         println!("| {name} | {:.3} | {:.3} |", ms(*p50), ms(*p99));
     }
-    println!("\nadded p50 vs direct with the full history: {:+.3} ms", ms(rows[2].1) - ms(rows[0].1));
+    println!(
+        "\nadded p50 vs direct with the full history: {:+.3} ms",
+        ms(rows[2].1) - ms(rows[0].1)
+    );
 }
 
 fn ms(d: Duration) -> f64 {
@@ -116,5 +153,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn metric(text: &str, name: &str) -> u64 {
-    text.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok())).unwrap_or(0)
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0)
 }

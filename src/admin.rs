@@ -21,13 +21,15 @@ use hyper::body::Incoming;
 pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path();
     match (req.method(), path) {
-        (&Method::GET | &Method::HEAD, "/foldgate/health") => json(
-            serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }),
-        ),
+        (&Method::GET | &Method::HEAD, "/foldgate/health") => {
+            json(serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
+        }
         (&Method::GET, "/foldgate/metrics") => metrics(app),
         (&Method::GET, p) if p.starts_with("/foldgate/conversations/") => {
             let id = percent_decode(&p["/foldgate/conversations/".len()..]);
-            conversation(app, req.headers(), &id).await.unwrap_or_else(ApiError::into_response)
+            conversation(app, req.headers(), &id)
+                .await
+                .unwrap_or_else(ApiError::into_response)
         }
         (_, path) => ApiError::NotFound(path.to_string()).into_response(),
     }
@@ -41,15 +43,20 @@ fn metrics(app: &App) -> Response<Body> {
     };
     let text = app.chat.metrics.render(&[stored]);
     let mut response = Response::new(body::full(text));
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
     response
 }
 
 /// The fold chain of one conversation, tenant-scoped unless the admin
 /// token is presented.
-async fn conversation(app: &App, headers: &HeaderMap, id: &str) -> Result<Response<Body>, ApiError> {
+async fn conversation(
+    app: &App,
+    headers: &HeaderMap,
+    id: &str,
+) -> Result<Response<Body>, ApiError> {
     let admin = app.config.server.admin_token.as_ref().is_some_and(|token| {
         let offered = headers
             .get("x-foldgate-admin-token")
@@ -59,13 +66,24 @@ async fn conversation(app: &App, headers: &HeaderMap, id: &str) -> Result<Respon
     });
     let tenant = key::tenant(headers);
     if !admin && app.config.server.admin_token.is_some() && headers::credential(headers).is_none() {
-        return Err(ApiError::Unauthorized("admin token or the conversation's credential required"));
+        return Err(ApiError::Unauthorized(
+            "admin token or the conversation's credential required",
+        ));
     }
     let found = if admin {
         app.chat.store.find(id).await
     } else {
-        let key = ConvKey { tenant, conversation: id.to_string() };
-        app.chat.store.load(&key).await.map(|chain| (key, chain)).into_iter().collect()
+        let key = ConvKey {
+            tenant,
+            conversation: id.to_string(),
+        };
+        app.chat
+            .store
+            .load(&key)
+            .await
+            .map(|chain| (key, chain))
+            .into_iter()
+            .collect()
     };
     if found.is_empty() {
         return Err(ApiError::NotFound(format!("/foldgate/conversations/{id}")));
@@ -81,7 +99,9 @@ async fn conversation(app: &App, headers: &HeaderMap, id: &str) -> Result<Respon
             })
         })
         .collect();
-    Ok(json(serde_json::json!({ "conversation": id, "states": entries })))
+    Ok(json(
+        serde_json::json!({ "conversation": id, "states": entries }),
+    ))
 }
 
 /// Decodes `%XX` escapes in a path segment.
@@ -106,8 +126,9 @@ fn percent_decode(segment: &str) -> String {
 
 fn json(value: serde_json::Value) -> Response<Body> {
     let mut response = Response::new(body::full(value.to_string()));
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     response
 }

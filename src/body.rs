@@ -11,7 +11,9 @@ pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
 
 /// A body holding `bytes` in one frame.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
 }
 
 /// An empty body.

@@ -12,7 +12,10 @@ use std::time::Duration;
 pub enum ApiError {
     /// The request is malformed.
     #[error("{message}")]
-    BadRequest { message: String, param: Option<&'static str> },
+    BadRequest {
+        message: String,
+        param: Option<&'static str>,
+    },
     /// The prompt cannot fit the model's window, even folded.
     #[error("{0}")]
     ContextLength(String),
@@ -78,9 +81,10 @@ impl ApiError {
     /// The envelope's `type`, following OpenAI's vocabulary.
     fn kind(&self) -> &'static str {
         match self {
-            Self::BadRequest { .. } | Self::ContextLength(_) | Self::NotFound(_) | Self::BodyTooLarge { .. } => {
-                "invalid_request_error"
-            }
+            Self::BadRequest { .. }
+            | Self::ContextLength(_)
+            | Self::NotFound(_)
+            | Self::BodyTooLarge { .. } => "invalid_request_error",
             Self::Unauthorized(_) => "authentication_error",
             _ => "server_error",
         }
@@ -109,9 +113,10 @@ impl ApiError {
         });
         let mut response = Response::new(body::full(envelope.to_string()));
         *response.status_mut() = status;
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         if matches!(self, Self::Unauthorized(_)) {
             response
                 .headers_mut()

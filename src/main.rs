@@ -57,7 +57,10 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return fail(&e),
             };
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(rt) => rt,
                 Err(e) => return fail(&e),
             };
@@ -104,7 +107,12 @@ fn prune(config: Option<PathBuf>, older_than: std::time::Duration) -> ExitCode {
     };
     match foldgate::state::prune(&config.state, older_than) {
         Ok(p) => {
-            println!("pruned {} conversation states and {} fold audit rows from {}", p.states, p.folds, config.state.path.display());
+            println!(
+                "pruned {} conversation states and {} fold audit rows from {}",
+                p.states,
+                p.folds,
+                config.state.path.display()
+            );
             ExitCode::SUCCESS
         }
         Err(e) => fail(&e),
@@ -119,5 +127,8 @@ fn fail(error: &dyn std::fmt::Display) -> ExitCode {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FOLDGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

@@ -50,21 +50,68 @@ impl Metrics {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let mut out = String::new();
         let mut counter = |name: &str, help: &str, value: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
         };
-        counter("foldgate_chat_requests_total", "Chat-completion requests intercepted.", get(&self.chat_requests));
-        counter("foldgate_folds_reused_total", "Requests forwarded with a reused summary.", get(&self.folds_reused));
-        counter("foldgate_fold_failures_total", "Folds whose summarizer failed.", get(&self.fold_failures));
-        counter("foldgate_reactive_folds_total", "Folds after an upstream context-length error.", get(&self.reactive_folds));
-        counter("foldgate_cannot_fit_total", "Requests that cannot fit the window even folded.", get(&self.cannot_fit));
-        counter("foldgate_summarizer_calls_total", "HTTP calls to summarizer models.", get(&self.summarizer_calls));
-        counter("foldgate_summarizer_tokens_total", "Tokens used by summarizer models.", get(&self.summarizer_tokens));
-        counter("foldgate_summarizer_milliseconds_total", "Time spent summarizing.", get(&self.summarizer_ms));
-        let _ = writeln!(out, "# HELP foldgate_folds_total New folds by trigger.\n# TYPE foldgate_folds_total counter");
+        counter(
+            "foldgate_chat_requests_total",
+            "Chat-completion requests intercepted.",
+            get(&self.chat_requests),
+        );
+        counter(
+            "foldgate_folds_reused_total",
+            "Requests forwarded with a reused summary.",
+            get(&self.folds_reused),
+        );
+        counter(
+            "foldgate_fold_failures_total",
+            "Folds whose summarizer failed.",
+            get(&self.fold_failures),
+        );
+        counter(
+            "foldgate_reactive_folds_total",
+            "Folds after an upstream context-length error.",
+            get(&self.reactive_folds),
+        );
+        counter(
+            "foldgate_cannot_fit_total",
+            "Requests that cannot fit the window even folded.",
+            get(&self.cannot_fit),
+        );
+        counter(
+            "foldgate_summarizer_calls_total",
+            "HTTP calls to summarizer models.",
+            get(&self.summarizer_calls),
+        );
+        counter(
+            "foldgate_summarizer_tokens_total",
+            "Tokens used by summarizer models.",
+            get(&self.summarizer_tokens),
+        );
+        counter(
+            "foldgate_summarizer_milliseconds_total",
+            "Time spent summarizing.",
+            get(&self.summarizer_ms),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP foldgate_folds_total New folds by trigger.\n# TYPE foldgate_folds_total counter"
+        );
         for (reason, c) in REASONS.iter().zip(&self.folds_new) {
-            let _ = writeln!(out, "foldgate_folds_total{{reason=\"{reason}\"}} {}", get(c));
+            let _ = writeln!(
+                out,
+                "foldgate_folds_total{{reason=\"{reason}\"}} {}",
+                get(c)
+            );
         }
-        for Gauge { name, help, samples } in extra {
+        for Gauge {
+            name,
+            help,
+            samples,
+        } in extra
+        {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
             for (labels, value) in samples {
                 let _ = writeln!(out, "{name}{labels} {value}");

@@ -5,10 +5,10 @@
 use crate::body::{self, Body};
 use crate::chat::{self, Chat};
 use crate::config::Config;
+use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
-use crate::error::ApiError;
 use crate::upstream::{Upstreams, headers};
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, header};
@@ -39,7 +39,11 @@ impl App {
             metrics: Arc::new(Metrics::default()),
             background: Default::default(),
         };
-        Ok(Self { upstreams: Upstreams::new(config.clone())?, config, chat })
+        Ok(Self {
+            upstreams: Upstreams::new(config.clone())?,
+            config,
+            chat,
+        })
     }
 }
 
@@ -54,7 +58,9 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     if path == "/foldgate" || path.starts_with("/foldgate/") {
         return crate::admin::handle(&app, req).await;
     }
-    forward(&app, req).await.unwrap_or_else(ApiError::into_response)
+    forward(&app, req)
+        .await
+        .unwrap_or_else(ApiError::into_response)
 }
 
 /// Forwards a request upstream and streams the answer back.
@@ -73,12 +79,19 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
         let provider = app.upstreams.route(model_of(&bytes).as_deref());
         (provider, body::full(bytes))
     } else {
-        (app.upstreams.route(None), body::boxed(Limited::new(incoming, limit)))
+        (
+            app.upstreams.route(None),
+            body::boxed(Limited::new(incoming, limit)),
+        )
     };
     let drop_client_auth = !app.config.server.api_keys.is_empty();
     let started = Instant::now();
     let response = provider
-        .send(Request::from_parts(parts, body), app.config.server.upstream_timeout, drop_client_auth)
+        .send(
+            Request::from_parts(parts, body),
+            app.config.server.upstream_timeout,
+            drop_client_auth,
+        )
         .await?;
     let latency = started.elapsed();
     let (mut parts, incoming) = response.into_parts();
@@ -91,7 +104,9 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
 pub async fn read_body(incoming: Incoming, limit: usize) -> Result<Bytes, ApiError> {
     match Limited::new(incoming, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::BodyTooLarge { limit }),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(ApiError::BodyTooLarge { limit })
+        }
         Err(e) => Err(ApiError::BadRequest {
             message: format!("could not read the request body: {e}"),
             param: None,
@@ -100,7 +115,12 @@ pub async fn read_body(incoming: Incoming, limit: usize) -> Result<Bytes, ApiErr
 }
 
 fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 fn is_json_post(method: &Method, headers: &HeaderMap) -> bool {
@@ -119,7 +139,10 @@ fn model_of(bytes: &[u8]) -> Option<String> {
         #[serde(borrow)]
         model: Option<std::borrow::Cow<'a, str>>,
     }
-    serde_json::from_slice::<ModelOnly>(bytes).ok()?.model.map(|m| m.into_owned())
+    serde_json::from_slice::<ModelOnly>(bytes)
+        .ok()?
+        .model
+        .map(|m| m.into_owned())
 }
 
 #[cfg(test)]
@@ -128,7 +151,10 @@ mod tests {
 
     #[test]
     fn model_field() {
-        assert_eq!(model_of(br#"{"messages":[],"model":"gpt-4o"}"#).as_deref(), Some("gpt-4o"));
+        assert_eq!(
+            model_of(br#"{"messages":[],"model":"gpt-4o"}"#).as_deref(),
+            Some("gpt-4o")
+        );
         assert_eq!(model_of(br#"{"model":"a\"b"}"#).as_deref(), Some("a\"b"));
         assert_eq!(model_of(b"not json"), None);
         assert_eq!(model_of(br#"{"input":"x"}"#), None);

@@ -22,9 +22,12 @@ fn config(llm: &Llm, extra: &str) -> String {
 
 /// A conversation of `turns` tagged user/assistant pairs, ending with a user message.
 fn history(turns: usize) -> Vec<Value> {
-    let mut messages = vec![json!({"role": "system", "content": "You are a careful coding assistant."})];
+    let mut messages =
+        vec![json!({"role": "system", "content": "You are a careful coding assistant."})];
     for i in 0..turns {
-        messages.push(json!({"role": "user", "content": format!("[m{}] question {i}: {FILLER}", 2 * i)}));
+        messages.push(
+            json!({"role": "user", "content": format!("[m{}] question {i}: {FILLER}", 2 * i)}),
+        );
         if i + 1 < turns {
             messages.push(json!({"role": "assistant", "content": format!("[m{}] answer {i}: {FILLER}", 2 * i + 1)}));
         }
@@ -35,12 +38,21 @@ fn history(turns: usize) -> Vec<Value> {
 async fn send(fg: &Foldgate, messages: &[Value]) -> (Reply, Duration) {
     let body = json!({"model": "tiny-model", "messages": messages, "max_tokens": 100});
     let started = Instant::now();
-    let reply = post_json(&format!("{}/v1/chat/completions", fg.url), &[("x-conversation-id", "bg"), ("authorization", "Bearer k")], &body).await;
+    let reply = post_json(
+        &format!("{}/v1/chat/completions", fg.url),
+        &[("x-conversation-id", "bg"), ("authorization", "Bearer k")],
+        &body,
+    )
+    .await;
     (reply, started.elapsed())
 }
 
 fn header(reply: &Reply, name: &str) -> String {
-    reply.headers.get(name).map(|v| v.to_str().unwrap().to_string()).unwrap_or_default()
+    reply
+        .headers
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default()
 }
 
 fn tokens_out(reply: &Reply) -> u32 {
@@ -52,7 +64,11 @@ fn tokens_out(reply: &Reply) -> u32 {
 async fn summarizer_calls_reach(llm: &Llm, n: usize, limit: Duration) {
     let started = Instant::now();
     while llm.summarizer_calls() < n {
-        assert!(started.elapsed() < limit, "summarizer called {} times, expected {n}", llm.summarizer_calls());
+        assert!(
+            started.elapsed() < limit,
+            "summarizer called {} times, expected {n}",
+            llm.summarizer_calls()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -66,10 +82,23 @@ async fn no_request_waits_for_a_slow_summarizer() {
     for turns in 1..=90 {
         let messages = history(turns);
         let (reply, took) = send(&fg, &messages).await;
-        assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
-        assert!(took < Duration::from_millis(1000), "turn {turns} waited {took:?} (summarizer takes 2 s)");
+        assert_eq!(
+            reply.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        assert!(
+            took < Duration::from_millis(1000),
+            "turn {turns} waited {took:?} (summarizer takes 2 s)"
+        );
         assert!(tokens_out(&reply) + 100 <= 4000, "turn {turns} overflows");
-        llm::assert_view_covers(&messages, llm.chat_requests().last().unwrap()["messages"].as_array().unwrap());
+        llm::assert_view_covers(
+            &messages,
+            llm.chat_requests().last().unwrap()["messages"]
+                .as_array()
+                .unwrap(),
+        );
         labels.push(header(&reply, "x-foldgate-fold"));
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
@@ -77,7 +106,10 @@ async fn no_request_waits_for_a_slow_summarizer() {
     let reused = labels.iter().filter(|l| *l == "reused").count();
     assert!(reused > 10, "{labels:?}");
     let calls = llm.summarizer_calls();
-    assert!((1..=6).contains(&calls), "{calls} summarizer calls for 90 turns");
+    assert!(
+        (1..=6).contains(&calls),
+        "{calls} summarizer calls for 90 turns"
+    );
 }
 
 #[tokio::test]
@@ -96,10 +128,20 @@ async fn a_ready_fold_is_applied_on_the_first_request_over_the_trigger() {
     let messages = history(56);
     let (reply, took) = send(&fg, &messages).await;
     assert_eq!(header(&reply, "x-foldgate-fold"), "reused");
-    assert!(header(&reply, "x-foldgate-tokens-in").parse::<u32>().unwrap() >= 3200);
+    assert!(
+        header(&reply, "x-foldgate-tokens-in")
+            .parse::<u32>()
+            .unwrap()
+            >= 3200
+    );
     assert!(tokens_out(&reply) < 2800, "{}", tokens_out(&reply));
     assert!(took < Duration::from_millis(500));
-    llm::assert_view_covers(&messages, llm.chat_requests().last().unwrap()["messages"].as_array().unwrap());
+    llm::assert_view_covers(
+        &messages,
+        llm.chat_requests().last().unwrap()["messages"]
+            .as_array()
+            .unwrap(),
+    );
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(llm.summarizer_calls(), 1);
 }
@@ -138,7 +180,11 @@ async fn a_client_that_hangs_up_does_not_cancel_its_fold() {
     client.abort();
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let (reply, _) = send(&fg, &messages).await;
-    assert_eq!(header(&reply, "x-foldgate-fold"), "reused", "the abandoned fold was stored");
+    assert_eq!(
+        header(&reply, "x-foldgate-fold"),
+        "reused",
+        "the abandoned fold was stored"
+    );
     assert_eq!(llm.summarizer_calls(), 1);
 }
 
@@ -153,10 +199,23 @@ async fn an_emergency_waits_for_the_running_fold() {
     // A jump past the window while the background fold runs.
     let messages = history(66);
     let (reply, took) = send(&fg, &messages).await;
-    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
-    assert!(took >= Duration::from_millis(300), "an emergency waits: {took:?}");
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert!(
+        took >= Duration::from_millis(300),
+        "an emergency waits: {took:?}"
+    );
     assert!(tokens_out(&reply) + 100 <= 4000);
-    llm::assert_view_covers(&messages, llm.chat_requests().last().unwrap()["messages"].as_array().unwrap());
+    llm::assert_view_covers(
+        &messages,
+        llm.chat_requests().last().unwrap()["messages"]
+            .as_array()
+            .unwrap(),
+    );
 }
 
 #[tokio::test]
@@ -178,6 +237,13 @@ async fn shutdown_waits_for_a_running_background_fold() {
     summarizer_calls_reach(&llm, 1, Duration::from_secs(3)).await;
     let started = Instant::now();
     fg.begin_shutdown();
-    tokio::time::timeout(Duration::from_secs(8), fg.task.take().unwrap()).await.unwrap().unwrap();
-    assert!(started.elapsed() >= Duration::from_millis(700), "shutdown returned after {:?}", started.elapsed());
+    tokio::time::timeout(Duration::from_secs(8), fg.task.take().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(700),
+        "shutdown returned after {:?}",
+        started.elapsed()
+    );
 }

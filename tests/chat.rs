@@ -19,7 +19,13 @@ struct Convo {
 
 impl Convo {
     fn new() -> Self {
-        Self { messages: vec![json!({"role": "system", "content": "You are a careful coding assistant."})], tag: 0, call: 0 }
+        Self {
+            messages: vec![
+                json!({"role": "system", "content": "You are a careful coding assistant."}),
+            ],
+            tag: 0,
+            call: 0,
+        }
     }
     fn text(&mut self, what: &str) -> String {
         self.tag += 1;
@@ -27,23 +33,32 @@ impl Convo {
     }
     fn user(&mut self, what: &str) -> &mut Self {
         let content = self.text(what);
-        self.messages.push(json!({"role": "user", "content": content}));
+        self.messages
+            .push(json!({"role": "user", "content": content}));
         self
     }
     fn assistant(&mut self, what: &str) -> &mut Self {
         let content = self.text(what);
-        self.messages.push(json!({"role": "assistant", "content": content}));
+        self.messages
+            .push(json!({"role": "assistant", "content": content}));
         self
     }
     /// An assistant message with `n` parallel tool calls and their results.
     fn tools(&mut self, n: usize) -> &mut Self {
         let content = self.text("calling tools");
-        let ids: Vec<String> = (0..n).map(|_| { self.call += 1; format!("call_{}", self.call) }).collect();
+        let ids: Vec<String> = (0..n)
+            .map(|_| {
+                self.call += 1;
+                format!("call_{}", self.call)
+            })
+            .collect();
         let calls: Vec<Value> = ids.iter().map(|id| json!({"id": id, "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"src/lib.rs\"}"}})).collect();
-        self.messages.push(json!({"role": "assistant", "content": content, "tool_calls": calls}));
+        self.messages
+            .push(json!({"role": "assistant", "content": content, "tool_calls": calls}));
         for id in ids {
             let content = self.text("file contents");
-            self.messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+            self.messages
+                .push(json!({"role": "tool", "tool_call_id": id, "content": content}));
         }
         self
     }
@@ -51,7 +66,8 @@ impl Convo {
     fn with_turns(turns: usize) -> Self {
         let mut c = Self::new();
         for i in 0..turns {
-            c.user(&format!("question {i}")).assistant(&format!("answer {i}"));
+            c.user(&format!("question {i}"))
+                .assistant(&format!("answer {i}"));
         }
         c
     }
@@ -77,15 +93,30 @@ async fn chat(fg: &Foldgate, conversation: &str, body: &Value) -> Reply {
 
 async fn chat_as(fg: &Foldgate, conversation: &str, key: &str, body: &Value) -> Reply {
     let auth = format!("Bearer {key}");
-    post_json(&format!("{}/v1/chat/completions", fg.url), &[("x-conversation-id", conversation), ("authorization", &auth)], body).await
+    post_json(
+        &format!("{}/v1/chat/completions", fg.url),
+        &[
+            ("x-conversation-id", conversation),
+            ("authorization", &auth),
+        ],
+        body,
+    )
+    .await
 }
 
 fn label(reply: &Reply) -> &str {
-    reply.headers.get("x-foldgate-fold").and_then(|v| v.to_str().ok()).unwrap_or("missing")
+    reply
+        .headers
+        .get("x-foldgate-fold")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("missing")
 }
 
 fn last_view(llm: &Llm) -> Vec<Value> {
-    llm.chat_requests().last().unwrap()["messages"].as_array().unwrap().clone()
+    llm.chat_requests().last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .clone()
 }
 
 #[tokio::test]
@@ -106,31 +137,65 @@ async fn long_agent_conversation_folds_without_dropping_anything() {
                 convo.tools(1 + turn % 3);
             }
             let reply = chat(&fg, "agent-1", &convo.body("tiny-model", stream)).await;
-            assert_eq!(reply.status, 200, "turn {turn}: {}", String::from_utf8_lossy(&reply.body));
+            assert_eq!(
+                reply.status,
+                200,
+                "turn {turn}: {}",
+                String::from_utf8_lossy(&reply.body)
+            );
             if stream {
                 assert!(String::from_utf8_lossy(&reply.body).ends_with("data: [DONE]\n\n"));
             }
             requests += 1;
-            assert_eq!(llm.chat_requests().len(), requests, "one upstream chat call per request");
+            assert_eq!(
+                llm.chat_requests().len(),
+                requests,
+                "one upstream chat call per request"
+            );
             llm::assert_view_covers(&convo.messages, &last_view(&llm));
-            let tokens_out: u32 = reply.headers["x-foldgate-tokens-out"].to_str().unwrap().parse().unwrap();
-            assert!(tokens_out + 100 <= 4000, "turn {turn}: view of {tokens_out} tokens overflows the window");
+            let tokens_out: u32 = reply.headers["x-foldgate-tokens-out"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(
+                tokens_out + 100 <= 4000,
+                "turn {turn}: view of {tokens_out} tokens overflows the window"
+            );
             labels.push(label(&reply).to_string());
         }
         convo.assistant(&format!("done with step {turn}"));
     }
     let new = labels.iter().filter(|l| *l == "new").count();
     let reused = labels.iter().filter(|l| *l == "reused").count();
-    let first_new = labels.iter().position(|l| l == "new").expect("the conversation must fold");
-    assert!(labels[..first_new].iter().all(|l| l == "none"), "{labels:?}");
+    let first_new = labels
+        .iter()
+        .position(|l| l == "new")
+        .expect("the conversation must fold");
+    assert!(
+        labels[..first_new].iter().all(|l| l == "none"),
+        "{labels:?}"
+    );
     assert_eq!(labels[first_new + 1], "reused", "{labels:?}");
-    assert!(reused > 5 * new, "summaries must be reused far more often than made: {new} new, {reused} reused");
+    assert!(
+        reused > 5 * new,
+        "summaries must be reused far more often than made: {new} new, {reused} reused"
+    );
     let calls = llm.summarizer_calls();
     assert_eq!(calls, new, "one summarizer call per fold");
-    assert!(calls * 8 < requests, "summarizer ran {calls} times for {requests} requests");
+    assert!(
+        calls * 8 < requests,
+        "summarizer ran {calls} times for {requests} requests"
+    );
     // Every fold is a rewrite: the summarizer saw the previous summary.
     let second = &llm.summarizer_requests()[1];
-    assert!(second["messages"][1]["content"].as_str().unwrap().contains("[m1..m"), "{second}");
+    assert!(
+        second["messages"][1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("[m1..m"),
+        "{second}"
+    );
 }
 
 /// A history that crosses the token trigger (0.8 × 4000) but still fits.
@@ -153,7 +218,11 @@ async fn short_conversations_pass_through_byte_exact() {
     assert_eq!(reply.status, 200);
     assert_eq!(label(&reply), "none");
     assert_eq!(llm.mock.received()[0].body, body.as_bytes());
-    let tokens_in: u32 = reply.headers["x-foldgate-tokens-in"].to_str().unwrap().parse().unwrap();
+    let tokens_in: u32 = reply.headers["x-foldgate-tokens-in"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(tokens_in > 0 && tokens_in < 50);
 }
 
@@ -213,9 +282,23 @@ async fn garbage_output_falls_back_to_passthrough() {
     assert_eq!(reply.status, 200);
     assert_eq!(label(&reply), "none");
     assert!(reply.headers.contains_key("x-foldgate-warning"));
-    assert_eq!(llm.summarizer_calls(), 3, "initial attempt plus two retries");
-    assert_eq!(last_view(&llm), convo.messages, "unfolded request forwarded whole");
-    let metrics = common::send(http::Method::GET, &format!("{}/foldgate/metrics", fg.url), &[], "").await;
+    assert_eq!(
+        llm.summarizer_calls(),
+        3,
+        "initial attempt plus two retries"
+    );
+    assert_eq!(
+        last_view(&llm),
+        convo.messages,
+        "unfolded request forwarded whole"
+    );
+    let metrics = common::send(
+        http::Method::GET,
+        &format!("{}/foldgate/metrics", fg.url),
+        &[],
+        "",
+    )
+    .await;
     assert!(String::from_utf8_lossy(&metrics.body).contains("foldgate_fold_failures_total 1"));
 }
 
@@ -226,7 +309,12 @@ async fn summarizer_failure_can_be_an_error() {
     let fg = Foldgate::start(&config(&llm, "on_failure = \"error\"\n")).await;
     let reply = chat(&fg, "c", &folding_history().body("tiny-model", false)).await;
     reply.assert_envelope(503, "unavailable");
-    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("summarizer"));
+    assert!(
+        reply.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("summarizer")
+    );
     assert!(llm.chat_requests().is_empty(), "nothing is forwarded");
 }
 
@@ -234,10 +322,19 @@ async fn summarizer_failure_can_be_an_error() {
 async fn summarizer_timeout_is_bounded() {
     let llm = Llm::start().await;
     llm.state.summarizer_delay_ms.store(3000, Ordering::Relaxed);
-    let fg = Foldgate::start(&config(&llm, "").replace("timeout = \"5s\"", "timeout = \"200ms\"\nretries = 0").replace("retries = 2\n", "")).await;
+    let fg = Foldgate::start(
+        &config(&llm, "")
+            .replace("timeout = \"5s\"", "timeout = \"200ms\"\nretries = 0")
+            .replace("retries = 2\n", ""),
+    )
+    .await;
     let started = std::time::Instant::now();
     let reply = chat(&fg, "c", &folding_history().body("tiny-model", false)).await;
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(reply.status, 200);
     assert_eq!(label(&reply), "none");
 }
@@ -247,11 +344,25 @@ async fn json_schema_rejection_downgrades_and_is_remembered() {
     let llm = Llm::start().await;
     llm.state.reject_schema.store(true, Ordering::Relaxed);
     let fg = Foldgate::start(&config(&llm, "")).await;
-    assert_eq!(label(&chat(&fg, "c1", &folding_history().body("tiny-model", false)).await), "new");
-    let formats: Vec<Value> = llm.summarizer_requests().iter().map(|r| r["response_format"]["type"].clone()).collect();
+    assert_eq!(
+        label(&chat(&fg, "c1", &folding_history().body("tiny-model", false)).await),
+        "new"
+    );
+    let formats: Vec<Value> = llm
+        .summarizer_requests()
+        .iter()
+        .map(|r| r["response_format"]["type"].clone())
+        .collect();
     assert_eq!(formats, vec![json!("json_schema"), json!("json_object")]);
-    assert_eq!(label(&chat(&fg, "c2", &folding_history().body("tiny-model", false)).await), "new");
-    assert_eq!(llm.summarizer_requests()[2]["response_format"]["type"], "json_object", "the accepted format is remembered");
+    assert_eq!(
+        label(&chat(&fg, "c2", &folding_history().body("tiny-model", false)).await),
+        "new"
+    );
+    assert_eq!(
+        llm.summarizer_requests()[2]["response_format"]["type"],
+        "json_object",
+        "the accepted format is remembered"
+    );
 }
 
 #[tokio::test]
@@ -273,8 +384,16 @@ async fn concurrent_requests_share_one_fold() {
         labels.push(label(&reply).to_string());
     }
     assert_eq!(llm.summarizer_calls(), 1, "{labels:?}");
-    assert_eq!(labels.iter().filter(|l| *l == "new").count(), 1, "{labels:?}");
-    assert_eq!(labels.iter().filter(|l| *l == "reused").count(), 9, "{labels:?}");
+    assert_eq!(
+        labels.iter().filter(|l| *l == "new").count(),
+        1,
+        "{labels:?}"
+    );
+    assert_eq!(
+        labels.iter().filter(|l| *l == "reused").count(),
+        9,
+        "{labels:?}"
+    );
 }
 
 #[tokio::test]
@@ -282,16 +401,35 @@ async fn edited_history_gets_no_stale_summary() {
     let llm = Llm::start().await;
     let fg = Foldgate::start(&config(&llm, "")).await;
     let mut convo = folding_history();
-    assert_eq!(label(&chat(&fg, "c", &convo.body("tiny-model", false)).await), "new");
+    assert_eq!(
+        label(&chat(&fg, "c", &convo.body("tiny-model", false)).await),
+        "new"
+    );
     convo.user("next");
-    assert_eq!(label(&chat(&fg, "c", &convo.body("tiny-model", false)).await), "reused");
+    assert_eq!(
+        label(&chat(&fg, "c", &convo.body("tiny-model", false)).await),
+        "reused"
+    );
     // Edit an early message: the stored fold no longer matches.
     convo.messages[3]["content"] = json!("[m3] EDITED: the user changed their mind");
     let reply = chat(&fg, "c", &convo.body("tiny-model", false)).await;
-    assert_eq!(label(&reply), "new", "an edited history must be folded afresh");
-    let prompt = llm.summarizer_requests().last().unwrap()["messages"][1]["content"].as_str().unwrap().to_string();
-    assert!(prompt.contains("EDITED"), "the new fold summarizes the edited message");
-    assert!(prompt.contains("(none yet)"), "and does not start from the stale summary");
+    assert_eq!(
+        label(&reply),
+        "new",
+        "an edited history must be folded afresh"
+    );
+    let prompt = llm.summarizer_requests().last().unwrap()["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        prompt.contains("EDITED"),
+        "the new fold summarizes the edited message"
+    );
+    assert!(
+        prompt.contains("(none yet)"),
+        "and does not start from the stale summary"
+    );
     llm::assert_view_covers(&convo.messages, &last_view(&llm));
 }
 
@@ -300,8 +438,15 @@ async fn tenants_with_the_same_conversation_id_stay_isolated() {
     let llm = Llm::start().await;
     let fg = Foldgate::start(&config(&llm, "[server]\nadmin_token = \"adm-1\"\n")).await;
     let a = folding_history();
-    assert_eq!(label(&chat_as(&fg, "shared-id", "sk-a", &a.body("tiny-model", false)).await), "new");
-    assert_eq!(label(&chat_as(&fg, "shared-id", "sk-b", &a.body("tiny-model", false)).await), "new", "tenant b must not reuse a's summary");
+    assert_eq!(
+        label(&chat_as(&fg, "shared-id", "sk-a", &a.body("tiny-model", false)).await),
+        "new"
+    );
+    assert_eq!(
+        label(&chat_as(&fg, "shared-id", "sk-b", &a.body("tiny-model", false)).await),
+        "new",
+        "tenant b must not reuse a's summary"
+    );
     assert_eq!(llm.summarizer_calls(), 2);
 
     let url = format!("{}/foldgate/conversations/shared-id", fg.url);
@@ -314,11 +459,18 @@ async fn tenants_with_the_same_conversation_id_stay_isolated() {
     let states = own.json()["states"].as_array().unwrap().clone();
     assert_eq!(states.len(), 1, "a tenant sees only its own state");
     assert_eq!(states[0]["folds"].as_array().unwrap().len(), 1);
-    assert!(states[0]["current"].as_str().unwrap().contains("[foldgate] Summary"));
+    assert!(
+        states[0]["current"]
+            .as_str()
+            .unwrap()
+            .contains("[foldgate] Summary")
+    );
     assert_eq!(get("Bearer sk-nobody").await.status, 404);
     let admin = get("Bearer adm-1").await;
     assert_eq!(admin.json()["states"].as_array().unwrap().len(), 2);
-    common::send(http::Method::GET, &url, &[], "").await.assert_envelope(401, "invalid_api_key");
+    common::send(http::Method::GET, &url, &[], "")
+        .await
+        .assert_envelope(401, "invalid_api_key");
 }
 
 #[tokio::test]
@@ -327,9 +479,16 @@ async fn context_length_error_triggers_one_emergency_fold() {
     let fg = Foldgate::start(&config(&llm, "")).await;
     let convo = Convo::with_turns(12);
     let body = convo.body("gpt-4o", false);
-    llm.state.context_limit_bytes.store(body.to_string().len() / 2, Ordering::Relaxed);
+    llm.state
+        .context_limit_bytes
+        .store(body.to_string().len() / 2, Ordering::Relaxed);
     let reply = chat(&fg, "c", &body).await;
-    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
     assert_eq!(label(&reply), "new");
     let sent = llm.chat_requests();
     assert_eq!(sent.len(), 2, "the rejected request, then the folded retry");
@@ -351,15 +510,28 @@ async fn malformed_chat_requests_get_clear_400s() {
     let json_ct = [("content-type", "application/json")];
     let reply = common::send(http::Method::POST, &url, &json_ct, "{\"model\": \"x\", ").await;
     reply.assert_envelope(400, "invalid_request");
-    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("not valid JSON"));
+    assert!(
+        reply.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON")
+    );
     let reply = post_json(&url, &[], &json!({"messages": []})).await;
     reply.assert_envelope(400, "invalid_request");
     assert_eq!(reply.json()["error"]["param"], "model");
     let reply = post_json(&url, &[], &json!({"model": "x", "messages": "hi"})).await;
     assert_eq!(reply.json()["error"]["param"], "messages");
-    let reply = post_json(&url, &[], &json!({"model": "x", "messages": [{"content": "no role"}]})).await;
+    let reply = post_json(
+        &url,
+        &[],
+        &json!({"model": "x", "messages": [{"content": "no role"}]}),
+    )
+    .await;
     assert_eq!(reply.json()["error"]["param"], "messages");
-    assert!(llm.mock.received().is_empty(), "nothing malformed is forwarded");
+    assert!(
+        llm.mock.received().is_empty(),
+        "nothing malformed is forwarded"
+    );
 }
 
 #[tokio::test]
@@ -367,7 +539,9 @@ async fn a_message_too_big_for_any_view_is_refused_clearly() {
     let llm = Llm::start().await;
     let fg = Foldgate::start(&config(&llm, "")).await;
     let mut convo = Convo::with_turns(2);
-    convo.messages.push(json!({"role": "user", "content": format!("[m99] {}", "giant ".repeat(5000))}));
+    convo
+        .messages
+        .push(json!({"role": "user", "content": format!("[m99] {}", "giant ".repeat(5000))}));
     let reply = chat(&fg, "c", &convo.body("tiny-model", false)).await;
     reply.assert_envelope(400, "context_length_exceeded");
     assert!(llm.chat_requests().is_empty());
@@ -379,13 +553,26 @@ async fn calibration_converges_on_reported_usage() {
     let fg = Foldgate::start(&config(&llm, "")).await;
     let body = Convo::with_turns(3).body("some-local-model", false);
     let first = chat(&fg, "cal", &body).await;
-    let estimate: f64 = first.headers["x-foldgate-tokens-out"].to_str().unwrap().parse().unwrap();
-    llm.state.usage_prompt_tokens.store((estimate * 1.2).round() as u32, Ordering::Relaxed);
+    let estimate: f64 = first.headers["x-foldgate-tokens-out"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    llm.state
+        .usage_prompt_tokens
+        .store((estimate * 1.2).round() as u32, Ordering::Relaxed);
     let mut last = 0.0;
     for _ in 0..15 {
         let reply = chat(&fg, "cal", &body).await;
-        last = reply.headers["x-foldgate-tokens-in"].to_str().unwrap().parse().unwrap();
+        last = reply.headers["x-foldgate-tokens-in"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
     }
     let ratio = last / estimate;
-    assert!((ratio - 1.2).abs() < 0.03, "calibrated estimate {last} vs first {estimate}: ratio {ratio}");
+    assert!(
+        (ratio - 1.2).abs() < 0.03,
+        "calibrated estimate {last} vs first {estimate}: ratio {ratio}"
+    );
 }

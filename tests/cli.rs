@@ -13,7 +13,10 @@ fn help_and_version() {
     let help = foldgate().arg("--help").output().unwrap();
     assert!(help.status.success());
     let text = String::from_utf8_lossy(&help.stdout);
-    assert!(text.contains("serve") && text.contains("check-config"), "{text}");
+    assert!(
+        text.contains("serve") && text.contains("check-config"),
+        "{text}"
+    );
     let version = foldgate().arg("--version").output().unwrap();
     assert!(String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")));
 }
@@ -31,9 +34,16 @@ fn check_config_masks_secrets_and_applies_env() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!stdout.contains("sk-top-secret"), "{stdout}");
-    assert!(stdout.contains("127.0.0.1:9999") && stdout.contains("0.65"), "{stdout}");
+    assert!(
+        stdout.contains("127.0.0.1:9999") && stdout.contains("0.65"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -41,17 +51,31 @@ fn check_config_rejects_unknown_keys_naming_key_and_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("typo.toml");
     std::fs::write(&path, "[policy]\npreserve_recnt = 4\n").unwrap();
-    let out = foldgate().args(["check-config", "--config"]).arg(&path).output().unwrap();
+    let out = foldgate()
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("preserve_recnt") && err.contains("typo.toml"), "{err}");
+    assert!(
+        err.contains("preserve_recnt") && err.contains("typo.toml"),
+        "{err}"
+    );
 }
 
 #[test]
 fn the_repository_config_is_valid() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml");
-    let out = foldgate().args(["check-config", "--config", path]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = foldgate()
+        .args(["check-config", "--config", path])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -65,11 +89,23 @@ fn estimate_reads_a_request_on_stdin() {
         .spawn()
         .unwrap();
     let body = r#"{"model":"x","max_tokens":500,"messages":[{"role":"user","content":"Hello there, how are you?"}]}"#;
-    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("o200k_base") && text.contains("128000") && text.contains("500"), "{text}");
-    let bad = foldgate().args(["estimate"]).stdin(std::process::Stdio::null()).output().unwrap();
+    assert!(
+        text.contains("o200k_base") && text.contains("128000") && text.contains("500"),
+        "{text}"
+    );
+    let bad = foldgate()
+        .args(["estimate"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
     assert!(!bad.status.success());
 }

@@ -42,8 +42,15 @@ async fn openai_python_client_through_a_folding_conversation() {
         let sent = entry["sent"].as_array().unwrap();
         let view = upstream["messages"].as_array().unwrap();
         llm::assert_view_covers(sent, view);
-        assert_eq!(upstream["stream"].as_bool().unwrap_or(false), i % 2 == 1, "request {i}");
-        assert!(entry["tokens_out"].as_u64().unwrap() + 100 <= 3000, "request {i} overflows");
+        assert_eq!(
+            upstream["stream"].as_bool().unwrap_or(false),
+            i % 2 == 1,
+            "request {i}"
+        );
+        assert!(
+            entry["tokens_out"].as_u64().unwrap() + 100 <= 3000,
+            "request {i} overflows"
+        );
     }
     // Default (background) mode: folds happen off the request path, so the
     // client sees summaries reused, never a request waiting on a new one.
@@ -58,10 +65,24 @@ async fn openai_python_client_through_a_folding_conversation() {
 #[tokio::test]
 async fn curl_streams_through_foldgate_with_fold_headers() {
     let llm = Llm::start().await;
-    let fg = Foldgate::start(&format!("[providers.mock]\nbase_url = \"{}/v1\"\n", llm.url())).await;
+    let fg = Foldgate::start(&format!(
+        "[providers.mock]\nbase_url = \"{}/v1\"\n",
+        llm.url()
+    ))
+    .await;
     let body = r#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"[m1] hello"}]}"#;
     let output = tokio::process::Command::new("curl")
-        .args(["-sS", "-N", "-i", "-H", "content-type: application/json", "-H", "authorization: Bearer sk-curl", "-d", body])
+        .args([
+            "-sS",
+            "-N",
+            "-i",
+            "-H",
+            "content-type: application/json",
+            "-H",
+            "authorization: Bearer sk-curl",
+            "-d",
+            body,
+        ])
         .arg(format!("{}/v1/chat/completions", fg.url))
         .output()
         .await
@@ -69,9 +90,20 @@ async fn curl_streams_through_foldgate_with_fold_headers() {
     let text = String::from_utf8_lossy(&output.stdout).to_string();
     assert!(output.status.success(), "{text}");
     let lower = text.to_lowercase();
-    assert!(lower.contains("x-foldgate-fold: none") && lower.contains("content-type: text/event-stream"), "{text}");
+    assert!(
+        lower.contains("x-foldgate-fold: none")
+            && lower.contains("content-type: text/event-stream"),
+        "{text}"
+    );
     assert_eq!(text.matches("data: {").count(), 3, "{text}");
     assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
-    assert_eq!(llm.mock.received()[0].body, body.as_bytes(), "forwarded byte for byte");
-    assert_eq!(llm.mock.received()[0].header("authorization"), Some("Bearer sk-curl"));
+    assert_eq!(
+        llm.mock.received()[0].body,
+        body.as_bytes(),
+        "forwarded byte for byte"
+    );
+    assert_eq!(
+        llm.mock.received()[0].header("authorization"),
+        Some("Bearer sk-curl")
+    );
 }

@@ -13,7 +13,13 @@ use std::time::Duration;
 async fn get_with_query_passes_through() {
     let upstream = Mock::echo().await;
     let fg = Foldgate::start(&config_for(&upstream.url, "")).await;
-    let reply = send(Method::GET, &format!("{}/v1/models?limit=3&after=x%20y", fg.url), &[("x-custom", "kept")], "").await;
+    let reply = send(
+        Method::GET,
+        &format!("{}/v1/models?limit=3&after=x%20y", fg.url),
+        &[("x-custom", "kept")],
+        "",
+    )
+    .await;
     assert_eq!(reply.status, 200);
     let got = &upstream.received()[0];
     assert_eq!(got.uri, "/v1/models?limit=3&after=x%20y");
@@ -45,7 +51,9 @@ async fn json_post_is_byte_exact() {
 async fn binary_and_multipart_bodies_are_byte_exact() {
     let upstream = Mock::echo().await;
     let fg = Foldgate::start(&config_for(&upstream.url, "")).await;
-    let binary: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let binary: Vec<u8> = (0..200_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     let reply = send(
         Method::PUT,
         &format!("{}/v1/files/raw", fg.url),
@@ -66,26 +74,46 @@ async fn binary_and_multipart_bodies_are_byte_exact() {
     assert_eq!(got[0].body.as_ref(), binary.as_slice());
     assert_eq!(got[0].method, Method::PUT);
     assert_eq!(got[1].body.as_ref(), multipart.as_slice());
-    assert_eq!(got[1].header("content-type"), Some("multipart/form-data; boundary=XyZ"));
+    assert_eq!(
+        got[1].header("content-type"),
+        Some("multipart/form-data; boundary=XyZ")
+    );
 }
 
 #[tokio::test]
 async fn unknown_routes_and_paths_without_v1_are_forwarded() {
     let upstream = Mock::echo().await;
     let fg = Foldgate::start(&config_for(&upstream.url, "")).await;
-    send(Method::DELETE, &format!("{}/v1/some/new/route?q=1", fg.url), &[], "").await;
+    send(
+        Method::DELETE,
+        &format!("{}/v1/some/new/route?q=1", fg.url),
+        &[],
+        "",
+    )
+    .await;
     send(Method::GET, &format!("{}/models", fg.url), &[], "").await;
     let got = upstream.received();
-    assert_eq!((got[0].method.as_str(), got[0].uri.as_str()), ("DELETE", "/v1/some/new/route?q=1"));
+    assert_eq!(
+        (got[0].method.as_str(), got[0].uri.as_str()),
+        ("DELETE", "/v1/some/new/route?q=1")
+    );
     assert_eq!(got[1].uri, "/v1/models");
 }
 
 #[tokio::test]
 async fn upstream_errors_pass_through_unchanged() {
     let upstream = Mock::start(|r: Recorded| async move {
-        let status = if r.uri.contains("missing") { StatusCode::NOT_FOUND } else { StatusCode::SERVICE_UNAVAILABLE };
-        let mut resp = mock::json(status, &serde_json::json!({"error": {"message": "from upstream", "code": "x"}}));
-        resp.headers_mut().insert("retry-after", "7".parse().unwrap());
+        let status = if r.uri.contains("missing") {
+            StatusCode::NOT_FOUND
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        let mut resp = mock::json(
+            status,
+            &serde_json::json!({"error": {"message": "from upstream", "code": "x"}}),
+        );
+        resp.headers_mut()
+            .insert("retry-after", "7".parse().unwrap());
         resp
     })
     .await;
@@ -108,11 +136,15 @@ async fn sse_chunks_arrive_while_upstream_holds_the_rest() {
         async move {
             let (tx, resp) = mock::stream("text/event-stream");
             tokio::spawn(async move {
-                tx.send(Bytes::from_static(b"data: {\"n\":1}\n\n")).await.unwrap();
+                tx.send(Bytes::from_static(b"data: {\"n\":1}\n\n"))
+                    .await
+                    .unwrap();
                 if let Some(rx) = release {
                     let _ = rx.await;
                 }
-                tx.send(Bytes::from_static(b"data: {\"n\":2}\n\ndata: [DONE]\n\n")).await.unwrap();
+                tx.send(Bytes::from_static(b"data: {\"n\":2}\n\ndata: [DONE]\n\n"))
+                    .await
+                    .unwrap();
             });
             resp
         }
@@ -121,7 +153,9 @@ async fn sse_chunks_arrive_while_upstream_holds_the_rest() {
     let fg = Foldgate::start(&config_for(&upstream.url, "")).await;
     let req = Request::post(format!("{}/v1/chat/completions", fg.url))
         .header("content-type", "application/json")
-        .body(foldgate::body::full(r#"{"model":"m","messages":[],"stream":true}"#))
+        .body(foldgate::body::full(
+            r#"{"model":"m","messages":[],"stream":true}"#,
+        ))
         .unwrap();
     let resp = common::client().request(req).await.unwrap();
     assert_eq!(resp.headers()["x-accel-buffering"], "no");
@@ -131,10 +165,16 @@ async fn sse_chunks_arrive_while_upstream_holds_the_rest() {
         .expect("first chunk must arrive while the upstream holds the rest")
         .unwrap()
         .unwrap();
-    assert_eq!(first.into_data().unwrap(), Bytes::from_static(b"data: {\"n\":1}\n\n"));
+    assert_eq!(
+        first.into_data().unwrap(),
+        Bytes::from_static(b"data: {\"n\":1}\n\n")
+    );
     release_tx.send(()).unwrap();
     let rest = body.collect().await.unwrap().to_bytes();
-    assert_eq!(rest, Bytes::from_static(b"data: {\"n\":2}\n\ndata: [DONE]\n\n"));
+    assert_eq!(
+        rest,
+        Bytes::from_static(b"data: {\"n\":2}\n\ndata: [DONE]\n\n")
+    );
 }
 
 #[tokio::test]
@@ -161,17 +201,29 @@ async fn upstream_dropping_the_connection_is_502() {
         }
     });
     let fg = Foldgate::start(&config_for(&format!("http://{addr}"), "")).await;
-    let reply = common::post_json(&format!("{}/v1/chat/completions", fg.url), &[], &serde_json::json!({"model":"m","messages":[]})).await;
+    let reply = common::post_json(
+        &format!("{}/v1/chat/completions", fg.url),
+        &[],
+        &serde_json::json!({"model":"m","messages":[]}),
+    )
+    .await;
     reply.assert_envelope(502, "upstream_unreachable");
 }
 
 #[tokio::test]
 async fn slow_upstream_is_504() {
     let upstream = Mock::start(|_r: Recorded| {
-        mock::delayed(Duration::from_secs(5), mock::json(StatusCode::OK, &serde_json::json!({})))
+        mock::delayed(
+            Duration::from_secs(5),
+            mock::json(StatusCode::OK, &serde_json::json!({})),
+        )
     })
     .await;
-    let fg = Foldgate::start(&config_for(&upstream.url, "[server]\nupstream_timeout = \"300ms\"\n")).await;
+    let fg = Foldgate::start(&config_for(
+        &upstream.url,
+        "[server]\nupstream_timeout = \"300ms\"\n",
+    ))
+    .await;
     let started = std::time::Instant::now();
     let reply = send(Method::GET, &format!("{}/v1/models", fg.url), &[], "").await;
     reply.assert_envelope(504, "upstream_timeout");
@@ -181,9 +233,19 @@ async fn slow_upstream_is_504() {
 #[tokio::test]
 async fn bodies_over_the_limit_are_413() {
     let upstream = Mock::echo().await;
-    let fg = Foldgate::start(&config_for(&upstream.url, "[server]\nmax_body_bytes = 1000\n")).await;
+    let fg = Foldgate::start(&config_for(
+        &upstream.url,
+        "[server]\nmax_body_bytes = 1000\n",
+    ))
+    .await;
     let big = format!("{{\"model\":\"m\",\"input\":\"{}\"}}", "x".repeat(2000));
-    let reply = send(Method::POST, &format!("{}/v1/embeddings", fg.url), &[("content-type", "application/json")], big).await;
+    let reply = send(
+        Method::POST,
+        &format!("{}/v1/embeddings", fg.url),
+        &[("content-type", "application/json")],
+        big,
+    )
+    .await;
     reply.assert_envelope(413, "request_too_large");
 
     // A chunked upload without Content-Length is cut off by the stream limit.
@@ -203,7 +265,13 @@ async fn bodies_over_the_limit_are_413() {
     assert_eq!(resp.status(), 413);
 
     // At the limit is fine.
-    let ok = send(Method::POST, &format!("{}/v1/files", fg.url), &[], vec![b'a'; 1000]).await;
+    let ok = send(
+        Method::POST,
+        &format!("{}/v1/files", fg.url),
+        &[],
+        vec![b'a'; 1000],
+    )
+    .await;
     assert_eq!(ok.status, 200);
     assert_eq!(upstream.received().last().unwrap().body.len(), 1000);
 }
@@ -225,10 +293,23 @@ async fn routes_by_model_glob_to_two_providers() {
     }
     // Non-JSON requests go to the default provider.
     send(Method::GET, &format!("{}/v1/models", fg.url), &[], "").await;
-    let models = |m: &Mock| m.received().iter().map(|r| r.json().get("model").cloned()).collect::<Vec<_>>();
+    let models = |m: &Mock| {
+        m.received()
+            .iter()
+            .map(|r| r.json().get("model").cloned())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(local.received().len(), 2);
-    assert_eq!(models(&local), vec![Some("llama3.1:8b".into()), Some("qwen3-32b".into())]);
-    assert!(local.received().iter().all(|r| r.uri == "/api/v1/embeddings"));
+    assert_eq!(
+        models(&local),
+        vec![Some("llama3.1:8b".into()), Some("qwen3-32b".into())]
+    );
+    assert!(
+        local
+            .received()
+            .iter()
+            .all(|r| r.uri == "/api/v1/embeddings")
+    );
     assert_eq!(openai.received().len(), 3);
     assert_eq!(openai.received()[2].uri, "/v1/models");
 }
@@ -236,25 +317,65 @@ async fn routes_by_model_glob_to_two_providers() {
 #[tokio::test]
 async fn api_keys_guard_the_proxy_but_not_health() {
     let upstream = Mock::echo().await;
-    let fg = Foldgate::start(&config_for(&upstream.url, "[server]\napi_keys = [\"fg-key-1\", \"fg-key-2\"]\n")).await;
+    let fg = Foldgate::start(&config_for(
+        &upstream.url,
+        "[server]\napi_keys = [\"fg-key-1\", \"fg-key-2\"]\n",
+    ))
+    .await;
     let url = format!("{}/v1/models", fg.url);
-    send(Method::GET, &url, &[], "").await.assert_envelope(401, "invalid_api_key");
-    send(Method::GET, &url, &[("authorization", "Bearer nope")], "").await.assert_envelope(401, "invalid_api_key");
-    assert_eq!(send(Method::GET, &url, &[("authorization", "Bearer fg-key-2")], "").await.status, 200);
-    assert_eq!(send(Method::GET, &url, &[("x-api-key", "fg-key-1")], "").await.status, 200);
-    assert_eq!(send(Method::GET, &format!("{}/foldgate/health", fg.url), &[], "").await.status, 200);
+    send(Method::GET, &url, &[], "")
+        .await
+        .assert_envelope(401, "invalid_api_key");
+    send(Method::GET, &url, &[("authorization", "Bearer nope")], "")
+        .await
+        .assert_envelope(401, "invalid_api_key");
+    assert_eq!(
+        send(
+            Method::GET,
+            &url,
+            &[("authorization", "Bearer fg-key-2")],
+            ""
+        )
+        .await
+        .status,
+        200
+    );
+    assert_eq!(
+        send(Method::GET, &url, &[("x-api-key", "fg-key-1")], "")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        send(Method::GET, &format!("{}/foldgate/health", fg.url), &[], "")
+            .await
+            .status,
+        200
+    );
     // foldgate's own key is not the upstream's credential.
     let got = upstream.received();
     assert_eq!(got.len(), 2);
-    assert!(got.iter().all(|r| r.header("authorization").is_none() && r.header("x-api-key").is_none()));
+    assert!(
+        got.iter()
+            .all(|r| r.header("authorization").is_none() && r.header("x-api-key").is_none())
+    );
 }
 
 #[tokio::test]
 async fn client_authorization_passes_through_by_default() {
     let upstream = Mock::echo().await;
     let fg = Foldgate::start(&config_for(&upstream.url, "")).await;
-    send(Method::GET, &format!("{}/v1/models", fg.url), &[("authorization", "Bearer sk-client")], "").await;
-    assert_eq!(upstream.received()[0].header("authorization"), Some("Bearer sk-client"));
+    send(
+        Method::GET,
+        &format!("{}/v1/models", fg.url),
+        &[("authorization", "Bearer sk-client")],
+        "",
+    )
+    .await;
+    assert_eq!(
+        upstream.received()[0].header("authorization"),
+        Some("Bearer sk-client")
+    );
 }
 
 #[tokio::test]
@@ -267,8 +388,17 @@ async fn provider_key_replaces_client_authorization() {
         upstream.url
     ))
     .await;
-    send(Method::GET, &format!("{}/v1/models", fg.url), &[("authorization", "Bearer sk-client")], "").await;
-    assert_eq!(upstream.received()[0].header("authorization"), Some("Bearer sk-provider-secret"));
+    send(
+        Method::GET,
+        &format!("{}/v1/models", fg.url),
+        &[("authorization", "Bearer sk-client")],
+        "",
+    )
+    .await;
+    assert_eq!(
+        upstream.received()[0].header("authorization"),
+        Some("Bearer sk-provider-secret")
+    );
 }
 
 #[tokio::test]
@@ -278,7 +408,9 @@ async fn health_and_unknown_admin_routes() {
     let health = send(Method::GET, &format!("{}/foldgate/health", fg.url), &[], "").await;
     assert_eq!(health.status, 200);
     assert_eq!(health.json()["status"], "ok");
-    send(Method::GET, &format!("{}/foldgate/nope", fg.url), &[], "").await.assert_envelope(404, "not_found");
+    send(Method::GET, &format!("{}/foldgate/nope", fg.url), &[], "")
+        .await
+        .assert_envelope(404, "not_found");
     assert!(upstream.received().is_empty());
 }
 
@@ -291,18 +423,28 @@ async fn graceful_shutdown_finishes_an_in_flight_stream() {
         async move {
             let (tx, resp) = mock::stream("text/event-stream");
             tokio::spawn(async move {
-                tx.send(Bytes::from_static(b"data: first\n\n")).await.unwrap();
+                tx.send(Bytes::from_static(b"data: first\n\n"))
+                    .await
+                    .unwrap();
                 if let Some(rx) = release {
                     let _ = rx.await;
                 }
-                tx.send(Bytes::from_static(b"data: last\n\n")).await.unwrap();
+                tx.send(Bytes::from_static(b"data: last\n\n"))
+                    .await
+                    .unwrap();
             });
             resp
         }
     })
     .await;
-    let mut fg = Foldgate::start(&config_for(&upstream.url, "[server]\nshutdown_timeout = \"10s\"\n")).await;
-    let req = Request::get(format!("{}/v1/stream", fg.url)).body(foldgate::body::empty()).unwrap();
+    let mut fg = Foldgate::start(&config_for(
+        &upstream.url,
+        "[server]\nshutdown_timeout = \"10s\"\n",
+    ))
+    .await;
+    let req = Request::get(format!("{}/v1/stream", fg.url))
+        .body(foldgate::body::empty())
+        .unwrap();
     let mut body = common::client().request(req).await.unwrap().into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert_eq!(first, Bytes::from_static(b"data: first\n\n"));

@@ -19,8 +19,13 @@ struct SelfSigned {
 
 impl SelfSigned {
     fn new() -> Self {
-        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
-        let s = Self { dir: tempfile::tempdir().unwrap(), cert_pem: cert.cert.pem(), key_pem: cert.signing_key.serialize_pem() };
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
+            .unwrap();
+        let s = Self {
+            dir: tempfile::tempdir().unwrap(),
+            cert_pem: cert.cert.pem(),
+            key_pem: cert.signing_key.serialize_pem(),
+        };
         std::fs::write(s.cert_path(), &s.cert_pem).unwrap();
         std::fs::write(s.key_path(), &s.key_pem).unwrap();
         s
@@ -34,23 +39,29 @@ impl SelfSigned {
     fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
         let certs = vec![CertificateDer::from_pem_slice(self.cert_pem.as_bytes()).unwrap()];
         let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes()).unwrap();
-        let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .unwrap();
+        let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
         cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         tokio_rustls::TlsAcceptor::from(Arc::new(cfg))
     }
     fn client_config(&self) -> rustls::ClientConfig {
         let mut roots = rustls::RootCertStore::empty();
-        roots.add(CertificateDer::from_pem_slice(self.cert_pem.as_bytes()).unwrap()).unwrap();
-        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth()
+        roots
+            .add(CertificateDer::from_pem_slice(self.cert_pem.as_bytes()).unwrap())
+            .unwrap();
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
     }
 }
 
@@ -60,7 +71,11 @@ async fn terminates_tls_with_http1_and_h2() {
     let cert = SelfSigned::new();
     let fg = Foldgate::start(&common::config_for(
         &upstream.url,
-        &format!("[server]\ntls_cert = {:?}\ntls_key = {:?}\n", cert.cert_path(), cert.key_path()),
+        &format!(
+            "[server]\ntls_cert = {:?}\ntls_key = {:?}\n",
+            cert.cert_path(),
+            cert.key_path()
+        ),
     ))
     .await;
     assert!(fg.url.starts_with("https://"));
@@ -70,17 +85,28 @@ async fn terminates_tls_with_http1_and_h2() {
         .enable_http1()
         .enable_http2()
         .build();
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build(connector);
     let url = format!("https://localhost:{}/v1/models", fg.addr.port());
-    let resp = client.request(Request::get(&url).body(foldgate::body::empty()).unwrap()).await.unwrap();
+    let resp = client
+        .request(Request::get(&url).body(foldgate::body::empty()).unwrap())
+        .await
+        .unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(resp.version(), http::Version::HTTP_2, "ALPN should pick h2");
     let body = resp.into_body().collect().await.unwrap().to_bytes();
-    assert_eq!(serde_json::from_slice::<serde_json::Value>(&body).unwrap()["uri"], "/v1/models");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap()["uri"],
+        "/v1/models"
+    );
 
     // A plain-HTTP request to the TLS port fails rather than leaking data.
     let plain = common::client()
-        .request(Request::get(format!("http://{}/v1/models", fg.addr)).body(foldgate::body::empty()).unwrap())
+        .request(
+            Request::get(format!("http://{}/v1/models", fg.addr))
+                .body(foldgate::body::empty())
+                .unwrap(),
+        )
         .await;
     assert!(plain.is_err() || plain.unwrap().status() != StatusCode::OK);
 }
@@ -89,7 +115,10 @@ async fn terminates_tls_with_http1_and_h2() {
 async fn https_upstream_trusted_through_ca_file() {
     let cert = SelfSigned::new();
     let upstream = Mock::start_with_tls(Some(cert.acceptor()), |r: Recorded| async move {
-        mock::json(StatusCode::OK, &serde_json::json!({"uri": r.uri, "version": format!("{:?}", r.version)}))
+        mock::json(
+            StatusCode::OK,
+            &serde_json::json!({"uri": r.uri, "version": format!("{:?}", r.version)}),
+        )
     })
     .await;
     let base = format!("https://localhost:{}", upstream.addr.port());
@@ -99,12 +128,28 @@ async fn https_upstream_trusted_through_ca_file() {
     ))
     .await;
     let reply = common::send(http::Method::GET, &format!("{}/v1/models", fg.url), &[], "").await;
-    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
     assert_eq!(reply.json()["uri"], "/v1/models");
-    assert_eq!(reply.json()["version"], "HTTP/2.0", "ALPN should negotiate h2 with the upstream");
+    assert_eq!(
+        reply.json()["version"],
+        "HTTP/2.0",
+        "ALPN should negotiate h2 with the upstream"
+    );
 
     // Without the CA the same upstream is untrusted: 502, not a silent pass.
-    let untrusted = Foldgate::start(&format!("[providers.private]\nbase_url = \"{base}/v1\"\n")).await;
-    let reply = common::send(http::Method::GET, &format!("{}/v1/models", untrusted.url), &[], "").await;
+    let untrusted =
+        Foldgate::start(&format!("[providers.private]\nbase_url = \"{base}/v1\"\n")).await;
+    let reply = common::send(
+        http::Method::GET,
+        &format!("{}/v1/models", untrusted.url),
+        &[],
+        "",
+    )
+    .await;
     reply.assert_envelope(502, "upstream_unreachable");
 }

@@ -23,7 +23,9 @@ pub struct Background {
 
 impl std::fmt::Debug for Background {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Background").field("running", &self.running.load(Ordering::Relaxed)).finish()
+        f.debug_struct("Background")
+            .field("running", &self.running.load(Ordering::Relaxed))
+            .finish()
     }
 }
 
@@ -82,7 +84,9 @@ impl Turn {
     /// Starts a background fold of this request's history (or marks one
     /// pending when a fold of the conversation already runs).
     pub(super) fn start_background(&self) {
-        let Some(key) = self.data.key.clone() else { return };
+        let Some(key) = self.data.key.clone() else {
+            return;
+        };
         let background = &self.app.chat.background;
         if !background.claim(&key, self) {
             return;

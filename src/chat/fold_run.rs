@@ -38,22 +38,29 @@ impl Turn {
     pub(super) async fn fold_inline(&self, wait: Option<Duration>) -> Result<Prepared, ApiError> {
         let turn = self.clone();
         let task = tokio::spawn(async move { turn.fold_locked(Started::Inline, wait).await });
-        task.await.map_err(|e| ApiError::Internal(format!("fold task failed: {e}")))?
+        task.await
+            .map_err(|e| ApiError::Internal(format!("fold task failed: {e}")))?
     }
 
     /// Takes the conversation's fold lock, plans again (a fold that
     /// finished meanwhile usually makes this one unnecessary) and folds.
-    pub(super) async fn fold_locked(&self, started: Started, wait: Option<Duration>) -> Result<Prepared, ApiError> {
+    pub(super) async fn fold_locked(
+        &self,
+        started: Started,
+        wait: Option<Duration>,
+    ) -> Result<Prepared, ApiError> {
         let _guard = match (&self.data.key, wait) {
             (None, _) => None,
             (Some(key), None) => Some(self.app.chat.store.lock(key).await),
-            (Some(key), Some(limit)) => match tokio::time::timeout(limit, self.app.chat.store.lock(key)).await {
-                Ok(guard) => Some(guard),
-                Err(_) => {
-                    tracing::warn!(conversation = %key, ?limit, "running fold did not finish in time; folding inline");
-                    None
+            (Some(key), Some(limit)) => {
+                match tokio::time::timeout(limit, self.app.chat.store.lock(key)).await {
+                    Ok(guard) => Some(guard),
+                    Err(_) => {
+                        tracing::warn!(conversation = %key, ?limit, "running fold did not finish in time; folding inline");
+                        None
+                    }
                 }
-            },
+            }
         };
         let policy = match started {
             Started::Inline => self.data.policy.clone(),
@@ -68,15 +75,28 @@ impl Turn {
     }
 
     /// Summarizes the plan's messages and stores the new state.
-    async fn run_fold(&self, plan: FoldPlan, chain: Option<Arc<FoldChain>>, started: Started) -> Result<Prepared, ApiError> {
+    async fn run_fold(
+        &self,
+        plan: FoldPlan,
+        chain: Option<Arc<FoldChain>>,
+        started: Started,
+    ) -> Result<Prepared, ApiError> {
         let chat = &self.app.chat;
         let messages = &self.data.messages;
         let to_fold = plan.to_fold(messages);
         let raw = |m: &Value| chat.tokens.message_tokens(&self.data.model, m);
         let current = plan.base.as_ref().map(|b| &b.summary);
         let credentials = &self.data.credentials;
-        let result = chat.summarizer.summarize(&self.targets(), credentials, current, &to_fold, &raw).await;
-        let conversation = self.data.key.as_ref().map(ToString::to_string).unwrap_or_else(|| "-".into());
+        let result = chat
+            .summarizer
+            .summarize(&self.targets(), credentials, current, &to_fold, &raw)
+            .await;
+        let conversation = self
+            .data
+            .key
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_else(|| "-".into());
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(e) => {
@@ -89,9 +109,10 @@ impl Turn {
                     OnFailure::Error => Err(ApiError::Unavailable(format!(
                         "the conversation needs a fold and the summarizer failed: {e}"
                     ))),
-                    OnFailure::Passthrough => {
-                        self.reuse(plan.base.as_ref(), Some("summarizer failed; forwarded without a new fold"))
-                    }
+                    OnFailure::Passthrough => self.reuse(
+                        plan.base.as_ref(),
+                        Some("summarizer failed; forwarded without a new fold"),
+                    ),
                 };
             }
         };
@@ -115,9 +136,12 @@ impl Turn {
 
     fn count_outcome(&self, outcome: &Outcome, reason: Reason) {
         let m = &self.app.chat.metrics;
-        m.summarizer_calls.fetch_add(u64::from(outcome.calls), Ordering::Relaxed);
-        m.summarizer_tokens.fetch_add(outcome.tokens, Ordering::Relaxed);
-        m.summarizer_ms.fetch_add(outcome.latency.as_millis() as u64, Ordering::Relaxed);
+        m.summarizer_calls
+            .fetch_add(u64::from(outcome.calls), Ordering::Relaxed);
+        m.summarizer_tokens
+            .fetch_add(outcome.tokens, Ordering::Relaxed);
+        m.summarizer_ms
+            .fetch_add(outcome.latency.as_millis() as u64, Ordering::Relaxed);
         let index = match reason {
             Reason::Emergency => 0,
             Reason::Token => 1,
@@ -130,7 +154,10 @@ impl Turn {
     /// The summarizer models to try, in order.
     fn targets(&self) -> Vec<Target> {
         let cfg = &self.app.config.summarizer;
-        let provider = self.app.upstreams.by_name(cfg.provider.as_deref().unwrap_or(&self.data.provider));
+        let provider = self
+            .app
+            .upstreams
+            .by_name(cfg.provider.as_deref().unwrap_or(&self.data.provider));
         let first = cfg.model.as_deref().unwrap_or(&self.data.model);
         std::iter::once(first)
             .chain(cfg.fallback_models.iter().map(String::as_str))
@@ -139,14 +166,17 @@ impl Turn {
                 Target {
                     provider: provider.clone(),
                     model: model.to_string(),
-                    input_budget: window.saturating_sub(cfg.max_summary_tokens + SUMMARIZER_PROMPT_TOKENS).max(256),
+                    input_budget: window
+                        .saturating_sub(cfg.max_summary_tokens + SUMMARIZER_PROMPT_TOKENS)
+                        .max(256),
                 }
             })
             .collect()
     }
 }
 
-
 fn now_unix() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

@@ -23,19 +23,32 @@ pub fn tenant(headers: &HeaderMap) -> String {
 
 /// The conversation key, or `None` when the request has no header and the
 /// fallback is `none` (fold without caching).
-pub fn conversation_key(headers: &HeaderMap, messages: &[Value], config: &ConversationConfig) -> Option<ConvKey> {
+pub fn conversation_key(
+    headers: &HeaderMap,
+    messages: &[Value],
+    config: &ConversationConfig,
+) -> Option<ConvKey> {
     let from_header = headers
         .get(config.header.as_str())
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|v| !v.is_empty())
-        .map(|v| if v.len() > MAX_ID_LEN { format!("h-{}", hex(&Sha256::digest(v.as_bytes())[..16])) } else { v.to_string() });
+        .map(|v| {
+            if v.len() > MAX_ID_LEN {
+                format!("h-{}", hex(&Sha256::digest(v.as_bytes())[..16]))
+            } else {
+                v.to_string()
+            }
+        });
     let conversation = match (from_header, config.fallback) {
         (Some(id), _) => id,
         (None, Fallback::Fingerprint) => fingerprint(messages)?,
         (None, Fallback::None) => return None,
     };
-    Some(ConvKey { tenant: tenant(headers), conversation })
+    Some(ConvKey {
+        tenant: tenant(headers),
+        conversation,
+    })
 }
 
 /// A hash of the pinned head and the first user message: stable across the
@@ -43,7 +56,9 @@ pub fn conversation_key(headers: &HeaderMap, messages: &[Value], config: &Conver
 /// in either. `None` when there is no user message to anchor on.
 pub fn fingerprint(messages: &[Value]) -> Option<String> {
     let p = pinned_len(messages);
-    let first_user = messages[p..].iter().find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
+    let first_user = messages[p..]
+        .iter()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
     let mut hasher = Sha256::new();
     for m in messages[..p].iter().chain([first_user]) {
         let bytes = serde_json::to_vec(m).unwrap_or_default();
@@ -63,7 +78,10 @@ mod tests {
     use serde_json::json;
 
     fn cfg(fallback: Fallback) -> ConversationConfig {
-        ConversationConfig { header: "x-conversation-id".into(), fallback }
+        ConversationConfig {
+            header: "x-conversation-id".into(),
+            fallback,
+        }
     }
 
     #[test]
@@ -75,7 +93,10 @@ mod tests {
         let a = conversation_key(&h, &msgs, &cfg(Fallback::Fingerprint)).unwrap();
         h.insert("authorization", "Bearer sk-b".parse().unwrap());
         let b = conversation_key(&h, &msgs, &cfg(Fallback::Fingerprint)).unwrap();
-        assert_eq!((a.conversation.as_str(), b.conversation.as_str()), ("c1", "c1"));
+        assert_eq!(
+            (a.conversation.as_str(), b.conversation.as_str()),
+            ("c1", "c1")
+        );
         assert_ne!(a.tenant, b.tenant);
         assert!(!a.tenant.contains("sk-a"));
     }
@@ -83,13 +104,22 @@ mod tests {
     #[test]
     fn fingerprint_is_stable_across_turns_and_none_opts_out() {
         let h = HeaderMap::new();
-        let mut msgs = vec![json!({"role":"system","content":"s"}), json!({"role":"user","content":"task"})];
+        let mut msgs = vec![
+            json!({"role":"system","content":"s"}),
+            json!({"role":"user","content":"task"}),
+        ];
         let first = conversation_key(&h, &msgs, &cfg(Fallback::Fingerprint)).unwrap();
         msgs.push(json!({"role":"assistant","content":"ok"}));
         msgs.push(json!({"role":"user","content":"more"}));
-        assert_eq!(conversation_key(&h, &msgs, &cfg(Fallback::Fingerprint)).unwrap(), first);
+        assert_eq!(
+            conversation_key(&h, &msgs, &cfg(Fallback::Fingerprint)).unwrap(),
+            first
+        );
         msgs[1] = json!({"role":"user","content":"other task"});
-        assert_ne!(conversation_key(&h, &msgs, &cfg(Fallback::Fingerprint)).unwrap(), first);
+        assert_ne!(
+            conversation_key(&h, &msgs, &cfg(Fallback::Fingerprint)).unwrap(),
+            first
+        );
         assert!(conversation_key(&h, &msgs, &cfg(Fallback::None)).is_none());
     }
 }

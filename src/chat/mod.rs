@@ -54,7 +54,9 @@ pub struct Chat {
 
 impl std::fmt::Debug for Chat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Chat").field("store", &self.store).finish_non_exhaustive()
+        f.debug_struct("Chat")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
     }
 }
 
@@ -64,9 +66,17 @@ pub fn is_chat(method: &Method, path: &str) -> bool {
 }
 
 /// Handles one chat completion whose body has been read.
-pub async fn handle(app: &Arc<App>, parts: Parts, bytes: Bytes) -> Result<Response<Body>, ApiError> {
+pub async fn handle(
+    app: &Arc<App>,
+    parts: Parts,
+    bytes: Bytes,
+) -> Result<Response<Body>, ApiError> {
     let mut request = parse(&bytes)?;
-    let model = request.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     Metrics::inc(&app.chat.metrics.chat_requests);
     let estimate = app.chat.tokens.estimate(&model, &request);
     let messages = match request.get_mut("messages").map(Value::take) {
@@ -74,7 +84,15 @@ pub async fn handle(app: &Arc<App>, parts: Parts, bytes: Bytes) -> Result<Respon
         _ => Vec::new(),
     };
     let provider = app.upstreams.route(Some(&model));
-    let mut turn = Turn::new(app.clone(), &model, &provider.name, &parts.headers, &request, messages, estimate);
+    let mut turn = Turn::new(
+        app.clone(),
+        &model,
+        &provider.name,
+        &parts.headers,
+        &request,
+        messages,
+        estimate,
+    );
     let mut prepared = turn.prepare().await?;
     let mut retried = false;
     loop {
@@ -82,14 +100,19 @@ pub async fn handle(app: &Arc<App>, parts: Parts, bytes: Bytes) -> Result<Respon
             None => bytes.clone(),
             Some(view) => {
                 request.insert("messages".into(), Value::Array(view.clone()));
-                Bytes::from(serde_json::to_vec(&request).map_err(|e| ApiError::Internal(e.to_string()))?)
+                Bytes::from(
+                    serde_json::to_vec(&request).map_err(|e| ApiError::Internal(e.to_string()))?,
+                )
             }
         };
         let mut req = Request::from_parts(parts.clone(), body::full(body.clone()));
-        req.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        req.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         let started = Instant::now();
         let drop_auth = !app.config.server.api_keys.is_empty();
-        let response = provider.send(req, app.config.server.upstream_timeout, drop_auth).await?;
+        let response = provider
+            .send(req, app.config.server.upstream_timeout, drop_auth)
+            .await?;
         let latency = started.elapsed();
         let (mut head, incoming) = response.into_parts();
         headers::to_client(&mut head.headers);
@@ -98,7 +121,11 @@ pub async fn handle(app: &Arc<App>, parts: Parts, bytes: Bytes) -> Result<Respon
             let error_body = read_bounded(incoming).await?;
             if let (false, Some(err)) = (retried, context_error::detect(&error_body)) {
                 retried = true;
-                tracing::info!(model, window = err.window, "upstream rejected the prompt as too long; folding and retrying once");
+                tracing::info!(
+                    model,
+                    window = err.window,
+                    "upstream rejected the prompt as too long; folding and retrying once"
+                );
                 Metrics::inc(&app.chat.metrics.reactive_folds);
                 if let Some(window) = err.window {
                     app.chat.tokens.record_discovered(&model, window);
@@ -118,7 +145,10 @@ pub async fn handle(app: &Arc<App>, parts: Parts, bytes: Bytes) -> Result<Respon
             .is_some_and(|v| v.starts_with("text/event-stream"));
         let (tokens, raw) = (app.chat.tokens.clone(), prepared.raw_tokens_out);
         let observe = Box::new(move |actual: u32| tokens.observe_usage(&model, raw, actual));
-        let mut response = Response::from_parts(head, body::boxed(tap::UsageTap::new(incoming, sse, observe)));
+        let mut response = Response::from_parts(
+            head,
+            body::boxed(tap::UsageTap::new(incoming, sse, observe)),
+        );
         prepared.annotate(response.headers_mut());
         return Ok(response);
     }
@@ -127,24 +157,47 @@ pub async fn handle(app: &Arc<App>, parts: Parts, bytes: Bytes) -> Result<Respon
 /// Parses and checks the body: a JSON object with a string `model` and an
 /// array of message objects.
 fn parse(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let bad = |message: String, param: Option<&'static str>| ApiError::BadRequest { message, param };
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| bad(format!("request body is not valid JSON: {e}"), None))?;
+    let bad =
+        |message: String, param: Option<&'static str>| ApiError::BadRequest { message, param };
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| bad(format!("request body is not valid JSON: {e}"), None))?;
     let Value::Object(map) = value else {
         return Err(bad("request body must be a JSON object".into(), None));
     };
     match map.get("model") {
         Some(Value::String(m)) if !m.is_empty() => {}
-        Some(_) => return Err(bad("`model` must be a non-empty string".into(), Some("model"))),
-        None => return Err(bad("you must provide a `model` parameter".into(), Some("model"))),
+        Some(_) => {
+            return Err(bad(
+                "`model` must be a non-empty string".into(),
+                Some("model"),
+            ));
+        }
+        None => {
+            return Err(bad(
+                "you must provide a `model` parameter".into(),
+                Some("model"),
+            ));
+        }
     }
     match map.get("messages") {
         Some(Value::Array(messages)) => {
-            if let Some(i) = messages.iter().position(|m| !m.get("role").is_some_and(Value::is_string)) {
-                return Err(bad(format!("messages[{i}] must be an object with a string `role`"), Some("messages")));
+            if let Some(i) = messages
+                .iter()
+                .position(|m| !m.get("role").is_some_and(Value::is_string))
+            {
+                return Err(bad(
+                    format!("messages[{i}] must be an object with a string `role`"),
+                    Some("messages"),
+                ));
             }
         }
         Some(_) => return Err(bad("`messages` must be an array".into(), Some("messages"))),
-        None => return Err(bad("you must provide a `messages` parameter".into(), Some("messages"))),
+        None => {
+            return Err(bad(
+                "you must provide a `messages` parameter".into(),
+                Some("messages"),
+            ));
+        }
     }
     Ok(map)
 }
@@ -155,7 +208,10 @@ async fn read_bounded(incoming: hyper::body::Incoming) -> Result<Bytes, ApiError
         .collect()
         .await
         .map(|c| c.to_bytes())
-        .map_err(|e| ApiError::UpstreamUnreachable { provider: "upstream".into(), detail: format!("reading an error body: {e}") })
+        .map_err(|e| ApiError::UpstreamUnreachable {
+            provider: "upstream".into(),
+            detail: format!("reading an error body: {e}"),
+        })
 }
 
 impl Prepared {
@@ -164,7 +220,11 @@ impl Prepared {
         headers.insert("x-foldgate-fold", HeaderValue::from_static(self.label));
         headers.insert("x-foldgate-tokens-in", HeaderValue::from(self.tokens_in));
         headers.insert("x-foldgate-tokens-out", HeaderValue::from(self.tokens_out));
-        if let Some(w) = self.warning.as_deref().and_then(|w| HeaderValue::from_str(w).ok()) {
+        if let Some(w) = self
+            .warning
+            .as_deref()
+            .and_then(|w| HeaderValue::from_str(w).ok())
+        {
             headers.insert("x-foldgate-warning", w);
         }
     }

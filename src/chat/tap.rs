@@ -25,7 +25,11 @@ pin_project_lite::pin_project! {
 impl<B> UsageTap<B> {
     /// Wraps `inner`; `sse` says whether it is an event stream.
     pub fn new(inner: B, sse: bool, on_usage: OnUsage) -> Self {
-        Self { inner, scanner: Some(UsageScanner::new(sse)), on_usage: Some(on_usage) }
+        Self {
+            inner,
+            scanner: Some(UsageScanner::new(sse)),
+            on_usage: Some(on_usage),
+        }
     }
 }
 
@@ -37,7 +41,10 @@ where
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
         let polled = this.inner.as_mut().poll_frame(cx);
         let ended = match &polled {

@@ -64,7 +64,9 @@ impl Turn {
     ) -> Self {
         let config = &app.config;
         // A default reserve must not claim most of a small window by itself.
-        let explicit = ["max_completion_tokens", "max_tokens"].iter().any(|k| request.get(*k).is_some_and(Value::is_u64));
+        let explicit = ["max_completion_tokens", "max_tokens"]
+            .iter()
+            .any(|k| request.get(*k).is_some_and(Value::is_u64));
         let output_reserve = if explicit {
             estimate.output_reserve
         } else {
@@ -87,11 +89,18 @@ impl Turn {
             provider: provider.to_string(),
             key: key::conversation_key(headers, &messages, &config.conversation),
             policy: config.policy_for(provider, model),
-            credentials: Credentials { headers: auth, drop_client_auth: !config.server.api_keys.is_empty() },
+            credentials: Credentials {
+                headers: auth,
+                drop_client_auth: !config.server.api_keys.is_empty(),
+            },
             messages,
             estimate,
         };
-        Self { app: app.clone(), data: Arc::new(data), budget }
+        Self {
+            app: app.clone(),
+            data: Arc::new(data),
+            budget,
+        }
     }
 
     /// After the upstream said the prompt is too long: plan again against
@@ -144,7 +153,11 @@ impl Turn {
     pub(super) fn prefold_policy(&self) -> Policy {
         let p = &self.data.policy;
         let shift = p.trigger_ratio - p.prefold_ratio;
-        Policy { trigger_ratio: p.prefold_ratio, reset_ratio: (p.reset_ratio - shift).max(0.05), ..p.clone() }
+        Policy {
+            trigger_ratio: p.prefold_ratio,
+            reset_ratio: (p.reset_ratio - shift).max(0.05),
+            ..p.clone()
+        }
     }
 
     pub(super) async fn load(&self) -> Option<Arc<FoldChain>> {
@@ -157,20 +170,37 @@ impl Turn {
     pub(super) fn decide(&self, chain: Option<&FoldChain>, policy: &Policy) -> Decision {
         let counter = |m: &Value| self.count(m);
         let placement = self.app.config.summary.placement;
-        fold::plan(&self.data.messages, chain, policy, &self.budget, &counter, placement)
+        fold::plan(
+            &self.data.messages,
+            chain,
+            policy,
+            &self.budget,
+            &counter,
+            placement,
+        )
     }
 
     /// Calibrated tokens of one message. A message of the request itself
     /// is looked up in the estimate made while parsing, by position, so no
     /// message is hashed twice on the request path.
     fn count(&self, message: &Value) -> u32 {
-        let counted = index_in(&self.data.messages, message).and_then(|i| self.data.estimate.messages.get(i).copied());
-        let raw = counted.unwrap_or_else(|| self.app.chat.tokens.message_tokens(&self.data.model, message));
+        let counted = index_in(&self.data.messages, message)
+            .and_then(|i| self.data.estimate.messages.get(i).copied());
+        let raw = counted.unwrap_or_else(|| {
+            self.app
+                .chat
+                .tokens
+                .message_tokens(&self.data.model, message)
+        });
         self.data.estimate.calibrated(u64::from(raw))
     }
 
     /// Forwards the view of `base` (or the messages unchanged).
-    pub(super) fn reuse(&self, base: Option<&FoldState>, warning: Option<&str>) -> Result<Prepared, ApiError> {
+    pub(super) fn reuse(
+        &self,
+        base: Option<&FoldState>,
+        warning: Option<&str>,
+    ) -> Result<Prepared, ApiError> {
         match base {
             None => Ok(self.prepared(None, "none", warning)),
             Some(state) => {
@@ -205,17 +235,29 @@ impl Turn {
     }
 
     pub(super) fn view_of(&self, state: Option<&FoldState>) -> Result<Vec<Value>, ApiError> {
-        fold::build_view(&self.data.messages, state, self.app.config.summary.placement)
-            .map_err(|e| ApiError::Internal(e.to_string()))
+        fold::build_view(
+            &self.data.messages,
+            state,
+            self.app.config.summary.placement,
+        )
+        .map_err(|e| ApiError::Internal(e.to_string()))
     }
 
-    pub(super) fn prepared(&self, view: Option<Vec<Value>>, label: &'static str, warning: Option<&str>) -> Prepared {
+    pub(super) fn prepared(
+        &self,
+        view: Option<Vec<Value>>,
+        label: &'static str,
+        warning: Option<&str>,
+    ) -> Prepared {
         let estimate = &self.data.estimate;
         let raw_out = match &view {
             None => u64::from(estimate.raw_input_tokens),
             Some(v) => {
                 let tokens = &self.app.chat.tokens;
-                let messages: u64 = v.iter().map(|m| u64::from(tokens.message_tokens(&self.data.model, m))).sum();
+                let messages: u64 = v
+                    .iter()
+                    .map(|m| u64::from(tokens.message_tokens(&self.data.model, m)))
+                    .sum();
                 u64::from(estimate.overhead) + messages
             }
         };

@@ -50,11 +50,17 @@ pub enum ConfigError {
     Load(Box<figment::Error>),
     /// A value that parses but makes no sense.
     #[error("invalid configuration{}: {message}", source_suffix(.file))]
-    Invalid { message: String, file: Option<PathBuf> },
+    Invalid {
+        message: String,
+        file: Option<PathBuf>,
+    },
 }
 
 fn source_suffix(source: &Option<PathBuf>) -> String {
-    source.as_ref().map(|p| format!(" in {}", p.display())).unwrap_or_default()
+    source
+        .as_ref()
+        .map(|p| format!(" in {}", p.display()))
+        .unwrap_or_default()
 }
 
 /// The file used when no `--config` is given and `./config.toml` exists.
@@ -84,8 +90,12 @@ impl Config {
                 .filter(|k| !k.as_str().eq_ignore_ascii_case("log"))
                 .split("__"),
         );
-        let mut config: Config = figment.extract().map_err(|e| ConfigError::Load(Box::new(e)))?;
-        config.finish().map_err(|message| ConfigError::Invalid { message, file })?;
+        let mut config: Config = figment
+            .extract()
+            .map_err(|e| ConfigError::Load(Box::new(e)))?;
+        config
+            .finish()
+            .map_err(|message| ConfigError::Invalid { message, file })?;
         Ok(config)
     }
 
@@ -94,7 +104,10 @@ impl Config {
         let mut config: Config = Figment::from(Toml::string(text))
             .extract()
             .map_err(|e| ConfigError::Load(Box::new(e)))?;
-        config.finish().map_err(|message| ConfigError::Invalid { message, file: None })?;
+        config.finish().map_err(|message| ConfigError::Invalid {
+            message,
+            file: None,
+        })?;
         Ok(config)
     }
 
@@ -113,10 +126,14 @@ impl Config {
             );
         }
         if let Some(var) = &self.server.api_keys_env {
-            let keys = std::env::var(var)
-                .map_err(|_| format!("server.api_keys_env: environment variable {var} is not set"))?;
+            let keys = std::env::var(var).map_err(|_| {
+                format!("server.api_keys_env: environment variable {var} is not set")
+            })?;
             self.server.api_keys.extend(
-                keys.split(',').map(str::trim).filter(|k| !k.is_empty()).map(Secret::new),
+                keys.split(',')
+                    .map(str::trim)
+                    .filter(|k| !k.is_empty())
+                    .map(Secret::new),
             );
         }
         self.validate()
@@ -143,7 +160,9 @@ impl Config {
                 ));
             }
             if p.models.is_empty() {
-                return Err(format!("providers.{name}.models must name at least one pattern"));
+                return Err(format!(
+                    "providers.{name}.models must name at least one pattern"
+                ));
             }
             if let Some(var) = &p.api_key_env {
                 if std::env::var_os(var).is_none() {
@@ -164,11 +183,15 @@ impl Config {
         for (pattern, m) in &self.models {
             m.policy.validate(&format!("models.\"{pattern}\""))?;
             if m.context_window == Some(0) {
-                return Err(format!("models.\"{pattern}\".context_window must be above 0"));
+                return Err(format!(
+                    "models.\"{pattern}\".context_window must be above 0"
+                ));
             }
             if let Some(scale) = m.token_scale {
                 if !(scale > 0.0 && scale < 10.0) {
-                    return Err(format!("models.\"{pattern}\".token_scale must be in (0, 10)"));
+                    return Err(format!(
+                        "models.\"{pattern}\".token_scale must be in (0, 10)"
+                    ));
                 }
             }
         }
@@ -180,7 +203,9 @@ impl Config {
     pub fn provider_for(&self, model: Option<&str>) -> (&str, &ProviderConfig) {
         if let Some(model) = model {
             let named = self.providers.iter().find(|(_, p)| {
-                p.models.iter().any(|pat| pat != "*" && glob::matches(pat, model))
+                p.models
+                    .iter()
+                    .any(|pat| pat != "*" && glob::matches(pat, model))
             });
             if let Some((name, p)) = named {
                 return (name, p);
@@ -210,8 +235,10 @@ impl Config {
     pub fn policy_for(&self, provider: &str, model: &str) -> Policy {
         let provider = self.providers.get(provider).map(|p| &p.policy);
         let model = self.model_config(model).map(|m| &m.policy);
-        let levels: Vec<&PolicyOverrides> =
-            [Some(&self.policy), provider, model].into_iter().flatten().collect();
+        let levels: Vec<&PolicyOverrides> = [Some(&self.policy), provider, model]
+            .into_iter()
+            .flatten()
+            .collect();
         resolve_policy(&levels)
     }
 }

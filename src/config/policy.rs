@@ -154,9 +154,19 @@ mod tests {
 
     #[test]
     fn most_specific_level_wins() {
-        let global = PolicyOverrides { trigger_ratio: Some(0.7), preserve_recent: Some(8), ..Default::default() };
-        let provider = PolicyOverrides { preserve_recent: Some(4), ..Default::default() };
-        let model = PolicyOverrides { trigger_ratio: Some(0.9), ..Default::default() };
+        let global = PolicyOverrides {
+            trigger_ratio: Some(0.7),
+            preserve_recent: Some(8),
+            ..Default::default()
+        };
+        let provider = PolicyOverrides {
+            preserve_recent: Some(4),
+            ..Default::default()
+        };
+        let model = PolicyOverrides {
+            trigger_ratio: Some(0.9),
+            ..Default::default()
+        };
         let p = resolve(&[&global, &provider, &model]);
         assert_eq!(p.trigger_ratio, 0.9);
         assert_eq!(p.preserve_recent, 4);
@@ -165,24 +175,40 @@ mod tests {
 
     #[test]
     fn prefold_follows_the_trigger_unless_set() {
-        let global = PolicyOverrides { trigger_ratio: Some(0.9), ..Default::default() };
+        let global = PolicyOverrides {
+            trigger_ratio: Some(0.9),
+            ..Default::default()
+        };
         let p = resolve(&[&global]);
         assert!((p.prefold_ratio - 0.8).abs() < 1e-9);
         assert_eq!(p.mode, Mode::Background);
-        let model = PolicyOverrides { prefold_ratio: Some(0.5), mode: Some(Mode::Inline), ..Default::default() };
+        let model = PolicyOverrides {
+            prefold_ratio: Some(0.5),
+            mode: Some(Mode::Inline),
+            ..Default::default()
+        };
         let p = resolve(&[&global, &model]);
         assert_eq!((p.prefold_ratio, p.mode), (0.5, Mode::Inline));
     }
 
     #[test]
     fn reset_never_exceeds_trigger() {
-        let global = PolicyOverrides { trigger_ratio: Some(0.5), ..Default::default() };
+        let global = PolicyOverrides {
+            trigger_ratio: Some(0.5),
+            ..Default::default()
+        };
         assert_eq!(resolve(&[&global]).reset_ratio, 0.5);
     }
 
     #[test]
     fn ratios_out_of_range_are_named() {
-        let bad = PolicyOverrides { trigger_ratio: Some(1.5), ..Default::default() };
-        assert_eq!(bad.validate("policy").unwrap_err(), "policy.trigger_ratio must be in (0, 1], got 1.5");
+        let bad = PolicyOverrides {
+            trigger_ratio: Some(1.5),
+            ..Default::default()
+        };
+        assert_eq!(
+            bad.validate("policy").unwrap_err(),
+            "policy.trigger_ratio must be in (0, 1], got 1.5"
+        );
     }
 }

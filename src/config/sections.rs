@@ -118,7 +118,12 @@ impl TryFrom<BTreeMap<String, serde_json::Value>> for ModelConfig {
         let token_scale = take(&mut map, "token_scale")?;
         let rest = serde_json::Value::Object(map.into_iter().collect());
         let policy = serde_json::from_value(rest).map_err(|e| e.to_string())?;
-        Ok(Self { context_window, max_output_tokens, token_scale, policy })
+        Ok(Self {
+            context_window,
+            max_output_tokens,
+            token_scale,
+            policy,
+        })
     }
 }
 
@@ -199,7 +204,10 @@ pub struct ConversationConfig {
 
 impl Default for ConversationConfig {
     fn default() -> Self {
-        Self { header: "x-conversation-id".to_string(), fallback: Fallback::Fingerprint }
+        Self {
+            header: "x-conversation-id".to_string(),
+            fallback: Fallback::Fingerprint,
+        }
     }
 }
 
@@ -341,7 +349,10 @@ impl StateConfig {
                 if url.is_empty() {
                     return Err("state.url is required when state.backend = \"redis\"".into());
                 }
-                if !(url.starts_with("redis://") || url.starts_with("redis+unix://") || url.starts_with("unix://")) {
+                if !(url.starts_with("redis://")
+                    || url.starts_with("redis+unix://")
+                    || url.starts_with("unix://"))
+                {
                     return Err("state.url must be a redis:// (or unix://) URL".into());
                 }
                 if self.lock_ttl < Duration::from_millis(100) {

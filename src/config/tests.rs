@@ -5,7 +5,10 @@ fn defaults_without_a_file() {
     let c = Config::from_toml("").unwrap();
     assert_eq!(c.server.listen.to_string(), "127.0.0.1:8080");
     let (name, p) = c.default_provider();
-    assert_eq!((name, p.base_url.as_str()), ("openai", "https://api.openai.com/v1"));
+    assert_eq!(
+        (name, p.base_url.as_str()),
+        ("openai", "https://api.openai.com/v1")
+    );
     assert_eq!(c.summarizer.on_failure, OnFailure::Passthrough);
     assert_eq!(c.conversation.header, "x-conversation-id");
     assert_eq!(c.policy_for("openai", "gpt-4o"), Policy::default());
@@ -17,7 +20,10 @@ fn unknown_keys_are_named() {
         ("[server]\nlsten = \"127.0.0.1:1\"\n", "lsten"),
         ("[policy]\ntriger_ratio = 0.5\n", "triger_ratio"),
         ("[models.\"gpt-4o*\"]\ncontext_windw = 5\n", "context_windw"),
-        ("[providers.a]\nbase_url = \"http://x\"\nmodel = [\"*\"]\n", "model"),
+        (
+            "[providers.a]\nbase_url = \"http://x\"\nmodel = [\"*\"]\n",
+            "model",
+        ),
         ("[nonsense]\nx = 1\n", "nonsense"),
     ] {
         let err = Config::from_toml(toml).unwrap_err().to_string();
@@ -29,11 +35,20 @@ fn unknown_keys_are_named() {
 fn invalid_values_are_named() {
     for (toml, key) in [
         ("[policy]\ntrigger_ratio = 1.5\n", "policy.trigger_ratio"),
-        ("[providers.a]\nbase_url = \"ftp://x\"\n", "providers.a.base_url"),
+        (
+            "[providers.a]\nbase_url = \"ftp://x\"\n",
+            "providers.a.base_url",
+        ),
         ("[server]\ntls_cert = \"a.pem\"\n", "server.tls_key"),
         ("[summarizer]\nprovider = \"nope\"\n", "summarizer.provider"),
-        ("[models.\"x*\"]\ntrigger_ratio = 0\n", "models.\"x*\".trigger_ratio"),
-        ("[providers.a]\nbase_url = \"http://x\"\napi_key_env = \"FOLDGATE_UNSET_VAR_FOR_TEST\"\n", "providers.a.api_key_env"),
+        (
+            "[models.\"x*\"]\ntrigger_ratio = 0\n",
+            "models.\"x*\".trigger_ratio",
+        ),
+        (
+            "[providers.a]\nbase_url = \"http://x\"\napi_key_env = \"FOLDGATE_UNSET_VAR_FOR_TEST\"\n",
+            "providers.a.api_key_env",
+        ),
     ] {
         let err = Config::from_toml(toml).unwrap_err().to_string();
         assert!(err.contains(key), "{toml:?} gave {err}");
@@ -46,8 +61,13 @@ fn file_errors_name_the_file_and_key() {
     let path = dir.path().join("bad.toml");
     std::fs::write(&path, "[server]\nlisten = \"127.0.0.1:1\"\nmax_body = 5\n").unwrap();
     let err = Config::load(Some(&path)).unwrap_err().to_string();
-    assert!(err.contains("max_body") && err.contains("bad.toml"), "{err}");
-    let missing = Config::load(Some(&dir.path().join("none.toml"))).unwrap_err().to_string();
+    assert!(
+        err.contains("max_body") && err.contains("bad.toml"),
+        "{err}"
+    );
+    let missing = Config::load(Some(&dir.path().join("none.toml")))
+        .unwrap_err()
+        .to_string();
     assert!(missing.contains("none.toml"), "{missing}");
 }
 
@@ -62,7 +82,10 @@ fn model_sections_mix_window_and_policy() {
          [models.\"llama3.1*\"]\ncontext_window = 131072\npreserve_recent = 4\n",
     )
     .unwrap();
-    assert_eq!(c.model_config("llama3.1:8b").unwrap().context_window, Some(131072));
+    assert_eq!(
+        c.model_config("llama3.1:8b").unwrap().context_window,
+        Some(131072)
+    );
     assert_eq!(c.model_config("llama2").unwrap().token_scale, Some(1.1));
     let p = c.policy_for("local", "llama3.1:8b");
     assert_eq!((p.trigger_ratio, p.preserve_recent), (0.6, 4));
@@ -86,14 +109,23 @@ fn without_a_catch_all_the_first_provider_takes_the_rest() {
 #[test]
 fn durations_are_human() {
     let c = Config::from_toml("[server]\nupstream_timeout = \"1m 30s\"\n").unwrap();
-    assert_eq!(c.server.upstream_timeout, std::time::Duration::from_secs(90));
+    assert_eq!(
+        c.server.upstream_timeout,
+        std::time::Duration::from_secs(90)
+    );
 }
 
 #[test]
 fn secrets_are_masked_when_printed() {
-    let c = Config::from_toml("[server]\napi_keys = [\"sk-very-secret\"]\nadmin_token = \"adm-secret\"\n").unwrap();
+    let c = Config::from_toml(
+        "[server]\napi_keys = [\"sk-very-secret\"]\nadmin_token = \"adm-secret\"\n",
+    )
+    .unwrap();
     let shown = toml::to_string_pretty(&c).unwrap();
-    assert!(!shown.contains("sk-very-secret") && !shown.contains("adm-secret"), "{shown}");
+    assert!(
+        !shown.contains("sk-very-secret") && !shown.contains("adm-secret"),
+        "{shown}"
+    );
     assert!(shown.contains("****"));
     assert!(!format!("{c:?}").contains("sk-very-secret"));
 }

@@ -26,14 +26,19 @@ pub struct AuthLayer {
 impl AuthLayer {
     /// A layer accepting these keys; an empty list accepts everyone.
     pub fn new(keys: Vec<Secret>) -> Self {
-        Self { keys: Arc::new(keys) }
+        Self {
+            keys: Arc::new(keys),
+        }
     }
 }
 
 impl<S> Layer<S> for AuthLayer {
     type Service = AuthService<S>;
     fn layer(&self, inner: S) -> Self::Service {
-        AuthService { inner, keys: self.keys.clone() }
+        AuthService {
+            inner,
+            keys: self.keys.clone(),
+        }
     }
 }
 
@@ -62,11 +67,16 @@ where
             return Box::pin(self.inner.call(req));
         }
         let offered = headers::credential(req.headers());
-        let allowed = offered.is_some_and(|key| self.keys.iter().any(|k| eq_const_time(k.expose(), key)));
+        let allowed =
+            offered.is_some_and(|key| self.keys.iter().any(|k| eq_const_time(k.expose(), key)));
         if allowed {
             Box::pin(self.inner.call(req))
         } else {
-            let message = if offered.is_some() { "invalid API key" } else { "missing API key" };
+            let message = if offered.is_some() {
+                "invalid API key"
+            } else {
+                "missing API key"
+            };
             Box::pin(async move { Ok(ApiError::Unauthorized(message).into_response()) })
         }
     }
@@ -74,7 +84,11 @@ where
 
 /// Compares secrets without an early exit on the first differing byte.
 fn eq_const_time(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 /// Logs one line per request: method, path, status, upstream latency and

@@ -28,7 +28,10 @@ pub enum StartupError {
     Config(#[from] ConfigError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: std::net::SocketAddr, source: std::io::Error },
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
     /// The TLS certificate or key could not be used.
     #[error("TLS: {0}")]
     Tls(String),
@@ -73,12 +76,14 @@ pub async fn serve(
         tokio::spawn(async move {
             let result = match tls {
                 None => {
-                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    let conn =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
                     watcher.watch(conn.into_owned()).await
                 }
                 Some(acceptor) => match acceptor.accept(stream).await {
                     Ok(stream) => {
-                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                        let conn =
+                            builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
                         watcher.watch(conn.into_owned()).await
                     }
                     Err(e) => {
@@ -93,15 +98,24 @@ pub async fn serve(
         });
     }
     drop(listener);
-    tracing::info!(?deadline, "shutting down: waiting for in-flight requests and folds");
+    tracing::info!(
+        ?deadline,
+        "shutting down: waiting for in-flight requests and folds"
+    );
     let started = std::time::Instant::now();
-    if tokio::time::timeout(deadline, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(deadline, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("shutdown deadline passed; dropping the remaining connections");
     }
     // Background folds are not tied to a connection: give them the rest of the deadline.
     let left = deadline.saturating_sub(started.elapsed());
     if !app.chat.background.wait_idle(left).await {
-        tracing::warn!(running = app.chat.background.running(), "shutdown deadline passed with folds still running");
+        tracing::warn!(
+            running = app.chat.background.running(),
+            "shutdown deadline passed with folds still running"
+        );
     }
     Ok(())
 }
@@ -109,9 +123,18 @@ pub async fn serve(
 /// Binds `config.server.listen` and serves until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> Result<(), StartupError> {
     let addr = config.server.listen;
-    let listener = TcpListener::bind(addr).await.map_err(|source| StartupError::Bind { addr, source })?;
-    let scheme = if config.server.tls_cert.is_some() { "https" } else { "http" };
-    tracing::info!("foldgate listening on {scheme}://{}", listener.local_addr().unwrap_or(addr));
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartupError::Bind { addr, source })?;
+    let scheme = if config.server.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    tracing::info!(
+        "foldgate listening on {scheme}://{}",
+        listener.local_addr().unwrap_or(addr)
+    );
     serve(listener, Arc::new(config), shutdown_signal()).await
 }
 
@@ -120,13 +143,14 @@ pub async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = interrupt.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = interrupt => {}
             _ = term.recv() => {}
@@ -161,7 +185,10 @@ fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, StartupError>
         .and_then(|it| it.collect())
         .map_err(|e| StartupError::Tls(format!("server.tls_cert {}: {e}", path.display())))?;
     if certs.is_empty() {
-        return Err(StartupError::Tls(format!("server.tls_cert {}: no certificate", path.display())));
+        return Err(StartupError::Tls(format!(
+            "server.tls_cert {}: no certificate",
+            path.display()
+        )));
     }
     Ok(certs)
 }

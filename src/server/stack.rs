@@ -10,10 +10,12 @@ use hyper::body::Incoming;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tower::{ServiceBuilder, ServiceExt};
 use tower::util::BoxCloneService;
+use tower::{ServiceBuilder, ServiceExt};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 
 /// The service the listener runs for every request.
@@ -73,13 +75,18 @@ impl Default for CounterId {
         let prefix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos() ^ std::process::id());
-        Self { prefix, next: Arc::new(AtomicU64::new(1)) }
+        Self {
+            prefix,
+            next: Arc::new(AtomicU64::new(1)),
+        }
     }
 }
 
 impl MakeRequestId for CounterId {
     fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        HeaderValue::from_str(&format!("fg-{:08x}-{n}", self.prefix)).ok().map(RequestId::new)
+        HeaderValue::from_str(&format!("fg-{:08x}-{n}", self.prefix))
+            .ok()
+            .map(RequestId::new)
     }
 }

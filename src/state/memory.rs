@@ -23,7 +23,10 @@ impl MemoryStore {
             })
             .time_to_idle(config.ttl)
             .build();
-        Self { cache, flights: Flights::default() }
+        Self {
+            cache,
+            flights: Flights::default(),
+        }
     }
 }
 
@@ -36,7 +39,12 @@ pub(super) fn weight(chain: &FoldChain) -> usize {
         .map(|s| {
             let sum = &s.summary;
             256 + sum.summary.len()
-                + sum.sections().iter().flat_map(|(_, items)| items.iter()).map(String::len).sum::<usize>()
+                + sum
+                    .sections()
+                    .iter()
+                    .flat_map(|(_, items)| items.iter())
+                    .map(String::len)
+                    .sum::<usize>()
         })
         .sum()
 }

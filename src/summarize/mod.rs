@@ -95,7 +95,10 @@ enum Attempt {
 impl Summarizer {
     /// A summarizer with the given settings.
     pub fn new(config: SummarizerConfig) -> Self {
-        Self { config, learned: Mutex::new(HashMap::new()) }
+        Self {
+            config,
+            learned: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The format currently used for `model` (for tests and metrics).
@@ -116,7 +119,10 @@ impl Summarizer {
         let started = Instant::now();
         let mut errors = Vec::new();
         for target in targets {
-            match self.summarize_with(target, credentials, current, messages, tokens).await {
+            match self
+                .summarize_with(target, credentials, current, messages, tokens)
+                .await
+            {
                 Ok((summary, calls, spent)) => {
                     return Ok(Outcome {
                         summary,
@@ -146,14 +152,21 @@ impl Summarizer {
     ) -> Result<(Summary, u32, u64), String> {
         let mut summary = current.cloned();
         let (mut calls, mut spent) = (0u32, 0u64);
-        for chunk in chunks(messages, target.input_budget, summary_tokens(summary.as_ref()), tokens) {
+        for chunk in chunks(
+            messages,
+            target.input_budget,
+            summary_tokens(summary.as_ref()),
+            tokens,
+        ) {
             let user = prompt::user_prompt(summary.as_ref(), &prompt::transcript(chunk));
             let (next, c, t) = self.call_model(target, credentials, &user).await?;
             summary = Some(next);
             calls += c;
             spent += t;
         }
-        summary.map(|s| (s, calls, spent)).ok_or_else(|| "nothing to summarize".to_string())
+        summary
+            .map(|s| (s, calls, spent))
+            .ok_or_else(|| "nothing to summarize".to_string())
     }
 
     /// Calls one model until it yields a valid summary or attempts run out.
@@ -193,7 +206,13 @@ impl Summarizer {
     }
 
     /// One HTTP call, classified.
-    async fn attempt(&self, target: &Target, credentials: &Credentials, body: Value, learned: Learned) -> Attempt {
+    async fn attempt(
+        &self,
+        target: &Target,
+        credentials: &Credentials,
+        body: Value,
+        learned: Learned,
+    ) -> Attempt {
         let call = post(target, credentials, body, self.config.timeout);
         let (status, bytes) = match tokio::time::timeout(self.config.timeout, call).await {
             Err(_) => return Attempt::Retry(format!("timed out after {:?}", self.config.timeout)),
@@ -213,17 +232,35 @@ impl Summarizer {
         let rejects_format = text.contains("response_format") || text.contains("json_schema");
         if rejects_format && learned.format != Format::Instructions {
             if let Some(weaker) = learned.format.downgrade() {
-                self.remember(&target.model, Learned { format: weaker, ..learned });
+                self.remember(
+                    &target.model,
+                    Learned {
+                        format: weaker,
+                        ..learned
+                    },
+                );
                 tracing::info!(model = %target.model, format = ?weaker, "summarizer model rejected the response format; downgrading");
                 return Attempt::Adjusted;
             }
         }
-        if status == StatusCode::BAD_REQUEST && !learned.completion_param && text.contains("max_completion_tokens") {
-            self.remember(&target.model, Learned { completion_param: true, ..learned });
+        if status == StatusCode::BAD_REQUEST
+            && !learned.completion_param
+            && text.contains("max_completion_tokens")
+        {
+            self.remember(
+                &target.model,
+                Learned {
+                    completion_param: true,
+                    ..learned
+                },
+            );
             return Attempt::Adjusted;
         }
         let detail = format!("status {status}: {}", snippet(&bytes));
-        if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() || status == StatusCode::REQUEST_TIMEOUT {
+        if status == StatusCode::TOO_MANY_REQUESTS
+            || status.is_server_error()
+            || status == StatusCode::REQUEST_TIMEOUT
+        {
             Attempt::Retry(detail)
         } else {
             Attempt::Fatal(detail)
@@ -232,7 +269,10 @@ impl Summarizer {
 
     fn learned(&self, model: &str) -> Learned {
         let map = self.learned.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(model).copied().unwrap_or(Learned { format: Format::JsonSchema, completion_param: false })
+        map.get(model).copied().unwrap_or(Learned {
+            format: Format::JsonSchema,
+            completion_param: false,
+        })
     }
 
     fn remember(&self, model: &str, learned: Learned) {
@@ -261,7 +301,12 @@ async fn post(
         .await
         .map_err(|e| e.to_string())?;
     let status = response.status();
-    let bytes = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
     Ok((status, bytes))
 }
 
@@ -272,7 +317,10 @@ fn read_completion(bytes: &[u8]) -> Result<(String, u64), String> {
         .pointer("/choices/0/message/content")
         .and_then(Value::as_str)
         .ok_or_else(|| format!("answer has no message content: {}", snippet(bytes)))?;
-    let spent = v.pointer("/usage/total_tokens").and_then(Value::as_u64).unwrap_or(0);
+    let spent = v
+        .pointer("/usage/total_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     Ok((text.to_string(), spent))
 }
 
@@ -284,7 +332,9 @@ fn snippet(bytes: &[u8]) -> String {
 
 /// Rough tokens of a summary as the prompt carries it.
 fn summary_tokens(summary: Option<&Summary>) -> u32 {
-    summary.map_or(0, |s| u32::try_from(s.render(0).len() / 3).unwrap_or(u32::MAX))
+    summary.map_or(0, |s| {
+        u32::try_from(s.render(0).len() / 3).unwrap_or(u32::MAX)
+    })
 }
 
 /// Splits `messages` into runs whose tokens fit `budget` beside the current
@@ -321,7 +371,9 @@ mod tests {
 
     #[test]
     fn chunks_respect_the_budget_and_keep_order() {
-        let msgs: Vec<Value> = (0..10).map(|i| json!({"role":"user","content":i.to_string()})).collect();
+        let msgs: Vec<Value> = (0..10)
+            .map(|i| json!({"role":"user","content":i.to_string()}))
+            .collect();
         let refs: Vec<&Value> = msgs.iter().collect();
         let parts = chunks(&refs, 800, 0, &|_| 30);
         // Room is 800 - 100 = 700 tokens: 23 messages of 30 would fit, so one chunk.

@@ -13,7 +13,8 @@ pub struct InvalidOutput(pub String);
 /// around the object, raw control characters inside strings, missing
 /// optional fields and scalar items where lists belong.
 pub fn parse_summary(output: &str) -> Result<Summary, InvalidOutput> {
-    let object = extract_object(output).ok_or_else(|| InvalidOutput("no JSON object found".into()))?;
+    let object =
+        extract_object(output).ok_or_else(|| InvalidOutput("no JSON object found".into()))?;
     let value: Value = serde_json::from_str(object)
         .or_else(|_| serde_json::from_str(&escape_controls_in_strings(object)))
         .map_err(|e| InvalidOutput(format!("not JSON: {e}")))?;
@@ -28,7 +29,10 @@ pub fn parse_summary(output: &str) -> Result<Summary, InvalidOutput> {
         match map.get(key) {
             Some(Value::Array(items)) => items.iter().map(text).filter(|s| !s.is_empty()).collect(),
             Some(Value::Null) | None => Vec::new(),
-            Some(one) => vec![text(one)].into_iter().filter(|s| !s.is_empty()).collect(),
+            Some(one) => vec![text(one)]
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .collect(),
         }
     };
     let summary = Summary {
@@ -39,9 +43,12 @@ pub fn parse_summary(output: &str) -> Result<Summary, InvalidOutput> {
         open_items: list("open_items"),
         artifacts: list("artifacts"),
     };
-    let empty = summary.summary.is_empty() && summary.sections().iter().all(|(_, items)| items.is_empty());
+    let empty =
+        summary.summary.is_empty() && summary.sections().iter().all(|(_, items)| items.is_empty());
     if empty {
-        return Err(InvalidOutput("the object holds no summary and no items".into()));
+        return Err(InvalidOutput(
+            "the object holds no summary and no items".into(),
+        ));
     }
     Ok(summary)
 }
@@ -91,33 +98,47 @@ mod tests {
     #[test]
     fn clean_output() {
         let s = parse_summary(r#"{"summary":"s","facts":["a"],"goals":[],"decisions":[],"open_items":[],"artifacts":["x.rs"]}"#).unwrap();
-        assert_eq!((s.summary.as_str(), s.facts.len(), s.artifacts[0].as_str()), ("s", 1, "x.rs"));
+        assert_eq!(
+            (s.summary.as_str(), s.facts.len(), s.artifacts[0].as_str()),
+            ("s", 1, "x.rs")
+        );
     }
 
     #[test]
     fn fences_prose_and_missing_fields() {
-        let s = parse_summary("Here you go:\n```json\n{\"summary\": \"port is 8080\"}\n```\nHope it helps").unwrap();
+        let s = parse_summary(
+            "Here you go:\n```json\n{\"summary\": \"port is 8080\"}\n```\nHope it helps",
+        )
+        .unwrap();
         assert_eq!(s.summary, "port is 8080");
         assert!(s.facts.is_empty());
     }
 
     #[test]
     fn raw_newlines_inside_strings() {
-        let s = parse_summary("{\"summary\": \"line one\nline two\", \"facts\": [\"tab\there\"]}").unwrap();
+        let s = parse_summary("{\"summary\": \"line one\nline two\", \"facts\": [\"tab\there\"]}")
+            .unwrap();
         assert_eq!(s.summary, "line one\nline two");
         assert_eq!(s.facts, vec!["tab\there"]);
     }
 
     #[test]
     fn scalars_become_items() {
-        let s = parse_summary(r#"{"summary":"s","facts":"one fact","goals":[42, {"k":1}]}"#).unwrap();
+        let s =
+            parse_summary(r#"{"summary":"s","facts":"one fact","goals":[42, {"k":1}]}"#).unwrap();
         assert_eq!(s.facts, vec!["one fact"]);
         assert_eq!(s.goals, vec!["42", "{\"k\":1}"]);
     }
 
     #[test]
     fn garbage_is_rejected() {
-        for bad in ["", "I cannot do that.", "[1,2]", "{\"summary\": \"\"}", "{not json at all}"] {
+        for bad in [
+            "",
+            "I cannot do that.",
+            "[1,2]",
+            "{\"summary\": \"\"}",
+            "{not json at all}",
+        ] {
             assert!(parse_summary(bad).is_err(), "{bad:?}");
         }
     }

@@ -72,7 +72,13 @@ pub fn user_prompt(current: Option<&Summary>, transcript: &str) -> String {
 }
 
 /// The chat-completions body of one summarizer call.
-pub fn request_body(model: &str, user: String, format: Format, max_tokens: u32, completion_param: bool) -> Value {
+pub fn request_body(
+    model: &str,
+    user: String,
+    format: Format,
+    max_tokens: u32,
+    completion_param: bool,
+) -> Value {
     let mut body = json!({
         "model": model,
         "messages": [
@@ -81,7 +87,11 @@ pub fn request_body(model: &str, user: String, format: Format, max_tokens: u32, 
         ],
         "stream": false,
     });
-    let limit_key = if completion_param { "max_completion_tokens" } else { "max_tokens" };
+    let limit_key = if completion_param {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
     body[limit_key] = json!(max_tokens);
     match format {
         Format::JsonSchema => {
@@ -108,7 +118,10 @@ pub fn transcript(messages: &[&Value]) -> String {
 
 /// Renders one message; appended to `out`.
 pub fn render_message(out: &mut String, message: &Value) {
-    let role = message.get("role").and_then(Value::as_str).unwrap_or("unknown");
+    let role = message
+        .get("role")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
     let _ = write!(out, "### {role}");
     if let Some(name) = message.get("name").and_then(Value::as_str) {
         let _ = write!(out, " ({name})");
@@ -122,11 +135,22 @@ pub fn render_message(out: &mut String, message: &Value) {
         out.push_str(&content);
         out.push('\n');
     }
-    for call in message.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+    for call in message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         let id = call.get("id").and_then(Value::as_str).unwrap_or("");
         let f = call.get("function");
-        let name = f.and_then(|f| f.get("name")).and_then(Value::as_str).unwrap_or("?");
-        let args = f.and_then(|f| f.get("arguments")).and_then(Value::as_str).unwrap_or("");
+        let name = f
+            .and_then(|f| f.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        let args = f
+            .and_then(|f| f.get("arguments"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
         let _ = writeln!(out, "-> tool call {name}({args}) [{id}]");
     }
     if let Some(f) = message.get("function_call") {
@@ -145,7 +169,11 @@ fn content_text(content: Option<&Value>) -> String {
         Some(Value::Array(parts)) => parts
             .iter()
             .map(|part| match part.get("type").and_then(Value::as_str) {
-                Some("text") => part.get("text").and_then(Value::as_str).unwrap_or("").to_string(),
+                Some("text") => part
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
                 Some(other) => format!("[{other}]"),
                 None => part.to_string(),
             })
@@ -170,7 +198,10 @@ mod tests {
         let refs: Vec<&Value> = msgs.iter().collect();
         let t = transcript(&refs);
         assert!(t.contains("### user (ann)\nlook\n[image_url]"), "{t}");
-        assert!(t.contains("-> tool call read({\"p\":\"a.rs\"}) [c1]"), "{t}");
+        assert!(
+            t.contains("-> tool call read({\"p\":\"a.rs\"}) [c1]"),
+            "{t}"
+        );
         assert!(t.contains("### tool [result of c1]\nfn main() {}"), "{t}");
     }
 

@@ -29,7 +29,9 @@ pub fn build(ca_file: Option<&Path>, connect_timeout: Duration) -> Result<HttpCl
             return Err(format!("ca_file {}: no certificate found", path.display()));
         }
         for cert in certs {
-            roots.add(cert).map_err(|e| format!("ca_file {}: {e}", path.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("ca_file {}: {e}", path.display()))?;
         }
     }
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(

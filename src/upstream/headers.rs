@@ -67,7 +67,10 @@ pub fn credential(headers: &HeaderMap) -> Option<&str> {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
         .map(str::trim);
     bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
 }
@@ -82,7 +85,10 @@ mod tests {
         h.insert(header::CONNECTION, HeaderValue::from_static("close, x-hop"));
         h.insert("x-hop", HeaderValue::from_static("1"));
         h.insert("x-keep", HeaderValue::from_static("1"));
-        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-keep"));
@@ -91,7 +97,10 @@ mod tests {
     #[test]
     fn provider_key_replaces_client_auth() {
         let mut h = HeaderMap::new();
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer client"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer client"),
+        );
         h.insert(header::HOST, HeaderValue::from_static("localhost:8080"));
         to_upstream(&mut h, Some("sk-provider"), false);
         assert_eq!(h[header::AUTHORIZATION], "Bearer sk-provider");

@@ -44,7 +44,10 @@ impl Upstreams {
         let shared = client::build(None, config.server.connect_timeout)?;
         let mut providers = HashMap::new();
         for (name, p) in &config.providers {
-            let uri: Uri = p.base_url.parse().map_err(|e| format!("providers.{name}.base_url: {e}"))?;
+            let uri: Uri = p
+                .base_url
+                .parse()
+                .map_err(|e| format!("providers.{name}.base_url: {e}"))?;
             let client = match &p.ca_file {
                 Some(ca) => client::build(Some(ca), config.server.connect_timeout)
                     .map_err(|e| format!("providers.{name}.{e}"))?,
@@ -55,7 +58,9 @@ impl Upstreams {
                 .as_ref()
                 .map(|var| {
                     std::env::var(var).map(Secret::new).map_err(|_| {
-                        format!("providers.{name}.api_key_env: environment variable {var} is not set")
+                        format!(
+                            "providers.{name}.api_key_env: environment variable {var} is not set"
+                        )
                     })
                 })
                 .transpose()?;
@@ -108,9 +113,16 @@ impl Provider {
         Uri::builder()
             .scheme(self.scheme.clone())
             .authority(self.authority.clone())
-            .path_and_query(if path.is_empty() { "/".to_string() } else { path })
+            .path_and_query(if path.is_empty() {
+                "/".to_string()
+            } else {
+                path
+            })
             .build()
-            .map_err(|e| ApiError::BadRequest { message: format!("bad request path: {e}"), param: None })
+            .map_err(|e| ApiError::BadRequest {
+                message: format!("bad request path: {e}"),
+                param: None,
+            })
     }
 
     /// Sends `req` (whose URI is the client's) upstream and waits up to
@@ -130,7 +142,10 @@ impl Provider {
         // Let hyper pick the version: ALPN decides for TLS upstreams.
         *req.version_mut() = http::Version::HTTP_11;
         match tokio::time::timeout(timeout, self.client.request(req)).await {
-            Err(_) => Err(ApiError::UpstreamTimeout { provider: self.name.clone(), after: timeout }),
+            Err(_) => Err(ApiError::UpstreamTimeout {
+                provider: self.name.clone(),
+                after: timeout,
+            }),
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => Err(self.classify(&e)),
         }
@@ -142,7 +157,9 @@ impl Provider {
         let mut detail = String::new();
         while let Some(e) = source {
             if e.is::<http_body_util::LengthLimitError>() {
-                return ApiError::BodyTooLarge { limit: self.max_body_bytes };
+                return ApiError::BodyTooLarge {
+                    limit: self.max_body_bytes,
+                };
             }
             if !detail.is_empty() {
                 detail.push_str(": ");
@@ -150,7 +167,10 @@ impl Provider {
             detail.push_str(&e.to_string());
             source = e.source();
         }
-        ApiError::UpstreamUnreachable { provider: self.name.clone(), detail }
+        ApiError::UpstreamUnreachable {
+            provider: self.name.clone(),
+            detail,
+        }
     }
 }
 
@@ -168,11 +188,25 @@ mod tests {
     fn path_mapping() {
         let p = provider("https://api.example.com/v1");
         let map = |s: &str| p.target(Some(&s.parse().unwrap())).unwrap().to_string();
-        assert_eq!(map("/v1/chat/completions"), "https://api.example.com/v1/chat/completions");
-        assert_eq!(map("/chat/completions?x=1"), "https://api.example.com/v1/chat/completions?x=1");
-        assert_eq!(map("/v1/models?limit=2"), "https://api.example.com/v1/models?limit=2");
+        assert_eq!(
+            map("/v1/chat/completions"),
+            "https://api.example.com/v1/chat/completions"
+        );
+        assert_eq!(
+            map("/chat/completions?x=1"),
+            "https://api.example.com/v1/chat/completions?x=1"
+        );
+        assert_eq!(
+            map("/v1/models?limit=2"),
+            "https://api.example.com/v1/models?limit=2"
+        );
         assert_eq!(map("/v1beta/x"), "https://api.example.com/v1/v1beta/x");
         let root = provider("http://127.0.0.1:9000/");
-        assert_eq!(root.target(Some(&"/v1/models".parse().unwrap())).unwrap().to_string(), "http://127.0.0.1:9000/models");
+        assert_eq!(
+            root.target(Some(&"/v1/models".parse().unwrap()))
+                .unwrap()
+                .to_string(),
+            "http://127.0.0.1:9000/models"
+        );
     }
 }

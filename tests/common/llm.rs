@@ -91,7 +91,10 @@ fn is_summarizer(body: &Value) -> bool {
 
 async fn answer(state: Arc<LlmState>, r: Recorded) -> Response<foldgate::body::Body> {
     let Ok(body) = serde_json::from_slice::<Value>(&r.body) else {
-        return mock::json(StatusCode::BAD_REQUEST, &json!({"error": {"message": "mock: not JSON"}}));
+        return mock::json(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": {"message": "mock: not JSON"}}),
+        );
     };
     if is_summarizer(&body) {
         return summarize(&state, body).await;
@@ -106,7 +109,9 @@ async fn answer(state: Arc<LlmState>, r: Recorded) -> Response<foldgate::body::B
         );
     }
     let usage = state.usage_prompt_tokens.load(Ordering::Relaxed);
-    let usage = (usage > 0).then(|| json!({"prompt_tokens": usage, "completion_tokens": 3, "total_tokens": usage + 3}));
+    let usage = (usage > 0).then(
+        || json!({"prompt_tokens": usage, "completion_tokens": 3, "total_tokens": usage + 3}),
+    );
     if body["stream"] == json!(true) {
         let (tx, resp) = mock::stream("text/event-stream");
         tokio::spawn(async move {
@@ -139,15 +144,26 @@ async fn summarize(state: &LlmState, body: Value) -> Response<foldgate::body::Bo
         tokio::time::sleep(Duration::from_millis(u64::from(delay))).await;
     }
     if state.reject_schema.load(Ordering::Relaxed)
-        && body.pointer("/response_format/type").and_then(Value::as_str) == Some("json_schema")
+        && body
+            .pointer("/response_format/type")
+            .and_then(Value::as_str)
+            == Some("json_schema")
     {
         return mock::json(
             StatusCode::BAD_REQUEST,
             &json!({"error": {"message": "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model.", "type": "invalid_request_error"}}),
         );
     }
-    let next = state.script.lock().unwrap().pop_front().unwrap_or(Sum::Good);
-    let prompt = body.pointer("/messages/1/content").and_then(Value::as_str).unwrap_or("");
+    let next = state
+        .script
+        .lock()
+        .unwrap()
+        .pop_front()
+        .unwrap_or(Sum::Good);
+    let prompt = body
+        .pointer("/messages/1/content")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let summary = json!({
         "summary": "The user and assistant worked through numbered steps.",
         "facts": [ranges(&tags(prompt))],
@@ -163,7 +179,10 @@ async fn summarize(state: &LlmState, body: Value) -> Response<foldgate::body::Bo
         Sum::Fenced => format!("Here is the summary:\n```json\n{summary}\n```\nAnything else?"),
         Sum::Garbage => "I am sorry, I cannot summarize this conversation.".to_string(),
         Sum::Status(code) => {
-            return mock::json(StatusCode::from_u16(code).unwrap(), &json!({"error": {"message": "mock summarizer failure"}}));
+            return mock::json(
+                StatusCode::from_u16(code).unwrap(),
+                &json!({"error": {"message": "mock summarizer failure"}}),
+            );
         }
     };
     mock::json(
@@ -211,7 +230,11 @@ pub fn ranges(tags: &BTreeSet<u32>) -> String {
 pub fn content_text(m: &Value) -> String {
     match m.get("content") {
         Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n"),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
         _ => String::new(),
     }
 }
@@ -221,7 +244,11 @@ pub fn content_text(m: &Value) -> String {
 /// tool pairs are intact, and order is kept.
 pub fn assert_view_covers(client: &[Value], view: &[Value]) {
     let is_summary = |m: &Value| content_text(m).contains(foldgate::fold::summary::HEADING_PREFIX);
-    let summary_tags: BTreeSet<u32> = view.iter().filter(|m| is_summary(m)).flat_map(|m| tags(&content_text(m))).collect();
+    let summary_tags: BTreeSet<u32> = view
+        .iter()
+        .filter(|m| is_summary(m))
+        .flat_map(|m| tags(&content_text(m)))
+        .collect();
     // Verbatim messages: those equal to a client message, in client order.
     let mut next = 0;
     let mut verbatim = BTreeSet::new();
@@ -249,11 +276,17 @@ pub fn assert_view_covers(client: &[Value], view: &[Value]) {
         match m["role"].as_str() {
             Some("tool") => {
                 let id = m["tool_call_id"].as_str().unwrap_or("");
-                let at = open.iter().position(|o| o == id).unwrap_or_else(|| panic!("tool result {id} without its call in the view"));
+                let at = open
+                    .iter()
+                    .position(|o| o == id)
+                    .unwrap_or_else(|| panic!("tool result {id} without its call in the view"));
                 open.remove(at);
             }
             _ => {
-                assert!(open.is_empty(), "tool calls {open:?} lack results before {m}");
+                assert!(
+                    open.is_empty(),
+                    "tool calls {open:?} lack results before {m}"
+                );
                 for call in m["tool_calls"].as_array().into_iter().flatten() {
                     open.push(call["id"].as_str().unwrap_or("").to_string());
                 }

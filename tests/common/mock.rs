@@ -37,7 +37,8 @@ impl Recorded {
     }
 }
 
-type Handler = Arc<dyn Fn(Recorded) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync>;
+type Handler =
+    Arc<dyn Fn(Recorded) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync>;
 
 /// The running mock.
 pub struct Mock {
@@ -77,7 +78,9 @@ impl Mock {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let task = tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
                 let handler = handler.clone();
                 let recorded = recorded.clone();
                 let tls = tls.clone();
@@ -87,10 +90,18 @@ impl Mock {
                         let recorded = recorded.clone();
                         async move {
                             let (parts, body) = req.into_parts();
-                            let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+                            let body = body
+                                .collect()
+                                .await
+                                .map(|c| c.to_bytes())
+                                .unwrap_or_default();
                             let rec = Recorded {
                                 method: parts.method,
-                                uri: parts.uri.path_and_query().map(|p| p.to_string()).unwrap_or_default(),
+                                uri: parts
+                                    .uri
+                                    .path_and_query()
+                                    .map(|p| p.to_string())
+                                    .unwrap_or_default(),
                                 headers: parts.headers,
                                 body,
                                 version: parts.version,
@@ -102,7 +113,9 @@ impl Mock {
                     let builder = auto::Builder::new(TokioExecutor::new());
                     match tls {
                         None => {
-                            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                            let _ = builder
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
                         }
                         Some(acceptor) => {
                             if let Ok(s) = acceptor.accept(stream).await {
@@ -113,7 +126,12 @@ impl Mock {
                 });
             }
         });
-        Self { addr, url: format!("{scheme}://{addr}"), requests, task }
+        Self {
+            addr,
+            url: format!("{scheme}://{addr}"),
+            requests,
+            task,
+        }
     }
 
     /// A mock that answers every request with 200 and echoes it as JSON.

@@ -1,6 +1,9 @@
 //! Test harness: a real foldgate server on 127.0.0.1:0, a mock upstream
 //! that is itself a real HTTP server, and a small HTTP client.
-#![allow(dead_code, reason = "each test binary uses a different part of the harness")]
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the harness"
+)]
 
 pub mod convo;
 pub mod llm;
@@ -44,7 +47,11 @@ impl Foldgate {
     pub async fn start_config(config: Config) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let scheme = if config.server.tls_cert.is_some() { "https" } else { "http" };
+        let scheme = if config.server.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             foldgate::server::serve(listener, Arc::new(config), async {
@@ -53,7 +60,12 @@ impl Foldgate {
             .await
             .unwrap();
         });
-        Self { addr, url: format!("{scheme}://{addr}"), shutdown: Some(tx), task: Some(task) }
+        Self {
+            addr,
+            url: format!("{scheme}://{addr}"),
+            shutdown: Some(tx),
+            task: Some(task),
+        }
     }
 
     /// Asks the server to shut down gracefully (returns at once).
@@ -96,26 +108,48 @@ impl Reply {
 
     /// Asserts this is foldgate's error envelope with `status` and `code`.
     pub fn assert_envelope(&self, status: u16, code: &str) {
-        assert_eq!(self.status.as_u16(), status, "body: {}", String::from_utf8_lossy(&self.body));
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "body: {}",
+            String::from_utf8_lossy(&self.body)
+        );
         let v = self.json();
         assert_eq!(v["error"]["code"], code, "{v}");
-        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{v}"
+        );
         assert!(v["error"]["type"].is_string(), "{v}");
         assert!(v["error"].get("param").is_some(), "{v}");
     }
 }
 
 /// Sends a request and reads the whole response.
-pub async fn send(method: Method, url: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Reply {
+pub async fn send(
+    method: Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Reply {
     let mut req = Request::builder().method(method).uri(url);
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let resp = client().request(req.body(body::full(body.into())).unwrap()).await.unwrap();
+    let resp = client()
+        .request(req.body(body::full(body.into())).unwrap())
+        .await
+        .unwrap();
     let status = resp.status();
     let headers = resp.headers().clone();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
-    Reply { status, headers, body }
+    Reply {
+        status,
+        headers,
+        body,
+    }
 }
 
 /// POSTs JSON.

@@ -2,90 +2,12 @@
 
 mod common;
 
+use common::convo::{Convo, config, label};
 use common::llm::{self, Llm, Sum};
 use common::{Foldgate, Reply, post_json};
 use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-const FILLER: &str = "we look at the parser, the tokenizer and the cache layer, then decide on the next step together";
-
-/// A conversation whose every message carries a unique `[mN]` tag.
-struct Convo {
-    messages: Vec<Value>,
-    tag: u32,
-    call: u32,
-}
-
-impl Convo {
-    fn new() -> Self {
-        Self {
-            messages: vec![
-                json!({"role": "system", "content": "You are a careful coding assistant."}),
-            ],
-            tag: 0,
-            call: 0,
-        }
-    }
-    fn text(&mut self, what: &str) -> String {
-        self.tag += 1;
-        format!("[m{}] {what}: {FILLER}", self.tag)
-    }
-    fn user(&mut self, what: &str) -> &mut Self {
-        let content = self.text(what);
-        self.messages
-            .push(json!({"role": "user", "content": content}));
-        self
-    }
-    fn assistant(&mut self, what: &str) -> &mut Self {
-        let content = self.text(what);
-        self.messages
-            .push(json!({"role": "assistant", "content": content}));
-        self
-    }
-    /// An assistant message with `n` parallel tool calls and their results.
-    fn tools(&mut self, n: usize) -> &mut Self {
-        let content = self.text("calling tools");
-        let ids: Vec<String> = (0..n)
-            .map(|_| {
-                self.call += 1;
-                format!("call_{}", self.call)
-            })
-            .collect();
-        let calls: Vec<Value> = ids.iter().map(|id| json!({"id": id, "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"src/lib.rs\"}"}})).collect();
-        self.messages
-            .push(json!({"role": "assistant", "content": content, "tool_calls": calls}));
-        for id in ids {
-            let content = self.text("file contents");
-            self.messages
-                .push(json!({"role": "tool", "tool_call_id": id, "content": content}));
-        }
-        self
-    }
-    /// A history of `turns` user/assistant pairs.
-    fn with_turns(turns: usize) -> Self {
-        let mut c = Self::new();
-        for i in 0..turns {
-            c.user(&format!("question {i}"))
-                .assistant(&format!("answer {i}"));
-        }
-        c
-    }
-    fn body(&self, model: &str, stream: bool) -> Value {
-        json!({"model": model, "messages": self.messages, "max_tokens": 100, "stream": stream, "temperature": 0.2})
-    }
-}
-
-/// foldgate in front of `llm`, with a small window for `tiny-*` models.
-fn config(llm: &Llm, extra: &str) -> String {
-    format!(
-        "[providers.mock]\nbase_url = \"{}/v1\"\n\
-         [models.\"tiny-*\"]\ncontext_window = 4000\n\
-         [policy]\nreset_ratio = 0.45\nmode = \"inline\"\n\
-         [summarizer]\nmax_summary_tokens = 400\nretries = 2\nbackoff = \"5ms\"\ntimeout = \"5s\"\n{extra}",
-        llm.url()
-    )
-}
 
 async fn chat(fg: &Foldgate, conversation: &str, body: &Value) -> Reply {
     chat_as(fg, conversation, "sk-tenant-a", body).await
@@ -104,14 +26,6 @@ async fn chat_as(fg: &Foldgate, conversation: &str, key: &str, body: &Value) -> 
     .await
 }
 
-fn label(reply: &Reply) -> &str {
-    reply
-        .headers
-        .get("x-foldgate-fold")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("missing")
-}
-
 fn last_view(llm: &Llm) -> Vec<Value> {
     llm.chat_requests().last().unwrap()["messages"]
         .as_array()
@@ -123,7 +37,7 @@ fn last_view(llm: &Llm) -> Vec<Value> {
 async fn long_agent_conversation_folds_without_dropping_anything() {
     let llm = Llm::start().await;
     let fg = Foldgate::start(&config(&llm, "")).await;
-    let mut convo = Convo::new();
+    let mut convo = Convo::with_turns(0);
     let mut labels = Vec::new();
     let mut requests = 0;
     for turn in 0..200 {
@@ -136,7 +50,7 @@ async fn long_agent_conversation_folds_without_dropping_anything() {
             if i == 1 {
                 convo.tools(1 + turn % 3);
             }
-            let reply = chat(&fg, "agent-1", &convo.body("tiny-model", stream)).await;
+            let reply = chat(&fg, "agent-1", &convo.body_for("tiny-model", stream)).await;
             assert_eq!(
                 reply.status,
                 200,
@@ -231,7 +145,7 @@ async fn folded_request_changes_only_messages() {
     let llm = Llm::start().await;
     let fg = Foldgate::start(&config(&llm, "")).await;
     let convo = folding_history();
-    let mut body = convo.body("tiny-model", false);
+    let mut body = convo.body();
     body["a_vendor_field"] = json!({"keep": [1, 2]});
     let reply = chat(&fg, "c", &body).await;
     assert_eq!(label(&reply), "new");
@@ -255,7 +169,7 @@ async fn summarizer_5xx_are_retried() {
     let llm = Llm::start().await;
     llm.script([Sum::Status(500), Sum::Status(503)]);
     let fg = Foldgate::start(&config(&llm, "")).await;
-    let reply = chat(&fg, "c", &folding_history().body("tiny-model", false)).await;
+    let reply = chat(&fg, "c", &folding_history().body()).await;
     assert_eq!(label(&reply), "new");
     assert_eq!(llm.summarizer_calls(), 3);
 }
@@ -266,7 +180,7 @@ async fn fenced_json_is_repaired() {
     llm.script([Sum::Fenced]);
     let fg = Foldgate::start(&config(&llm, "")).await;
     let convo = folding_history();
-    let reply = chat(&fg, "c", &convo.body("tiny-model", false)).await;
+    let reply = chat(&fg, "c", &convo.body()).await;
     assert_eq!(label(&reply), "new");
     assert_eq!(llm.summarizer_calls(), 1);
     llm::assert_view_covers(&convo.messages, &last_view(&llm));
@@ -278,7 +192,7 @@ async fn garbage_output_falls_back_to_passthrough() {
     llm.script([Sum::Garbage, Sum::Garbage, Sum::Garbage]);
     let fg = Foldgate::start(&config(&llm, "")).await;
     let convo = folding_history();
-    let reply = chat(&fg, "c", &convo.body("tiny-model", false)).await;
+    let reply = chat(&fg, "c", &convo.body()).await;
     assert_eq!(reply.status, 200);
     assert_eq!(label(&reply), "none");
     assert!(reply.headers.contains_key("x-foldgate-warning"));
@@ -307,7 +221,7 @@ async fn summarizer_failure_can_be_an_error() {
     let llm = Llm::start().await;
     llm.script([Sum::Status(500), Sum::Status(500), Sum::Status(500)]);
     let fg = Foldgate::start(&config(&llm, "on_failure = \"error\"\n")).await;
-    let reply = chat(&fg, "c", &folding_history().body("tiny-model", false)).await;
+    let reply = chat(&fg, "c", &folding_history().body()).await;
     reply.assert_envelope(503, "unavailable");
     assert!(
         reply.json()["error"]["message"]
@@ -329,7 +243,7 @@ async fn summarizer_timeout_is_bounded() {
     )
     .await;
     let started = std::time::Instant::now();
-    let reply = chat(&fg, "c", &folding_history().body("tiny-model", false)).await;
+    let reply = chat(&fg, "c", &folding_history().body()).await;
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "{:?}",
@@ -345,7 +259,7 @@ async fn json_schema_rejection_downgrades_and_is_remembered() {
     llm.state.reject_schema.store(true, Ordering::Relaxed);
     let fg = Foldgate::start(&config(&llm, "")).await;
     assert_eq!(
-        label(&chat(&fg, "c1", &folding_history().body("tiny-model", false)).await),
+        label(&chat(&fg, "c1", &folding_history().body()).await),
         "new"
     );
     let formats: Vec<Value> = llm
@@ -355,7 +269,7 @@ async fn json_schema_rejection_downgrades_and_is_remembered() {
         .collect();
     assert_eq!(formats, vec![json!("json_schema"), json!("json_object")]);
     assert_eq!(
-        label(&chat(&fg, "c2", &folding_history().body("tiny-model", false)).await),
+        label(&chat(&fg, "c2", &folding_history().body()).await),
         "new"
     );
     assert_eq!(
@@ -370,7 +284,7 @@ async fn concurrent_requests_share_one_fold() {
     let llm = Llm::start().await;
     llm.state.summarizer_delay_ms.store(300, Ordering::Relaxed);
     let fg = std::sync::Arc::new(Foldgate::start(&config(&llm, "")).await);
-    let body = folding_history().body("tiny-model", false);
+    let body = folding_history().body();
     let tasks: Vec<_> = (0..10)
         .map(|_| {
             let (fg, body) = (fg.clone(), body.clone());
@@ -401,18 +315,12 @@ async fn edited_history_gets_no_stale_summary() {
     let llm = Llm::start().await;
     let fg = Foldgate::start(&config(&llm, "")).await;
     let mut convo = folding_history();
-    assert_eq!(
-        label(&chat(&fg, "c", &convo.body("tiny-model", false)).await),
-        "new"
-    );
+    assert_eq!(label(&chat(&fg, "c", &convo.body()).await), "new");
     convo.user("next");
-    assert_eq!(
-        label(&chat(&fg, "c", &convo.body("tiny-model", false)).await),
-        "reused"
-    );
+    assert_eq!(label(&chat(&fg, "c", &convo.body()).await), "reused");
     // Edit an early message: the stored fold no longer matches.
     convo.messages[3]["content"] = json!("[m3] EDITED: the user changed their mind");
-    let reply = chat(&fg, "c", &convo.body("tiny-model", false)).await;
+    let reply = chat(&fg, "c", &convo.body()).await;
     assert_eq!(
         label(&reply),
         "new",
@@ -439,11 +347,11 @@ async fn tenants_with_the_same_conversation_id_stay_isolated() {
     let fg = Foldgate::start(&config(&llm, "[server]\nadmin_token = \"adm-1\"\n")).await;
     let a = folding_history();
     assert_eq!(
-        label(&chat_as(&fg, "shared-id", "sk-a", &a.body("tiny-model", false)).await),
+        label(&chat_as(&fg, "shared-id", "sk-a", &a.body()).await),
         "new"
     );
     assert_eq!(
-        label(&chat_as(&fg, "shared-id", "sk-b", &a.body("tiny-model", false)).await),
+        label(&chat_as(&fg, "shared-id", "sk-b", &a.body()).await),
         "new",
         "tenant b must not reuse a's summary"
     );
@@ -478,7 +386,7 @@ async fn context_length_error_triggers_one_emergency_fold() {
     let llm = Llm::start().await;
     let fg = Foldgate::start(&config(&llm, "")).await;
     let convo = Convo::with_turns(12);
-    let body = convo.body("gpt-4o", false);
+    let body = convo.body_for("gpt-4o", false);
     llm.state
         .context_limit_bytes
         .store(body.to_string().len() / 2, Ordering::Relaxed);
@@ -497,7 +405,12 @@ async fn context_length_error_triggers_one_emergency_fold() {
 
     // When even the retry is rejected, the upstream's error reaches the client.
     llm.state.context_limit_bytes.store(10, Ordering::Relaxed);
-    let reply = chat(&fg, "other", &Convo::with_turns(12).body("gpt-4o", false)).await;
+    let reply = chat(
+        &fg,
+        "other",
+        &Convo::with_turns(12).body_for("gpt-4o", false),
+    )
+    .await;
     assert_eq!(reply.status, 400);
     assert_eq!(reply.json()["error"]["code"], "context_length_exceeded");
 }
@@ -542,7 +455,7 @@ async fn a_message_too_big_for_any_view_is_refused_clearly() {
     convo
         .messages
         .push(json!({"role": "user", "content": format!("[m99] {}", "giant ".repeat(5000))}));
-    let reply = chat(&fg, "c", &convo.body("tiny-model", false)).await;
+    let reply = chat(&fg, "c", &convo.body()).await;
     reply.assert_envelope(400, "context_length_exceeded");
     assert!(llm.chat_requests().is_empty());
 }
@@ -551,7 +464,7 @@ async fn a_message_too_big_for_any_view_is_refused_clearly() {
 async fn calibration_converges_on_reported_usage() {
     let llm = Llm::start().await;
     let fg = Foldgate::start(&config(&llm, "")).await;
-    let body = Convo::with_turns(3).body("some-local-model", false);
+    let body = Convo::with_turns(3).body_for("some-local-model", false);
     let first = chat(&fg, "cal", &body).await;
     let estimate: f64 = first.headers["x-foldgate-tokens-out"]
         .to_str()
@@ -575,4 +488,28 @@ async fn calibration_converges_on_reported_usage() {
         (ratio - 1.2).abs() < 0.03,
         "calibrated estimate {last} vs first {estimate}: ratio {ratio}"
     );
+}
+
+#[tokio::test]
+async fn windows_discovered_from_the_provider_drive_folding() {
+    let llm = Llm::start().await;
+    *llm.state.models_listing.lock().unwrap() = Some(
+        json!({"data": [{"id": "disc-model", "context_length": 4000}, {"id": "other", "max_model_len": 32768}]}),
+    );
+    let convo = folding_history();
+    // Without discovery the unknown model gets the default 8192-token window: no fold.
+    let plain = Foldgate::start(&config(&llm, "")).await;
+    assert_eq!(
+        label(&chat(&plain, "c", &convo.body_for("disc-model", false)).await),
+        "none"
+    );
+    let fg = Foldgate::start(&config(&llm, "[tokens]\ndiscover = true\n")).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reply = chat(&fg, "c", &convo.body_for("disc-model", false)).await;
+    assert_eq!(
+        label(&reply),
+        "new",
+        "the discovered 4000-token window applies"
+    );
+    assert!(llm.mock.received().iter().any(|r| r.uri == "/v1/models"));
 }

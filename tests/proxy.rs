@@ -126,29 +126,38 @@ async fn upstream_errors_pass_through_unchanged() {
     }
 }
 
-#[tokio::test]
-async fn sse_chunks_arrive_while_upstream_holds_the_rest() {
+/// An upstream that streams `first`, then holds the rest of the event
+/// stream until the returned sender fires.
+async fn held_stream(
+    first: &'static [u8],
+    rest: &'static [u8],
+) -> (Mock, tokio::sync::oneshot::Sender<()>) {
     let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
-    let release = std::sync::Mutex::new(Some(release_rx));
-    let release = std::sync::Arc::new(release);
+    let release = std::sync::Arc::new(std::sync::Mutex::new(Some(release_rx)));
     let upstream = Mock::start(move |_r: Recorded| {
         let release = release.lock().unwrap().take();
         async move {
             let (tx, resp) = mock::stream("text/event-stream");
             tokio::spawn(async move {
-                tx.send(Bytes::from_static(b"data: {\"n\":1}\n\n"))
-                    .await
-                    .unwrap();
+                tx.send(Bytes::from_static(first)).await.unwrap();
                 if let Some(rx) = release {
                     let _ = rx.await;
                 }
-                tx.send(Bytes::from_static(b"data: {\"n\":2}\n\ndata: [DONE]\n\n"))
-                    .await
-                    .unwrap();
+                tx.send(Bytes::from_static(rest)).await.unwrap();
             });
             resp
         }
     })
+    .await;
+    (upstream, release_tx)
+}
+
+#[tokio::test]
+async fn sse_chunks_arrive_while_upstream_holds_the_rest() {
+    let (upstream, release_tx) = held_stream(
+        b"data: {\"n\":1}\n\n",
+        b"data: {\"n\":2}\n\ndata: [DONE]\n\n",
+    )
     .await;
     let fg = Foldgate::start(&config_for(&upstream.url, "")).await;
     let req = Request::post(format!("{}/v1/chat/completions", fg.url))
@@ -416,27 +425,7 @@ async fn health_and_unknown_admin_routes() {
 
 #[tokio::test]
 async fn graceful_shutdown_finishes_an_in_flight_stream() {
-    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
-    let release = std::sync::Arc::new(std::sync::Mutex::new(Some(release_rx)));
-    let upstream = Mock::start(move |_r: Recorded| {
-        let release = release.lock().unwrap().take();
-        async move {
-            let (tx, resp) = mock::stream("text/event-stream");
-            tokio::spawn(async move {
-                tx.send(Bytes::from_static(b"data: first\n\n"))
-                    .await
-                    .unwrap();
-                if let Some(rx) = release {
-                    let _ = rx.await;
-                }
-                tx.send(Bytes::from_static(b"data: last\n\n"))
-                    .await
-                    .unwrap();
-            });
-            resp
-        }
-    })
-    .await;
+    let (upstream, release_tx) = held_stream(b"data: first\n\n", b"data: last\n\n").await;
     let mut fg = Foldgate::start(&config_for(
         &upstream.url,
         "[server]\nshutdown_timeout = \"10s\"\n",

@@ -38,6 +38,9 @@ pub enum StartupError {
     /// Upstream clients could not be built.
     #[error("upstream: {0}")]
     Upstream(String),
+    /// The state store could not be opened.
+    #[error("state: {0}")]
+    State(String),
 }
 
 /// Serves on `listener` until `shutdown` resolves, then stops accepting and
@@ -50,7 +53,11 @@ pub async fn serve(
 ) -> Result<(), StartupError> {
     let tls = tls_acceptor(&config)?;
     let deadline = config.server.shutdown_timeout;
-    let app = Arc::new(App::new(config).map_err(StartupError::Upstream)?);
+    let app = Arc::new(App::new(config)?);
+    if app.config.tokens.discover {
+        let app = app.clone();
+        tokio::spawn(async move { app.discover_windows().await });
+    }
     let service = stack::build(app.clone());
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();

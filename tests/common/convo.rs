@@ -1,4 +1,4 @@
-//! Building folding conversations and sending them (after tests/chat.rs).
+//! Building tagged conversations for folding tests, and sending them.
 
 use super::llm::Llm;
 use super::{Foldgate, Reply, post_json};
@@ -10,6 +10,7 @@ const FILLER: &str = "we look at the parser, the tokenizer and the cache layer, 
 pub struct Convo {
     pub messages: Vec<Value>,
     tag: u32,
+    call: u32,
 }
 
 impl Convo {
@@ -21,6 +22,7 @@ impl Convo {
                 json!({"role": "system", "content": "You are a careful coding assistant."}),
             ],
             tag: 0,
+            call: 0,
         };
         for i in 0..turns {
             c.push("user", &format!("question {i}"));
@@ -43,8 +45,47 @@ impl Convo {
         self.push("assistant", "done").push("user", what)
     }
 
+    pub fn user(&mut self, what: &str) -> &mut Self {
+        self.push("user", what)
+    }
+
+    pub fn assistant(&mut self, what: &str) -> &mut Self {
+        self.push("assistant", what)
+    }
+
+    /// An assistant message with `n` parallel tool calls, then their results.
+    pub fn tools(&mut self, n: usize) -> &mut Self {
+        self.tag += 1;
+        let content = format!("[m{}] calling tools: {FILLER}", self.tag);
+        let ids: Vec<String> = (0..n)
+            .map(|_| {
+                self.call += 1;
+                format!("call_{}", self.call)
+            })
+            .collect();
+        let calls: Vec<Value> = ids
+            .iter()
+            .map(|id| json!({"id": id, "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"src/lib.rs\"}"}}))
+            .collect();
+        self.messages
+            .push(json!({"role": "assistant", "content": content, "tool_calls": calls}));
+        for id in ids {
+            self.tag += 1;
+            let content = format!("[m{}] file contents: {FILLER}", self.tag);
+            self.messages
+                .push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+        }
+        self
+    }
+
+    /// The request body for `tiny-model`, not streamed.
     pub fn body(&self) -> Value {
-        json!({"model": "tiny-model", "messages": self.messages, "max_tokens": 100})
+        self.body_for("tiny-model", false)
+    }
+
+    /// The request body for `model`.
+    pub fn body_for(&self, model: &str, stream: bool) -> Value {
+        json!({"model": model, "messages": self.messages, "max_tokens": 100, "stream": stream, "temperature": 0.2})
     }
 }
 

@@ -48,6 +48,8 @@ pub struct LlmState {
     pub summarizer_requests: Mutex<Vec<Value>>,
     /// Chat request bodies, in order.
     pub chat_requests: Mutex<Vec<Value>>,
+    /// The answer to `GET /v1/models`, when set.
+    pub models_listing: Mutex<Option<Value>>,
 }
 
 /// The running mock.
@@ -90,6 +92,15 @@ fn is_summarizer(body: &Value) -> bool {
 }
 
 async fn answer(state: Arc<LlmState>, r: Recorded) -> Response<foldgate::body::Body> {
+    if r.method == http::Method::GET && r.uri.ends_with("/models") {
+        return match state.models_listing.lock().unwrap().clone() {
+            Some(listing) => mock::json(StatusCode::OK, &listing),
+            None => mock::json(
+                StatusCode::NOT_FOUND,
+                &json!({"error": {"message": "no listing"}}),
+            ),
+        };
+    }
     let Ok(body) = serde_json::from_slice::<Value>(&r.body) else {
         return mock::json(
             StatusCode::BAD_REQUEST,

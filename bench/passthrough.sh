@@ -40,6 +40,8 @@ cat > "$WORK/foldgate.toml" <<CONF
 listen = "127.0.0.1:$FG"
 [providers.bench]
 base_url = "http://127.0.0.1:$UP/v1"
+[state]
+path = "$WORK/foldgate.db"
 CONF
 FOLDGATE_LOG=${FOLDGATE_LOG:-info} ./target/release/foldgate serve --config "$WORK/foldgate.toml" 2>"$WORK/foldgate.log" &
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$FG/foldgate/health" >/dev/null && break; sleep 0.1; done
@@ -53,10 +55,13 @@ measure() {
 }
 
 declare -A RPS P50 P99
-ROWS=(direct nginx-proxy foldgate)
+# foldgate-json posts the same body to a path foldgate does not intercept:
+# the proxy core alone (read, route by model, forward), without the chat pipeline.
+ROWS=(direct nginx-proxy foldgate foldgate-json)
 declare -A URL=([direct]="http://127.0.0.1:$UP/v1/chat/completions"
   [nginx-proxy]="http://127.0.0.1:$PROXY/v1/chat/completions"
-  [foldgate]="http://127.0.0.1:$FG/v1/chat/completions")
+  [foldgate]="http://127.0.0.1:$FG/v1/chat/completions"
+  [foldgate-json]="http://127.0.0.1:$FG/v1/responses")
 for row in "${ROWS[@]}"; do curl -sf -o /dev/null -X POST -H 'content-type: application/json' -d '{"model":"gpt-4o-mini","messages":[]}' "${URL[$row]}" || { echo "$row is not answering" >&2; exit 1; }; done
 for round in $(seq "$ROUNDS"); do
   for row in "${ROWS[@]}"; do

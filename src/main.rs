@@ -1,6 +1,11 @@
 //! The `foldgate` command line.
 
 use clap::{Parser, Subcommand};
+
+/// mimalloc: the request path allocates and frees a JSON tree per chat
+/// request, and glibc malloc showed up at ~10% of CPU under load.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use foldgate::config::Config;
 use std::path::PathBuf;
 use std::process::ExitCode;

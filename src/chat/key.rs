@@ -7,6 +7,7 @@ use crate::state::ConvKey;
 use crate::upstream::headers;
 use http::HeaderMap;
 use serde_json::Value;
+use crate::tokens::hash::hash_values;
 use sha2::{Digest, Sha256};
 
 /// Longest conversation id accepted from the header; longer ones are hashed.
@@ -52,20 +53,16 @@ pub fn conversation_key(
 }
 
 /// A hash of the pinned head and the first user message: stable across the
-/// turns of one conversation, different between conversations that differ
-/// in either. `None` when there is no user message to anchor on.
+/// turns of one conversation (and across restarts), different between
+/// conversations that differ in either. `None` when there is no user
+/// message to anchor on. A 128-bit structural xxh3: a key, not a secret.
 pub fn fingerprint(messages: &[Value]) -> Option<String> {
     let p = pinned_len(messages);
     let first_user = messages[p..]
         .iter()
         .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
-    let mut hasher = Sha256::new();
-    for m in messages[..p].iter().chain([first_user]) {
-        let bytes = serde_json::to_vec(m).unwrap_or_default();
-        hasher.update((bytes.len() as u64).to_le_bytes());
-        hasher.update(&bytes);
-    }
-    Some(format!("fp-{}", hex(&hasher.finalize()[..16])))
+    let hash = hash_values(messages[..p].iter().chain([first_user]));
+    Some(format!("fp-{hash:032x}"))
 }
 
 fn hex(bytes: &[u8]) -> String {

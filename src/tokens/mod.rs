@@ -19,7 +19,7 @@ mod counter;
 mod discovery;
 pub mod encoding;
 mod estimate;
-mod hash;
+pub(crate) mod hash;
 pub mod message;
 mod registry;
 mod report;

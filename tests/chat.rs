@@ -513,3 +513,42 @@ async fn windows_discovered_from_the_provider_drive_folding() {
     );
     assert!(llm.mock.received().iter().any(|r| r.uri == "/v1/models"));
 }
+
+#[tokio::test]
+async fn the_fast_path_counts_exactly_like_the_full_estimator() {
+    let llm = Llm::start().await;
+    let toml = config(&llm, "");
+    let fg = Foldgate::start(&toml).await;
+    let body = json!({
+        "model": "gpt-4o", "max_tokens": 50,
+        "tools": [{"type": "function", "function": {"name": "read_file", "description": "Read a file",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}],
+        "messages": [
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "name": "ann", "content": [{"type": "text", "text": "look at this"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}}]},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "read_file", "arguments": "{\"path\":\"a.rs\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "fn main() {}"},
+        ],
+    });
+    let reply = chat(&fg, "fast", &body).await;
+    assert_eq!(label(&reply), "none");
+    let config = foldgate::config::Config::from_toml(&toml).unwrap();
+    let expected =
+        foldgate::tokens::TokenCounter::new(&config).estimate("gpt-4o", body.as_object().unwrap());
+    let header = |name: &str| {
+        reply.headers[name]
+            .to_str()
+            .unwrap()
+            .parse::<u32>()
+            .unwrap()
+    };
+    assert_eq!(header("x-foldgate-tokens-in"), expected.input_tokens);
+    assert_eq!(header("x-foldgate-tokens-out"), expected.input_tokens);
+    assert_eq!(
+        llm.mock.received()[0].body,
+        body.to_string().as_bytes(),
+        "forwarded byte for byte"
+    );
+}

@@ -2,13 +2,11 @@
 //! credential) and the conversation key (header, else a fingerprint).
 
 use crate::config::{ConversationConfig, Fallback};
-use crate::fold::pinned_len;
 use crate::state::ConvKey;
 use crate::upstream::headers;
 use http::HeaderMap;
-use serde_json::Value;
-use crate::tokens::hash::hash_values;
 use sha2::{Digest, Sha256};
+use xxhash_rust::xxh3::Xxh3Default;
 
 /// Longest conversation id accepted from the header; longer ones are hashed.
 const MAX_ID_LEN: usize = 200;
@@ -23,10 +21,11 @@ pub fn tenant(headers: &HeaderMap) -> String {
 }
 
 /// The conversation key, or `None` when the request has no header and the
-/// fallback is `none` (fold without caching).
+/// fallback is `none` (fold without caching). `fingerprint` is computed
+/// only when needed.
 pub fn conversation_key(
     headers: &HeaderMap,
-    messages: &[Value],
+    fingerprint: impl FnOnce() -> Option<String>,
     config: &ConversationConfig,
 ) -> Option<ConvKey> {
     let from_header = headers
@@ -43,7 +42,7 @@ pub fn conversation_key(
         });
     let conversation = match (from_header, config.fallback) {
         (Some(id), _) => id,
-        (None, Fallback::Fingerprint) => fingerprint(messages)?,
+        (None, Fallback::Fingerprint) => fingerprint()?,
         (None, Fallback::None) => return None,
     };
     Some(ConvKey {
@@ -52,17 +51,50 @@ pub fn conversation_key(
     })
 }
 
-/// A hash of the pinned head and the first user message: stable across the
-/// turns of one conversation (and across restarts), different between
-/// conversations that differ in either. `None` when there is no user
-/// message to anchor on. A 128-bit structural xxh3: a key, not a secret.
-pub fn fingerprint(messages: &[Value]) -> Option<String> {
-    let p = pinned_len(messages);
-    let first_user = messages[p..]
-        .iter()
-        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
-    let hash = hash_values(messages[..p].iter().chain([first_user]));
-    Some(format!("fp-{hash:032x}"))
+/// [`conversation_key`] for a request already parsed into values; the
+/// fingerprint hashes the messages as serde_json writes them.
+pub fn conversation_key_of(
+    headers: &HeaderMap,
+    request: &serde_json::Map<String, serde_json::Value>,
+    config: &ConversationConfig,
+) -> Option<ConvKey> {
+    let fingerprint = || {
+        let messages = request.get("messages")?.as_array()?;
+        let role = |m: &serde_json::Value| {
+            m.get("role")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        let pinned = messages
+            .iter()
+            .take_while(|m| matches!(role(m).as_deref(), Some("system" | "developer")))
+            .count();
+        let first_user = messages[pinned..]
+            .iter()
+            .find(|m| role(m).as_deref() == Some("user"))?;
+        let texts: Vec<String> = messages[..pinned]
+            .iter()
+            .map(serde_json::Value::to_string)
+            .collect();
+        Some(fingerprint(
+            texts.iter().map(String::as_str),
+            &first_user.to_string(),
+        ))
+    };
+    conversation_key(headers, fingerprint, config)
+}
+
+/// A hash of the pinned head and the first user message, as the client
+/// sent their JSON: stable across the turns of one conversation (and
+/// across restarts), different between conversations that differ in
+/// either. A 128-bit xxh3: a key, not a secret.
+pub fn fingerprint<'a>(pinned: impl IntoIterator<Item = &'a str>, first_user: &'a str) -> String {
+    let mut h = Xxh3Default::new();
+    for text in pinned.into_iter().chain([first_user]) {
+        h.update(&(text.len() as u64).to_le_bytes());
+        h.update(text.as_bytes());
+    }
+    format!("fp-{:032x}", h.digest128())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -72,7 +104,6 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn cfg(fallback: Fallback) -> ConversationConfig {
         ConversationConfig {
@@ -83,13 +114,12 @@ mod tests {
 
     #[test]
     fn header_wins_and_tenants_differ_by_credential() {
-        let msgs = vec![json!({"role":"user","content":"hi"})];
         let mut h = HeaderMap::new();
         h.insert("x-conversation-id", "c1".parse().unwrap());
         h.insert("authorization", "Bearer sk-a".parse().unwrap());
-        let a = conversation_key(&h, &msgs, &cfg(Fallback::Fingerprint)).unwrap();
+        let a = conversation_key(&h, || None, &cfg(Fallback::Fingerprint)).unwrap();
         h.insert("authorization", "Bearer sk-b".parse().unwrap());
-        let b = conversation_key(&h, &msgs, &cfg(Fallback::Fingerprint)).unwrap();
+        let b = conversation_key(&h, || None, &cfg(Fallback::Fingerprint)).unwrap();
         assert_eq!(
             (a.conversation.as_str(), b.conversation.as_str()),
             ("c1", "c1")
@@ -99,24 +129,19 @@ mod tests {
     }
 
     #[test]
-    fn fingerprint_is_stable_across_turns_and_none_opts_out() {
-        let h = HeaderMap::new();
-        let mut msgs = vec![
-            json!({"role":"system","content":"s"}),
-            json!({"role":"user","content":"task"}),
-        ];
-        let first = conversation_key(&h, &msgs, &cfg(Fallback::Fingerprint)).unwrap();
-        msgs.push(json!({"role":"assistant","content":"ok"}));
-        msgs.push(json!({"role":"user","content":"more"}));
-        assert_eq!(
-            conversation_key(&h, &msgs, &cfg(Fallback::Fingerprint)).unwrap(),
-            first
-        );
-        msgs[1] = json!({"role":"user","content":"other task"});
+    fn fingerprint_separates_its_parts_and_none_opts_out() {
+        let system = r#"{"role":"system","content":"s"}"#;
+        let task = r#"{"role":"user","content":"task"}"#;
+        let one = fingerprint([system], task);
+        assert_eq!(one, fingerprint([system], task));
         assert_ne!(
-            conversation_key(&h, &msgs, &cfg(Fallback::Fingerprint)).unwrap(),
-            first
+            one,
+            fingerprint([system], r#"{"role":"user","content":"other"}"#)
         );
-        assert!(conversation_key(&h, &msgs, &cfg(Fallback::None)).is_none());
+        assert_ne!(fingerprint(["ab"], "c"), fingerprint(["a"], "bc"));
+        let h = HeaderMap::new();
+        let key = conversation_key(&h, || Some(one.clone()), &cfg(Fallback::Fingerprint)).unwrap();
+        assert_eq!(key.conversation, one);
+        assert!(conversation_key(&h, || Some(one.clone()), &cfg(Fallback::None)).is_none());
     }
 }

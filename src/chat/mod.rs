@@ -9,6 +9,7 @@
 
 mod background;
 mod context_error;
+mod fast;
 mod fold_run;
 pub mod key;
 mod tap;
@@ -71,38 +72,73 @@ pub async fn handle(
     parts: Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    let mut request = parse(&bytes)?;
-    let model = request
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
     Metrics::inc(&app.chat.metrics.chat_requests);
-    let estimate = app.chat.tokens.estimate(&model, &request);
-    let messages = match request.get_mut("messages").map(Value::take) {
-        Some(Value::Array(messages)) => messages,
-        _ => Vec::new(),
+    let raw = fast::parse(&bytes);
+    let (model, key, untouched) = match &raw {
+        Some(raw) => {
+            let provider = app.upstreams.route(Some(&raw.model));
+            let (key, untouched) = fast::route(app, &parts.headers, raw, &provider.name).await?;
+            (raw.model.clone(), key, untouched)
+        }
+        None => {
+            // Not a plain request: the full parser reports what is wrong, or
+            // takes it (the key then comes from the re-serialised messages).
+            let request = parse(&bytes)?;
+            let model = request
+                .get("model")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            (
+                model,
+                key::conversation_key_of(&parts.headers, &request, &app.config.conversation),
+                None,
+            )
+        }
     };
+    drop(raw);
     let provider = app.upstreams.route(Some(&model));
-    let mut turn = Turn::new(
-        app.clone(),
-        &model,
-        &provider.name,
-        &parts.headers,
-        &request,
-        messages,
-        estimate,
-    );
-    let mut prepared = turn.prepare().await?;
+    // The full pipeline, built when the fast path cannot decide alone.
+    let full = || -> Result<(Map<String, Value>, Turn), ApiError> {
+        let mut request = parse(&bytes)?;
+        let estimate = app.chat.tokens.estimate(&model, &request);
+        let messages = match request.get_mut("messages").map(Value::take) {
+            Some(Value::Array(messages)) => messages,
+            _ => Vec::new(),
+        };
+        let turn = Turn::new(
+            app.clone(),
+            key.clone(),
+            &provider.name,
+            &parts.headers,
+            &request,
+            messages,
+            estimate,
+        );
+        Ok((request, turn))
+    };
+    let mut slow: Option<(Map<String, Value>, Turn)> = None;
+    let mut prepared = match untouched {
+        Some(prepared) => prepared,
+        None => {
+            let (request, turn) = full()?;
+            let prepared = turn.prepare().await?;
+            slow = Some((request, turn));
+            prepared
+        }
+    };
     let mut retried = false;
     loop {
-        let body = match &prepared.view {
-            None => bytes.clone(),
-            Some(view) => {
+        let body = match (&prepared.view, &mut slow) {
+            (None, _) => bytes.clone(),
+            (Some(view), Some((request, _))) => {
                 request.insert("messages".into(), Value::Array(view.clone()));
                 Bytes::from(
-                    serde_json::to_vec(&request).map_err(|e| ApiError::Internal(e.to_string()))?,
+                    serde_json::to_vec(request).map_err(|e| ApiError::Internal(e.to_string()))?,
                 )
+            }
+            (Some(_), None) => {
+                return Err(ApiError::Internal("a view without a parsed request".into()));
             }
         };
         let mut req = Request::from_parts(parts.clone(), body::full(body.clone()));
@@ -130,6 +166,10 @@ pub async fn handle(
                 if let Some(window) = err.window {
                     app.chat.tokens.record_discovered(&model, window);
                 }
+                let (_, turn) = match &mut slow {
+                    Some(full) => full,
+                    None => slow.insert(full()?),
+                };
                 turn.shrink_window(err.window.unwrap_or(u32::MAX).min(prepared.tokens_out));
                 prepared = turn.prepare().await?;
                 continue;

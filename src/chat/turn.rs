@@ -1,8 +1,7 @@
 //! One chat request's fold decision: what view to forward, and whether a
 //! fold runs inline (the request waits) or in the background.
 
-use super::key;
-use crate::config::{Mode, Policy};
+use crate::config::{Config, Mode, Policy};
 use crate::error::ApiError;
 use crate::fold::{self, Budget, CannotFit, Decision, FoldChain, FoldState, Reason, ViewInfo};
 use crate::metrics::Metrics;
@@ -31,6 +30,25 @@ pub struct Prepared {
     pub warning: Option<String>,
 }
 
+/// The request's token budget. A default output reserve (the request set
+/// no `max_tokens`) must not claim most of a small window by itself.
+pub(super) fn budget(config: &Config, estimate: &Estimate, request: &Map<String, Value>) -> Budget {
+    let explicit = ["max_completion_tokens", "max_tokens"]
+        .iter()
+        .any(|k| request.get(*k).is_some_and(Value::is_u64));
+    let output_reserve = if explicit {
+        estimate.output_reserve
+    } else {
+        estimate.output_reserve.min(estimate.context_window / 4)
+    };
+    Budget {
+        context_window: estimate.context_window,
+        output_reserve,
+        overhead: estimate.calibrated(u64::from(estimate.overhead)),
+        summary_reserve: config.summarizer.max_summary_tokens,
+    }
+}
+
 /// Everything about one request that a fold needs. Cheap to clone, owned,
 /// so a fold can outlive the request in a background task.
 #[derive(Clone)]
@@ -55,7 +73,7 @@ impl Turn {
     /// Gathers what the decision needs; takes the request's messages.
     pub fn new(
         app: Arc<App>,
-        model: &str,
+        key: Option<ConvKey>,
         provider: &str,
         headers: &HeaderMap,
         request: &Map<String, Value>,
@@ -63,21 +81,11 @@ impl Turn {
         estimate: Estimate,
     ) -> Self {
         let config = &app.config;
-        // A default reserve must not claim most of a small window by itself.
-        let explicit = ["max_completion_tokens", "max_tokens"]
-            .iter()
-            .any(|k| request.get(*k).is_some_and(Value::is_u64));
-        let output_reserve = if explicit {
-            estimate.output_reserve
-        } else {
-            estimate.output_reserve.min(estimate.context_window / 4)
-        };
-        let budget = Budget {
-            context_window: estimate.context_window,
-            output_reserve,
-            overhead: estimate.calibrated(u64::from(estimate.overhead)),
-            summary_reserve: config.summarizer.max_summary_tokens,
-        };
+        let model = request
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         let mut auth = HeaderMap::new();
         for name in [http::header::AUTHORIZATION.as_str(), "x-api-key"] {
             if let Some(v) = headers.get(name) {
@@ -85,10 +93,10 @@ impl Turn {
             }
         }
         let data = TurnData {
-            model: model.to_string(),
+            policy: config.policy_for(provider, &model),
+            model,
             provider: provider.to_string(),
-            key: key::conversation_key(headers, &messages, &config.conversation),
-            policy: config.policy_for(provider, model),
+            key,
             credentials: Credentials {
                 headers: auth,
                 drop_client_auth: !config.server.api_keys.is_empty(),
@@ -96,6 +104,7 @@ impl Turn {
             messages,
             estimate,
         };
+        let budget = budget(config, &data.estimate, request);
         Self {
             app: app.clone(),
             data: Arc::new(data),

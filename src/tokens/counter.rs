@@ -41,12 +41,47 @@ pub struct TokenCounter {
     models: BTreeMap<String, ModelConfig>,
     /// Raw counts by encoding and structural hash; `None` when `cache_bytes` is 0.
     cache: Option<Cache<CacheKey, u32>>,
+    /// Counts and roles by encoding and a hash of the message's JSON text,
+    /// for the request path that does not build a `Value` tree.
+    raw_cache: Option<Cache<(Encoding, u128), RawCount>>,
+    /// Built-in table lookups by model name (the table is scanned once per name).
+    built_ins: Cache<String, Option<(u32, Option<u32>)>>,
     hits: AtomicU64,
     misses: AtomicU64,
     /// Windows from providers' `/models`, by lowercased model id.
     discovered: RwLock<HashMap<String, u32>>,
     calibration: Calibrator,
     warned: Mutex<HashSet<String>>,
+}
+
+/// A message's role, as far as folding cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// `system` or `developer`: pinned when leading.
+    Pinned,
+    /// `user`.
+    User,
+    /// Any other role.
+    Other,
+}
+
+impl Role {
+    fn of(role: &str) -> Self {
+        match role {
+            "system" | "developer" => Self::Pinned,
+            "user" => Self::User,
+            _ => Self::Other,
+        }
+    }
+}
+
+/// One message's count and role, from [`TokenCounter::raw_message`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawCount {
+    /// Tokens, scaled by the model's `token_scale`, not calibrated.
+    pub tokens: u32,
+    /// Its role.
+    pub role: Role,
 }
 
 /// How one model is counted.
@@ -60,16 +95,26 @@ impl TokenCounter {
     /// A counter for `config`'s `[tokens]` settings and `[models]` entries.
     /// A `tokens.cache_bytes` of 0 disables the count cache.
     pub fn new(config: &Config) -> Self {
-        let cache = (config.tokens.cache_bytes > 0).then(|| {
+        // The two caches split the byte budget.
+        let budget = config.tokens.cache_bytes / 2;
+        let cache = (budget > 0).then(|| {
             Cache::builder()
-                .max_capacity(config.tokens.cache_bytes)
+                .max_capacity(budget)
                 .weigher(|_: &CacheKey, _: &u32| CACHE_ENTRY_BYTES)
+                .build()
+        });
+        let raw_cache = (budget > 0).then(|| {
+            Cache::builder()
+                .max_capacity(budget)
+                .weigher(|_: &(Encoding, u128), _: &RawCount| CACHE_ENTRY_BYTES)
                 .build()
         });
         Self {
             settings: config.tokens.clone(),
             models: config.models.clone(),
             cache,
+            raw_cache,
+            built_ins: Cache::new(4096),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             discovered: RwLock::new(HashMap::new()),
@@ -84,6 +129,72 @@ impl TokenCounter {
         self.scaled_message(&self.profile(model), message)
     }
 
+    /// The built-in table's entry for `model`, memoized.
+    fn built_in(&self, model: &str) -> Option<(u32, Option<u32>)> {
+        if let Some(found) = self.built_ins.get(model) {
+            return found;
+        }
+        let found = registry::built_in(&base_name(model));
+        self.built_ins.insert(model.to_string(), found);
+        found
+    }
+
+    /// [`TokenCounter::raw_message`] for every message of a request; the
+    /// error is the index of the first one that is not a message object.
+    pub fn raw_messages<'a>(
+        &self,
+        model: &str,
+        messages: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Vec<RawCount>, usize> {
+        let profile = self.profile(model);
+        messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, json)| self.raw_with(&profile, json).ok_or(i))
+            .collect()
+    }
+
+    /// Tokens (scaled, not calibrated) and role of one message given as its
+    /// JSON text, without building a `Value` unless the text is new. `None`
+    /// when the text is not a message object with a string `role`.
+    pub fn raw_message(&self, model: &str, json: &str) -> Option<RawCount> {
+        self.raw_with(&self.profile(model), json)
+    }
+
+    fn raw_with(&self, profile: &Profile, json: &str) -> Option<RawCount> {
+        let profile = *profile;
+        let key = (
+            profile.rules.encoding,
+            xxhash_rust::xxh3::xxh3_128(json.as_bytes()),
+        );
+        let cached = self.raw_cache.as_ref().and_then(|c| c.get(&key));
+        let found = match cached {
+            Some(found) => found,
+            None => {
+                let value: Value = serde_json::from_str(json).ok()?;
+                let role = Role::of(value.get("role")?.as_str()?);
+                let found = RawCount {
+                    tokens: self.scaled_message(
+                        &Profile {
+                            scale: 1.0,
+                            ..profile
+                        },
+                        &value,
+                    ),
+                    role,
+                };
+                if let Some(c) = &self.raw_cache {
+                    c.insert(key, found);
+                }
+                found
+            }
+        };
+        Some(RawCount {
+            tokens: apply(u64::from(found.tokens), profile.scale),
+            ..found
+        })
+    }
+
     /// The whole-request estimate for `request`, a parsed chat-completions body.
     pub fn estimate(&self, model: &str, request: &Map<String, Value>) -> Estimate {
         let profile = self.profile(model);
@@ -94,6 +205,18 @@ impl TokenCounter {
                 .collect(),
             _ => Vec::new(),
         };
+        self.estimate_with(model, request, messages)
+    }
+
+    /// The estimate for `request` (whose `messages` are not read) with the
+    /// messages already counted (scaled, not calibrated).
+    pub fn estimate_with(
+        &self,
+        model: &str,
+        request: &Map<String, Value>,
+        messages: Vec<u32>,
+    ) -> Estimate {
+        let profile = self.profile(model);
         let encoding = profile.rules.encoding;
         let definitions = self.cached(
             || (encoding, Kind::Definitions, definitions_hash(request)),
@@ -120,7 +243,7 @@ impl TokenCounter {
     /// `tokens.default_context_window` (warned about once per model). The
     /// output limit comes from config, else the built-in table.
     pub fn limits(&self, model: &str) -> ModelLimits {
-        let built_in = registry::built_in(&base_name(model));
+        let built_in = self.built_in(model);
         let max_output_tokens = self
             .configured(model, |m| m.max_output_tokens)
             .or(built_in.and_then(|b| b.1));

@@ -1,0 +1,140 @@
+//! The fast path: decides from the request's raw JSON whether it goes
+//! upstream untouched, without building a `Value` tree. Most chat requests
+//! (no stored fold, no trigger near) end here; the others take the full
+//! pipeline in [`super::turn`].
+
+use super::key;
+use super::turn::{Prepared, budget};
+use crate::config::Mode;
+use crate::error::ApiError;
+use crate::fold::trigger::{Observed, evaluate};
+use crate::proxy::App;
+use crate::state::ConvKey;
+use crate::tokens::Role;
+use http::HeaderMap;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// A chat request read shallowly: messages stay JSON text, other fields
+/// are skipped unless the estimate needs them.
+pub(super) struct RawChat<'a> {
+    /// The `model` field.
+    pub model: String,
+    /// The top-level fields the estimate reads (model, tool definitions,
+    /// response format, output limits).
+    pub rest: Map<String, Value>,
+    /// The messages, as the client wrote them.
+    pub messages: Vec<&'a RawValue>,
+}
+
+/// The fields the fast path reads; every other field is skipped unparsed.
+#[derive(Deserialize)]
+struct Shallow<'a> {
+    model: Option<Value>,
+    #[serde(borrow)]
+    messages: Option<Vec<&'a RawValue>>,
+    tools: Option<Value>,
+    functions: Option<Value>,
+    response_format: Option<Value>,
+    max_tokens: Option<Value>,
+    max_completion_tokens: Option<Value>,
+}
+
+/// Reads the body shallowly. `None` when it is not a plain, well-formed
+/// chat request: the full parser then reports exactly what is wrong (or
+/// handles the oddity, such as duplicate keys).
+pub(super) fn parse(bytes: &[u8]) -> Option<RawChat<'_>> {
+    let shallow: Shallow<'_> = serde_json::from_slice(bytes).ok()?;
+    let model = match &shallow.model {
+        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        _ => return None,
+    };
+    let mut rest = Map::new();
+    let fields = [
+        ("model", shallow.model),
+        ("tools", shallow.tools),
+        ("functions", shallow.functions),
+        ("response_format", shallow.response_format),
+        ("max_tokens", shallow.max_tokens),
+        ("max_completion_tokens", shallow.max_completion_tokens),
+    ];
+    for (name, value) in fields {
+        if let Some(value) = value {
+            rest.insert(name.to_string(), value);
+        }
+    }
+    Some(RawChat {
+        model,
+        rest,
+        messages: shallow.messages?,
+    })
+}
+
+/// The conversation key, and `Some` when the request can be forwarded
+/// untouched: no fold of the conversation is stored, no trigger fires, and
+/// (in background mode) the prompt is below the prefold ratio.
+pub(super) async fn route(
+    app: &App,
+    headers: &HeaderMap,
+    raw: &RawChat<'_>,
+    provider: &str,
+) -> Result<(Option<ConvKey>, Option<Prepared>), ApiError> {
+    let tokens = &app.chat.tokens;
+    let counted = tokens
+        .raw_messages(&raw.model, raw.messages.iter().map(|m| m.get()))
+        .map_err(|i| ApiError::BadRequest {
+            message: format!("messages[{i}] must be an object with a string `role`"),
+            param: Some("messages"),
+        })?;
+    let roles: Vec<Role> = counted.iter().map(|c| c.role).collect();
+    let counts: Vec<u32> = counted.iter().map(|c| c.tokens).collect();
+    let pinned = roles.iter().take_while(|r| **r == Role::Pinned).count();
+    let fingerprint = || {
+        let first_user = roles.iter().skip(pinned).position(|r| *r == Role::User)? + pinned;
+        let head = raw.messages[..pinned].iter().map(|m| m.get());
+        Some(key::fingerprint(head, raw.messages[first_user].get()))
+    };
+    let key = key::conversation_key(headers, fingerprint, &app.config.conversation);
+    if let Some(k) = &key {
+        if app
+            .chat
+            .store
+            .load(k)
+            .await
+            .is_some_and(|chain| !chain.is_empty())
+        {
+            return Ok((key, None));
+        }
+    }
+    let estimate = tokens.estimate_with(&raw.model, &raw.rest, counts);
+    let budget = budget(&app.config, &estimate, &raw.rest);
+    let policy = app.config.policy_for(provider, &raw.model);
+    let messages_tokens: u64 = estimate
+        .messages
+        .iter()
+        .map(|&c| u64::from(estimate.calibrated(u64::from(c))))
+        .sum();
+    let seen = Observed {
+        view_tokens: u64::from(budget.overhead) + messages_tokens,
+        messages: roles.len(),
+        unfolded: roles.len() - pinned,
+        user_messages: roles.iter().filter(|r| **r == Role::User).count(),
+        base: None,
+    };
+    let prefold = policy.mode == Mode::Background
+        && key.is_some()
+        && seen.view_tokens as f64 >= policy.prefold_ratio * f64::from(budget.context_window);
+    if prefold || evaluate(&seen, &policy, &budget).is_some() {
+        return Ok((key, None));
+    }
+    let prepared = Prepared {
+        view: None,
+        label: "none",
+        tokens_in: estimate.input_tokens,
+        tokens_out: estimate.input_tokens,
+        raw_tokens_out: estimate.raw_input_tokens,
+        warning: None,
+    };
+    Ok((key, Some(prepared)))
+}

@@ -23,7 +23,7 @@ use crate::body::{self, Body};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::proxy::{App, UpstreamLatency};
-use crate::state::Store;
+use crate::state::{ConvKey, Store};
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
 use crate::upstream::headers;
@@ -73,30 +73,7 @@ pub async fn handle(
     bytes: Bytes,
 ) -> Result<Response<Body>, ApiError> {
     Metrics::inc(&app.chat.metrics.chat_requests);
-    let raw = fast::parse(&bytes);
-    let (model, key, untouched) = match &raw {
-        Some(raw) => {
-            let provider = app.upstreams.route(Some(&raw.model));
-            let (key, untouched) = fast::route(app, &parts.headers, raw, &provider.name).await?;
-            (raw.model.clone(), key, untouched)
-        }
-        None => {
-            // Not a plain request: the full parser reports what is wrong, or
-            // takes it (the key then comes from the re-serialised messages).
-            let request = parse(&bytes)?;
-            let model = request
-                .get("model")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
-            (
-                model,
-                key::conversation_key_of(&parts.headers, &request, &app.config.conversation),
-                None,
-            )
-        }
-    };
-    drop(raw);
+    let (model, key, untouched) = first_look(app, &parts.headers, &bytes).await?;
     let provider = app.upstreams.route(Some(&model));
     // The full pipeline, built when the fast path cannot decide alone.
     let full = || -> Result<(Map<String, Value>, Turn), ApiError> {
@@ -178,20 +155,56 @@ pub async fn handle(
             prepared.annotate(response.headers_mut());
             return Ok(response);
         }
-        let sse = head
-            .headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        let (tokens, raw) = (app.chat.tokens.clone(), prepared.raw_tokens_out);
-        let observe = Box::new(move |actual: u32| tokens.observe_usage(&model, raw, actual));
-        let mut response = Response::from_parts(
-            head,
-            body::boxed(tap::UsageTap::new(incoming, sse, observe)),
-        );
-        prepared.annotate(response.headers_mut());
-        return Ok(response);
+        return Ok(respond(app, head, incoming, &prepared, model));
     }
+}
+
+/// The model, the conversation key, and the prepared forward when the
+/// fast path alone can decide (nothing to fold, nothing stored).
+async fn first_look(
+    app: &App,
+    headers: &http::HeaderMap,
+    bytes: &[u8],
+) -> Result<(String, Option<ConvKey>, Option<Prepared>), ApiError> {
+    if let Some(raw) = fast::parse(bytes) {
+        let provider = app.upstreams.route(Some(&raw.model));
+        let (key, untouched) = fast::route(app, headers, &raw, &provider.name).await?;
+        return Ok((raw.model, key, untouched));
+    }
+    // Not a plain request: the full parser reports what is wrong, or takes
+    // it (the key then comes from the re-serialised messages).
+    let request = parse(bytes)?;
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let key = key::conversation_key_of(headers, &request, &app.config.conversation);
+    Ok((model, key, None))
+}
+
+/// The client's response: the upstream's head and streamed body, with
+/// `usage` read on the way for calibration and the `x-foldgate-*` headers.
+fn respond(
+    app: &App,
+    head: http::response::Parts,
+    incoming: hyper::body::Incoming,
+    prepared: &Prepared,
+    model: String,
+) -> Response<Body> {
+    let sse = head
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let (tokens, raw) = (app.chat.tokens.clone(), prepared.raw_tokens_out);
+    let observe = Box::new(move |actual: u32| tokens.observe_usage(&model, raw, actual));
+    let mut response = Response::from_parts(
+        head,
+        body::boxed(tap::UsageTap::new(incoming, sse, observe)),
+    );
+    prepared.annotate(response.headers_mut());
+    response
 }
 
 /// Parses and checks the body: a JSON object with a string `model` and an

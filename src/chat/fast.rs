@@ -71,15 +71,24 @@ pub(super) fn parse(bytes: &[u8]) -> Option<RawChat<'_>> {
     })
 }
 
-/// The conversation key, and `Some` when the request can be forwarded
-/// untouched: no fold of the conversation is stored, no trigger fires, and
-/// (in background mode) the prompt is below the prefold ratio.
+/// Where a request goes after the first look.
+pub(super) enum Route {
+    /// Forward it untouched.
+    Untouched(Prepared),
+    /// Take the full pipeline; the messages' token counts (scaled, not
+    /// calibrated) when the fast path already made them.
+    Full(Option<Vec<u32>>),
+}
+
+/// The conversation key, and where the request goes: untouched when no
+/// fold of the conversation is stored, no trigger fires, and (in background
+/// mode) the prompt is below the prefold ratio.
 pub(super) async fn route(
     app: &App,
     headers: &HeaderMap,
     raw: &RawChat<'_>,
     provider: &str,
-) -> Result<(Option<ConvKey>, Option<Prepared>), ApiError> {
+) -> Result<(Option<ConvKey>, Route), ApiError> {
     let tokens = &app.chat.tokens;
     let counted = tokens
         .raw_messages(&raw.model, raw.messages.iter().map(|m| m.get()))
@@ -104,7 +113,7 @@ pub(super) async fn route(
             .await
             .is_some_and(|chain| !chain.is_empty())
         {
-            return Ok((key, None));
+            return Ok((key, Route::Full(Some(counts))));
         }
     }
     let estimate = tokens.estimate_with(&raw.model, &raw.rest, counts);
@@ -126,7 +135,7 @@ pub(super) async fn route(
         && key.is_some()
         && seen.view_tokens as f64 >= policy.prefold_ratio * f64::from(budget.context_window);
     if prefold || evaluate(&seen, &policy, &budget).is_some() {
-        return Ok((key, None));
+        return Ok((key, Route::Full(Some(estimate.messages))));
     }
     let prepared = Prepared {
         view: None,
@@ -136,5 +145,5 @@ pub(super) async fn route(
         raw_tokens_out: estimate.raw_input_tokens,
         warning: None,
     };
-    Ok((key, Some(prepared)))
+    Ok((key, Route::Untouched(prepared)))
 }

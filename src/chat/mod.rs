@@ -10,6 +10,8 @@
 mod background;
 mod context_error;
 mod fast;
+
+use fast::Route;
 mod fold_run;
 pub mod key;
 mod tap;
@@ -73,12 +75,20 @@ pub async fn handle(
     bytes: Bytes,
 ) -> Result<Response<Body>, ApiError> {
     Metrics::inc(&app.chat.metrics.chat_requests);
-    let (model, key, untouched) = first_look(app, &parts.headers, &bytes).await?;
+    let (model, key, route) = first_look(app, &parts.headers, &bytes).await?;
     let provider = app.upstreams.route(Some(&model));
     // The full pipeline, built when the fast path cannot decide alone.
+    let counted = match &route {
+        Route::Full(counts) => counts.clone(),
+        Route::Untouched(_) => None,
+    };
     let full = || -> Result<(Map<String, Value>, Turn), ApiError> {
         let mut request = parse(&bytes)?;
-        let estimate = app.chat.tokens.estimate(&model, &request);
+        let estimate = match counted.clone() {
+            // Same body, same messages: reuse the fast path's counts.
+            Some(counts) => app.chat.tokens.estimate_with(&model, &request, counts),
+            None => app.chat.tokens.estimate(&model, &request),
+        };
         let messages = match request.get_mut("messages").map(Value::take) {
             Some(Value::Array(messages)) => messages,
             _ => Vec::new(),
@@ -95,9 +105,9 @@ pub async fn handle(
         Ok((request, turn))
     };
     let mut slow: Option<(Map<String, Value>, Turn)> = None;
-    let mut prepared = match untouched {
-        Some(prepared) => prepared,
-        None => {
+    let mut prepared = match route {
+        Route::Untouched(prepared) => prepared,
+        Route::Full(_) => {
             let (request, turn) = full()?;
             let prepared = turn.prepare().await?;
             slow = Some((request, turn));
@@ -159,17 +169,16 @@ pub async fn handle(
     }
 }
 
-/// The model, the conversation key, and the prepared forward when the
-/// fast path alone can decide (nothing to fold, nothing stored).
+/// The model, the conversation key, and where the request goes.
 async fn first_look(
     app: &App,
     headers: &http::HeaderMap,
     bytes: &[u8],
-) -> Result<(String, Option<ConvKey>, Option<Prepared>), ApiError> {
+) -> Result<(String, Option<ConvKey>, Route), ApiError> {
     if let Some(raw) = fast::parse(bytes) {
         let provider = app.upstreams.route(Some(&raw.model));
-        let (key, untouched) = fast::route(app, headers, &raw, &provider.name).await?;
-        return Ok((raw.model, key, untouched));
+        let (key, route) = fast::route(app, headers, &raw, &provider.name).await?;
+        return Ok((raw.model, key, route));
     }
     // Not a plain request: the full parser reports what is wrong, or takes
     // it (the key then comes from the re-serialised messages).
@@ -180,7 +189,7 @@ async fn first_look(
         .unwrap_or_default()
         .to_string();
     let key = key::conversation_key_of(headers, &request, &app.config.conversation);
-    Ok((model, key, None))
+    Ok((model, key, Route::Full(None)))
 }
 
 /// The client's response: the upstream's head and streamed body, with

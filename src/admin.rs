@@ -41,7 +41,23 @@ fn metrics(app: &App) -> Response<Body> {
         help: "Conversations with a fold state in the hot cache.",
         samples: vec![(String::new(), app.chat.store.count() as f64)],
     };
-    let text = app.chat.metrics.render(&[stored]);
+    let calibration = Gauge {
+        name: "foldgate_token_calibration_factor",
+        help: "Actual over estimated prompt tokens, per model, applied to estimates.",
+        samples: app
+            .chat
+            .tokens
+            .calibration_factors()
+            .into_iter()
+            .map(|(model, factor)| {
+                (
+                    format!("{{model=\"{}\"}}", model.replace(['"', '\\', '\n'], "_")),
+                    factor,
+                )
+            })
+            .collect(),
+    };
+    let text = app.chat.metrics.render(&[stored, calibration]);
     let mut response = Response::new(body::full(text));
     response.headers_mut().insert(
         header::CONTENT_TYPE,

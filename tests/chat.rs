@@ -484,6 +484,20 @@ async fn calibration_converges_on_reported_usage() {
             .unwrap();
     }
     let ratio = last / estimate;
+    let metrics = common::send(
+        http::Method::GET,
+        &format!("{}/foldgate/metrics", fg.url),
+        &[],
+        "",
+    )
+    .await;
+    let metrics = String::from_utf8_lossy(&metrics.body).to_string();
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("foldgate_token_calibration_factor{model=\"some-local-model\"}"))
+        .unwrap_or_else(|| panic!("no calibration gauge in:\n{metrics}"));
+    let factor: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((factor - 1.2).abs() < 0.03, "{line}");
     assert!(
         (ratio - 1.2).abs() < 0.03,
         "calibrated estimate {last} vs first {estimate}: ratio {ratio}"

@@ -49,6 +49,14 @@ impl Calibrator {
         let factors = self.factors.lock().unwrap_or_else(PoisonError::into_inner);
         factors.get(model).copied().unwrap_or(1.0)
     }
+
+    /// Every model's current factor, sorted by model name.
+    pub fn all(&self) -> Vec<(String, f64)> {
+        let factors = self.factors.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut all: Vec<(String, f64)> = factors.iter().map(|(m, f)| (m.clone(), *f)).collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
 }
 
 #[cfg(test)]

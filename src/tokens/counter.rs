@@ -276,6 +276,11 @@ impl TokenCounter {
         }
     }
 
+    /// Every calibrated model's current factor (for metrics).
+    pub fn calibration_factors(&self) -> Vec<(String, f64)> {
+        self.calibration.all()
+    }
+
     /// The factor applied to `model`'s estimates: 1.0 before any usage was
     /// observed or when calibration is off; always within [0.5, 2.0].
     pub fn calibration_factor(&self, model: &str) -> f64 {

@@ -797,7 +797,7 @@ fn a_branched_history_gets_the_longest_fold_that_still_matches() {
 #[test]
 fn strict_memory_example_loads_with_its_policy() {
     let config = Config::from_toml(include_str!("../examples/strict-memory.toml")).unwrap();
-    let (provider, _) = config.provider_for(Some("gpt-4o"));
+    let (provider, _) = config.provider_for(Some("gpt-4o")).unwrap();
     let p = config.policy_for(provider, "gpt-4o");
     assert_eq!(p.trigger_ratio, 0.70);
     assert_eq!(p.preserve_recent, 6);

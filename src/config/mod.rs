@@ -200,29 +200,28 @@ impl Config {
 
     /// The provider a model routes to: the first provider (in name order)
     /// naming it by a pattern other than `*`, else the default provider.
-    pub fn provider_for(&self, model: Option<&str>) -> (&str, &ProviderConfig) {
-        if let Some(model) = model {
-            let named = self.providers.iter().find(|(_, p)| {
+    /// `None` only for a configuration without providers, which
+    /// [`Config::load`] never returns.
+    pub fn provider_for(&self, model: Option<&str>) -> Option<(&str, &ProviderConfig)> {
+        let named = model.and_then(|model| {
+            self.providers.iter().find(|(_, p)| {
                 p.models
                     .iter()
                     .any(|pat| pat != "*" && glob::matches(pat, model))
-            });
-            if let Some((name, p)) = named {
-                return (name, p);
-            }
-        }
-        self.default_provider()
+            })
+        });
+        named
+            .map(|(name, p)| (name.as_str(), p))
+            .or_else(|| self.default_provider())
     }
 
     /// The provider whose patterns include `*`, else the first by name.
-    pub fn default_provider(&self) -> (&str, &ProviderConfig) {
-        let (name, p) = self
-            .providers
+    pub fn default_provider(&self) -> Option<(&str, &ProviderConfig)> {
+        self.providers
             .iter()
             .find(|(_, p)| p.models.iter().any(|m| m == "*"))
             .or_else(|| self.providers.iter().next())
-            .expect("finish() guarantees at least one provider");
-        (name.as_str(), p)
+            .map(|(name, p)| (name.as_str(), p))
     }
 
     /// The most specific `[models."glob"]` entry matching `model`.

@@ -4,7 +4,7 @@ use super::*;
 fn defaults_without_a_file() {
     let c = Config::from_toml("").unwrap();
     assert_eq!(c.server.listen.to_string(), "127.0.0.1:8080");
-    let (name, p) = c.default_provider();
+    let (name, p) = c.default_provider().unwrap();
     assert_eq!(
         (name, p.base_url.as_str()),
         ("openai", "https://api.openai.com/v1")
@@ -91,8 +91,8 @@ fn model_sections_mix_window_and_policy() {
     assert_eq!((p.trigger_ratio, p.preserve_recent), (0.6, 4));
     let p = c.policy_for("openai", "gpt-4o");
     assert_eq!((p.trigger_ratio, p.preserve_recent), (0.8, 8));
-    assert_eq!(c.provider_for(Some("llama3")).0, "local");
-    assert_eq!(c.provider_for(Some("gpt-4o")).0, "openai");
+    assert_eq!(c.provider_for(Some("llama3")).unwrap().0, "local");
+    assert_eq!(c.provider_for(Some("gpt-4o")).unwrap().0, "openai");
 }
 
 #[test]
@@ -102,8 +102,8 @@ fn without_a_catch_all_the_first_provider_takes_the_rest() {
          [providers.a]\nbase_url = \"http://a\"\nmodels = [\"a*\"]\n",
     )
     .unwrap();
-    assert_eq!(c.provider_for(Some("bee")).0, "b");
-    assert_eq!(c.provider_for(Some("zzz")).0, "a");
+    assert_eq!(c.provider_for(Some("bee")).unwrap().0, "b");
+    assert_eq!(c.provider_for(Some("zzz")).unwrap().0, "a");
 }
 
 #[test]

@@ -35,6 +35,8 @@ pub struct Provider {
 pub struct Upstreams {
     config: Arc<Config>,
     providers: HashMap<String, Arc<Provider>>,
+    /// The provider of requests no pattern names.
+    default: Arc<Provider>,
 }
 
 impl Upstreams {
@@ -78,25 +80,31 @@ impl Upstreams {
             };
             providers.insert(name.clone(), Arc::new(provider));
         }
-        Ok(Self { config, providers })
+        let default = config
+            .default_provider()
+            .and_then(|(name, _)| providers.get(name).cloned())
+            .ok_or("no provider configured")?;
+        Ok(Self {
+            config,
+            providers,
+            default,
+        })
     }
 
     /// The provider for `model` (see [`Config::provider_for`]).
     pub fn route(&self, model: Option<&str>) -> Arc<Provider> {
-        let (name, _) = self.config.provider_for(model);
-        self.by_name(name)
+        match self.config.provider_for(model) {
+            Some((name, _)) => self.by_name(name),
+            None => self.default.clone(),
+        }
     }
 
     /// A provider by name; unknown names give the default provider.
     pub fn by_name(&self, name: &str) -> Arc<Provider> {
-        match self.providers.get(name) {
-            Some(p) => p.clone(),
-            None => {
-                let (default, _) = self.config.default_provider();
-                // Config validation guarantees every provider was built.
-                self.providers[default].clone()
-            }
-        }
+        self.providers
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| self.default.clone())
     }
 }
 

@@ -67,14 +67,7 @@ async fn run() {
         .iter()
         .map(|r| r["messages"][1]["content"].as_str().unwrap_or("").len() as u64 / 4 + 50)
         .sum();
-    let metrics = common::send(
-        http::Method::GET,
-        &format!("{}/foldgate/metrics", fg.url),
-        &[],
-        "",
-    )
-    .await;
-    let metrics = String::from_utf8_lossy(&metrics.body).to_string();
+    let metrics = fg.metrics().await;
     let reported: u64 = metric(&metrics, "foldgate_summarizer_tokens_total");
 
     println!(

@@ -206,14 +206,11 @@ async fn garbage_output_falls_back_to_passthrough() {
         convo.messages,
         "unfolded request forwarded whole"
     );
-    let metrics = common::send(
-        http::Method::GET,
-        &format!("{}/foldgate/metrics", fg.url),
-        &[],
-        "",
-    )
-    .await;
-    assert!(String::from_utf8_lossy(&metrics.body).contains("foldgate_fold_failures_total 1"));
+    assert!(
+        fg.metrics()
+            .await
+            .contains("foldgate_fold_failures_total 1")
+    );
 }
 
 #[tokio::test]
@@ -484,14 +481,7 @@ async fn calibration_converges_on_reported_usage() {
             .unwrap();
     }
     let ratio = last / estimate;
-    let metrics = common::send(
-        http::Method::GET,
-        &format!("{}/foldgate/metrics", fg.url),
-        &[],
-        "",
-    )
-    .await;
-    let metrics = String::from_utf8_lossy(&metrics.body).to_string();
+    let metrics = fg.metrics().await;
     let line = metrics
         .lines()
         .find(|l| l.starts_with("foldgate_token_calibration_factor{model=\"some-local-model\"}"))

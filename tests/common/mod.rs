@@ -76,6 +76,20 @@ impl Foldgate {
     }
 }
 
+impl Foldgate {
+    /// The `/foldgate/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let reply = send(
+            Method::GET,
+            &format!("{}/foldgate/metrics", self.url),
+            &[],
+            "",
+        )
+        .await;
+        String::from_utf8_lossy(&reply.body).into_owned()
+    }
+}
+
 impl Drop for Foldgate {
     fn drop(&mut self) {
         self.begin_shutdown();

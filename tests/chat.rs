@@ -388,12 +388,7 @@ async fn context_length_error_triggers_one_emergency_fold() {
         .context_limit_bytes
         .store(body.to_string().len() / 2, Ordering::Relaxed);
     let reply = chat(&fg, "c", &body).await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
-    );
+    reply.assert_ok();
     assert_eq!(label(&reply), "new");
     let sent = llm.chat_requests();
     assert_eq!(sent.len(), 2, "the rejected request, then the folded retry");

@@ -25,7 +25,7 @@ fn redis_config(llm: &Llm, redis: &Redis) -> String {
 async fn both(a: &Foldgate, b: &Foldgate, conversation: &str, convo: &Convo) -> [String; 2] {
     let (ra, rb) = tokio::join!(chat(a, conversation, convo), chat(b, conversation, convo));
     for r in [&ra, &rb] {
-        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        r.assert_ok();
     }
     let mut labels = [label(&ra).to_string(), label(&rb).to_string()];
     labels.sort();
@@ -81,22 +81,12 @@ async fn a_redis_outage_never_fails_requests_and_sharing_resumes() {
     before.next_turn("during the outage");
     for fg in [&a, &b] {
         let reply = chat(fg, "before", &before).await;
-        assert_eq!(
-            reply.status,
-            200,
-            "{}",
-            String::from_utf8_lossy(&reply.body)
-        );
+        reply.assert_ok();
     }
     let mut during = Convo::with_turns(55);
     for (i, fg) in [&a, &b, &a, &b].into_iter().enumerate() {
         let reply = chat(fg, "during", &during).await;
-        assert_eq!(
-            reply.status,
-            200,
-            "{}",
-            String::from_utf8_lossy(&reply.body)
-        );
+        reply.assert_ok();
         if i >= 2 {
             assert_eq!(label(&reply), "reused", "each replica reuses its own fold");
         }

@@ -33,12 +33,7 @@ async fn fold(fg: &Foldgate, llm: &Llm, conversation: &str) -> Convo {
     let calls = llm.summarizer_calls();
     let convo = Convo::with_turns(55);
     let reply = chat(fg, conversation, &convo).await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
-    );
+    reply.assert_ok();
     assert_eq!(label(&reply), "new");
     assert!(llm.summarizer_calls() > calls);
     convo
@@ -122,12 +117,7 @@ async fn a_corrupted_row_is_discarded_and_the_conversation_folds_again() {
     let calls = llm.summarizer_calls();
     convo.next_turn("after the damage");
     let reply = chat(&fg, "damaged", &convo).await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
-    );
+    reply.assert_ok();
     assert_eq!(
         label(&reply),
         "new",

@@ -128,12 +128,7 @@ async fn https_upstream_trusted_through_ca_file() {
     ))
     .await;
     let reply = common::send(http::Method::GET, &format!("{}/v1/models", fg.url), &[], "").await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
-    );
+    reply.assert_ok();
     assert_eq!(reply.json()["uri"], "/v1/models");
     assert_eq!(
         reply.json()["version"],

@@ -67,6 +67,19 @@ impl Background {
         }
     }
 
+    /// Records `turn` as the pending one when a fold of the conversation
+    /// runs; false when none runs.
+    fn mark_pending(&self, key: &ConvKey, turn: &Turn) -> bool {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        match slots.get_mut(key) {
+            Some(pending) => {
+                *pending = Some(turn.clone());
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The pending turn to fold next, or `None` after releasing the slot.
     fn next(&self, key: &ConvKey) -> Option<Turn> {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
@@ -81,6 +94,15 @@ impl Background {
 }
 
 impl Turn {
+    /// When a background fold of this conversation runs, makes this request
+    /// the one to fold after it and returns true.
+    pub(super) fn mark_pending(&self) -> bool {
+        match &self.data.key {
+            Some(key) => self.app.chat.background.mark_pending(key, self),
+            None => false,
+        }
+    }
+
     /// Starts a background fold of this request's history (or marks one
     /// pending when a fold of the conversation already runs).
     pub(super) fn start_background(&self) {

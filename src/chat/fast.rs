@@ -10,7 +10,7 @@ use crate::error::ApiError;
 use crate::fold::trigger::{Observed, evaluate};
 use crate::proxy::App;
 use crate::state::ConvKey;
-use crate::tokens::Role;
+use crate::tokens::{Estimate, Role};
 use http::HeaderMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -75,9 +75,9 @@ pub(super) fn parse(bytes: &[u8]) -> Option<RawChat<'_>> {
 pub(super) enum Route {
     /// Forward it untouched.
     Untouched(Prepared),
-    /// Take the full pipeline; the messages' token counts (scaled, not
-    /// calibrated) when the fast path already made them.
-    Full(Option<Vec<u32>>),
+    /// Take the full pipeline, with the estimate when the fast path already
+    /// made it (same body, same messages: the full pipeline reuses it).
+    Full(Option<Estimate>),
 }
 
 /// The conversation key, and where the request goes: untouched when no
@@ -105,6 +105,7 @@ pub(super) async fn route(
         Some(key::fingerprint(head, raw.messages[first_user].get()))
     };
     let key = key::conversation_key(headers, fingerprint, &app.config.conversation);
+    let estimate = tokens.estimate_with(&raw.model, &raw.rest, counts);
     if let Some(k) = &key {
         if app
             .chat
@@ -113,10 +114,9 @@ pub(super) async fn route(
             .await
             .is_some_and(|chain| !chain.is_empty())
         {
-            return Ok((key, Route::Full(Some(counts))));
+            return Ok((key, Route::Full(Some(estimate))));
         }
     }
-    let estimate = tokens.estimate_with(&raw.model, &raw.rest, counts);
     let budget = budget(&app.config, &estimate, &raw.rest);
     let policy = app.config.policy_for(provider, &raw.model);
     let messages_tokens: u64 = estimate
@@ -135,7 +135,7 @@ pub(super) async fn route(
         && key.is_some()
         && seen.view_tokens as f64 >= policy.prefold_ratio * f64::from(budget.context_window);
     if prefold || evaluate(&seen, &policy, &budget).is_some() {
-        return Ok((key, Route::Full(Some(estimate.messages))));
+        return Ok((key, Route::Full(Some(estimate))));
     }
     let prepared = Prepared {
         view: None,

@@ -2,9 +2,12 @@
 //! credential) and the conversation key (header, else a fingerprint).
 
 use crate::config::{ConversationConfig, Fallback};
+use crate::fold::pinned_len;
+use crate::fold::view::role;
 use crate::state::ConvKey;
 use crate::upstream::headers;
 use http::HeaderMap;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use xxhash_rust::xxh3::Xxh3Default;
 
@@ -55,27 +58,16 @@ pub fn conversation_key(
 /// fingerprint hashes the messages as serde_json writes them.
 pub fn conversation_key_of(
     headers: &HeaderMap,
-    request: &serde_json::Map<String, serde_json::Value>,
+    request: &serde_json::Map<String, Value>,
     config: &ConversationConfig,
 ) -> Option<ConvKey> {
     let fingerprint = || {
         let messages = request.get("messages")?.as_array()?;
-        let role = |m: &serde_json::Value| {
-            m.get("role")
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_owned)
-        };
-        let pinned = messages
-            .iter()
-            .take_while(|m| matches!(role(m).as_deref(), Some("system" | "developer")))
-            .count();
+        let pinned = pinned_len(messages);
         let first_user = messages[pinned..]
             .iter()
-            .find(|m| role(m).as_deref() == Some("user"))?;
-        let texts: Vec<String> = messages[..pinned]
-            .iter()
-            .map(serde_json::Value::to_string)
-            .collect();
+            .find(|m| role(m) == Some("user"))?;
+        let texts: Vec<String> = messages[..pinned].iter().map(Value::to_string).collect();
         Some(fingerprint(
             texts.iter().map(String::as_str),
             &first_user.to_string(),

@@ -28,7 +28,7 @@ use crate::proxy::{App, UpstreamLatency};
 use crate::state::{ConvKey, Store};
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
-use crate::upstream::headers;
+use crate::upstream::{Provider, headers};
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -75,20 +75,17 @@ pub async fn handle(
     bytes: Bytes,
 ) -> Result<Response<Body>, ApiError> {
     Metrics::inc(&app.chat.metrics.chat_requests);
-    let (model, key, route) = first_look(app, &parts.headers, &bytes).await?;
-    let provider = app.upstreams.route(Some(&model));
-    // The full pipeline, built when the fast path cannot decide alone.
-    let counted = match &route {
-        Route::Full(counts) => counts.clone(),
+    let (model, provider, key, mut route) = first_look(app, &parts.headers, &bytes).await?;
+    let mut made = match &mut route {
+        Route::Full(estimate) => estimate.take(),
         Route::Untouched(_) => None,
     };
-    let full = || -> Result<(Map<String, Value>, Turn), ApiError> {
+    // The full pipeline, built when the fast path cannot decide alone.
+    let mut full = || -> Result<(Map<String, Value>, Turn), ApiError> {
         let mut request = parse(&bytes)?;
-        let estimate = match counted.clone() {
-            // Same body, same messages: reuse the fast path's counts.
-            Some(counts) => app.chat.tokens.estimate_with(&model, &request, counts),
-            None => app.chat.tokens.estimate(&model, &request),
-        };
+        let estimate = made
+            .take()
+            .unwrap_or_else(|| app.chat.tokens.estimate(&model, &request));
         let messages = match request.get_mut("messages").map(Value::take) {
             Some(Value::Array(messages)) => messages,
             _ => Vec::new(),
@@ -169,16 +166,16 @@ pub async fn handle(
     }
 }
 
-/// The model, the conversation key, and where the request goes.
+/// The model, its provider, the conversation key, and where the request goes.
 async fn first_look(
     app: &App,
     headers: &http::HeaderMap,
     bytes: &[u8],
-) -> Result<(String, Option<ConvKey>, Route), ApiError> {
+) -> Result<(String, Arc<Provider>, Option<ConvKey>, Route), ApiError> {
     if let Some(raw) = fast::parse(bytes) {
         let provider = app.upstreams.route(Some(&raw.model));
         let (key, route) = fast::route(app, headers, &raw, &provider.name).await?;
-        return Ok((raw.model, key, route));
+        return Ok((raw.model, provider, key, route));
     }
     // Not a plain request: the full parser reports what is wrong, or takes
     // it (the key then comes from the re-serialised messages).
@@ -189,7 +186,8 @@ async fn first_look(
         .unwrap_or_default()
         .to_string();
     let key = key::conversation_key_of(headers, &request, &app.config.conversation);
-    Ok((model, key, Route::Full(None)))
+    let provider = app.upstreams.route(Some(&model));
+    Ok((model, provider, key, Route::Full(None)))
 }
 
 /// The client's response: the upstream's head and streamed body, with

@@ -150,10 +150,16 @@ impl Turn {
     fn maybe_prefold(&self, chain: Option<&FoldChain>, info: &ViewInfo) {
         let policy = &self.data.policy;
         let threshold = policy.prefold_ratio * f64::from(self.budget.context_window);
-        if f64::from(info.tokens) >= threshold && policy.prefold_ratio < policy.trigger_ratio {
-            if let Decision::Fold(_) = self.decide(chain, &self.prefold_policy()) {
-                self.start_background();
-            }
+        if f64::from(info.tokens) < threshold || policy.prefold_ratio >= policy.trigger_ratio {
+            return;
+        }
+        // While a fold runs, this request only becomes the pending one; the
+        // fold task plans it afterwards, so it is not planned twice here.
+        if self.mark_pending() {
+            return;
+        }
+        if let Decision::Fold(_) = self.decide(chain, &self.prefold_policy()) {
+            self.start_background();
         }
     }
 

@@ -120,6 +120,11 @@ impl Reply {
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 
+    /// Asserts a 200, showing the body when it is not.
+    pub fn assert_ok(&self) {
+        assert_eq!(self.status, 200, "{}", String::from_utf8_lossy(&self.body));
+    }
+
     /// Asserts this is foldgate's error envelope with `status` and `code`.
     pub fn assert_envelope(&self, status: u16, code: &str) {
         assert_eq!(

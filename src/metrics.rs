@@ -10,8 +10,8 @@ pub struct Metrics {
     pub chat_requests: AtomicU64,
     /// Chat requests forwarded with a reused summary.
     pub folds_reused: AtomicU64,
-    /// New folds by reason: emergency, token, overflow, safety.
-    pub folds_new: [AtomicU64; 4],
+    /// New folds by reason: emergency, token, overflow, safety, idle.
+    pub folds_new: [AtomicU64; 5],
     /// Folds whose summarizer failed (then handled by `on_failure`).
     pub fold_failures: AtomicU64,
     /// Emergency folds after an upstream context-length error.
@@ -24,6 +24,16 @@ pub struct Metrics {
     pub summarizer_tokens: AtomicU64,
     /// Milliseconds spent in summarizer calls.
     pub summarizer_ms: AtomicU64,
+    /// Summary items dropped for naming identifiers never shown to the model.
+    pub summary_inventions: AtomicU64,
+    /// Summarizer answers cut off at their token limit.
+    pub summary_truncations: AtomicU64,
+    /// Items that entered a ledger (specifics the summary lacked).
+    pub ledger_items: AtomicU64,
+    /// Ledger items that left it for lack of budget.
+    pub ledger_evictions: AtomicU64,
+    /// Folds postponed because the conversation's last fold failed recently.
+    pub folds_postponed: AtomicU64,
 }
 
 /// A gauge owned outside [`Metrics`], rendered beside its counters.
@@ -37,7 +47,7 @@ pub struct Gauge<'a> {
 }
 
 /// Reason label order of [`Metrics::folds_new`].
-pub const REASONS: [&str; 4] = ["emergency", "token", "overflow", "safety"];
+pub const REASONS: [&str; 5] = ["emergency", "token", "overflow", "safety", "idle"];
 
 impl Metrics {
     /// Adds one to a counter.
@@ -94,6 +104,31 @@ impl Metrics {
             "foldgate_summarizer_milliseconds_total",
             "Time spent summarizing.",
             get(&self.summarizer_ms),
+        );
+        counter(
+            "foldgate_summary_inventions_total",
+            "Summary items dropped for naming identifiers the summarizer was not shown.",
+            get(&self.summary_inventions),
+        );
+        counter(
+            "foldgate_summary_truncations_total",
+            "Summarizer answers cut off at their token limit.",
+            get(&self.summary_truncations),
+        );
+        counter(
+            "foldgate_ledger_items_total",
+            "Specifics kept in a ledger because the summary lacked them.",
+            get(&self.ledger_items),
+        );
+        counter(
+            "foldgate_ledger_evictions_total",
+            "Ledger items that left the ledger for lack of budget.",
+            get(&self.ledger_evictions),
+        );
+        counter(
+            "foldgate_folds_postponed_total",
+            "Folds postponed after a recent summarizer failure of the conversation.",
+            get(&self.folds_postponed),
         );
         let _ = writeln!(
             out,

@@ -18,6 +18,7 @@
 
 use foldgate::config::{Placement, Policy};
 use foldgate::fold::summary::HEADING_PREFIX;
+use foldgate::fold::ledger::Ledger;
 use foldgate::fold::{
     Budget, Decision, FoldChain, FoldState, Reason, Summary, build_view, pinned_len, plan,
 };
@@ -193,6 +194,7 @@ fn setup() -> impl Strategy<Value = Setup> {
             output_reserve: b.0 * b.1 / 100,
             overhead: b.2,
             summary_reserve: b.3,
+            now_unix: 0,
         },
         placement,
     })
@@ -379,6 +381,7 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) {
                         summary: name,
                         ..Default::default()
                     },
+                    Ledger::default(),
                     step as u64,
                 );
                 chain.push(state.clone());

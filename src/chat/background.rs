@@ -1,6 +1,8 @@
 //! Background folds: at most one fold in flight per conversation, at most
 //! one more pending after it (never a queue), detached from the client's
-//! connection, and awaited at shutdown.
+//! connection, and awaited at shutdown. After a failed fold, the
+//! conversation's next non-emergency fold waits a growing backoff, so a
+//! weak or overloaded summarizer is not asked again on every turn.
 
 use super::fold_run::Started;
 use super::turn::Turn;
@@ -8,8 +10,11 @@ use crate::state::ConvKey;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+
+/// Conversations with recent failures kept before expired ones are swept.
+const MAX_BACKOFFS: usize = 4096;
 
 /// The background folds of this process.
 #[derive(Default)]
@@ -19,6 +24,9 @@ pub struct Background {
     slots: Mutex<HashMap<ConvKey, Option<Turn>>>,
     running: AtomicUsize,
     idle: Notify,
+    /// Conversations whose last fold failed: failures in a row, and when
+    /// the next non-emergency fold may start.
+    backoff: Mutex<HashMap<ConvKey, (u32, Instant)>>,
 }
 
 impl std::fmt::Debug for Background {
@@ -48,6 +56,32 @@ impl Background {
             }
         };
         tokio::time::timeout(limit, wait).await.is_ok()
+    }
+
+    /// Whether the conversation's last fold failed too recently for a
+    /// non-emergency fold to start now.
+    pub fn backing_off(&self, key: &ConvKey) -> bool {
+        let backoff = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+        backoff.get(key).is_some_and(|&(_, until)| Instant::now() < until)
+    }
+
+    /// Records a failed fold: the wait is `base`, doubled with each failure
+    /// in a row, at most 32 × `base`.
+    pub fn record_failure(&self, key: &ConvKey, base: Duration) {
+        let mut backoff = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+        if backoff.len() >= MAX_BACKOFFS {
+            let now = Instant::now();
+            backoff.retain(|_, &mut (_, until)| until > now);
+        }
+        let failures = backoff.get(key).map_or(1, |&(n, _)| n.saturating_add(1));
+        let wait = base.saturating_mul(1 << (failures - 1).min(5));
+        backoff.insert(key.clone(), (failures, Instant::now() + wait));
+    }
+
+    /// A successful fold resets the conversation's backoff.
+    pub fn record_success(&self, key: &ConvKey) {
+        let mut backoff = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+        backoff.remove(key);
     }
 
     /// Claims the conversation for a new fold, or records `turn` as the

@@ -117,8 +117,8 @@ pub(super) async fn route(
             return Ok((key, Route::Full(Some(estimate))));
         }
     }
-    let budget = budget(&app.config, &estimate, &raw.rest);
     let policy = app.config.policy_for(provider, &raw.model);
+    let budget = budget(&app.config, &policy, &estimate, &raw.rest);
     let messages_tokens: u64 = estimate
         .messages
         .iter()
@@ -130,6 +130,7 @@ pub(super) async fn route(
         unfolded: roles.len() - pinned,
         user_messages: roles.iter().filter(|r| **r == Role::User).count(),
         base: None,
+        now_unix: budget.now_unix,
     };
     let prefold = policy.mode == Mode::Background
         && key.is_some()

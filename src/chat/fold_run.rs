@@ -5,16 +5,17 @@
 use super::turn::{Prepared, Turn};
 use crate::config::OnFailure;
 use crate::error::ApiError;
+use crate::fold::ledger::{Ledger, LedgerUpdate};
 use crate::fold::{Decision, FoldChain, FoldPlan, FoldState, Reason};
 use crate::metrics::Metrics;
 use crate::summarize::{Outcome, Target};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// Room the summarizer's own prompt takes in its window.
-const SUMMARIZER_PROMPT_TOKENS: u32 = 1_000;
+/// Room the summarizer's own instructions and framing take in its window.
+const SUMMARIZER_PROMPT_TOKENS: u32 = 500;
 
 /// How a fold was started, for the fold event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,11 +71,20 @@ impl Turn {
         match self.decide(chain.as_deref(), &policy) {
             Decision::NoFold(info) => self.no_fold(&info),
             Decision::CannotFit(c) => self.cannot_fit(&c),
+            // A pending fold queued behind one that just failed waits too.
+            Decision::Fold(plan)
+                if started == Started::Background
+                    && plan.reason != Reason::Emergency
+                    && self.backing_off() =>
+            {
+                self.postpone(plan.base.as_ref())
+            }
             Decision::Fold(plan) => self.run_fold(plan, chain, started).await,
         }
     }
 
-    /// Summarizes the plan's messages and stores the new state.
+    /// Summarizes the plan's messages, adds the ledger and stores the new
+    /// state.
     async fn run_fold(
         &self,
         plan: FoldPlan,
@@ -85,11 +95,22 @@ impl Turn {
         let messages = &self.data.messages;
         let to_fold = plan.to_fold(messages);
         let raw = |m: &Value| chat.tokens.message_tokens(&self.data.model, m);
-        let current = plan.base.as_ref().map(|b| &b.summary);
-        let credentials = &self.data.credentials;
+        // A rebuild summarizes the raw messages, not the base summary.
+        let current = plan
+            .base
+            .as_ref()
+            .filter(|_| !plan.rebuild)
+            .map(|b| &b.summary);
         let result = chat
             .summarizer
-            .summarize(&self.targets(), credentials, current, &to_fold, &raw)
+            .summarize(
+                &self.targets(),
+                &self.data.credentials,
+                current,
+                &to_fold,
+                &raw,
+                self.narrative_tokens(),
+            )
             .await;
         let conversation = self
             .data
@@ -101,6 +122,10 @@ impl Turn {
             Ok(outcome) => outcome,
             Err(e) => {
                 Metrics::inc(&chat.metrics.fold_failures);
+                if let Some(key) = &self.data.key {
+                    chat.background
+                        .record_failure(key, self.app.config.summarizer.failure_backoff);
+                }
                 tracing::warn!(
                     target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
                     folded = to_fold.len(), tokens_before = plan.tokens_before, outcome = "failed", error = %e,
@@ -116,14 +141,19 @@ impl Turn {
                 };
             }
         };
+        if let Some(key) = &self.data.key {
+            chat.background.record_success(key);
+        }
         self.count_outcome(&outcome, plan.reason);
-        let state = FoldState::after(&plan, outcome.summary, now_unix());
+        let ledger = self.ledger_after(&plan, &outcome, &to_fold);
+        let state = FoldState::after(&plan, outcome.summary, ledger, now_unix());
         let view = self.view_of(Some(&state))?;
         let prepared = self.prepared(Some(view), "new", None);
         tracing::info!(
             target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
-            depth = state.depth, folded = to_fold.len(), tokens_before = plan.tokens_before,
-            tokens_after = prepared.tokens_out, summarizer_model = %outcome.model,
+            depth = state.depth, rebuild = plan.rebuild, folded = to_fold.len(), tokens_before = plan.tokens_before,
+            tokens_after = prepared.tokens_out, ledger_items = state.ledger.len(),
+            inventions = outcome.inventions, summarizer_model = %outcome.model,
             latency_ms = outcome.latency.as_millis() as u64, calls = outcome.calls, outcome = "ok",
         );
         if let Some(key) = &self.data.key {
@@ -134,6 +164,45 @@ impl Turn {
         Ok(prepared)
     }
 
+    /// The new ledger: the specifics of the folded messages, of the previous
+    /// ledger and of the previous summary that the new summary lacks, within
+    /// what the summary leaves of the summary budget.
+    fn ledger_after(&self, plan: &FoldPlan, outcome: &Outcome, folded: &[&Value]) -> Ledger {
+        let tokens = &self.app.chat.tokens;
+        let model = &self.data.model;
+        let count = |text: &str| tokens.message_tokens(model, &json!({"role": "system", "content": text}));
+        let base = plan.base.as_ref();
+        let folded_count = plan.covered - usize::from(plan.kept_user.is_some());
+        let summary_text = outcome.summary.render(folded_count);
+        let previous_summary = base.map(|b| b.summary.render(b.folded()));
+        let budget = self.budget.summary_reserve.saturating_sub(count(&summary_text));
+        let previous = base.map(|b| b.ledger.clone()).unwrap_or_default();
+        let LedgerUpdate { ledger, evicted } = Ledger::after_fold(
+            &previous,
+            previous_summary.as_deref(),
+            folded,
+            &summary_text,
+            budget,
+            &count,
+        );
+        let m = &self.app.chat.metrics;
+        let added = ledger
+            .items()
+            .iter()
+            .filter(|i| !previous.items().iter().any(|p| p.value == i.value))
+            .count();
+        m.ledger_items.fetch_add(added as u64, Ordering::Relaxed);
+        m.ledger_evictions
+            .fetch_add(evicted.len() as u64, Ordering::Relaxed);
+        ledger
+    }
+
+    /// The summarizer's output limit: two thirds of the summary budget, so
+    /// at least a third is left to the ledger.
+    fn narrative_tokens(&self) -> u32 {
+        (self.budget.summary_reserve.saturating_mul(2) / 3).max(64)
+    }
+
     fn count_outcome(&self, outcome: &Outcome, reason: Reason) {
         let m = &self.app.chat.metrics;
         m.summarizer_calls
@@ -142,13 +211,13 @@ impl Turn {
             .fetch_add(outcome.tokens, Ordering::Relaxed);
         m.summarizer_ms
             .fetch_add(outcome.latency.as_millis() as u64, Ordering::Relaxed);
-        let index = match reason {
-            Reason::Emergency => 0,
-            Reason::Token => 1,
-            Reason::Overflow => 2,
-            Reason::Safety => 3,
-        };
-        Metrics::inc(&m.folds_new[index]);
+        m.summary_inventions
+            .fetch_add(u64::from(outcome.inventions), Ordering::Relaxed);
+        m.summary_truncations
+            .fetch_add(u64::from(outcome.truncated), Ordering::Relaxed);
+        if let Some(index) = Reason::ALL.iter().position(|&r| r == reason) {
+            Metrics::inc(&m.folds_new[index]);
+        }
     }
 
     /// The summarizer models to try, in order.
@@ -163,11 +232,13 @@ impl Turn {
             .chain(cfg.fallback_models.iter().map(String::as_str))
             .map(|model| {
                 let window = self.app.chat.tokens.limits(model).context_window;
+                // Room for the answer: the output limit, doubled on a retry.
+                let answer = self.narrative_tokens().saturating_mul(2);
                 Target {
                     provider: provider.clone(),
                     model: model.to_string(),
                     input_budget: window
-                        .saturating_sub(cfg.max_summary_tokens + SUMMARIZER_PROMPT_TOKENS)
+                        .saturating_sub(answer + SUMMARIZER_PROMPT_TOKENS)
                         .max(256),
                 }
             })
@@ -175,7 +246,7 @@ impl Turn {
     }
 }
 
-fn now_unix() -> u64 {
+pub(super) fn now_unix() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

@@ -31,8 +31,14 @@ pub struct Prepared {
 }
 
 /// The request's token budget. A default output reserve (the request set
-/// no `max_tokens`) must not claim most of a small window by itself.
-pub(super) fn budget(config: &Config, estimate: &Estimate, request: &Map<String, Value>) -> Budget {
+/// no `max_tokens`) must not claim most of a small window by itself, and
+/// the summary gets `summary_ratio` of the window at most.
+pub(super) fn budget(
+    config: &Config,
+    policy: &Policy,
+    estimate: &Estimate,
+    request: &Map<String, Value>,
+) -> Budget {
     let explicit = ["max_completion_tokens", "max_tokens"]
         .iter()
         .any(|k| request.get(*k).is_some_and(Value::is_u64));
@@ -45,8 +51,15 @@ pub(super) fn budget(config: &Config, estimate: &Estimate, request: &Map<String,
         context_window: estimate.context_window,
         output_reserve,
         overhead: estimate.calibrated(u64::from(estimate.overhead)),
-        summary_reserve: config.summarizer.max_summary_tokens,
+        summary_reserve: summary_budget(config, policy, estimate.context_window),
+        now_unix: super::fold_run::now_unix(),
     }
+}
+
+/// Tokens the summary message (narrative and ledger) may take in a window.
+pub(super) fn summary_budget(config: &Config, policy: &Policy, window: u32) -> u32 {
+    let share = (policy.summary_ratio * f64::from(window)).floor() as u32;
+    config.summarizer.max_summary_tokens.min(share).max(1)
 }
 
 /// Everything about one request that a fold needs. Cheap to clone, owned,
@@ -104,7 +117,7 @@ impl Turn {
             messages,
             estimate,
         };
-        let budget = budget(config, &data.estimate, request);
+        let budget = budget(config, &data.policy, &data.estimate, request);
         Self {
             app: app.clone(),
             data: Arc::new(data),
@@ -124,13 +137,17 @@ impl Turn {
         let chain = self.load().await;
         let decision = self.decide(chain.as_deref(), &self.data.policy);
         let background = self.data.policy.mode == Mode::Background && self.data.key.is_some();
+        let postponed = self.backing_off();
         match decision {
             Decision::CannotFit(c) => self.cannot_fit(&c),
             Decision::NoFold(info) => {
-                if background {
+                if background && !postponed {
                     self.maybe_prefold(chain.as_deref(), &info);
                 }
                 self.no_fold(&info)
+            }
+            Decision::Fold(plan) if postponed && plan.reason != Reason::Emergency => {
+                self.postpone(plan.base.as_ref())
             }
             Decision::Fold(plan) if background && plan.reason != Reason::Emergency => {
                 // The view still fits: forward it now, fold off the request path.
@@ -143,6 +160,19 @@ impl Turn {
                 self.fold_inline(wait).await
             }
         }
+    }
+
+    /// Whether the conversation's last fold failed too recently to try again.
+    pub(super) fn backing_off(&self) -> bool {
+        let background = &self.app.chat.background;
+        self.data.key.as_ref().is_some_and(|k| background.backing_off(k))
+    }
+
+    /// Forwards the current view without the fold the triggers asked for:
+    /// the summarizer failed recently (the view still fits the window).
+    pub(super) fn postpone(&self, base: Option<&FoldState>) -> Result<Prepared, ApiError> {
+        Metrics::inc(&self.app.chat.metrics.folds_postponed);
+        self.reuse(base, Some("fold postponed: the summarizer failed recently"))
     }
 
     /// In background mode, starts a fold once the view crosses the prefold
@@ -231,10 +261,12 @@ impl Turn {
     pub(super) fn cannot_fit(&self, c: &CannotFit) -> Result<Prepared, ApiError> {
         Metrics::inc(&self.app.chat.metrics.cannot_fit);
         Err(ApiError::ContextLength(format!(
-            "the conversation cannot fit {}'s context window of {} tokens: the messages that must stay verbatim \
-             (pinned, the last user message and the most recent ones) need about {} tokens plus {} for the output",
+            "the conversation cannot fit {}'s context window of {} tokens: the smallest view foldgate can make \
+             (pinned messages, up to {} tokens of summary, the last user message and the most recent messages) \
+             needs about {} tokens, plus {} for the output",
             self.data.model,
             self.budget.context_window,
+            self.budget.summary_reserve,
             c.smallest.unwrap_or(c.view.tokens),
             self.budget.output_reserve,
         )))

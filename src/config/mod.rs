@@ -230,6 +230,37 @@ impl Config {
             .and_then(|pattern| self.models.get(pattern))
     }
 
+    /// Configured models whose window cannot hold a small pinned prompt, a
+    /// minimal summary, `preserve_recent` short messages and the default
+    /// output reserve under the reset target: folding cannot keep them
+    /// within their window. One message per model pattern.
+    pub fn small_window_warnings(&self) -> Vec<String> {
+        /// A modest system prompt, a summary of a few lines, a short message.
+        const PINNED: u64 = 200;
+        const MIN_SUMMARY: u64 = 64;
+        const MESSAGE: u64 = 40;
+        self.models
+            .iter()
+            .filter_map(|(pattern, model)| {
+                let window = u64::from(model.context_window?);
+                let provider = self.provider_for(Some(pattern)).map_or("", |(n, _)| n);
+                let policy = self.policy_for(provider, pattern);
+                let reserve = u64::from(self.tokens.default_output_reserve).min(window / 4);
+                let need = PINNED + MIN_SUMMARY + policy.preserve_recent as u64 * MESSAGE;
+                let room = ((policy.reset_ratio * window as f64) as u64).min(window - reserve);
+                (need > room).then(|| {
+                    format!(
+                        "models.\"{pattern}\": a {window}-token window leaves {room} tokens for a folded \
+                         prompt (reset_ratio, {reserve} kept for the output), less than a {PINNED}-token \
+                         system prompt, a {MIN_SUMMARY}-token summary and {} short recent messages need \
+                         ({need}); lower preserve_recent or raise reset_ratio",
+                        policy.preserve_recent
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// The resolved policy for `model` on `provider`.
     pub fn policy_for(&self, provider: &str, model: &str) -> Policy {
         let provider = self.providers.get(provider).map(|p| &p.policy);

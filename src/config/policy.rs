@@ -4,6 +4,7 @@
 //! `[models."glob"]`; the most specific level that sets a knob wins.
 
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// When summaries are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
@@ -43,6 +44,16 @@ pub struct Policy {
     pub prefold_ratio: f64,
     /// `background` or `inline`.
     pub mode: Mode,
+    /// The summary (narrative and ledger) may take at most this share of
+    /// the window, and at most `summarizer.max_summary_tokens`.
+    pub summary_ratio: f64,
+    /// After this many rewrites of a summary, the next fold rebuilds it from
+    /// the raw messages instead of summarizing the summary again (0 = off).
+    pub max_depth: u32,
+    /// Fold a conversation that has not folded for this long once more than
+    /// `preserve_recent` messages are unfolded (off when unset).
+    #[serde(with = "humantime_serde")]
+    pub idle_fold_after: Option<Duration>,
 }
 
 impl Default for Policy {
@@ -57,6 +68,9 @@ impl Default for Policy {
             min_messages: 4,
             prefold_ratio: 0.80 - 0.10,
             mode: Mode::Background,
+            summary_ratio: 0.15,
+            max_depth: 0,
+            idle_fold_after: None,
         }
     }
 }
@@ -93,6 +107,19 @@ pub struct PolicyOverrides {
     /// See [`Policy::mode`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
+    /// See [`Policy::summary_ratio`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary_ratio: Option<f64>,
+    /// See [`Policy::max_depth`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_depth: Option<u32>,
+    /// See [`Policy::idle_fold_after`].
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub idle_fold_after: Option<Duration>,
 }
 
 impl PolicyOverrides {
@@ -110,8 +137,13 @@ impl PolicyOverrides {
             cooldown_messages,
             min_messages,
             prefold_ratio,
-            mode
+            mode,
+            summary_ratio,
+            max_depth
         );
+        if self.idle_fold_after.is_some() {
+            base.idle_fold_after = self.idle_fold_after;
+        }
     }
 
     /// Checks ranges; `at` names the level (e.g. `policy`) for the message.
@@ -120,6 +152,7 @@ impl PolicyOverrides {
             ("trigger_ratio", self.trigger_ratio),
             ("reset_ratio", self.reset_ratio),
             ("prefold_ratio", self.prefold_ratio),
+            ("summary_ratio", self.summary_ratio),
         ];
         for (name, value) in ratios {
             if let Some(v) = value {

@@ -147,7 +147,8 @@ pub struct SummarizerConfig {
     pub model: Option<String>,
     /// Models tried in order when `model` fails.
     pub fallback_models: Vec<String>,
-    /// Upper bound on the summary's length, in tokens.
+    /// Upper bound on the summary's length (narrative and ledger), in
+    /// tokens; `policy.summary_ratio` of the window bounds it too.
     pub max_summary_tokens: u32,
     /// Time allowed for one summarizer call.
     #[serde(with = "humantime_serde")]
@@ -164,6 +165,16 @@ pub struct SummarizerConfig {
     /// for a fold already running before folding inline itself.
     #[serde(with = "humantime_serde")]
     pub emergency_wait: Duration,
+    /// Summarizer calls in flight at once per provider; 0 means 1 for a
+    /// provider on a loopback address (a local server often serves one
+    /// request at a time, and summaries must not queue in front of users'
+    /// turns) and 4 for any other.
+    pub max_concurrent: usize,
+    /// After a failed fold, the conversation's next non-emergency fold
+    /// waits this long; the wait doubles with each failure (up to 32×) and
+    /// a successful fold resets it.
+    #[serde(with = "humantime_serde")]
+    pub failure_backoff: Duration,
 }
 
 impl Default for SummarizerConfig {
@@ -178,6 +189,8 @@ impl Default for SummarizerConfig {
             backoff: Duration::from_millis(500),
             on_failure: OnFailure::Passthrough,
             emergency_wait: Duration::from_secs(30),
+            max_concurrent: 0,
+            failure_backoff: Duration::from_secs(30),
         }
     }
 }

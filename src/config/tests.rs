@@ -129,3 +129,37 @@ fn secrets_are_masked_when_printed() {
     assert!(shown.contains("****"));
     assert!(!format!("{c:?}").contains("sk-very-secret"));
 }
+
+#[test]
+fn new_policy_knobs_load_at_every_level() {
+    let c = Config::from_toml(
+        "[policy]\nsummary_ratio = 0.2\nmax_depth = 3\nidle_fold_after = \"30m\"\n\
+         [models.\"tiny*\"]\ncontext_window = 2048\nsummary_ratio = 0.1\nidle_fold_after = \"5m\"\n",
+    )
+    .unwrap();
+    let p = c.policy_for("openai", "gpt-4o");
+    assert_eq!((p.summary_ratio, p.max_depth), (0.2, 3));
+    assert_eq!(p.idle_fold_after, Some(std::time::Duration::from_secs(1800)));
+    let p = c.policy_for("openai", "tiny-1");
+    assert_eq!(p.summary_ratio, 0.1);
+    assert_eq!(p.idle_fold_after, Some(std::time::Duration::from_secs(300)));
+    let err = Config::from_toml("[policy]\nsummary_ratio = 0\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("policy.summary_ratio"), "{err}");
+}
+
+#[test]
+fn windows_too_small_for_a_fold_are_warned_about() {
+    let fine = Config::from_toml("[models.\"smol*\"]\ncontext_window = 2048\n").unwrap();
+    assert!(fine.small_window_warnings().is_empty());
+    let tiny = Config::from_toml("[models.\"smol*\"]\ncontext_window = 700\n").unwrap();
+    let warnings = tiny.small_window_warnings();
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].contains("models.\"smol*\""), "{warnings:?}");
+    let fewer = Config::from_toml(
+        "[models.\"smol*\"]\ncontext_window = 700\npreserve_recent = 2\n",
+    )
+    .unwrap();
+    assert!(fewer.small_window_warnings().is_empty());
+}

@@ -93,7 +93,7 @@ pub(crate) fn choose(input: &CutInput<'_>) -> Result<Candidate, Option<u64>> {
         Reason::Token | Reason::Emergency => {
             primary.iter().find(|c| c.user_start).or(primary.first())
         }
-        Reason::Overflow | Reason::Safety => {
+        Reason::Overflow | Reason::Safety | Reason::Idle => {
             let x_lo = n.saturating_sub(input.preserve_recent + input.overflow_buffer);
             primary
                 .iter()

@@ -45,7 +45,9 @@
 //!    the client's original bytes.
 
 pub mod cut;
+pub mod extract;
 pub mod hash;
+pub mod ledger;
 mod plan;
 pub mod state;
 pub mod summary;
@@ -82,8 +84,13 @@ pub struct Budget {
     pub output_reserve: u32,
     /// Prompt tokens outside the messages: tool definitions, priming.
     pub overhead: u32,
-    /// Tokens a new summary is expected to take (e.g. `max_summary_tokens`).
+    /// Tokens a new summary (narrative and ledger) may take: the smaller
+    /// of `summarizer.max_summary_tokens` and `policy.summary_ratio` of the
+    /// window. The ledger is cut to fit it, so it bounds the real size.
     pub summary_reserve: u32,
+    /// The clock, in Unix seconds, for `policy.idle_fold_after` (the fold
+    /// engine reads no clock itself).
+    pub now_unix: u64,
 }
 
 /// Misuse of the fold engine's outputs.

@@ -82,6 +82,10 @@ pub struct FoldPlan {
     pub messages: usize,
     /// User messages in the request.
     pub user_turns: usize,
+    /// The base summary has been rewritten `policy.max_depth` times: this
+    /// fold summarizes the raw messages again (`fold` holds every message of
+    /// the new span but the kept one) instead of the base summary.
+    pub rebuild: bool,
 }
 
 impl FoldPlan {
@@ -117,11 +121,13 @@ pub fn plan<C: CountTokens + ?Sized>(
     let p = pinned_len(messages);
     let n = messages.len();
     let mut prefix = PrefixChain::new(&messages[p..]);
-    let base = chain.and_then(|c| c.best_match_prefix(n - p, &mut prefix));
     let counts: Vec<u32> = messages.iter().map(|m| counter.message_tokens(m)).collect();
     let overhead = u64::from(budget.overhead);
-    let view_tokens =
-        overhead + layout_tokens(&layout(messages, base, placement), &counts, counter);
+    let view_of = |base: Option<&FoldState>| {
+        overhead + layout_tokens(&layout(messages, base, placement), &counts, counter)
+    };
+    let matching = chain.map_or_else(Vec::new, |c| c.matching_prefix(n - p, &mut prefix));
+    let (base, view_tokens) = choose_base(&matching, (n, p), policy, budget, &view_of);
     let view = ViewInfo {
         base: base.cloned(),
         tokens: clamp(view_tokens),
@@ -136,6 +142,7 @@ pub fn plan<C: CountTokens + ?Sized>(
         unfolded: n - start,
         user_messages: user_turns,
         base,
+        now_unix: budget.now_unix,
     };
     let Some(reason) = trigger::evaluate(&seen, policy, budget) else {
         return Decision::NoFold(view);
@@ -164,11 +171,16 @@ pub fn plan<C: CountTokens + ?Sized>(
     };
     match cut::choose(&input) {
         Ok(c) => {
-            let mut fold: Vec<usize> = old_kept
-                .filter(|&k| Some(k) != c.kept)
-                .into_iter()
-                .collect();
-            fold.extend((start..c.cut).filter(|&i| Some(i) != c.kept));
+            let rebuild = policy.max_depth > 0 && base.is_some_and(|b| b.depth >= policy.max_depth);
+            let fold: Vec<usize> = if rebuild {
+                (p..c.cut).filter(|&i| Some(i) != c.kept).collect()
+            } else {
+                old_kept
+                    .filter(|&k| Some(k) != c.kept)
+                    .into_iter()
+                    .chain((start..c.cut).filter(|&i| Some(i) != c.kept))
+                    .collect()
+            };
             let covered = c.cut - p;
             Decision::Fold(FoldPlan {
                 base: view.base,
@@ -182,6 +194,7 @@ pub fn plan<C: CountTokens + ?Sized>(
                 tokens_after: clamp(c.expected),
                 messages: n,
                 user_turns,
+                rebuild,
             })
         }
         Err(_) if reason != Reason::Emergency => Decision::NoFold(ViewInfo {
@@ -195,6 +208,41 @@ pub fn plan<C: CountTokens + ?Sized>(
             limit: clamp(window_limit),
         }),
     }
+}
+
+/// The state to apply: the best match, unless it was made from a longer
+/// history than this request (a regenerate or an edit re-sends an older
+/// one) and leaves fewer than `preserve_recent` messages verbatim while an
+/// earlier fold of the chain, or no fold, serves the request without
+/// triggering a token fold. Returns the state and its view's tokens.
+fn choose_base<'s>(
+    matching: &[&'s FoldState],
+    (n, pinned): (usize, usize),
+    policy: &Policy,
+    budget: &Budget,
+    view_of: &dyn Fn(Option<&FoldState>) -> u64,
+) -> (Option<&'s FoldState>, u64) {
+    let best = matching.first().copied();
+    let best_tokens = view_of(best);
+    let short = |s: &FoldState| n - pinned - s.covered < policy.preserve_recent;
+    let Some(b) = best.filter(|b| b.messages > n && short(b)) else {
+        return (best, best_tokens);
+    };
+    let window = f64::from(budget.context_window);
+    let room = window - f64::from(budget.output_reserve);
+    let serves = |tokens: u64| {
+        (tokens as f64) < policy.trigger_ratio * window && (tokens as f64) <= room
+    };
+    let earlier = matching[1..]
+        .iter()
+        .copied()
+        .filter(|s| s.covered < b.covered && !short(s))
+        .map(Some)
+        .chain(std::iter::once(None));
+    earlier
+        .map(|s| (s, view_of(s)))
+        .find(|&(_, tokens)| serves(tokens))
+        .unwrap_or((best, best_tokens))
 }
 
 /// Tokens of a laid-out view, messages only.

@@ -10,6 +10,7 @@
 
 use super::FoldPlan;
 use super::hash::{ChainHash, PrefixChain};
+use super::ledger::Ledger;
 use super::summary::Summary;
 use super::view::pinned_len;
 use serde::{Deserialize, Serialize};
@@ -28,6 +29,9 @@ pub enum Reason {
     Overflow,
     /// `safety_user_turns` user messages since the last fold.
     Safety,
+    /// No fold for `idle_fold_after` and more than `preserve_recent`
+    /// messages unfolded.
+    Idle,
 }
 
 impl Reason {
@@ -38,8 +42,18 @@ impl Reason {
             Self::Token => "token",
             Self::Overflow => "overflow",
             Self::Safety => "safety",
+            Self::Idle => "idle",
         }
     }
+
+    /// Every reason, in priority order (the metrics' label order).
+    pub const ALL: [Reason; 5] = [
+        Self::Emergency,
+        Self::Token,
+        Self::Overflow,
+        Self::Safety,
+        Self::Idle,
+    ];
 }
 
 /// One fold: the summary and exactly which messages it stands for.
@@ -53,6 +67,10 @@ pub struct FoldState {
     pub depth: u32,
     /// The summary of every covered message except `kept_user`.
     pub summary: Summary,
+    /// The specifics of the folded messages that `summary` lacks, kept by
+    /// foldgate itself (rendered after the summary).
+    #[serde(default)]
+    pub ledger: Ledger,
     /// Messages after the pinned head that this state spans.
     pub covered: usize,
     /// Index (relative to the pinned head, `< covered`) of the last user
@@ -76,14 +94,20 @@ pub struct FoldState {
 
 impl FoldState {
     /// The next state: `plan` carried out with the summarizer's `summary`
-    /// (a complete rewrite of the base summary plus the folded messages).
-    pub fn after(plan: &FoldPlan, summary: Summary, now_unix: u64) -> Self {
+    /// (a complete rewrite of the base summary plus the folded messages)
+    /// and `ledger`. A rebuild from the raw messages starts at depth 1 again.
+    pub fn after(plan: &FoldPlan, summary: Summary, ledger: Ledger, now_unix: u64) -> Self {
         let base = plan.base.as_ref();
+        let depth = match base {
+            Some(b) if !plan.rebuild => b.depth.saturating_add(1),
+            _ => 1,
+        };
         Self {
             id: state_id(&plan.chain, plan.covered, plan.kept_user),
             parent: base.map(|b| b.id.clone()),
-            depth: base.map_or(1, |b| b.depth.saturating_add(1)),
+            depth,
             summary,
+            ledger,
             covered: plan.covered,
             kept_user: plan.kept_user,
             chain: plan.chain,
@@ -99,6 +123,18 @@ impl FoldState {
     /// How many messages the summary stands for.
     pub fn folded(&self) -> usize {
         self.covered - usize::from(self.kept_user.is_some())
+    }
+
+    /// The text of the summary message: the summary, then the ledger.
+    /// The same state renders to the same bytes.
+    pub fn render(&self) -> String {
+        let mut text = self.summary.render(self.folded());
+        let ledger = self.ledger.render();
+        if !ledger.is_empty() {
+            text.push_str("\n\n");
+            text.push_str(&ledger);
+        }
+        text
     }
 
     /// Whether this state applies to `messages`: the covered range exists,
@@ -187,12 +223,21 @@ impl FoldChain {
         after_pinned: usize,
         prefix: &mut PrefixChain<'_>,
     ) -> Option<&FoldState> {
+        self.matching_prefix(after_pinned, prefix).into_iter().next()
+    }
+
+    /// Every state matching the request, best first: longest span, then
+    /// deepest, then newest.
+    pub(crate) fn matching_prefix(
+        &self,
+        after_pinned: usize,
+        prefix: &mut PrefixChain<'_>,
+    ) -> Vec<&FoldState> {
         // Newest first, then a stable sort: longest span, then deepest.
         let mut candidates: Vec<&FoldState> = self.states.iter().rev().collect();
         candidates.sort_by_key(|s| std::cmp::Reverse((s.covered, s.depth)));
+        candidates.retain(|s| s.matches_prefix(after_pinned, prefix));
         candidates
-            .into_iter()
-            .find(|s| s.matches_prefix(after_pinned, prefix))
     }
 }
 
@@ -207,6 +252,7 @@ mod tests {
             parent: None,
             depth,
             summary: Summary::default(),
+            ledger: Ledger::default(),
             covered,
             kept_user: None,
             chain: super::super::hash::chain_of(&ms[..covered]),

@@ -8,7 +8,9 @@
 //! 2. *overflow*: unfolded messages > `preserve_recent + overflow_buffer`
 //!    (off when `overflow_buffer` is 0);
 //! 3. *safety*: user messages since the applied fold ≥ `safety_user_turns`
-//!    (off at 0).
+//!    (off at 0);
+//! 4. *idle*: the applied fold is older than `idle_fold_after` and more
+//!    than `preserve_recent` messages are unfolded (off when unset).
 //!
 //! "Since the applied fold" compares the request with the counts the fold
 //! state recorded; without a state, the whole request counts. View tokens
@@ -32,6 +34,8 @@ pub(crate) struct Observed<'a> {
     pub user_messages: usize,
     /// The fold state applied to the view, if any.
     pub base: Option<&'a FoldState>,
+    /// Unix seconds now.
+    pub now_unix: u64,
 }
 
 /// The trigger that fires, if any.
@@ -60,6 +64,13 @@ pub(crate) fn evaluate(seen: &Observed<'_>, policy: &Policy, budget: &Budget) ->
     if policy.safety_user_turns > 0 && new_users >= policy.safety_user_turns {
         return Some(Reason::Safety);
     }
+    let idle = match (policy.idle_fold_after, seen.base) {
+        (Some(after), Some(b)) => seen.now_unix >= b.created_at.saturating_add(after.as_secs()),
+        _ => false,
+    };
+    if idle && seen.unfolded > policy.preserve_recent {
+        return Some(Reason::Idle);
+    }
     None
 }
 
@@ -74,6 +85,7 @@ mod tests {
             unfolded: messages,
             user_messages: messages / 2,
             base: None,
+            now_unix: 0,
         }
     }
 
@@ -83,6 +95,7 @@ mod tests {
             output_reserve: 100,
             overhead: 0,
             summary_reserve: 50,
+            now_unix: 0,
         }
     }
 

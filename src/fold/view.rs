@@ -65,7 +65,7 @@ pub(crate) fn layout(
         return (0..messages.len()).map(Item::Original).collect();
     };
     let p = pinned_len(messages);
-    let text = state.summary.render(state.folded());
+    let text = state.render();
     let mut items: Vec<Item> = Vec::with_capacity(messages.len() + 3 - state.covered);
     let merged = match placement {
         Placement::Merge if p > 0 => merge_into(&messages[p - 1], &text),

@@ -53,6 +53,9 @@ pub async fn serve(
 ) -> Result<(), StartupError> {
     let tls = tls_acceptor(&config)?;
     let deadline = config.server.shutdown_timeout;
+    for warning in config.small_window_warnings() {
+        tracing::warn!("{warning}");
+    }
     let app = Arc::new(App::new(config)?);
     if app.config.tokens.discover {
         let app = app.clone();

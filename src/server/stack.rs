@@ -5,17 +5,14 @@ use crate::body::{self, Body};
 use crate::error::ApiError;
 use crate::proxy::{self, App};
 use http::header::{AUTHORIZATION, HeaderName, PROXY_AUTHORIZATION};
-use http::{HeaderValue, Request, Response};
+use http::{Request, Response};
 use hyper::body::Incoming;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use tower::util::BoxCloneService;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{
-    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
-};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 
 /// The service the listener runs for every request.
@@ -27,7 +24,9 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 ///
 /// 1. `CatchPanicLayer` — a panic anywhere below becomes a 500 envelope;
 ///    outermost so nothing escapes it.
-/// 2. `SetRequestIdLayer` — sets `x-request-id` when the client sent none.
+/// 2. `SetRequestIdLayer` — sets `x-request-id` to a UUID when the client
+///    sent none (servers such as llama.cpp's reject ids that are not UUIDs);
+///    a client's own id passes through unchanged.
 /// 3. `PropagateRequestIdLayer` — copies `x-request-id` to the response.
 /// 4. `SetSensitiveRequestHeadersLayer` — marks `authorization`,
 ///    `proxy-authorization` and `x-api-key` sensitive so no log prints them.
@@ -48,7 +47,7 @@ pub fn build(app: Arc<App>) -> AppService {
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::Internal("the request handler panicked".into()).into_response()
         }))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, CounterId::default()))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetSensitiveRequestHeadersLayer::new([
             AUTHORIZATION,
@@ -60,33 +59,4 @@ pub fn build(app: Arc<App>) -> AppService {
         .service(handler)
         .map_response(|r: Response<_>| r.map(body::boxed));
     BoxCloneService::new(service)
-}
-
-/// Request ids: a per-process random prefix and a counter, cheap and unique
-/// enough to correlate logs.
-#[derive(Clone)]
-struct CounterId {
-    prefix: u32,
-    next: Arc<AtomicU64>,
-}
-
-impl Default for CounterId {
-    fn default() -> Self {
-        let prefix = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos() ^ std::process::id());
-        Self {
-            prefix,
-            next: Arc::new(AtomicU64::new(1)),
-        }
-    }
-}
-
-impl MakeRequestId for CounterId {
-    fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        HeaderValue::from_str(&format!("fg-{:08x}-{n}", self.prefix))
-            .ok()
-            .map(RequestId::new)
-    }
 }

@@ -6,11 +6,18 @@
 //! errors, timeouts, 429, 5xx and invalid output with backoff; a model that
 //! rejects `response_format` is asked again with a weaker format (and the
 //! format it accepts is remembered); `fallback_models` are tried in order.
+//! Output that cannot be used is never asked for again with the identical
+//! request: the retry says what was wrong, and output cut off at the token
+//! limit gets a larger limit (its complete items are kept when the JSON can
+//! be closed). Items naming identifiers the model was not shown are dropped
+//! ([`check`]). Calls per provider are bounded (`max_concurrent`).
 
+mod check;
 mod parse;
 pub mod prompt;
 
-pub use parse::{InvalidOutput, parse_summary};
+pub use check::drop_inventions;
+pub use parse::{InvalidOutput, parse_summary, parse_truncated};
 pub use prompt::Format;
 
 use crate::body;
@@ -24,6 +31,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
 
 /// One model to call, with the credentials to call it with.
 #[derive(Debug, Clone)]
@@ -60,6 +68,19 @@ pub struct Outcome {
     pub tokens: u64,
     /// Wall time of the whole fold.
     pub latency: Duration,
+    /// Items dropped because they named identifiers the model was not shown.
+    pub inventions: u32,
+    /// Answers cut off at the token limit (kept in part, or asked again).
+    pub truncated: u32,
+}
+
+/// What one model's calls produced.
+#[derive(Debug, Default)]
+struct Spent {
+    calls: u32,
+    tokens: u64,
+    inventions: u32,
+    truncated: u32,
 }
 
 /// Why no summary could be written.
@@ -79,13 +100,19 @@ struct Learned {
 pub struct Summarizer {
     config: SummarizerConfig,
     learned: Mutex<HashMap<String, Learned>>,
+    /// Bounds on calls in flight, per provider.
+    slots: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
 /// The result of one HTTP attempt.
 enum Attempt {
-    Done(Summary, u64),
+    /// A summary, the tokens spent, and whether it was cut off.
+    Done(Summary, u64, bool),
     /// Worth another try after a backoff.
     Retry(String),
+    /// The answer could not be used; ask again saying why (with a larger
+    /// limit when it was cut off).
+    Invalid { error: String, truncated: bool },
     /// The model answered in a way retries will not fix.
     Fatal(String),
     /// Try again at once with what was just learned.
@@ -98,6 +125,7 @@ impl Summarizer {
         Self {
             config,
             learned: Mutex::new(HashMap::new()),
+            slots: Mutex::new(HashMap::new()),
         }
     }
 
@@ -107,7 +135,8 @@ impl Summarizer {
     }
 
     /// Folds `messages` into `current`, trying `targets` in order. `tokens`
-    /// estimates one message's tokens, for chunking.
+    /// estimates one message's tokens, for chunking; `output_tokens` caps
+    /// each answer.
     pub async fn summarize(
         &self,
         targets: &[Target],
@@ -115,21 +144,26 @@ impl Summarizer {
         current: Option<&Summary>,
         messages: &[&Value],
         tokens: &(dyn Fn(&Value) -> u32 + Sync),
+        output_tokens: u32,
     ) -> Result<Outcome, SummarizeError> {
         let started = Instant::now();
         let mut errors = Vec::new();
         for target in targets {
-            match self
-                .summarize_with(target, credentials, current, messages, tokens)
-                .await
-            {
-                Ok((summary, calls, spent)) => {
+            let job = Job {
+                target,
+                credentials,
+                output_tokens,
+            };
+            match self.summarize_with(&job, current, messages, tokens).await {
+                Ok((summary, spent)) => {
                     return Ok(Outcome {
                         summary,
                         model: target.model.clone(),
-                        calls,
-                        tokens: spent,
+                        calls: spent.calls,
+                        tokens: spent.tokens,
                         latency: started.elapsed(),
+                        inventions: spent.inventions,
+                        truncated: spent.truncated,
                     });
                 }
                 Err(e) => {
@@ -144,65 +178,103 @@ impl Summarizer {
     /// One model, every chunk in sequence.
     async fn summarize_with(
         &self,
-        target: &Target,
-        credentials: &Credentials,
+        job: &Job<'_>,
         current: Option<&Summary>,
         messages: &[&Value],
         tokens: &(dyn Fn(&Value) -> u32 + Sync),
-    ) -> Result<(Summary, u32, u64), String> {
+    ) -> Result<(Summary, Spent), String> {
         let mut summary = current.cloned();
-        let (mut calls, mut spent) = (0u32, 0u64);
+        let mut spent = Spent::default();
         for chunk in chunks(
             messages,
-            target.input_budget,
+            job.target.input_budget,
             summary_tokens(summary.as_ref()),
             tokens,
         ) {
             let user = prompt::user_prompt(summary.as_ref(), &prompt::transcript(chunk));
-            let (next, c, t) = self.call_model(target, credentials, &user).await?;
+            let mut next = self.call_model(job, &user, &mut spent).await?;
+            // The prompt holds everything the model was shown: the current
+            // summary and the transcript.
+            spent.inventions += drop_inventions(&mut next, &user);
             summary = Some(next);
-            calls += c;
-            spent += t;
         }
         summary
-            .map(|s| (s, calls, spent))
+            .map(|s| (s, spent))
             .ok_or_else(|| "nothing to summarize".to_string())
     }
 
     /// Calls one model until it yields a valid summary or attempts run out.
-    async fn call_model(
-        &self,
-        target: &Target,
-        credentials: &Credentials,
-        user: &str,
-    ) -> Result<(Summary, u32, u64), String> {
+    /// A retry after unusable output says what was wrong; one after output
+    /// cut off at the limit also doubles the limit (once: the
+    /// target's input budget leaves room for twice the limit).
+    async fn call_model(&self, job: &Job<'_>, user: &str, spent: &mut Spent) -> Result<Summary, String> {
+        let target = job.target;
         let (mut retries, mut calls) = (0u32, 0u32);
+        let mut limit = job.output_tokens;
+        let mut hint: Option<String> = None;
         loop {
             let learned = self.learned(&target.model);
+            let prompt = match &hint {
+                Some(h) => format!("{user}\n\n{h}"),
+                None => user.to_string(),
+            };
             let body = prompt::request_body(
                 &target.model,
-                user.to_string(),
+                prompt,
                 learned.format,
-                self.config.max_summary_tokens,
+                limit,
                 learned.completion_param,
             );
             calls += 1;
-            match self.attempt(target, credentials, body, learned).await {
-                Attempt::Done(summary, spent) => return Ok((summary, calls, spent)),
+            spent.calls += 1;
+            let attempt = {
+                let _slot = self.slot(&target.provider).acquire_owned().await;
+                self.attempt(target, job.credentials, body, learned).await
+            };
+            let (failure, wait) = match attempt {
+                Attempt::Done(summary, tokens, truncated) => {
+                    spent.tokens += tokens;
+                    spent.truncated += u32::from(truncated);
+                    return Ok(summary);
+                }
                 Attempt::Adjusted if calls < 8 => continue,
                 Attempt::Adjusted => return Err("the model rejects every request format".into()),
                 Attempt::Fatal(e) => return Err(e),
-                Attempt::Retry(e) => {
-                    if retries >= self.config.retries {
-                        return Err(format!("{e} (after {calls} attempts)"));
+                Attempt::Invalid { error, truncated } => {
+                    spent.truncated += u32::from(truncated);
+                    hint = Some(prompt::retry_hint(&error, truncated));
+                    if truncated {
+                        limit = limit.saturating_mul(2).min(job.output_tokens.saturating_mul(2));
                     }
-                    let delay = self.config.backoff.saturating_mul(1 << retries.min(10));
-                    tracing::debug!(model = %target.model, error = %e, ?delay, "summarizer retry");
-                    retries += 1;
-                    tokio::time::sleep(delay).await;
+                    (error, false)
                 }
+                Attempt::Retry(e) => (e, true),
+            };
+            if retries >= self.config.retries {
+                return Err(format!("{failure} (after {calls} attempts)"));
+            }
+            let delay = self.config.backoff.saturating_mul(1 << retries.min(10));
+            tracing::debug!(model = %target.model, error = %failure, ?delay, "summarizer retry");
+            retries += 1;
+            // A changed request can go at once; the same one waits.
+            if wait {
+                tokio::time::sleep(delay).await;
             }
         }
+    }
+
+    /// The provider's bound on calls in flight.
+    fn slot(&self, provider: &Provider) -> Arc<Semaphore> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let limit = match self.config.max_concurrent {
+            0 if provider.is_local() => 1,
+            0 => 4,
+            n => n,
+        };
+        slots
+            .entry(provider.name.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(limit)))
+            .clone()
     }
 
     /// One HTTP call, classified.
@@ -221,10 +293,7 @@ impl Summarizer {
         };
         if status.is_success() {
             return match read_completion(&bytes) {
-                Ok((text, spent)) => match parse_summary(&text) {
-                    Ok(summary) => Attempt::Done(summary, spent),
-                    Err(e) => Attempt::Retry(e.to_string()),
-                },
+                Ok(answer) => classify(&answer),
                 Err(e) => Attempt::Retry(e),
             };
         }
@@ -310,18 +379,57 @@ async fn post(
     Ok((status, bytes))
 }
 
-/// The assistant text and token usage of a chat completion.
-fn read_completion(bytes: &[u8]) -> Result<(String, u64), String> {
+/// One summarizer call's model, provider and output limit.
+struct Job<'a> {
+    target: &'a Target,
+    credentials: &'a Credentials,
+    output_tokens: u32,
+}
+
+/// What a chat completion answered.
+struct Answer {
+    text: String,
+    /// Prompt plus completion tokens.
+    tokens: u64,
+    /// `finish_reason` was `length`: the output was cut off at the limit.
+    cut_off: bool,
+}
+
+/// A successful answer as a summary, a partial one, or why it is unusable.
+fn classify(answer: &Answer) -> Attempt {
+    match parse_summary(&answer.text) {
+        Ok(summary) => Attempt::Done(summary, answer.tokens, false),
+        Err(_) if answer.cut_off => match parse_truncated(&answer.text) {
+            Some(summary) => Attempt::Done(summary, answer.tokens, true),
+            None => Attempt::Invalid {
+                error: "the answer was cut off at the token limit".into(),
+                truncated: true,
+            },
+        },
+        Err(e) => Attempt::Invalid {
+            error: e.to_string(),
+            truncated: false,
+        },
+    }
+}
+
+/// The assistant text, token usage and finish reason of a chat completion.
+fn read_completion(bytes: &[u8]) -> Result<Answer, String> {
     let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("answer is not JSON: {e}"))?;
     let text = v
         .pointer("/choices/0/message/content")
         .and_then(Value::as_str)
         .ok_or_else(|| format!("answer has no message content: {}", snippet(bytes)))?;
-    let spent = v
+    let tokens = v
         .pointer("/usage/total_tokens")
         .and_then(Value::as_u64)
         .unwrap_or(0);
-    Ok((text.to_string(), spent))
+    let cut_off = v.pointer("/choices/0/finish_reason").and_then(Value::as_str) == Some("length");
+    Ok(Answer {
+        text: text.to_string(),
+        tokens,
+        cut_off,
+    })
 }
 
 /// The start of a body, for error messages.

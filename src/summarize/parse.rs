@@ -1,47 +1,65 @@
 //! Reading a summary out of model output: repair what models commonly get
 //! wrong, then validate. Output is never trusted blindly.
+//!
+//! Repairs are made only where the meaning is unambiguous: code fences and
+//! prose around the object, raw control characters inside strings, missing
+//! lists, a scalar where a list belongs, numbers where strings belong, and
+//! an object of scalars flattened to `key: value` lines. Anything else (an
+//! object nested in an item, say) is an [`InvalidOutput`] whose message
+//! says what was wrong, so the retry can tell the model.
 
 use crate::fold::Summary;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// Why model output could not be read as a summary.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("summarizer output is not a valid summary: {0}")]
 pub struct InvalidOutput(pub String);
 
-/// Parses model output into a [`Summary`], repairing code fences, text
-/// around the object, raw control characters inside strings, missing
-/// optional fields and scalar items where lists belong.
+/// The list fields of a summary, in rendering order.
+const LISTS: [&str; 5] = ["facts", "goals", "decisions", "open_items", "artifacts"];
+
+/// Parses model output into a [`Summary`], with the repairs listed above.
 pub fn parse_summary(output: &str) -> Result<Summary, InvalidOutput> {
     let object =
         extract_object(output).ok_or_else(|| InvalidOutput("no JSON object found".into()))?;
     let value: Value = serde_json::from_str(object)
         .or_else(|_| serde_json::from_str(&escape_controls_in_strings(object)))
         .map_err(|e| InvalidOutput(format!("not JSON: {e}")))?;
+    from_value(value)
+}
+
+/// Parses output that was cut off at the token limit: the complete items
+/// before the cut are kept when the JSON can be closed there (a string is
+/// never cut in half); `None` when no complete summary survives.
+pub fn parse_truncated(output: &str) -> Option<Summary> {
+    let start = output.find('{')?;
+    let text = &output[start..];
+    for (end, closers) in close_points(text).into_iter().rev().take(256) {
+        let mut candidate = escape_controls_in_strings(&text[..end]);
+        candidate.push_str(&closers);
+        if let Ok(value) = serde_json::from_str::<Value>(&candidate) {
+            if let Ok(summary) = from_value(value) {
+                return Some(summary);
+            }
+        }
+    }
+    None
+}
+
+/// A parsed JSON value as a summary, repaired where unambiguous.
+fn from_value(value: Value) -> Result<Summary, InvalidOutput> {
     let Value::Object(map) = value else {
         return Err(InvalidOutput("not a JSON object".into()));
     };
-    let text = |v: &Value| match v {
-        Value::String(s) => s.trim().to_string(),
-        other => other.to_string(),
-    };
-    let list = |key: &str| -> Vec<String> {
-        match map.get(key) {
-            Some(Value::Array(items)) => items.iter().map(text).filter(|s| !s.is_empty()).collect(),
-            Some(Value::Null) | None => Vec::new(),
-            Some(one) => vec![text(one)]
-                .into_iter()
-                .filter(|s| !s.is_empty())
-                .collect(),
-        }
-    };
+    let [facts, goals, decisions, open_items, artifacts] = LISTS.map(|key| list(&map, key));
     let summary = Summary {
-        summary: map.get("summary").map(text).unwrap_or_default(),
-        facts: list("facts"),
-        goals: list("goals"),
-        decisions: list("decisions"),
-        open_items: list("open_items"),
-        artifacts: list("artifacts"),
+        summary: narrative(map.get("summary"))?,
+        facts: facts?,
+        goals: goals?,
+        decisions: decisions?,
+        open_items: open_items?,
+        artifacts: artifacts?,
     };
     let empty =
         summary.summary.is_empty() && summary.sections().iter().all(|(_, items)| items.is_empty());
@@ -51,6 +69,127 @@ pub fn parse_summary(output: &str) -> Result<Summary, InvalidOutput> {
         ));
     }
     Ok(summary)
+}
+
+/// The `summary` field: a string; numbers, lists of strings and objects of
+/// scalars are turned into text.
+fn narrative(value: Option<&Value>) -> Result<String, InvalidOutput> {
+    let lines = match value {
+        None | Some(Value::Null) => return Ok(String::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| scalar(v).ok_or_else(|| nested("summary")))
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(Value::Object(map)) => pairs(map).ok_or_else(|| nested("summary"))?,
+        Some(other) => vec![scalar(other).ok_or_else(|| nested("summary"))?],
+    };
+    Ok(lines
+        .into_iter()
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+/// One list field: a list of strings; a single scalar becomes one item, an
+/// object of scalars (as a field or an item) one `key: value` item a pair.
+fn list(map: &Map<String, Value>, key: &str) -> Result<Vec<String>, InvalidOutput> {
+    let items: Vec<String> = match map.get(key) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => {
+            let mut out = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                let at = || nested(&format!("{key}[{i}]"));
+                match item {
+                    Value::Object(m) => out.extend(pairs(m).ok_or_else(at)?),
+                    Value::Array(inner) => {
+                        for v in inner {
+                            out.push(scalar(v).ok_or_else(at)?);
+                        }
+                    }
+                    other => out.push(scalar(other).ok_or_else(at)?),
+                }
+            }
+            out
+        }
+        Some(Value::Object(m)) => pairs(m).ok_or_else(|| nested(key))?,
+        Some(other) => vec![scalar(other).ok_or_else(|| nested(key))?],
+    };
+    Ok(items.into_iter().filter(|s| !s.is_empty()).collect())
+}
+
+/// The text of a string, number or boolean; `None` for anything nested.
+fn scalar(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.trim().to_string()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Null => Some(String::new()),
+        Value::Array(_) | Value::Object(_) => None,
+    }
+}
+
+/// `key: value` lines of an object whose values are all scalars.
+fn pairs(map: &Map<String, Value>) -> Option<Vec<String>> {
+    map.iter()
+        .map(|(k, v)| scalar(v).map(|v| format!("{k}: {v}")))
+        .collect()
+}
+
+fn nested(at: &str) -> InvalidOutput {
+    InvalidOutput(format!(
+        "`{at}` holds nested objects or lists; every summary field must be a string and every list item a plain string"
+    ))
+}
+
+/// Where a cut-off JSON text can be closed: byte offsets just after a
+/// complete string, number, literal, `]` or `}` outside any string, each
+/// with the brackets that close what is still open there.
+fn close_points(text: &str) -> Vec<(usize, String)> {
+    let mut points = Vec::new();
+    let mut stack: Vec<char> = Vec::new();
+    let (mut in_string, mut escaped) = (false, false);
+    let bytes = text.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => {
+                    in_string = false;
+                    points.push((i + 1, closers(&stack)));
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' => stack.push('}'),
+            b'[' => stack.push(']'),
+            b'}' | b']' => {
+                stack.pop();
+                points.push((i + 1, closers(&stack)));
+                if stack.is_empty() {
+                    break;
+                }
+            }
+            // A number or literal is complete only when something follows it.
+            b'0'..=b'9' | b'e' | b'l' => {
+                if bytes
+                    .get(i + 1)
+                    .is_some_and(|&n| !n.is_ascii_alphanumeric() && n != b'.')
+                {
+                    points.push((i + 1, closers(&stack)));
+                }
+            }
+            _ => {}
+        }
+    }
+    points
+}
+
+fn closers(stack: &[char]) -> String {
+    stack.iter().rev().collect()
 }
 
 /// The text from the first `{` to the last `}`: drops code fences and any
@@ -123,11 +262,36 @@ mod tests {
     }
 
     #[test]
-    fn scalars_become_items() {
-        let s =
-            parse_summary(r#"{"summary":"s","facts":"one fact","goals":[42, {"k":1}]}"#).unwrap();
+    fn scalars_and_flat_objects_become_items() {
+        let s = parse_summary(
+            r#"{"summary":{"project":"ORCHID-7","port":5433},"facts":"one fact","goals":[42, {"k":1}],"decisions":{"db":"PostgreSQL 15.4"}}"#,
+        )
+        .unwrap();
+        assert_eq!(s.summary, "project: ORCHID-7\nport: 5433");
         assert_eq!(s.facts, vec!["one fact"]);
-        assert_eq!(s.goals, vec!["42", "{\"k\":1}"]);
+        assert_eq!(s.goals, vec!["42", "k: 1"]);
+        assert_eq!(s.decisions, vec!["db: PostgreSQL 15.4"]);
+    }
+
+    #[test]
+    fn nested_values_are_named_not_stored_as_json() {
+        let e = parse_summary(r#"{"summary":"s","facts":[{"a":{"b":1}}]}"#).unwrap_err();
+        assert!(e.0.contains("`facts[0]`"), "{e}");
+        let e = parse_summary(r#"{"summary":{"a":[1]}}"#).unwrap_err();
+        assert!(e.0.contains("`summary`"), "{e}");
+    }
+
+    #[test]
+    fn truncated_output_keeps_complete_items() {
+        let cut = r#"{"summary":"Moving the DB.","facts":["port 5433","host db-03.internal.example","release v2.1"#;
+        let s = parse_truncated(cut).unwrap();
+        assert_eq!(s.summary, "Moving the DB.");
+        assert_eq!(s.facts, vec!["port 5433", "host db-03.internal.example"]);
+        let cut = "```json\n{\"summary\": \"Deploy pending\", \"goals\": [\"ship\"], \"open_ite";
+        let s = parse_truncated(cut).unwrap();
+        assert_eq!((s.summary.as_str(), s.goals.len()), ("Deploy pending", 1));
+        assert_eq!(parse_truncated(r#"{"summary":"half a sen"#), None);
+        assert_eq!(parse_truncated("no json"), None);
     }
 
     #[test]

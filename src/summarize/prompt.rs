@@ -71,6 +71,18 @@ pub fn user_prompt(current: Option<&Summary>, transcript: &str) -> String {
     )
 }
 
+/// What a retry adds to the prompt after an unusable answer.
+pub fn retry_hint(error: &str, truncated: bool) -> String {
+    let mut hint = format!("Your previous answer could not be used: {error}.");
+    if truncated {
+        hint.push_str(
+            " Be brief this time: a narrative of at most three sentences and at most six short items per list.",
+        );
+    }
+    hint.push_str(" Answer again with one JSON object whose summary is a string and whose lists hold plain strings.");
+    hint
+}
+
 /// The chat-completions body of one summarizer call.
 pub fn request_body(
     model: &str,

@@ -109,6 +109,17 @@ impl Upstreams {
 }
 
 impl Provider {
+    /// Whether the provider runs on this machine or a private network (a
+    /// local model server, which often serves one request at a time).
+    pub fn is_local(&self) -> bool {
+        let host = self.authority.host().trim_start_matches('[').trim_end_matches(']');
+        match host.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback() || ip.is_private(),
+            Ok(std::net::IpAddr::V6(ip)) => ip.is_loopback(),
+            Err(_) => host.eq_ignore_ascii_case("localhost"),
+        }
+    }
+
     /// Maps a proxy path onto this provider: `/v1/x` → `{base_url}/x`,
     /// any other path `/y` → `{base_url}/y`. The query is kept.
     pub fn target(&self, path_and_query: Option<&PathAndQuery>) -> Result<Uri, ApiError> {

@@ -23,6 +23,7 @@ fn chain(depth: u32, created_at: u64) -> FoldChain {
             facts: vec!["port 8080".into()],
             ..Summary::default()
         },
+        ledger: Default::default(),
         covered: 10,
         kept_user: None,
         chain: ChainHash([7; 32]),

@@ -1,0 +1,115 @@
+//! Checking what the summarizer wrote against what it was shown: an item
+//! that carries an identifier found neither in the folded messages nor in
+//! the previous summary is an invention, and is dropped.
+
+use crate::fold::Summary;
+use crate::fold::extract::{self, Artifact, Kind};
+
+/// Drops every list item, and every sentence of the narrative, that names
+/// an identifier `source` does not contain. Returns how many were dropped.
+pub fn drop_inventions(summary: &mut Summary, source: &str) -> u32 {
+    let mut dropped = 0u32;
+    let invented = |text: &str| {
+        extract::extract(text)
+            .iter()
+            .filter(|a| extract::is_identifier(a))
+            .any(|a| !seen(a, source))
+    };
+    let lists = [
+        &mut summary.facts,
+        &mut summary.goals,
+        &mut summary.decisions,
+        &mut summary.open_items,
+        &mut summary.artifacts,
+    ];
+    for items in lists {
+        let before = items.len();
+        items.retain(|item| !invented(item));
+        dropped += (before - items.len()) as u32;
+    }
+    let sentences = split_sentences(&summary.summary);
+    let kept: Vec<&str> = sentences.iter().copied().filter(|s| !invented(s)).collect();
+    if kept.len() < sentences.len() {
+        dropped += (sentences.len() - kept.len()) as u32;
+        summary.summary = kept.join(" ");
+    }
+    dropped
+}
+
+/// Whether the identifier occurs in the source. A number with its unit or
+/// the word before it counts when its digits occur (the summary may phrase
+/// the unit differently).
+fn seen(artifact: &Artifact, source: &str) -> bool {
+    if source.contains(&artifact.value) {
+        return true;
+    }
+    artifact.kind == Kind::Number
+        && artifact
+            .value
+            .split(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
+            .filter(|t| t.chars().any(|c| c.is_ascii_digit()))
+            .all(|digits| source.contains(digits.trim_matches(['.', ','])))
+}
+
+/// The narrative's sentences, each with its closing punctuation.
+fn split_sentences(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let bytes = text.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        let ends = matches!(b, b'.' | b'!' | b'?' | b'\n')
+            && bytes.get(i + 1).is_none_or(|n| n.is_ascii_whitespace());
+        if ends {
+            let sentence = text[start..=i].trim();
+            if !sentence.is_empty() {
+                out.push(sentence);
+            }
+            start = i + 1;
+        }
+    }
+    let rest = text[start..].trim();
+    if !rest.is_empty() {
+        out.push(rest);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invented_identifiers_are_dropped() {
+        let source = "The project is ORCHID-7; PostgreSQL 15.4 runs on db-03.internal.example port 5433.";
+        let mut s = Summary {
+            summary: "Project ORCHID-7 is moving. It was started on 2024-03-15. The database stays."
+                .into(),
+            facts: vec![
+                "project ORPHIC-7".into(),
+                "database PostgreSQL 15.4 on db-03.internal.example".into(),
+                "listens on port 5433".into(),
+                "owner is friendly".into(),
+            ],
+            ..Default::default()
+        };
+        let dropped = drop_inventions(&mut s, source);
+        assert_eq!(dropped, 2, "{s:?}");
+        assert_eq!(
+            s.facts,
+            vec![
+                "database PostgreSQL 15.4 on db-03.internal.example",
+                "listens on port 5433",
+                "owner is friendly"
+            ]
+        );
+        assert_eq!(s.summary, "Project ORCHID-7 is moving. The database stays.");
+    }
+
+    #[test]
+    fn sentences_split_on_terminal_punctuation_only() {
+        assert_eq!(
+            split_sentences("Use v1.2.3 now. Then stop!\nDone"),
+            vec!["Use v1.2.3 now.", "Then stop!", "Done"]
+        );
+    }
+}

@@ -3,11 +3,10 @@
 //! state matching, and the `strict-memory` example config.
 
 use foldgate::config::{Config, Placement, Policy};
-use foldgate::fold::hash::chain_of;
 use foldgate::fold::ledger::Ledger;
 use foldgate::fold::{
-    ACK_TEXT, Budget, CannotFit, Decision, FoldChain, FoldPlan, FoldState, Reason, Summary,
-    build_view, pinned_len, plan, view_differs,
+    ACK_TEXT, Budget, CannotFit, Decision, FoldChain, FoldState, Reason, Summary, build_view,
+    view_differs,
 };
 use serde_json::{Value, json};
 

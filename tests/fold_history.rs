@@ -28,7 +28,11 @@ fn policy_keeping(preserve_recent: usize) -> foldgate::config::Policy {
 fn verbatim_after_summary(view: &[Value]) -> usize {
     let at = view
         .iter()
-        .position(|m| m["content"].as_str().is_some_and(|c| c.contains("Summary of the earlier")))
+        .position(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("Summary of the earlier"))
+        })
         .expect("a summary message");
     view.len() - at - 1
 }
@@ -123,9 +127,21 @@ fn idle_conversations_fold_after_the_configured_time() {
         now_unix: now,
         ..budget(1000)
     };
-    let soon = decide(&next, &chain, &pol, &at(state.created_at + 599), Placement::System);
+    let soon = decide(
+        &next,
+        &chain,
+        &pol,
+        &at(state.created_at + 599),
+        Placement::System,
+    );
     assert!(matches!(soon, Decision::NoFold(_)), "{soon:?}");
-    let later = decide(&next, &chain, &pol, &at(state.created_at + 600), Placement::System);
+    let later = decide(
+        &next,
+        &chain,
+        &pol,
+        &at(state.created_at + 600),
+        Placement::System,
+    );
     let Decision::Fold(plan) = later else {
         panic!("{later:?}")
     };
@@ -139,7 +155,9 @@ fn the_ledger_renders_after_the_summary_and_is_frozen() {
         summary: "Work on the parser.".into(),
         ..Default::default()
     };
-    let folded = [json!({"role": "user", "content": "Deploy v2.14.1 to db-03.internal.example on port 5433."})];
+    let folded = [
+        json!({"role": "user", "content": "Deploy v2.14.1 to db-03.internal.example on port 5433."}),
+    ];
     let refs: Vec<&Value> = folded.iter().collect();
     let update = Ledger::after_fold(
         &Ledger::default(),
@@ -152,10 +170,15 @@ fn the_ledger_renders_after_the_summary_and_is_frozen() {
     let mut state = state_for(&ms, 4, None, summary);
     state.ledger = update.ledger;
     let text = state.render();
-    let ledger_at = text.find(foldgate::fold::ledger::LEDGER_HEADING).expect("ledger");
+    let ledger_at = text
+        .find(foldgate::fold::ledger::LEDGER_HEADING)
+        .expect("ledger");
     assert!(text[..ledger_at].contains("Work on the parser."));
     for value in ["v2.14.1", "db-03.internal.example", "5433"] {
-        assert!(text[ledger_at..].contains(value), "{value} missing from {text}");
+        assert!(
+            text[ledger_at..].contains(value),
+            "{value} missing from {text}"
+        );
     }
     let again: FoldState = serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
     assert_eq!(again.render(), text);

@@ -17,8 +17,8 @@
 //! `PROPTEST_CASES=<n>`. A failure prints the minimal input it shrank to.
 
 use foldgate::config::{Placement, Policy};
-use foldgate::fold::summary::HEADING_PREFIX;
 use foldgate::fold::ledger::Ledger;
+use foldgate::fold::summary::HEADING_PREFIX;
 use foldgate::fold::{
     Budget, Decision, FoldChain, FoldState, Reason, Summary, build_view, pinned_len, plan,
 };

@@ -62,7 +62,9 @@ impl Background {
     /// non-emergency fold to start now.
     pub fn backing_off(&self, key: &ConvKey) -> bool {
         let backoff = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
-        backoff.get(key).is_some_and(|&(_, until)| Instant::now() < until)
+        backoff
+            .get(key)
+            .is_some_and(|&(_, until)| Instant::now() < until)
     }
 
     /// Records a failed fold: the wait is `base`, doubled with each failure

@@ -170,12 +170,16 @@ impl Turn {
     fn ledger_after(&self, plan: &FoldPlan, outcome: &Outcome, folded: &[&Value]) -> Ledger {
         let tokens = &self.app.chat.tokens;
         let model = &self.data.model;
-        let count = |text: &str| tokens.message_tokens(model, &json!({"role": "system", "content": text}));
+        let count =
+            |text: &str| tokens.message_tokens(model, &json!({"role": "system", "content": text}));
         let base = plan.base.as_ref();
         let folded_count = plan.covered - usize::from(plan.kept_user.is_some());
         let summary_text = outcome.summary.render(folded_count);
         let previous_summary = base.map(|b| b.summary.render(b.folded()));
-        let budget = self.budget.summary_reserve.saturating_sub(count(&summary_text));
+        let budget = self
+            .budget
+            .summary_reserve
+            .saturating_sub(count(&summary_text));
         let previous = base.map(|b| b.ledger.clone()).unwrap_or_default();
         let LedgerUpdate { ledger, evicted } = Ledger::after_fold(
             &previous,

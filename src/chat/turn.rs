@@ -165,7 +165,10 @@ impl Turn {
     /// Whether the conversation's last fold failed too recently to try again.
     pub(super) fn backing_off(&self) -> bool {
         let background = &self.app.chat.background;
-        self.data.key.as_ref().is_some_and(|k| background.backing_off(k))
+        self.data
+            .key
+            .as_ref()
+            .is_some_and(|k| background.backing_off(k))
     }
 
     /// Forwards the current view without the fold the triggers asked for:

@@ -139,7 +139,10 @@ fn new_policy_knobs_load_at_every_level() {
     .unwrap();
     let p = c.policy_for("openai", "gpt-4o");
     assert_eq!((p.summary_ratio, p.max_depth), (0.2, 3));
-    assert_eq!(p.idle_fold_after, Some(std::time::Duration::from_secs(1800)));
+    assert_eq!(
+        p.idle_fold_after,
+        Some(std::time::Duration::from_secs(1800))
+    );
     let p = c.policy_for("openai", "tiny-1");
     assert_eq!(p.summary_ratio, 0.1);
     assert_eq!(p.idle_fold_after, Some(std::time::Duration::from_secs(300)));
@@ -157,9 +160,8 @@ fn windows_too_small_for_a_fold_are_warned_about() {
     let warnings = tiny.small_window_warnings();
     assert_eq!(warnings.len(), 1);
     assert!(warnings[0].contains("models.\"smol*\""), "{warnings:?}");
-    let fewer = Config::from_toml(
-        "[models.\"smol*\"]\ncontext_window = 700\npreserve_recent = 2\n",
-    )
-    .unwrap();
+    let fewer =
+        Config::from_toml("[models.\"smol*\"]\ncontext_window = 700\npreserve_recent = 2\n")
+            .unwrap();
     assert!(fewer.small_window_warnings().is_empty());
 }

@@ -13,7 +13,7 @@ mod net;
 mod token;
 mod words;
 
-use line::{Mode, Span};
+use line::{Mode, Scratch, Span};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -61,6 +61,7 @@ pub fn extract(text: &str) -> Vec<Artifact> {
     let mut spans: Vec<Span> = Vec::new();
     let mut span_lines: Vec<(usize, usize)> = Vec::new();
     let mut mode = Mode::default();
+    let mut scratch = Scratch::default();
     let mut offset = 0;
     for raw in text.split('\n') {
         let base = offset;
@@ -73,7 +74,7 @@ pub fn extract(text: &str) -> Vec<Artifact> {
         mode.diff_header = is_diff_header(line);
         mode.diff =
             mode.diff_header || line.starts_with("@@ ") || (mode.diff && continues_diff(line));
-        line::scan(line, base, mode, &mut spans);
+        line::scan(line, base, mode, &mut scratch, &mut spans);
         span_lines.resize(spans.len(), (base, base + line.len()));
     }
     // Earliest first; at one spot the larger span first, so what it contains
@@ -254,6 +255,29 @@ pub fn message_text(message: &Value) -> String {
         }
     }
     parts.join("\n")
+}
+
+/// Whether `needle` occurs in `text` as a whole specific, not as the start
+/// or end of a longer one: "port 80" is not in "port 8080", "TKT-12" not in
+/// "TKT-123", "v1.2" not in "v1.2.3"; "lib.rs" is in "src/lib.rs." (a
+/// separator before it, a full stop after it).
+pub fn contains_token(text: &str, needle: &str) -> bool {
+    if needle.is_empty() {
+        return false;
+    }
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let (first, last) = (needle.chars().next(), needle.chars().next_back());
+    text.match_indices(needle).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let mut after = text[at + needle.len()..].chars();
+        let next = after.next();
+        let joined_before = first.is_some_and(word) && before.is_some_and(word);
+        let joined_after = last.is_some_and(word)
+            && next.is_some_and(|c| {
+                word(c) || (matches!(c, '.' | '-') && after.next().is_some_and(word))
+            });
+        !joined_before && !joined_after
+    })
 }
 
 /// Whether `artifact` counts as an identifier for invention checks: every

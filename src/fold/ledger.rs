@@ -6,7 +6,7 @@
 //! them; identifiers of the previous summary enter when the new summary
 //! drops them, so a rewrite cannot silently lose what an earlier one kept.
 
-use super::extract::{extract, is_identifier, message_text};
+use super::extract::{contains_token, extract, is_identifier, message_text};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashSet;
@@ -89,7 +89,7 @@ impl Ledger {
         let mut candidates = Candidates::default();
         for message in folded.iter().rev() {
             for artifact in extract(&message_text(message)) {
-                if !summary.contains(&artifact.value) {
+                if !contains_token(summary, &artifact.value) {
                     candidates.offer(artifact.value, artifact.context);
                 }
             }
@@ -103,7 +103,7 @@ impl Ledger {
                 .split_once(LEDGER_HEADING)
                 .map_or(text, |(head, _)| head);
             for artifact in extract(narrative).into_iter().filter(is_identifier) {
-                if !summary.contains(&artifact.value) {
+                if !contains_token(summary, &artifact.value) {
                     candidates.offer(artifact.value, FROM_EARLIER_SUMMARY.to_owned());
                 }
             }

@@ -230,9 +230,8 @@ fn choose_base<'s>(
     };
     let window = f64::from(budget.context_window);
     let room = window - f64::from(budget.output_reserve);
-    let serves = |tokens: u64| {
-        (tokens as f64) < policy.trigger_ratio * window && (tokens as f64) <= room
-    };
+    let serves =
+        |tokens: u64| (tokens as f64) < policy.trigger_ratio * window && (tokens as f64) <= room;
     let earlier = matching[1..]
         .iter()
         .copied()

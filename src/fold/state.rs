@@ -223,7 +223,9 @@ impl FoldChain {
         after_pinned: usize,
         prefix: &mut PrefixChain<'_>,
     ) -> Option<&FoldState> {
-        self.matching_prefix(after_pinned, prefix).into_iter().next()
+        self.matching_prefix(after_pinned, prefix)
+            .into_iter()
+            .next()
     }
 
     /// Every state matching the request, best first: longest span, then

@@ -3,14 +3,14 @@
 //! the previous summary is an invention, and is dropped.
 
 use crate::fold::Summary;
-use crate::fold::extract::{self, Artifact, Kind};
+use crate::fold::extract::{self, Artifact, Kind, contains_token};
 
 /// Drops every list item, and every sentence of the narrative, that names
 /// an identifier `source` does not contain. Returns how many were dropped.
 pub fn drop_inventions(summary: &mut Summary, source: &str) -> u32 {
     let mut dropped = 0u32;
     let invented = |text: &str| {
-        extract::extract(text)
+        extract::extract(without_label(text))
             .iter()
             .filter(|a| extract::is_identifier(a))
             .any(|a| !seen(a, source))
@@ -36,11 +36,26 @@ pub fn drop_inventions(summary: &mut Summary, source: &str) -> u32 {
     dropped
 }
 
+/// An item without its leading `key: ` label, when it has one made of
+/// letters and underscores: an object flattened to `key: value` items (or a
+/// model writing `database_host: …` on its own) names a field, not a
+/// specific it saw.
+fn without_label(item: &str) -> &str {
+    match item.split_once(": ") {
+        Some((label, rest))
+            if !label.is_empty() && label.chars().all(|c| c.is_alphabetic() || c == '_') =>
+        {
+            rest
+        }
+        _ => item,
+    }
+}
+
 /// Whether the identifier occurs in the source. A number with its unit or
 /// the word before it counts when its digits occur (the summary may phrase
 /// the unit differently).
 fn seen(artifact: &Artifact, source: &str) -> bool {
-    if source.contains(&artifact.value) {
+    if contains_token(source, &artifact.value) {
         return true;
     }
     artifact.kind == Kind::Number
@@ -48,7 +63,7 @@ fn seen(artifact: &Artifact, source: &str) -> bool {
             .value
             .split(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
             .filter(|t| t.chars().any(|c| c.is_ascii_digit()))
-            .all(|digits| source.contains(digits.trim_matches(['.', ','])))
+            .all(|digits| contains_token(source, digits.trim_matches(['.', ','])))
 }
 
 /// The narrative's sentences, each with its closing punctuation.
@@ -80,10 +95,12 @@ mod tests {
 
     #[test]
     fn invented_identifiers_are_dropped() {
-        let source = "The project is ORCHID-7; PostgreSQL 15.4 runs on db-03.internal.example port 5433.";
+        let source =
+            "The project is ORCHID-7; PostgreSQL 15.4 runs on db-03.internal.example port 5433.";
         let mut s = Summary {
-            summary: "Project ORCHID-7 is moving. It was started on 2024-03-15. The database stays."
-                .into(),
+            summary:
+                "Project ORCHID-7 is moving. It was started on 2024-03-15. The database stays."
+                    .into(),
             facts: vec![
                 "project ORPHIC-7".into(),
                 "database PostgreSQL 15.4 on db-03.internal.example".into(),

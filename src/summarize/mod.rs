@@ -207,9 +207,14 @@ impl Summarizer {
     /// A retry after unusable output says what was wrong; one after output
     /// cut off at the limit also doubles the limit (once: the
     /// target's input budget leaves room for twice the limit).
-    async fn call_model(&self, job: &Job<'_>, user: &str, spent: &mut Spent) -> Result<Summary, String> {
+    async fn call_model(
+        &self,
+        job: &Job<'_>,
+        user: &str,
+        spent: &mut Spent,
+    ) -> Result<Summary, String> {
         let target = job.target;
-        let (mut retries, mut calls) = (0u32, 0u32);
+        let (mut retries, mut calls, mut unusable) = (0u32, 0u32, 0u32);
         let mut limit = job.output_tokens;
         let mut hint: Option<String> = None;
         loop {
@@ -242,9 +247,12 @@ impl Summarizer {
                 Attempt::Fatal(e) => return Err(e),
                 Attempt::Invalid { error, truncated } => {
                     spent.truncated += u32::from(truncated);
-                    hint = Some(prompt::retry_hint(&error, truncated));
+                    unusable += 1;
+                    hint = Some(prompt::retry_hint(&error, truncated, unusable));
                     if truncated {
-                        limit = limit.saturating_mul(2).min(job.output_tokens.saturating_mul(2));
+                        limit = limit
+                            .saturating_mul(2)
+                            .min(job.output_tokens.saturating_mul(2));
                     }
                     (error, false)
                 }
@@ -424,7 +432,10 @@ fn read_completion(bytes: &[u8]) -> Result<Answer, String> {
         .pointer("/usage/total_tokens")
         .and_then(Value::as_u64)
         .unwrap_or(0);
-    let cut_off = v.pointer("/choices/0/finish_reason").and_then(Value::as_str) == Some("length");
+    let cut_off = v
+        .pointer("/choices/0/finish_reason")
+        .and_then(Value::as_str)
+        == Some("length");
     Ok(Answer {
         text: text.to_string(),
         tokens,

@@ -174,13 +174,12 @@ fn close_points(text: &str) -> Vec<(usize, String)> {
                 }
             }
             // A number or literal is complete only when something follows it.
-            b'0'..=b'9' | b'e' | b'l' => {
+            b'0'..=b'9' | b'e' | b'l'
                 if bytes
                     .get(i + 1)
-                    .is_some_and(|&n| !n.is_ascii_alphanumeric() && n != b'.')
-                {
-                    points.push((i + 1, closers(&stack)));
-                }
+                    .is_some_and(|&n| !n.is_ascii_alphanumeric() && n != b'.') =>
+            {
+                points.push((i + 1, closers(&stack)));
             }
             _ => {}
         }

@@ -71,13 +71,20 @@ pub fn user_prompt(current: Option<&Summary>, transcript: &str) -> String {
     )
 }
 
-/// What a retry adds to the prompt after an unusable answer.
-pub fn retry_hint(error: &str, truncated: bool) -> String {
-    let mut hint = format!("Your previous answer could not be used: {error}.");
+/// What a retry adds to the prompt after `failures` unusable answers in a
+/// row.
+pub fn retry_hint(error: &str, truncated: bool, failures: u32) -> String {
+    let mut hint = if failures > 1 {
+        format!("Your previous {failures} answers could not be used; the last one: {error}.")
+    } else {
+        format!("Your previous answer could not be used: {error}.")
+    };
     if truncated {
-        hint.push_str(
-            " Be brief this time: a narrative of at most three sentences and at most six short items per list.",
-        );
+        // Each cut-off answer asks for less, so no retry repeats a request.
+        let items = (6u32 >> failures.saturating_sub(1).min(2)).max(1);
+        hint.push_str(&format!(
+            " Be brief this time: a narrative of at most three sentences and at most {items} short items per list."
+        ));
     }
     hint.push_str(" Answer again with one JSON object whose summary is a string and whose lists hold plain strings.");
     hint

@@ -112,7 +112,11 @@ impl Provider {
     /// Whether the provider runs on this machine or a private network (a
     /// local model server, which often serves one request at a time).
     pub fn is_local(&self) -> bool {
-        let host = self.authority.host().trim_start_matches('[').trim_end_matches(']');
+        let host = self
+            .authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
         match host.parse::<std::net::IpAddr>() {
             Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback() || ip.is_private(),
             Ok(std::net::IpAddr::V6(ip)) => ip.is_loopback(),

@@ -28,7 +28,17 @@ pub enum Sum {
     Status(u16),
     /// A valid summary after a delay.
     Slow(Duration),
+    /// A valid summary that keeps no identifier at all.
+    Lossy,
+    /// Exactly this message content, `finish_reason: "stop"`.
+    Raw(String),
+    /// Exactly this message content, `finish_reason: "length"` (cut off at
+    /// the token limit).
+    Cut(String),
 }
+
+/// The lossy summary [`Sum::Lossy`] answers.
+pub const LOSSY_SUMMARY: &str = r#"{"summary":"The user and the assistant discussed the work.","facts":["work continued"],"goals":["keep working"],"decisions":[],"open_items":[],"artifacts":[]}"#;
 
 /// What the mock saw and how it behaves.
 #[derive(Default)]
@@ -50,6 +60,31 @@ pub struct LlmState {
     pub chat_requests: Mutex<Vec<Value>>,
     /// The answer to `GET /v1/models`, when set.
     pub models_listing: Mutex<Option<Value>>,
+    /// The answer when `script` is empty; `Good` when unset.
+    pub default_answer: Mutex<Option<Sum>>,
+    /// Summarizer calls being answered right now.
+    pub summarizer_in_flight: AtomicUsize,
+    /// The most summarizer calls ever answered at once.
+    pub summarizer_max_in_flight: AtomicUsize,
+}
+
+/// Counts one summarizer call in flight until dropped.
+struct InFlight<'a>(&'a LlmState);
+
+impl<'a> InFlight<'a> {
+    fn enter(state: &'a LlmState) -> Self {
+        let now = state.summarizer_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        state
+            .summarizer_max_in_flight
+            .fetch_max(now, Ordering::SeqCst);
+        Self(state)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.summarizer_in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The running mock.
@@ -84,6 +119,16 @@ impl Llm {
 
     pub fn script(&self, answers: impl IntoIterator<Item = Sum>) {
         self.state.script.lock().unwrap().extend(answers);
+    }
+
+    /// Sets the answer used whenever the script is empty.
+    pub fn answer_always(&self, answer: Sum) {
+        *self.state.default_answer.lock().unwrap() = Some(answer);
+    }
+
+    /// The most summarizer calls the mock has answered at once.
+    pub fn max_summarizer_in_flight(&self) -> usize {
+        self.state.summarizer_max_in_flight.load(Ordering::SeqCst)
     }
 }
 
@@ -150,6 +195,7 @@ async fn answer(state: Arc<LlmState>, r: Recorded) -> Response<foldgate::body::B
 
 async fn summarize(state: &LlmState, body: Value) -> Response<foldgate::body::Body> {
     state.summarizer_requests.lock().unwrap().push(body.clone());
+    let _in_flight = InFlight::enter(state);
     let delay = state.summarizer_delay_ms.load(Ordering::Relaxed);
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(u64::from(delay))).await;
@@ -170,6 +216,7 @@ async fn summarize(state: &LlmState, body: Value) -> Response<foldgate::body::Bo
         .lock()
         .unwrap()
         .pop_front()
+        .or_else(|| state.default_answer.lock().unwrap().clone())
         .unwrap_or(Sum::Good);
     let prompt = body
         .pointer("/messages/1/content")
@@ -181,8 +228,15 @@ async fn summarize(state: &LlmState, body: Value) -> Response<foldgate::body::Bo
         "goals": ["finish the steps"], "decisions": [], "open_items": [], "artifacts": [],
     })
     .to_string();
+    let mut finish_reason = "stop";
     let content = match next {
         Sum::Good => summary,
+        Sum::Lossy => LOSSY_SUMMARY.to_string(),
+        Sum::Raw(content) => content,
+        Sum::Cut(content) => {
+            finish_reason = "length";
+            content
+        }
         Sum::Slow(d) => {
             tokio::time::sleep(d).await;
             summary
@@ -199,7 +253,7 @@ async fn summarize(state: &LlmState, body: Value) -> Response<foldgate::body::Bo
     mock::json(
         StatusCode::OK,
         &json!({"id": "sum", "object": "chat.completion", "choices": [{"index": 0,
-            "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}],
             "usage": {"prompt_tokens": prompt.len() / 4, "completion_tokens": 50, "total_tokens": prompt.len() / 4 + 50}}),
     )
 }

@@ -183,4 +183,3 @@ pub fn assert_tool_pairs_whole(view: &[Value]) {
         }
     }
 }
-

@@ -5,8 +5,8 @@ use super::Kind;
 use super::net::find_url;
 use super::token::{Class, MAX_VALUE, Num, classify};
 use super::words::{
-    SPECIAL_FILES, COMMANDS, NOT_NAME, NOT_PRODUCT, PRODUCTS, PROSE_AFTER_COMMAND, STARTERS, STOP, STRONG_NOUNS,
-    UNIT_WORDS, is_in,
+    COMMANDS, NOT_NAME, NOT_PRODUCT, PRODUCTS, PROSE_AFTER_COMMAND, SPECIAL_FILES, STARTERS, STOP,
+    STRONG_NOUNS, UNIT_WORDS, is_in,
 };
 
 /// A specific found in the text, as a byte range of it.
@@ -36,8 +36,18 @@ struct Tok {
     class: Class,
 }
 
+/// Token storage reused from line to line.
+#[derive(Debug, Default)]
+pub(super) struct Scratch(Vec<Tok>);
+
 /// Appends the specifics of `line` (which starts at byte `base` of the text).
-pub(super) fn scan(line: &str, base: usize, mode: Mode, out: &mut Vec<Span>) {
+pub(super) fn scan(
+    line: &str,
+    base: usize,
+    mode: Mode,
+    scratch: &mut Scratch,
+    out: &mut Vec<Span>,
+) {
     let mut push = |kind, start: usize, end: usize| {
         out.push(Span {
             kind,
@@ -52,14 +62,15 @@ pub(super) fn scan(line: &str, base: usize, mode: Mode, out: &mut Vec<Span>) {
             return;
         }
     }
-    let mut toks = Vec::new();
+    let toks = &mut scratch.0;
+    toks.clear();
     let mut from = 0;
     for (outer, inner) in inline_code(line) {
-        tokens(line, from, outer.0, &mut toks, &mut push);
+        tokens(line, from, outer.0, toks, &mut push);
         code_span(line, inner, &mut push);
         from = outer.1;
     }
-    tokens(line, from, line.len(), &mut toks, &mut push);
+    tokens(line, from, line.len(), toks, &mut push);
     for i in 0..toks.len() {
         let t = toks[i];
         match t.class {
@@ -70,15 +81,15 @@ pub(super) fn scan(line: &str, base: usize, mode: Mode, out: &mut Vec<Span>) {
             }
             _ if mode.diff_header => {}
             Class::Art(Kind::Version) => {
-                let (start, end) = match product_before(line, &toks, i) {
-                    Some(p) => quoted(line, gap(line, &toks, i), p, t.end),
+                let (start, end) = match product_before(line, toks, i) {
+                    Some(p) => quoted(line, gap(line, toks, i), p, t.end),
                     None => (t.start, t.end),
                 };
                 push(Kind::Version, start, end);
             }
             Class::Art(kind) => push(kind, t.start, t.end),
             Class::Num(num) => {
-                if let Some((kind, start, end)) = number(line, &toks, i, num) {
+                if let Some((kind, start, end)) = number(line, toks, i, num) {
                     push(kind, start, end);
                 }
             }
@@ -86,7 +97,7 @@ pub(super) fn scan(line: &str, base: usize, mode: Mode, out: &mut Vec<Span>) {
         }
     }
     if !mode.fenced && !mode.diff && !mode.diff_header && is_prose(line) {
-        names(line, &toks, &mut push);
+        names(line, toks, &mut push);
     }
 }
 
@@ -98,10 +109,13 @@ fn command(line: &str) -> Option<(usize, usize)> {
     let prompt_end = if t.starts_with("$ ") || t.starts_with("# ") {
         Some(2)
     } else {
-        t.find("$ ")
+        t.find('$')
             .filter(|&i| {
                 let p = &t[..i];
-                !p.is_empty() && !p.contains(char::is_whitespace) && p.contains(['@', ':'])
+                t.as_bytes().get(i + 1) == Some(&b' ')
+                    && !p.is_empty()
+                    && !p.contains(char::is_whitespace)
+                    && p.contains(['@', ':'])
             })
             .map(|i| i + 2)
     };
@@ -118,7 +132,7 @@ fn command(line: &str) -> Option<(usize, usize)> {
     let mut words = cmd.split_whitespace();
     let first = words.next()?;
     let second = words.next();
-    let known = COMMANDS.contains(&first) && second.is_some();
+    let known = COMMANDS.binary_search(&first).is_ok() && second.is_some();
     let ok = match prompt_end {
         // Root's `#` prompt looks like a markdown heading: demand a command.
         Some(_) if t.starts_with('#') => known,
@@ -265,7 +279,8 @@ fn plain_word(line: &str, s: usize, e: usize) -> Option<Tok> {
     let plain = (first.is_ascii_lowercase() || (first.is_ascii_uppercase() && letters > 1))
         && b[letters..].iter().all(|c| b".,;:!?".contains(c))
         && b[..letters] != *b"localhost"
-        && !(first.is_ascii_uppercase() && SPECIAL_FILES.contains(&&line[s..s + letters]));
+        && !(first.is_ascii_uppercase()
+            && SPECIAL_FILES.binary_search(&&line[s..s + letters]).is_ok());
     plain.then_some(Tok {
         start: s,
         end: s + letters,
@@ -327,6 +342,11 @@ fn token(line: &str, s: usize, e: usize, toks: &mut Vec<Tok>) {
 /// Trims the punctuation around a token; `None` when nothing is left.
 fn clean(line: &str, s: usize, e: usize) -> Option<(usize, usize)> {
     let raw = &line[s..e];
+    let b = raw.as_bytes();
+    let edge = |c: &u8| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'/';
+    if b.first().is_some_and(edge) && b.last().is_some_and(edge) {
+        return Some((s, e));
+    }
     let mut t = raw.trim_start_matches([
         '*', '!', '?', ',', ':', ';', '(', ')', '“', '‘', '«', '¿', '¡', '•',
     ]);
@@ -465,6 +485,7 @@ fn is_prose(line: &str) -> bool {
 fn capitalised(line: &str, t: &Tok) -> bool {
     let mut chars = line[t.start..t.end].chars();
     t.class == Class::Word
+        && !line.as_bytes()[t.start].is_ascii_lowercase()
         && chars.next().is_some_and(char::is_uppercase)
         && chars.clone().next().is_some()
         && chars.all(char::is_lowercase)

@@ -237,7 +237,7 @@ fn has_extension(name: &str) -> bool {
 /// `Cargo.toml`, `main.py`, `Makefile`, `.env`, `src.rs:42`.
 pub(super) fn is_file_name(t: &str) -> bool {
     let core = strip_line_suffix(t);
-    if SPECIAL_FILES.contains(&core) {
+    if SPECIAL_FILES.binary_search(&core).is_ok() {
         return true;
     }
     if core.starts_with('.') {
@@ -251,7 +251,9 @@ pub(super) fn is_file_name(t: &str) -> bool {
             .bytes()
             .all(|c| c.is_ascii_alphanumeric() || b"_-.+@".contains(&c))
         && stem.bytes().any(|c| c.is_ascii_alphanumeric());
-    stem_ok && EXTENSIONS.contains(&ext) && !(ext == "js" && is_in(JS_FRAMEWORKS, stem))
+    stem_ok
+        && EXTENSIONS.binary_search(&ext).is_ok()
+        && !(ext == "js" && is_in(JS_FRAMEWORKS, stem))
 }
 
 /// `github.com/org/repo`: a host, then a path.

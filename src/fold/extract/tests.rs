@@ -405,51 +405,35 @@ fn odd_input_never_panics() {
     let _ = extract(&"ab`` ".repeat(5_000));
 }
 
-/// Prints how long a 100 KB tool output takes; run with
-/// `cargo test --lib extract::tests::timing -- --ignored --nocapture`.
-#[test]
-#[ignore = "a measurement, not a check"]
-fn timing() {
-    let sample = [CASES.iter().map(|c| c.1).collect::<Vec<_>>().join("\n")].concat();
-    let mut text = String::new();
-    while text.len() < 100_000 {
-        text.push_str(&sample);
-        text.push('\n');
-    }
-    let start = std::time::Instant::now();
-    let runs = 20;
-    let mut found = 0;
-    for _ in 0..runs {
-        found = extract(&text).len();
-    }
-    let per_run = start.elapsed() / runs;
-    println!(
-        "extract: {} bytes, {found} artifacts, {per_run:?} per run",
-        text.len()
-    );
-}
-
-#[test]
-#[ignore = "temporary dump"]
-fn dump_tmp() {
-    let path = std::env::var("DUMP").unwrap_or_default();
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    for a in extract(&text) {
-        println!("ART {:?}\t{}\t| {}", a.kind, a.value, a.context);
-    }
-}
-
 #[test]
 fn word_lists_are_sorted_lower_case() {
     use super::words::*;
     let lists = [
-        AMBIGUOUS_TLDS, DOTFILES, JS_FRAMEWORKS, NOT_NAME, NOT_PRODUCT, PRODUCTS, PROSE_AFTER_COMMAND,
-        STARTERS, STOP, STRONG_NOUNS, TICKET_EXCLUDE, TLDS, UNIT_WORDS,
+        AMBIGUOUS_TLDS,
+        DOTFILES,
+        JS_FRAMEWORKS,
+        NOT_NAME,
+        NOT_PRODUCT,
+        PRODUCTS,
+        PROSE_AFTER_COMMAND,
+        STARTERS,
+        STOP,
+        STRONG_NOUNS,
+        TICKET_EXCLUDE,
+        TLDS,
+        UNIT_WORDS,
     ];
     for list in lists {
         assert!(list.windows(2).all(|w| w[0] < w[1]), "{list:?}");
         assert!(list.iter().all(|w| *w == w.to_lowercase()), "{list:?}");
-        assert!(list.iter().all(|w| is_in(list, w) && is_in(list, &w.to_uppercase())));
+        assert!(
+            list.iter()
+                .all(|w| is_in(list, w) && is_in(list, &w.to_uppercase()))
+        );
     }
     assert!(!is_in(STOP, "zzz") && !is_in(STOP, ""));
+    // Searched case-sensitively with `binary_search`.
+    for list in [COMMANDS, EXTENSIONS, SPECIAL_FILES, ATTACHED_UNITS] {
+        assert!(list.windows(2).all(|w| w[0] < w[1]), "{list:?}");
+    }
 }

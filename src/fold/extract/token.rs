@@ -385,7 +385,7 @@ pub(super) fn parse_num(t: &str) -> Option<Num> {
     }
     let rest = &s[i..];
     let suffix = !rest.is_empty();
-    if suffix && rest != "%" && !ATTACHED_UNITS.contains(&rest) {
+    if suffix && rest != "%" && ATTACHED_UNITS.binary_search(&rest).is_err() {
         return None;
     }
     if hash && (currency || decimal || suffix || commas) {

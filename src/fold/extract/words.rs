@@ -14,10 +14,10 @@ pub(super) fn is_in(list: &[&str], word: &str) -> bool {
 /// a capitalised first word is prose).
 #[rustfmt::skip]
 pub(super) const COMMANDS: &[&str] = &[
-    "apt", "apt-get", "aws", "awk", "az", "brew", "bun", "cargo", "cat", "cd", "chmod", "chown",
+    "apt", "apt-get", "awk", "aws", "az", "brew", "bun", "cargo", "cat", "cd", "chmod", "chown",
     "clang", "cmake", "cp", "curl", "deno", "df", "dig", "dnf", "docker", "docker-compose", "du",
     "echo", "env", "export", "find", "gcc", "gcloud", "git", "go", "gradle", "grep", "head", "helm",
-    "javac", "jq", "journalctl", "kill", "killall", "kubectl", "less", "ln", "ls", "make", "mkdir",
+    "javac", "journalctl", "jq", "kill", "killall", "kubectl", "less", "ln", "ls", "make", "mkdir",
     "mv", "mvn", "mysql", "nano", "nc", "node", "npm", "npx", "openssl", "ping", "pip", "pip3",
     "pkill", "pnpm", "podman", "poetry", "ps", "psql", "pytest", "python", "python3", "redis-cli",
     "rg", "rm", "rsync", "ruff", "rustc", "rustup", "scp", "sed", "source", "sqlite3", "ssh",
@@ -98,7 +98,7 @@ pub(super) const TICKET_EXCLUDE: &[&str] = &["aes", "covid", "md", "sha", "utf"]
 /// Units written right after a number (`30s`, `512MB`); case-sensitive.
 #[rustfmt::skip]
 pub(super) const ATTACHED_UNITS: &[&str] = &[
-    "B", "G", "GB", "GHz", "GiB", "Gb", "Hz", "K", "KB", "KiB", "Kb", "M", "MB", "MHz", "MiB", "Mb",
+    "B", "G", "GB", "GHz", "Gb", "GiB", "Hz", "K", "KB", "Kb", "KiB", "M", "MB", "MHz", "Mb", "MiB",
     "PB", "TB", "TiB", "d", "fps", "gb", "h", "hr", "hrs", "k", "kB", "kHz", "kb", "m", "mb", "min",
     "mins", "ms", "ns", "px", "qps", "rpm", "rps", "s", "sec", "secs", "us", "w", "x", "µs",
 ];

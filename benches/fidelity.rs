@@ -1,0 +1,149 @@
+//! Fidelity: how many planted identifiers of folded messages reach the
+//! upstream, with a summarizer that keeps none of them (the mock writes a
+//! narrative and message tags only), in the LLM-written summary alone
+//! against the whole summary message (summary plus ledger).
+//!
+//! Run: `cargo bench --bench fidelity`. Everything runs in-process on
+//! loopback: a mock upstream (chat model + summarizer) and foldgate, inline
+//! mode, a 60-turn agent conversation with tool calls in which every turn
+//! plants six identifiers (a path, a port, a version, a ticket, a host and a
+//! command), for three window sizes.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::llm::{Llm, content_text};
+use common::{Foldgate, post_json};
+use foldgate::fold::ledger::LEDGER_HEADING;
+use foldgate::fold::summary::HEADING_PREFIX;
+use serde_json::{Value, json};
+
+const TURNS: usize = 60;
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        println!("## Identifiers of folded messages kept in the view ({TURNS}-turn agent conversation, summarizer keeps none)\n");
+        println!(
+            "| window | folds | summarizer calls / failures | views checked | folded identifiers in the LLM summary | in the summary message (with ledger) | ledger tokens per fold (mean / max) | ledger evictions |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for window in [2_048u32, 8_192, 32_768] {
+            run(window).await;
+        }
+    });
+}
+
+/// The six identifiers planted in turn `i`.
+fn planted(i: usize) -> [String; 6] {
+    [
+        format!("src/mod_{i}/file_{i}.rs"),
+        format!("port {}", 5000 + i),
+        format!("v1.{i}.3"),
+        format!("TKT-{}", 100 + i),
+        format!("node-{i}.cluster.example"),
+        format!("cargo test -p crate_{i}"),
+    ]
+}
+
+/// One turn: a user request, a tool call and its result, an answer.
+fn turn(i: usize) -> Vec<Value> {
+    let [path, port, version, ticket, host, command] = planted(i);
+    let id = format!("call_{i}");
+    vec![
+        json!({"role": "user", "content": format!("[m{}] Ticket {ticket}: the service on {host} listens on {port}; check {path}.", 4 * i)}),
+        json!({"role": "assistant", "content": format!("[m{}] Running the tests.", 4 * i + 1),
+            "tool_calls": [{"id": id, "type": "function", "function": {"name": "shell", "arguments": json!({"cmd": command}).to_string()}}]}),
+        json!({"role": "tool", "tool_call_id": id, "content": format!("[m{}] $ {command}\ntest result: ok. 12 passed; 0 failed\nbuilt {version}", 4 * i + 2)}),
+        json!({"role": "assistant", "content": format!("[m{}] Tests pass on {version}; {path} is fine.", 4 * i + 3)}),
+    ]
+}
+
+async fn run(window: u32) {
+    let llm = Llm::start().await;
+    let fg = Foldgate::start(&format!(
+        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"bench-*\"]\ncontext_window = {window}\n\
+         [policy]\nmode = \"inline\"\n",
+        llm.url()
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", fg.url);
+    let mut messages =
+        vec![json!({"role": "system", "content": "You are a careful coding assistant."})];
+    let mut sent: Vec<(usize, usize)> = Vec::new(); // (turns sent, messages sent)
+    for i in 0..TURNS {
+        messages.extend(turn(i));
+        let body = json!({"model": "bench-model", "messages": messages, "max_tokens": 200});
+        let reply = post_json(&url, &[("x-conversation-id", "fidelity")], &body).await;
+        reply.assert_ok();
+        sent.push((i + 1, messages.len()));
+    }
+    let counter = foldgate::tokens::TokenCounter::new(&foldgate::config::Config::default());
+    let (mut folded, mut in_summary, mut in_message, mut views) = (0usize, 0usize, 0usize, 0usize);
+    let mut ledger_tokens: Vec<u32> = Vec::new();
+    let mut last_ledger = String::new();
+    for (request, &(turns, count)) in llm.chat_requests().iter().zip(&sent) {
+        let view = request["messages"].as_array().cloned().unwrap_or_default();
+        let Some(summary) = view
+            .iter()
+            .map(content_text)
+            .find(|t| t.contains(HEADING_PREFIX))
+        else {
+            continue;
+        };
+        views += 1;
+        let (narrative, ledger) = summary
+            .split_once(LEDGER_HEADING)
+            .map_or((summary.as_str(), ""), |(a, b)| (a, b));
+        if ledger != last_ledger {
+            last_ledger = ledger.to_string();
+            ledger_tokens.push(counter.message_tokens(
+                "bench-model",
+                &json!({"role": "system", "content": format!("{LEDGER_HEADING}{ledger}")}),
+            ));
+        }
+        let verbatim: Vec<String> = view
+            .iter()
+            .filter(|m| messages[..count].contains(m))
+            .map(|m| m.to_string())
+            .collect();
+        for i in 0..turns {
+            for id in planted(i) {
+                if verbatim.iter().any(|m| m.contains(&id)) {
+                    continue;
+                }
+                folded += 1;
+                in_summary += usize::from(narrative.contains(&id));
+                in_message += usize::from(summary.contains(&id));
+            }
+        }
+    }
+    let metrics = fg.metrics().await;
+    let get = |name: &str| metric(&metrics, name);
+    let folds: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("foldgate_folds_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    let pct = |n: usize| 100.0 * n as f64 / folded.max(1) as f64;
+    let mean = ledger_tokens.iter().map(|&t| f64::from(t)).sum::<f64>()
+        / ledger_tokens.len().max(1) as f64;
+    println!(
+        "| {window} | {folds} | {} / {} | {views} | {in_summary} of {folded} ({:.1}%) | {in_message} of {folded} ({:.1}%) | {mean:.0} / {} | {} |",
+        get("foldgate_summarizer_calls_total"),
+        get("foldgate_fold_failures_total"),
+        pct(in_summary),
+        pct(in_message),
+        ledger_tokens.iter().max().copied().unwrap_or(0),
+        get("foldgate_ledger_evictions_total"),
+    );
+}
+
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0)
+}

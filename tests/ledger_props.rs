@@ -9,7 +9,8 @@
 //!   folded message is ever missing from the rendered ledger;
 //! - with a small budget, the rendering fits it, the kept items are the
 //!   newest candidates (a prefix of all values newest first), the evicted
-//!   ones are exactly the rest, oldest first, and one more would not fit;
+//!   ones are exactly the rest, oldest first, and one more would not fit
+//!   even with every item rendered without its context;
 //! - extraction never panics, and what it returns is verbatim, unique and
 //!   has a one-line context, on any string.
 //!
@@ -201,10 +202,14 @@ proptest! {
             prop_assert_eq!(&all, &candidates);
             // The kept ones are the newest of everything folded so far.
             prop_assert_eq!(&kept[..], &order[..kept.len()]);
-            // And the budget is used: the next candidate would not fit.
+            // And the budget is used: the next candidate would not fit, even
+            // with every kept item rendered without its context.
             if let Some(next) = update.evicted.last() {
                 let mut more = update.ledger.items().to_vec();
                 more.push(next.clone());
+                for item in &mut more {
+                    item.brief = true;
+                }
                 let more: Ledger = serde_json::from_value(serde_json::to_value(&more).unwrap()).unwrap();
                 prop_assert!(count(&more.render()) > budget);
             }

@@ -6,7 +6,7 @@ use super::turn::{Prepared, Turn};
 use crate::config::OnFailure;
 use crate::error::ApiError;
 use crate::fold::ledger::{Ledger, LedgerUpdate};
-use crate::fold::{Decision, FoldChain, FoldPlan, FoldState, Reason};
+use crate::fold::{Decision, FoldChain, FoldPlan, FoldState, Reason, Summary};
 use crate::metrics::Metrics;
 use crate::summarize::{Outcome, Target};
 use serde_json::{Value, json};
@@ -145,8 +145,9 @@ impl Turn {
             chat.background.record_success(key);
         }
         self.count_outcome(&outcome, plan.reason);
-        let ledger = self.ledger_after(&plan, &outcome, &to_fold);
-        let state = FoldState::after(&plan, outcome.summary, ledger, now_unix());
+        let mut summary = outcome.summary;
+        let ledger = self.fit_summary(&plan, &mut summary, &to_fold);
+        let state = FoldState::after(&plan, summary, ledger, now_unix());
         let view = self.view_of(Some(&state))?;
         let prepared = self.prepared(Some(view), "new", None);
         tracing::info!(
@@ -165,30 +166,39 @@ impl Turn {
     }
 
     /// The new ledger: the specifics of the folded messages, of the previous
-    /// ledger and of the previous summary that the new summary lacks, within
-    /// what the summary leaves of the summary budget.
-    fn ledger_after(&self, plan: &FoldPlan, outcome: &Outcome, folded: &[&Value]) -> Ledger {
+    /// ledger and of the previous summary that the new summary lacks. The
+    /// ledger gets what the summary leaves of the summary budget, and at
+    /// least half of it: the summarizer may lose specifics, foldgate may
+    /// not. A summary too long for the rest is trimmed ([`Summary::trim_to`])
+    /// and the ledger made again against what remains.
+    fn fit_summary(&self, plan: &FoldPlan, summary: &mut Summary, folded: &[&Value]) -> Ledger {
         let tokens = &self.app.chat.tokens;
         let model = &self.data.model;
         let count =
             |text: &str| tokens.message_tokens(model, &json!({"role": "system", "content": text}));
         let base = plan.base.as_ref();
         let folded_count = plan.covered - usize::from(plan.kept_user.is_some());
-        let summary_text = outcome.summary.render(folded_count);
         let previous_summary = base.map(|b| b.summary.render(b.folded()));
-        let budget = self
-            .budget
-            .summary_reserve
-            .saturating_sub(count(&summary_text));
         let previous = base.map(|b| b.ledger.clone()).unwrap_or_default();
-        let LedgerUpdate { ledger, evicted } = Ledger::after_fold(
-            &previous,
-            previous_summary.as_deref(),
-            folded,
-            &summary_text,
-            budget,
-            &count,
-        );
+        let reserve = self.budget.summary_reserve;
+        let mut attempts = 0;
+        let LedgerUpdate { ledger, evicted } = loop {
+            attempts += 1;
+            let text = summary.render(folded_count);
+            let narrative = count(&text);
+            let update = Ledger::after_fold(
+                &previous,
+                previous_summary.as_deref(),
+                folded,
+                &text,
+                reserve.saturating_sub(narrative).max(reserve / 2),
+                &count,
+            );
+            let room = reserve.saturating_sub(count(&update.ledger.render()));
+            if narrative <= room || attempts == 3 || !summary.trim_to(folded_count, room, &count) {
+                break update;
+            }
+        };
         let m = &self.app.chat.metrics;
         let added = ledger
             .items()

@@ -7,6 +7,7 @@
 //! drops them, so a rewrite cannot silently lose what an earlier one kept.
 
 use super::extract::{contains_token, extract, is_identifier, message_text};
+use super::summary::HEADING_PREFIX;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashSet;
@@ -34,6 +35,9 @@ pub struct LedgerItem {
     pub value: String,
     /// A few words of where it came from.
     pub context: String,
+    /// Rendered without its context, to leave room for more items.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub brief: bool,
 }
 
 /// What one fold did to the ledger.
@@ -76,8 +80,9 @@ impl Ledger {
     /// first, text order within one), then `previous`'s items, then the
     /// identifiers of `previous_summary`. New artifacts and earlier-summary
     /// identifiers enter only when `summary` lacks them; previous items stay
-    /// regardless. Each value enters once, at its newest place; the oldest
-    /// leave until the rendering fits `budget`.
+    /// regardless. Each value enters once, at its newest place. When they
+    /// do not all fit `budget`, the oldest are rendered without their
+    /// context first, and only then do the oldest leave.
     pub fn after_fold(
         previous: &Ledger,
         previous_summary: Option<&str>,
@@ -98,10 +103,16 @@ impl Ledger {
             candidates.offer(item.value.clone(), item.context.clone());
         }
         if let Some(text) = previous_summary {
-            // A summary rendered with its ledger: those items came in as `previous`.
+            // A summary rendered with its ledger: those items came in as
+            // `previous`. Its heading line ("… (24 messages folded):") is
+            // foldgate's own, not a specific of the conversation.
             let narrative = text
                 .split_once(LEDGER_HEADING)
                 .map_or(text, |(head, _)| head);
+            let narrative = match narrative.split_once('\n') {
+                Some((first, rest)) if first.starts_with(HEADING_PREFIX) => rest,
+                _ => narrative,
+            };
             for artifact in extract(narrative).into_iter().filter(is_identifier) {
                 if !contains_token(summary, &artifact.value) {
                     candidates.offer(artifact.value, FROM_EARLIER_SUMMARY.to_owned());
@@ -109,8 +120,11 @@ impl Ledger {
             }
         }
         let mut items = candidates.items;
-        let kept = fit(&items, budget, count);
+        let (kept, detailed) = fit(&items, budget, count);
         let evicted = items.split_off(kept).into_iter().rev().collect();
+        for (i, item) in items.iter_mut().enumerate() {
+            item.brief = i >= detailed;
+        }
         LedgerUpdate {
             ledger: Ledger { items },
             evicted,
@@ -141,7 +155,11 @@ impl Candidates {
             return;
         }
         self.seen.insert(value.clone());
-        self.items.push(LedgerItem { value, context });
+        self.items.push(LedgerItem {
+            value,
+            context,
+            brief: false,
+        });
     }
 }
 
@@ -160,7 +178,7 @@ fn render_items(items: &[LedgerItem]) -> String {
 fn push_line(out: &mut String, item: &LedgerItem) {
     out.push_str("- ");
     push_one_line(out, &item.value);
-    if !item.context.is_empty() {
+    if !item.brief && !item.context.is_empty() {
         out.push_str(" — ");
         push_one_line(out, &item.context);
     }
@@ -175,58 +193,44 @@ fn push_one_line(out: &mut String, text: &str) {
     );
 }
 
-/// How many of `items` (a prefix, newest first) the budget holds.
-///
-/// Summing per-line counts avoids rendering once per eviction; the framing
-/// a counter adds to any string (`count("")`) is charged once. The sum is
-/// then checked against the real rendering, and the prefix moved by a
-/// galloping/binary search when the estimate was off — O(log n) renders.
-fn fit(items: &[LedgerItem], budget: u32, count: &dyn Fn(&str) -> u32) -> usize {
-    if items.is_empty() {
-        return 0;
-    }
-    let framing = count("");
-    let mut used = count(LEDGER_HEADING);
-    let mut estimate = 0;
-    let mut line = String::new();
-    for item in items {
-        line.clear();
-        line.push('\n');
-        push_line(&mut line, item);
-        used = used.saturating_add(count(&line).saturating_sub(framing));
-        if used > budget {
-            break;
-        }
-        estimate += 1;
-    }
-    let fits = |k: usize| k == 0 || count(&render_items(&items[..k])) <= budget;
-    // `lo` fits, `hi` does not (or is past the end).
-    let (mut lo, mut hi) = if fits(estimate) {
-        let mut lo = estimate;
-        let mut step = 1;
-        loop {
-            let next = lo + step;
-            if next > items.len() {
-                break (lo, items.len() + 1);
-            }
-            if !fits(next) {
-                break (lo, next);
-            }
-            lo = next;
-            step *= 2;
-        }
-    } else {
-        (0, estimate)
+/// How many of `items` (newest first) the budget holds, and how many of
+/// those, the newest, keep their context: every item in full when all fit;
+/// otherwise as many items as fit without context, then context for the
+/// newest of them while it still fits. Binary searches: O(log n) renders.
+fn fit(items: &[LedgerItem], budget: u32, count: &dyn Fn(&str) -> u32) -> (usize, usize) {
+    let n = items.len();
+    let fits = |kept: usize, detailed: usize| {
+        kept == 0 || count(&render_items(&with_detail(&items[..kept], detailed))) <= budget
     };
+    let kept = largest_fitting(n, |k| fits(k, 0));
+    (kept, largest_fitting(kept, |d| fits(kept, d)))
+}
+
+/// The largest `x` in `0..=limit` with `ok(x)`, given `ok(0)` and `ok`
+/// monotone, by bisection.
+fn largest_fitting(limit: usize, ok: impl Fn(usize) -> bool) -> usize {
+    if ok(limit) {
+        return limit;
+    }
+    let (mut lo, mut hi) = (0, limit);
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
-        if mid <= items.len() && fits(mid) {
+        if ok(mid) {
             lo = mid;
         } else {
             hi = mid;
         }
     }
     lo
+}
+
+/// `items` with only the first `detailed` keeping their context.
+fn with_detail(items: &[LedgerItem], detailed: usize) -> Vec<LedgerItem> {
+    let mut out = items.to_vec();
+    for item in &mut out[detailed.min(items.len())..] {
+        item.brief = true;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -242,6 +246,13 @@ mod tests {
         LedgerItem {
             value: value.to_owned(),
             context: context.to_owned(),
+            brief: false,
+        }
+    }
+
+    fn all_brief(items: &[LedgerItem]) -> Ledger {
+        Ledger {
+            items: with_detail(items, 0),
         }
     }
 
@@ -313,47 +324,66 @@ mod tests {
     }
 
     #[test]
-    fn evicts_oldest_first_within_budget() {
+    fn drops_context_before_evicting_oldest_first() {
         let previous = Ledger {
-            items: (0..20).map(|i| item(&format!("JIRA-{i}"), "ctx")).collect(),
+            items: (0..20)
+                .map(|i| item(&format!("JIRA-{i}"), "a context line"))
+                .collect(),
         };
         let full = fold(&previous, &[], "", 10_000).ledger.render();
-        for budget in [0, 5, 20, 25, 60, 100, count(&full) - 1, count(&full)] {
+        let brief = all_brief(&previous.items).render();
+        for budget in [0, 5, 20, 25, 60, 100, count(&brief), count(&full) - 1] {
             let update = fold(&previous, &[], "", budget);
-            assert!(count(&update.ledger.render()) <= budget, "budget {budget}");
-            let kept = update.ledger.len();
-            assert_eq!(update.ledger.items(), &previous.items[..kept]);
+            let ledger = &update.ledger;
+            assert!(count(&ledger.render()) <= budget, "budget {budget}");
+            let kept = ledger.len();
+            let values: Vec<_> = ledger.items().iter().map(|i| &i.value).collect();
+            let expected: Vec<_> = previous.items[..kept].iter().map(|i| &i.value).collect();
+            assert_eq!(values, expected);
             let evicted: Vec<_> = previous.items[kept..].iter().rev().cloned().collect();
             assert_eq!(update.evicted, evicted);
-            // The longest prefix that fits: one more would not.
+            // The newest keep their context, the oldest kept lose it.
+            let detailed = ledger.items().iter().take_while(|i| !i.brief).count();
+            assert!(ledger.items()[detailed..].iter().all(|i| i.brief));
             if kept < previous.len() {
-                let more = Ledger {
-                    items: previous.items[..=kept].to_vec(),
-                };
-                assert!(
-                    count(&more.render()) > budget,
-                    "budget {budget} kept {kept}"
-                );
+                // Items leave only when even without context one more would not fit.
+                assert!(count(&all_brief(&previous.items[..=kept]).render()) > budget);
+                assert_eq!(detailed, 0, "budget {budget}");
+            } else if detailed < kept {
+                let mut more = ledger.items().to_vec();
+                more[detailed].brief = false;
+                assert!(count(&Ledger { items: more }.render()) > budget);
             }
         }
-        assert_eq!(fold(&previous, &[], "", count(&full)).ledger.len(), 20);
+        let update = fold(&previous, &[], "", count(&full));
+        assert_eq!(update.ledger.len(), 20);
+        assert!(update.ledger.items().iter().all(|i| !i.brief));
         assert!(fold(&previous, &[], "", 16).ledger.is_empty());
     }
 
     #[test]
-    fn fit_corrects_an_estimate_that_is_off() {
-        let items: Vec<LedgerItem> = (0..50).map(|i| item(&format!("JIRA-{i}"), "")).collect();
-        // A counter with framing and one that is not additive at all.
+    fn fit_holds_for_counters_that_are_not_additive() {
+        let items: Vec<LedgerItem> = (0..50).map(|i| item(&format!("JIRA-{i}"), "ctx")).collect();
         let framed = |s: &str| 4 + (s.len() as u32).div_ceil(4);
         let lines = |s: &str| 3 * s.lines().count() as u32;
         for counter in [&framed as &dyn Fn(&str) -> u32, &lines] {
             for budget in [0, 10, 50, 100, 151, 1000] {
-                let k = fit(&items, budget, counter);
-                let rendered = render_items(&items[..k]);
+                let (k, d) = fit(&items, budget, counter);
+                let rendered = render_items(&with_detail(&items[..k], d));
                 assert!(k == 0 || counter(&rendered) <= budget);
-                assert!(k == items.len() || counter(&render_items(&items[..=k])) > budget);
+                let more = render_items(&with_detail(&items[..(k + 1).min(50)], 0));
+                assert!(k == items.len() || counter(&more) > budget);
             }
         }
+    }
+
+    #[test]
+    fn the_earlier_heading_is_not_a_specific() {
+        let earlier = "[foldgate] Summary of the earlier conversation (24 messages folded):\n\nShipped v1.2.3.";
+        let update = Ledger::after_fold(&Ledger::default(), Some(earlier), &[], "", 10_000, &count);
+        let values = values(&update.ledger);
+        assert!(values.iter().all(|v| !v.contains("24")), "{values:?}");
+        assert!(values.iter().any(|v| v.contains("v1.2.3")), "{values:?}");
     }
 
     #[test]
@@ -364,11 +394,17 @@ mod tests {
                 item("src/lib.rs", "edited src/lib.rs"),
                 item("JIRA-2", ""),
                 item("a\nb", "c\r\nd"),
+                LedgerItem {
+                    brief: true,
+                    ..item("JIRA-3", "context left out")
+                },
             ],
         };
         assert_eq!(
             ledger.render(),
-            format!("{LEDGER_HEADING}\n- src/lib.rs — edited src/lib.rs\n- JIRA-2\n- a b — c  d")
+            format!(
+                "{LEDGER_HEADING}\n- src/lib.rs — edited src/lib.rs\n- JIRA-2\n- a b — c  d\n- JIRA-3"
+            )
         );
         assert_eq!(ledger.render(), ledger.clone().render());
     }
@@ -384,11 +420,18 @@ mod tests {
 
     #[test]
     fn serializes_as_a_list() {
+        let brief = LedgerItem {
+            brief: true,
+            ..item("JIRA-3", "")
+        };
         let ledger = Ledger {
-            items: vec![item("JIRA-2", "ctx")],
+            items: vec![item("JIRA-2", "ctx"), brief],
         };
         let text = serde_json::to_string(&ledger).unwrap_or_default();
-        assert_eq!(text, r#"[{"value":"JIRA-2","context":"ctx"}]"#);
+        assert_eq!(
+            text,
+            r#"[{"value":"JIRA-2","context":"ctx"},{"value":"JIRA-3","context":"","brief":true}]"#
+        );
         let back: Ledger = serde_json::from_str(&text).unwrap_or_default();
         assert_eq!(back, ledger);
     }

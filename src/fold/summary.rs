@@ -72,6 +72,36 @@ impl Summary {
         }
         out
     }
+
+    /// Drops list items (artifacts first, decisions last) and then the
+    /// narrative's last sentences until the rendering of `folded` messages
+    /// takes at most `limit` tokens. Used when the summarizer wrote more
+    /// than the room the ledger leaves it. Returns whether it dropped
+    /// anything.
+    pub fn trim_to(&mut self, folded: usize, limit: u32, count: &dyn Fn(&str) -> u32) -> bool {
+        let mut trimmed = false;
+        while count(&self.render(folded)) > limit {
+            let lists = [
+                &mut self.artifacts,
+                &mut self.facts,
+                &mut self.goals,
+                &mut self.open_items,
+                &mut self.decisions,
+            ];
+            if let Some(items) = lists.into_iter().find(|l| !l.is_empty()) {
+                items.pop();
+            } else if !self.summary.is_empty() {
+                let text = self.summary.trim_end();
+                let body = text.strip_suffix(['.', '!', '?']).unwrap_or(text);
+                let cut = body.rfind(['.', '!', '?', '\n']).map_or(0, |i| i + 1);
+                self.summary.truncate(cut);
+            } else {
+                break;
+            }
+            trimmed = true;
+        }
+        trimmed
+    }
 }
 
 #[cfg(test)]
@@ -92,6 +122,34 @@ mod tests {
              Fixing the parser.\n\n## Facts\n- repo at /src/app\n- port 8080\n\n\
              ## Open items\n- run tests"
         );
+    }
+
+    #[test]
+    fn trims_items_then_sentences_to_fit() {
+        let count = |s: &str| (s.len() as u32).div_ceil(4);
+        let full = Summary {
+            summary: "First sentence. Second one. Third one.".into(),
+            facts: vec!["fact one".into(), "fact two".into()],
+            decisions: vec!["keep the cache".into()],
+            artifacts: vec!["a.rs".into()],
+            ..Default::default()
+        };
+        let mut s = full.clone();
+        assert!(!s.trim_to(2, 1000, &count));
+        assert_eq!(s, full);
+        let limit = count(&full.render(2)) - 3;
+        assert!(s.trim_to(2, limit, &count));
+        assert!(count(&s.render(2)) <= limit);
+        assert!(s.artifacts.is_empty() && s.decisions.len() == 1, "{s:?}");
+        // Down to the heading: items first, then sentences, decisions last.
+        let heading = count(&Summary::default().render(2));
+        let mut s = full.clone();
+        s.trim_to(2, heading + 12, &count);
+        assert!(s.facts.is_empty() && s.artifacts.is_empty());
+        assert!(count(&s.render(2)) <= heading + 12, "{s:?}");
+        let mut s = full;
+        s.trim_to(2, heading, &count);
+        assert_eq!(s.render(2), Summary::default().render(2));
     }
 
     #[test]

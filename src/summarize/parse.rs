@@ -49,9 +49,10 @@ pub fn parse_truncated(output: &str) -> Option<Summary> {
 
 /// A parsed JSON value as a summary, repaired where unambiguous.
 fn from_value(value: Value) -> Result<Summary, InvalidOutput> {
-    let Value::Object(map) = value else {
+    let Value::Object(mut map) = value else {
         return Err(InvalidOutput("not a JSON object".into()));
     };
+    lift_nested_summary(&mut map);
     let [facts, goals, decisions, open_items, artifacts] = LISTS.map(|key| list(&map, key));
     let summary = Summary {
         summary: narrative(map.get("summary"))?,
@@ -69,6 +70,26 @@ fn from_value(value: Value) -> Result<Summary, InvalidOutput> {
         ));
     }
     Ok(summary)
+}
+
+/// Small models often wrap the whole answer in its own field:
+/// `{"summary": {"summary": "…", "facts": […]}}`. When the `summary` object
+/// holds summary fields, they move up (a field already at the top wins).
+fn lift_nested_summary(map: &mut Map<String, Value>) {
+    let nested = match map.get("summary") {
+        Some(Value::Object(inner)) => inner
+            .keys()
+            .any(|k| k == "summary" || LISTS.contains(&k.as_str())),
+        _ => false,
+    };
+    if !nested {
+        return;
+    }
+    if let Some(Value::Object(inner)) = map.remove("summary") {
+        for (key, value) in inner {
+            map.entry(key).or_insert(value);
+        }
+    }
 }
 
 /// The `summary` field: a string; numbers, lists of strings and objects of
@@ -240,6 +261,23 @@ mod tests {
             (s.summary.as_str(), s.facts.len(), s.artifacts[0].as_str()),
             ("s", 1, "x.rs")
         );
+    }
+
+    #[test]
+    fn a_summary_wrapped_in_its_own_field_is_lifted() {
+        let s = parse_summary(
+            r#"{"summary": {"summary": "db moved", "facts": ["port 5433"]}, "goals": ["ship"]}"#,
+        )
+        .unwrap();
+        assert_eq!(s.summary, "db moved");
+        assert_eq!(s.facts, vec!["port 5433"]);
+        assert_eq!(s.goals, vec!["ship"]);
+        // Without a narrative inside, the lists still come up.
+        let s = parse_summary(r#"{"summary": {"facts": ["a", "b"]}}"#).unwrap();
+        assert_eq!((s.summary.as_str(), s.facts.len()), ("", 2));
+        // An object of other keys is flattened as before.
+        let s = parse_summary(r#"{"summary": {"db": "moved"}}"#).unwrap();
+        assert_eq!(s.summary, "db: moved");
     }
 
     #[test]

@@ -7,11 +7,11 @@
 //!   `x-foldgate-admin-token`) every tenant's; otherwise only the chain of
 //!   the tenant whose credential the request carries.
 
+use crate::app::App;
 use crate::body::{self, Body};
 use crate::chat::key;
 use crate::error::ApiError;
 use crate::metrics::Gauge;
-use crate::proxy::App;
 use crate::state::ConvKey;
 use crate::upstream::headers;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, header};
@@ -39,13 +39,12 @@ fn metrics(app: &App) -> Response<Body> {
     let stored = Gauge {
         name: "foldgate_conversations",
         help: "Conversations with a fold state in the hot cache.",
-        samples: vec![(String::new(), app.chat.store.count() as f64)],
+        samples: vec![(String::new(), app.store.count() as f64)],
     };
     let calibration = Gauge {
         name: "foldgate_token_calibration_factor",
         help: "Actual over estimated prompt tokens, per model, applied to estimates.",
         samples: app
-            .chat
             .tokens
             .calibration_factors()
             .into_iter()
@@ -57,7 +56,7 @@ fn metrics(app: &App) -> Response<Body> {
             })
             .collect(),
     };
-    let text = app.chat.metrics.render(&[stored, calibration]);
+    let text = app.metrics.render(&[stored, calibration]);
     let mut response = Response::new(body::full(text));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -87,14 +86,13 @@ async fn conversation(
         ));
     }
     let found = if admin {
-        app.chat.store.find(id).await
+        app.store.find(id).await
     } else {
         let key = ConvKey {
             tenant,
             conversation: id.to_string(),
         };
-        app.chat
-            .store
+        app.store
             .load(&key)
             .await
             .map(|chain| (key, chain))

@@ -1,6 +1,8 @@
 //! foldgate: a transparent OpenAI-compatible proxy that folds long
 //! conversations into a summary before they overflow the context window.
 //!
+//! - [`app`]: the shared application state every request uses.
+//! - [`background`]: background fold jobs, one per conversation, and backoff.
 //! - [`config`]: figment configuration, validation, secrets.
 //! - [`server`]: listener, TLS, the tower stack, graceful shutdown.
 //! - [`upstream`]: the pooled HTTPS client, provider routing, header hygiene.
@@ -8,6 +10,7 @@
 //! - [`chat`]: the chat-completions pipeline: fold, forward, reactive retry.
 //! - [`summarize`]: the summarizer calls: prompt, formats, retries, repair.
 //! - [`state`]: fold-state storage and per-conversation single-flight.
+//! - [`message`]: the message vocabulary: roles, pinned head, tool pairing.
 //! - [`metrics`]: Prometheus counters.
 //! - [`admin`]: `/foldgate/*` endpoints.
 //! - [`error`]: errors made by foldgate, rendered as OpenAI's error envelope.
@@ -17,12 +20,15 @@
 //! - [`body`]: the body type that crosses the stack.
 
 pub mod admin;
+pub mod app;
+pub mod background;
 pub mod body;
 pub mod chat;
 pub mod config;
 pub mod error;
 pub mod fold;
 pub mod glob;
+pub mod message;
 pub mod metrics;
 pub mod proxy;
 pub mod server;

@@ -2,88 +2,18 @@
 //! forwarding. JSON POST bodies are read (bounded) to route by `model`;
 //! every other body streams through untouched.
 
+use crate::app::App;
 use crate::body::{self, Body};
-use crate::chat::{self, Chat};
-use crate::config::Config;
+use crate::chat;
 use crate::error::ApiError;
-use crate::metrics::Metrics;
-use crate::server::StartupError;
-use crate::summarize::Summarizer;
-use crate::tokens::TokenCounter;
-use crate::upstream::{Upstreams, headers};
+use crate::upstream::{UpstreamLatency, headers};
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde::Deserialize;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// Everything a request needs, shared by all requests.
-#[derive(Debug)]
-pub struct App {
-    /// The loaded configuration.
-    pub config: Arc<Config>,
-    /// Upstream providers.
-    pub upstreams: Upstreams,
-    /// The chat pipeline's shared parts.
-    pub chat: Chat,
-}
-
-impl App {
-    /// Builds the shared state from a validated configuration.
-    pub fn new(config: Arc<Config>) -> Result<Self, StartupError> {
-        let chat = Chat {
-            tokens: Arc::new(TokenCounter::new(&config)),
-            store: crate::state::open(&config.state).map_err(StartupError::State)?,
-            summarizer: Summarizer::new(config.summarizer.clone()),
-            metrics: Arc::new(Metrics::default()),
-            background: Default::default(),
-        };
-        Ok(Self {
-            upstreams: Upstreams::new(config.clone()).map_err(StartupError::Upstream)?,
-            config,
-            chat,
-        })
-    }
-}
-
-impl App {
-    /// With `tokens.discover`, asks every provider's `/models` for context
-    /// windows of models the configuration does not name (OpenRouter's
-    /// `context_length`, vLLM's `max_model_len`). Failures only log.
-    pub async fn discover_windows(&self) {
-        for name in self.config.providers.keys() {
-            let provider = self.upstreams.by_name(name);
-            let req = Request::get("/v1/models").body(body::empty());
-            let Ok(req) = req else { continue };
-            let listing = match provider.send(req, Duration::from_secs(10), false).await {
-                Ok(resp) if resp.status().is_success() => {
-                    resp.into_body().collect().await.map(|c| c.to_bytes())
-                }
-                Ok(resp) => {
-                    tracing::info!(provider = %name, status = %resp.status(), "model discovery: no listing");
-                    continue;
-                }
-                Err(e) => {
-                    tracing::info!(provider = %name, error = %e, "model discovery failed");
-                    continue;
-                }
-            };
-            let Ok(bytes) = listing else { continue };
-            let found = crate::tokens::parse_models_listing(&bytes);
-            tracing::info!(provider = %name, models = found.len(), "model discovery: context windows read");
-            for (model, window) in found {
-                self.chat.tokens.record_discovered(&model, window);
-            }
-        }
-    }
-}
-
-/// Time the upstream took to answer with its response head, set as a
-/// response extension for the access log.
-#[derive(Debug, Clone, Copy)]
-pub struct UpstreamLatency(pub Duration);
+use std::time::Instant;
 
 /// Handles one request; errors become OpenAI envelopes here.
 pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {

@@ -5,12 +5,13 @@
 
 use super::key;
 use super::turn::{Prepared, budget};
+use crate::app::App;
 use crate::config::Mode;
 use crate::error::ApiError;
 use crate::fold::trigger::{Observed, evaluate};
-use crate::proxy::App;
+use crate::message::{Role, pinned_count};
 use crate::state::ConvKey;
-use crate::tokens::{Estimate, Role};
+use crate::tokens::Estimate;
 use http::HeaderMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -89,7 +90,7 @@ pub(super) async fn route(
     raw: &RawChat<'_>,
     provider: &str,
 ) -> Result<(Option<ConvKey>, Route), ApiError> {
-    let tokens = &app.chat.tokens;
+    let tokens = &app.tokens;
     let counted = tokens
         .raw_messages(&raw.model, raw.messages.iter().map(|m| m.get()))
         .map_err(|i| ApiError::BadRequest {
@@ -98,7 +99,7 @@ pub(super) async fn route(
         })?;
     let roles: Vec<Role> = counted.iter().map(|c| c.role).collect();
     let counts: Vec<u32> = counted.iter().map(|c| c.tokens).collect();
-    let pinned = roles.iter().take_while(|r| **r == Role::Pinned).count();
+    let pinned = pinned_count(roles.iter().copied().map(Some));
     let fingerprint = || {
         let first_user = roles.iter().skip(pinned).position(|r| *r == Role::User)? + pinned;
         let head = raw.messages[..pinned].iter().map(|m| m.get());
@@ -108,7 +109,6 @@ pub(super) async fn route(
     let estimate = tokens.estimate_with(&raw.model, &raw.rest, counts);
     if let Some(k) = &key {
         if app
-            .chat
             .store
             .load(k)
             .await

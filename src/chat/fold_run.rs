@@ -3,6 +3,7 @@
 //! does not cancel a fold it started.
 
 use super::turn::{Prepared, Turn};
+use crate::background::Job;
 use crate::config::OnFailure;
 use crate::error::ApiError;
 use crate::fold::ledger::{Ledger, LedgerUpdate};
@@ -34,6 +35,35 @@ impl Started {
 }
 
 impl Turn {
+    /// When a background fold of this conversation runs, makes this request
+    /// the one to fold after it and returns true.
+    pub(super) fn mark_pending(&self) -> bool {
+        match &self.data.key {
+            Some(key) => self.app.background.mark_pending(key, self.background_job()),
+            None => false,
+        }
+    }
+
+    /// Starts a background fold of this request's history (or marks one
+    /// pending when a fold of the conversation already runs).
+    pub(super) fn start_background(&self) {
+        if let Some(key) = &self.data.key {
+            self.app.background.start(key, self.background_job());
+        }
+    }
+
+    fn background_job(&self) -> Job {
+        let turn = self.clone();
+        Box::new(move || {
+            Box::pin(async move {
+                if let Err(e) = turn.fold_locked(Started::Background, None).await {
+                    let conversation = turn.data.key.as_ref().map(ToString::to_string);
+                    tracing::warn!(conversation, error = %e, "background fold failed");
+                }
+            })
+        })
+    }
+
     /// Folds while the request waits. With `wait`, a fold already running
     /// for the conversation is awaited up to that long first.
     pub(super) async fn fold_inline(&self, wait: Option<Duration>) -> Result<Prepared, ApiError> {
@@ -52,9 +82,9 @@ impl Turn {
     ) -> Result<Prepared, ApiError> {
         let _guard = match (&self.data.key, wait) {
             (None, _) => None,
-            (Some(key), None) => Some(self.app.chat.store.lock(key).await),
+            (Some(key), None) => Some(self.app.store.lock(key).await),
             (Some(key), Some(limit)) => {
-                match tokio::time::timeout(limit, self.app.chat.store.lock(key)).await {
+                match tokio::time::timeout(limit, self.app.store.lock(key)).await {
                     Ok(guard) => Some(guard),
                     Err(_) => {
                         tracing::warn!(conversation = %key, ?limit, "running fold did not finish in time; folding inline");
@@ -91,17 +121,17 @@ impl Turn {
         chain: Option<Arc<FoldChain>>,
         started: Started,
     ) -> Result<Prepared, ApiError> {
-        let chat = &self.app.chat;
+        let app = &*self.app;
         let messages = &self.data.messages;
         let to_fold = plan.to_fold(messages);
-        let raw = |m: &Value| chat.tokens.message_tokens(&self.data.model, m);
+        let raw = |m: &Value| app.tokens.message_tokens(&self.data.model, m);
         // A rebuild summarizes the raw messages, not the base summary.
         let current = plan
             .base
             .as_ref()
             .filter(|_| !plan.rebuild)
             .map(|b| &b.summary);
-        let result = chat
+        let result = app
             .summarizer
             .summarize(
                 &self.targets(),
@@ -121,9 +151,9 @@ impl Turn {
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(e) => {
-                Metrics::inc(&chat.metrics.fold_failures);
+                Metrics::inc(&app.metrics.fold_failures);
                 if let Some(key) = &self.data.key {
-                    chat.background
+                    app.background
                         .record_failure(key, self.app.config.summarizer.failure_backoff);
                 }
                 tracing::warn!(
@@ -142,7 +172,7 @@ impl Turn {
             }
         };
         if let Some(key) = &self.data.key {
-            chat.background.record_success(key);
+            app.background.record_success(key);
         }
         self.count_outcome(&outcome, plan.reason);
         let mut summary = outcome.summary;
@@ -160,7 +190,7 @@ impl Turn {
         if let Some(key) = &self.data.key {
             let mut next = chain.map(|c| (*c).clone()).unwrap_or_default();
             next.push(state);
-            chat.store.save(key, Arc::new(next)).await;
+            app.store.save(key, Arc::new(next)).await;
         }
         Ok(prepared)
     }
@@ -172,7 +202,7 @@ impl Turn {
     /// not. A summary too long for the rest is trimmed ([`Summary::trim_to`])
     /// and the ledger made again against what remains.
     fn fit_summary(&self, plan: &FoldPlan, summary: &mut Summary, folded: &[&Value]) -> Ledger {
-        let tokens = &self.app.chat.tokens;
+        let tokens = &self.app.tokens;
         let model = &self.data.model;
         let count =
             |text: &str| tokens.message_tokens(model, &json!({"role": "system", "content": text}));
@@ -199,7 +229,7 @@ impl Turn {
                 break update;
             }
         };
-        let m = &self.app.chat.metrics;
+        let m = &self.app.metrics;
         let added = ledger
             .items()
             .iter()
@@ -218,7 +248,7 @@ impl Turn {
     }
 
     fn count_outcome(&self, outcome: &Outcome, reason: Reason) {
-        let m = &self.app.chat.metrics;
+        let m = &self.app.metrics;
         m.summarizer_calls
             .fetch_add(u64::from(outcome.calls), Ordering::Relaxed);
         m.summarizer_tokens
@@ -245,7 +275,7 @@ impl Turn {
         std::iter::once(first)
             .chain(cfg.fallback_models.iter().map(String::as_str))
             .map(|model| {
-                let window = self.app.chat.tokens.limits(model).context_window;
+                let window = self.app.tokens.limits(model).context_window;
                 // Room for the answer: the output limit, doubled on a retry.
                 let answer = self.narrative_tokens().saturating_mul(2);
                 Target {

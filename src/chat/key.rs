@@ -2,8 +2,7 @@
 //! credential) and the conversation key (header, else a fingerprint).
 
 use crate::config::{ConversationConfig, Fallback};
-use crate::fold::pinned_len;
-use crate::fold::view::role;
+use crate::message::{Role, is_role, pinned_len};
 use crate::state::ConvKey;
 use crate::upstream::headers;
 use http::HeaderMap;
@@ -64,9 +63,7 @@ pub fn conversation_key_of(
     let fingerprint = || {
         let messages = request.get("messages")?.as_array()?;
         let pinned = pinned_len(messages);
-        let first_user = messages[pinned..]
-            .iter()
-            .find(|m| role(m) == Some("user"))?;
+        let first_user = messages[pinned..].iter().find(|m| is_role(m, Role::User))?;
         let texts: Vec<String> = messages[..pinned].iter().map(Value::to_string).collect();
         Some(fingerprint(
             texts.iter().map(String::as_str),

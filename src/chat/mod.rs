@@ -7,7 +7,6 @@
 //! context-length 400, one emergency fold and retry → response with
 //! `x-foldgate-*` headers, usage read on the way for calibration.
 
-mod background;
 mod context_error;
 mod fast;
 
@@ -17,17 +16,14 @@ pub mod key;
 mod tap;
 mod turn;
 
-pub use background::Background;
-
 pub use context_error::{ContextError, detect as detect_context_error};
 
+use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::proxy::{App, UpstreamLatency};
-use crate::state::{ConvKey, Store};
-use crate::summarize::Summarizer;
-use crate::tokens::TokenCounter;
+use crate::state::ConvKey;
+use crate::upstream::UpstreamLatency;
 use crate::upstream::{Provider, headers};
 use bytes::Bytes;
 use http::request::Parts;
@@ -41,28 +37,6 @@ use turn::{Prepared, Turn};
 /// Largest upstream 400 body read to look for a context-length error.
 const MAX_ERROR_BODY: usize = 1 << 20;
 
-/// The chat pipeline's shared parts.
-pub struct Chat {
-    /// Token estimation and model windows.
-    pub tokens: Arc<TokenCounter>,
-    /// Fold states.
-    pub store: Arc<dyn Store>,
-    /// The summarizer calls.
-    pub summarizer: Summarizer,
-    /// Counters.
-    pub metrics: Arc<Metrics>,
-    /// Folds running off the request path.
-    pub background: Background,
-}
-
-impl std::fmt::Debug for Chat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Chat")
-            .field("store", &self.store)
-            .finish_non_exhaustive()
-    }
-}
-
 /// Whether foldgate intercepts this request.
 pub fn is_chat(method: &Method, path: &str) -> bool {
     method == Method::POST && matches!(path, "/v1/chat/completions" | "/chat/completions")
@@ -74,7 +48,7 @@ pub async fn handle(
     parts: Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    Metrics::inc(&app.chat.metrics.chat_requests);
+    Metrics::inc(&app.metrics.chat_requests);
     let (model, provider, key, mut route) = first_look(app, &parts.headers, &bytes).await?;
     let mut made = match &mut route {
         Route::Full(estimate) => estimate.take(),
@@ -85,7 +59,7 @@ pub async fn handle(
         let mut request = parse(&bytes)?;
         let estimate = made
             .take()
-            .unwrap_or_else(|| app.chat.tokens.estimate(&model, &request));
+            .unwrap_or_else(|| app.tokens.estimate(&model, &request));
         let messages = match request.get_mut("messages").map(Value::take) {
             Some(Value::Array(messages)) => messages,
             _ => Vec::new(),
@@ -146,9 +120,9 @@ pub async fn handle(
                     window = err.window,
                     "upstream rejected the prompt as too long; folding and retrying once"
                 );
-                Metrics::inc(&app.chat.metrics.reactive_folds);
+                Metrics::inc(&app.metrics.reactive_folds);
                 if let Some(window) = err.window {
-                    app.chat.tokens.record_discovered(&model, window);
+                    app.tokens.record_discovered(&model, window);
                 }
                 let (_, turn) = match &mut slow {
                     Some(full) => full,
@@ -204,7 +178,7 @@ fn respond(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
-    let (tokens, raw) = (app.chat.tokens.clone(), prepared.raw_tokens_out);
+    let (tokens, raw) = (app.tokens.clone(), prepared.raw_tokens_out);
     let observe = Box::new(move |actual: u32| tokens.observe_usage(&model, raw, actual));
     let mut response = Response::from_parts(
         head,

@@ -1,11 +1,11 @@
 //! One chat request's fold decision: what view to forward, and whether a
 //! fold runs inline (the request waits) or in the background.
 
+use crate::app::App;
 use crate::config::{Config, Mode, Policy};
 use crate::error::ApiError;
 use crate::fold::{self, Budget, CannotFit, Decision, FoldChain, FoldState, Reason, ViewInfo};
 use crate::metrics::Metrics;
-use crate::proxy::App;
 use crate::state::ConvKey;
 use crate::summarize::Credentials;
 use crate::tokens::Estimate;
@@ -164,7 +164,7 @@ impl Turn {
 
     /// Whether the conversation's last fold failed too recently to try again.
     pub(super) fn backing_off(&self) -> bool {
-        let background = &self.app.chat.background;
+        let background = &self.app.background;
         self.data
             .key
             .as_ref()
@@ -174,7 +174,7 @@ impl Turn {
     /// Forwards the current view without the fold the triggers asked for:
     /// the summarizer failed recently (the view still fits the window).
     pub(super) fn postpone(&self, base: Option<&FoldState>) -> Result<Prepared, ApiError> {
-        Metrics::inc(&self.app.chat.metrics.folds_postponed);
+        Metrics::inc(&self.app.metrics.folds_postponed);
         self.reuse(base, Some("fold postponed: the summarizer failed recently"))
     }
 
@@ -210,7 +210,7 @@ impl Turn {
 
     pub(super) async fn load(&self) -> Option<Arc<FoldChain>> {
         match &self.data.key {
-            Some(key) => self.app.chat.store.load(key).await,
+            Some(key) => self.app.store.load(key).await,
             None => None,
         }
     }
@@ -234,12 +234,8 @@ impl Turn {
     fn count(&self, message: &Value) -> u32 {
         let counted = index_in(&self.data.messages, message)
             .and_then(|i| self.data.estimate.messages.get(i).copied());
-        let raw = counted.unwrap_or_else(|| {
-            self.app
-                .chat
-                .tokens
-                .message_tokens(&self.data.model, message)
-        });
+        let raw =
+            counted.unwrap_or_else(|| self.app.tokens.message_tokens(&self.data.model, message));
         self.data.estimate.calibrated(u64::from(raw))
     }
 
@@ -252,7 +248,7 @@ impl Turn {
         match base {
             None => Ok(self.prepared(None, "none", warning)),
             Some(state) => {
-                Metrics::inc(&self.app.chat.metrics.folds_reused);
+                Metrics::inc(&self.app.metrics.folds_reused);
                 let view = self.view_of(Some(state))?;
                 Ok(self.prepared(Some(view), "reused", warning))
             }
@@ -262,7 +258,7 @@ impl Turn {
     /// Even the smallest valid view overflows the window: refuse clearly
     /// rather than drop a message the summary does not hold.
     pub(super) fn cannot_fit(&self, c: &CannotFit) -> Result<Prepared, ApiError> {
-        Metrics::inc(&self.app.chat.metrics.cannot_fit);
+        Metrics::inc(&self.app.metrics.cannot_fit);
         Err(ApiError::ContextLength(format!(
             "the conversation cannot fit {}'s context window of {} tokens: the smallest view foldgate can make \
              (pinned messages, up to {} tokens of summary, the last user message and the most recent messages) \
@@ -303,7 +299,7 @@ impl Turn {
         let raw_out = match &view {
             None => u64::from(estimate.raw_input_tokens),
             Some(v) => {
-                let tokens = &self.app.chat.tokens;
+                let tokens = &self.app.tokens;
                 let messages: u64 = v
                     .iter()
                     .map(|m| u64::from(tokens.message_tokens(&self.data.model, m)))

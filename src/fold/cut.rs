@@ -34,7 +34,7 @@
 //!    any other trigger is reported as skipped ([`super::ViewInfo::skipped`]).
 
 use super::state::Reason;
-use super::view::{is_role, role};
+use crate::message::{Role, is_role, tool_call_id, tool_call_ids};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -127,7 +127,7 @@ pub(crate) fn candidates(input: &CutInput<'_>) -> Vec<Candidate> {
     let ms = input.messages;
     let n = ms.len();
     let blocked = blocked_cuts(ms);
-    let last_user = ms.iter().rposition(|m| is_role(m, "user"));
+    let last_user = ms.iter().rposition(|m| is_role(m, Role::User));
     // The last user message constrains cuts only while it is unfolded or kept.
     let guard = last_user.filter(|&l| l >= input.start || Some(l) == input.old_kept);
     let mut suffix = vec![0u64; n + 1];
@@ -147,7 +147,7 @@ pub(crate) fn candidates(input: &CutInput<'_>) -> Vec<Candidate> {
             if folded == 0 {
                 return None;
             }
-            let user_start = is_role(&ms[x], "user");
+            let user_start = is_role(&ms[x], Role::User);
             let kept_tokens = kept.map_or(0, |k| u64::from(input.counts[k]));
             let ack = if kept.is_some() || user_start {
                 input.ack
@@ -175,21 +175,17 @@ pub(crate) fn blocked_cuts(messages: &[Value]) -> Vec<bool> {
     let mut owner: HashMap<&str, usize> = HashMap::new();
     let mut last_caller: Option<usize> = None;
     for (j, m) in messages.iter().enumerate() {
-        match role(m) {
-            Some("assistant") => {
-                if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
+        match Role::of_message(m) {
+            Some(Role::Assistant) => {
+                if let Some(ids) = tool_call_ids(m) {
                     last_caller = Some(j);
-                    for id in calls
-                        .iter()
-                        .filter_map(|c| c.get("id").and_then(Value::as_str))
-                    {
+                    for id in ids {
                         owner.insert(id, j);
                     }
                 }
             }
-            Some("tool") => {
-                let id = m.get("tool_call_id").and_then(Value::as_str);
-                let from = id
+            Some(Role::Tool) => {
+                let from = tool_call_id(m)
                     .and_then(|id| owner.get(id).copied())
                     .or(last_caller)
                     .map_or(j, |a| a + 1);

@@ -54,11 +54,12 @@ pub mod summary;
 pub mod trigger;
 pub mod view;
 
+pub use crate::message::pinned_len;
 pub use hash::ChainHash;
 pub use plan::{CannotFit, Decision, FoldPlan, ViewInfo, plan};
 pub use state::{FoldChain, FoldState, Reason};
 pub use summary::Summary;
-pub use view::{ACK_TEXT, build_view, pinned_len, view_differs};
+pub use view::{ACK_TEXT, build_view, view_differs};
 
 use serde_json::Value;
 

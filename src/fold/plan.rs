@@ -5,9 +5,10 @@ use super::cut::{self, CutInput};
 use super::hash::{ChainHash, PrefixChain};
 use super::state::{FoldChain, FoldState, Reason};
 use super::trigger::{self, Observed};
-use super::view::{Item, ack_message, is_role, layout, pinned_len};
+use super::view::{Item, ack_message, layout};
 use super::{Budget, CountTokens};
 use crate::config::{Placement, Policy};
+use crate::message::{Role, is_role, pinned_len};
 use serde_json::Value;
 
 /// What to do with one request.
@@ -135,7 +136,7 @@ pub fn plan<C: CountTokens + ?Sized>(
         skipped: None,
     };
     let start = p + base.map_or(0, |b| b.covered);
-    let user_turns = messages.iter().filter(|m| is_role(m, "user")).count();
+    let user_turns = messages.iter().filter(|m| is_role(m, Role::User)).count();
     let seen = Observed {
         view_tokens,
         messages: n,

@@ -12,7 +12,7 @@ use super::FoldPlan;
 use super::hash::{ChainHash, PrefixChain};
 use super::ledger::Ledger;
 use super::summary::Summary;
-use super::view::pinned_len;
+use crate::message::pinned_len;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};

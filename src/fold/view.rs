@@ -19,29 +19,12 @@
 use super::FoldError;
 use super::state::FoldState;
 use crate::config::Placement;
+use crate::message::{Role, is_role, pinned_len};
 use serde_json::{Value, json};
 
 /// The assistant message inserted after a `user`-placed summary when the
 /// next message is also from the user.
 pub const ACK_TEXT: &str = "Noted.";
-
-/// A message's `role`, if it is a string.
-pub fn role(message: &Value) -> Option<&str> {
-    message.get("role").and_then(Value::as_str)
-}
-
-/// Whether `message` has the given role.
-pub(crate) fn is_role(message: &Value, name: &str) -> bool {
-    role(message) == Some(name)
-}
-
-/// Length of the pinned head: the leading `system`/`developer` messages.
-pub fn pinned_len(messages: &[Value]) -> usize {
-    messages
-        .iter()
-        .take_while(|m| matches!(role(m), Some("system" | "developer")))
-        .count()
-}
 
 /// The fixed assistant message of the `User` placement.
 pub fn ack_message() -> Value {
@@ -84,7 +67,7 @@ pub(crate) fn layout(
             "system"
         };
         items.push(Item::New(json!({"role": summary_role, "content": text})));
-        let next_is_user = first_after.is_some_and(|i| is_role(&messages[i], "user"));
+        let next_is_user = first_after.is_some_and(|i| is_role(&messages[i], Role::User));
         if placement == Placement::User && next_is_user {
             items.push(Item::New(ack_message()));
         }

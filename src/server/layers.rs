@@ -3,7 +3,7 @@
 use crate::body::Body;
 use crate::config::Secret;
 use crate::error::{ApiError, ErrorLabel};
-use crate::proxy::UpstreamLatency;
+use crate::upstream::UpstreamLatency;
 use crate::upstream::headers;
 use http::{Request, Response};
 use std::convert::Infallible;

@@ -6,8 +6,9 @@ pub mod stack;
 
 pub use layers::{AccessLogLayer, AuthLayer};
 
-use crate::config::{Config, ConfigError};
-use crate::proxy::App;
+use crate::app::App;
+use crate::config::Config;
+use crate::error::StartupError;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -19,29 +20,6 @@ use std::path::Path;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-
-/// Errors that stop foldgate from starting.
-#[derive(Debug, thiserror::Error)]
-pub enum StartupError {
-    /// The configuration could not be loaded or is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The listen address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: std::net::SocketAddr,
-        source: std::io::Error,
-    },
-    /// The TLS certificate or key could not be used.
-    #[error("TLS: {0}")]
-    Tls(String),
-    /// Upstream clients could not be built.
-    #[error("upstream: {0}")]
-    Upstream(String),
-    /// The state store could not be opened.
-    #[error("state: {0}")]
-    State(String),
-}
 
 /// Serves on `listener` until `shutdown` resolves, then stops accepting and
 /// lets in-flight requests and streams finish for up to
@@ -121,9 +99,9 @@ pub async fn serve(
     }
     // Background folds are not tied to a connection: give them the rest of the deadline.
     let left = deadline.saturating_sub(started.elapsed());
-    if !app.chat.background.wait_idle(left).await {
+    if !app.background.wait_idle(left).await {
         tracing::warn!(
-            running = app.chat.background.running(),
+            running = app.background.running(),
             "shutdown deadline passed with folds still running"
         );
     }

@@ -1,9 +1,10 @@
 //! The tower stack, built in one place.
 
 use super::layers::{AccessLogLayer, AuthLayer};
+use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
-use crate::proxy::{self, App};
+use crate::proxy;
 use http::header::{AUTHORIZATION, HeaderName, PROXY_AUTHORIZATION};
 use http::{Request, Response};
 use hyper::body::Incoming;

@@ -10,6 +10,7 @@ use super::registry::{self, LimitSource, ModelLimits};
 use super::tools::definitions_tokens;
 use crate::config::{Config, ModelConfig, TokensConfig};
 use crate::glob;
+use crate::message::Role;
 use moka::sync::Cache;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -52,27 +53,6 @@ pub struct TokenCounter {
     discovered: RwLock<HashMap<String, u32>>,
     calibration: Calibrator,
     warned: Mutex<HashSet<String>>,
-}
-
-/// A message's role, as far as folding cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// `system` or `developer`: pinned when leading.
-    Pinned,
-    /// `user`.
-    User,
-    /// Any other role.
-    Other,
-}
-
-impl Role {
-    fn of(role: &str) -> Self {
-        match role {
-            "system" | "developer" => Self::Pinned,
-            "user" => Self::User,
-            _ => Self::Other,
-        }
-    }
 }
 
 /// One message's count and role, from [`TokenCounter::raw_message`].

@@ -27,7 +27,7 @@ mod tools;
 mod usage;
 
 pub use calibration::{ALPHA as CALIBRATION_ALPHA, MAX_FACTOR, MIN_FACTOR};
-pub use counter::{RawCount, Role, TokenCounter};
+pub use counter::{RawCount, TokenCounter};
 pub use discovery::parse_models_listing;
 pub use encoding::Encoding;
 pub use estimate::{CacheStats, Estimate};

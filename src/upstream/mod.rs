@@ -233,3 +233,8 @@ mod tests {
         );
     }
 }
+
+/// Time the upstream took to answer with its response head, set as a
+/// response extension for the access log.
+#[derive(Debug, Clone, Copy)]
+pub struct UpstreamLatency(pub Duration);

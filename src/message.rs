@@ -1,0 +1,113 @@
+//! The message vocabulary every room shares: roles, the pinned head and
+//! tool-call pairing, defined once for tokens, fold, chat and the
+//! conversation key. A leaf: it imports nothing of foldgate's.
+
+use serde_json::Value;
+
+/// A message's role, as far as folding cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// `system` or `developer`: pinned when leading.
+    Pinned,
+    /// `user`.
+    User,
+    /// `assistant`.
+    Assistant,
+    /// `tool` (a tool call's result).
+    Tool,
+    /// Any other role.
+    Other,
+}
+
+impl Role {
+    /// The role named `name`.
+    pub fn of(name: &str) -> Self {
+        match name {
+            "system" | "developer" => Self::Pinned,
+            "user" => Self::User,
+            "assistant" => Self::Assistant,
+            "tool" => Self::Tool,
+            _ => Self::Other,
+        }
+    }
+
+    /// The role of a message; `None` when its `role` is not a string.
+    pub fn of_message(message: &Value) -> Option<Self> {
+        role(message).map(Self::of)
+    }
+}
+
+/// A message's `role`, if it is a string.
+pub fn role(message: &Value) -> Option<&str> {
+    message.get("role").and_then(Value::as_str)
+}
+
+/// Whether `message` has the given role.
+pub fn is_role(message: &Value, role: Role) -> bool {
+    Role::of_message(message) == Some(role)
+}
+
+/// Length of the pinned head: the leading `system`/`developer` messages.
+pub fn pinned_len(messages: &[Value]) -> usize {
+    pinned_count(messages.iter().map(Role::of_message))
+}
+
+/// Length of the pinned head of a sequence of roles.
+pub fn pinned_count(roles: impl IntoIterator<Item = Option<Role>>) -> usize {
+    roles
+        .into_iter()
+        .take_while(|r| *r == Some(Role::Pinned))
+        .count()
+}
+
+/// The ids of an assistant message's `tool_calls`.
+pub fn tool_call_ids(message: &Value) -> Option<impl Iterator<Item = &str>> {
+    let calls = message.get("tool_calls")?.as_array()?;
+    Some(
+        calls
+            .iter()
+            .filter_map(|c| c.get("id").and_then(Value::as_str)),
+    )
+}
+
+/// The `tool_call_id` a tool message answers.
+pub fn tool_call_id(message: &Value) -> Option<&str> {
+    message.get("tool_call_id").and_then(Value::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn roles_and_the_pinned_head() {
+        let ms = [
+            json!({"role": "system", "content": "a"}),
+            json!({"role": "developer", "content": "b"}),
+            json!({"role": "user", "content": "c"}),
+            json!({"role": "system", "content": "late"}),
+        ];
+        assert_eq!(pinned_len(&ms), 2);
+        assert_eq!(pinned_len(&ms[2..]), 0);
+        assert!(is_role(&ms[2], Role::User));
+        assert_eq!(Role::of_message(&json!({"role": 1})), None);
+        assert_eq!(Role::of("critic"), Role::Other);
+        assert_eq!(
+            pinned_count([Some(Role::Pinned), None, Some(Role::Pinned)]),
+            1
+        );
+    }
+
+    #[test]
+    fn tool_pairing_fields() {
+        let call = json!({"role": "assistant", "tool_calls": [{"id": "a"}, {"id": "b"}, {}]});
+        let ids: Vec<&str> = tool_call_ids(&call).into_iter().flatten().collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert!(tool_call_ids(&json!({"role": "assistant"})).is_none());
+        assert_eq!(
+            tool_call_id(&json!({"role": "tool", "tool_call_id": "a"})),
+            Some("a")
+        );
+    }
+}

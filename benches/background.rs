@@ -5,6 +5,13 @@
 //!
 //! Run: `cargo bench --bench background`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a benchmark fails loudly; the no-panic rule is for the request path"
+)]
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 

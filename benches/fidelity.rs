@@ -9,6 +9,13 @@
 //! plants six identifiers (a path, a port, a version, a ticket, a host and a
 //! command), for three window sizes.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a benchmark fails loudly; the no-panic rule is for the request path"
+)]
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 

@@ -4,6 +4,13 @@
 //! Run: `cargo bench --bench folding`. Everything runs in-process on
 //! loopback: a mock upstream (chat model + summarizer) and foldgate.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a benchmark fails loudly; the no-panic rule is for the request path"
+)]
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 

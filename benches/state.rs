@@ -12,6 +12,13 @@
 //! Rounds are interleaved (memory, sqlite, redis, redis with refresh = 0)
 //! and repeated; the median round is reported.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a benchmark fails loudly; the no-panic rule is for the request path"
+)]
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 

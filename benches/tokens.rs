@@ -6,6 +6,13 @@
 //! 2. the warm-cache estimate of a ~128k-token, 400-message conversation
 //!    whose last message is new each time (goal: under 1 ms).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a benchmark fails loudly; the no-panic rule is for the request path"
+)]
+
 use foldgate::config::Config;
 use foldgate::tokens::TokenCounter;
 use serde_json::{Map, Value, json};

@@ -1,6 +1,13 @@
 //! Background folding: summaries are prepared off the request path, so a
 //! request only waits for a summarizer in an emergency.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly; the no-panic rule is for the request path"
+)]
+
 mod common;
 
 use common::llm::{self, Llm};

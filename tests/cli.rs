@@ -1,5 +1,12 @@
 //! The `foldgate` binary as a user runs it.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly; the no-panic rule is for the request path"
+)]
+
 use std::process::Command;
 
 fn foldgate() -> Command {

@@ -16,6 +16,13 @@
 //! `PROPTEST_RNG_SEED=<u64> cargo test --test fold_props` and more cases with
 //! `PROPTEST_CASES=<n>`. A failure prints the minimal input it shrank to.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly; the no-panic rule is for the request path"
+)]
+
 use foldgate::config::{Placement, Policy};
 use foldgate::fold::ledger::Ledger;
 use foldgate::fold::summary::HEADING_PREFIX;

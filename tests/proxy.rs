@@ -1,5 +1,12 @@
 //! Passthrough behaviour of the proxy against a real mock upstream.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly; the no-panic rule is for the request path"
+)]
+
 mod common;
 
 use bytes::Bytes;

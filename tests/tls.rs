@@ -1,5 +1,12 @@
 //! TLS termination and HTTPS upstreams trusted through `ca_file`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly; the no-panic rule is for the request path"
+)]
+
 mod common;
 
 use common::Foldgate;

@@ -1,5 +1,12 @@
 //! Integration tests of the token estimator's public API (no server).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly; the no-panic rule is for the request path"
+)]
+
 use foldgate::config::Config;
 use foldgate::tokens::{
     Encoding, EstimateError, LimitSource, TokenCounter, UsageScanner, estimate_report,

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// Room the summarizer's own instructions and framing take in its window.
 const SUMMARIZER_PROMPT_TOKENS: u32 = 500;
@@ -52,15 +53,21 @@ impl Turn {
         }
     }
 
+    /// A background fold of this request's history, logged in the span of
+    /// the request that asked for it.
     fn background_job(&self) -> Job {
         let turn = self.clone();
+        let span = tracing::Span::current();
         Box::new(move || {
-            Box::pin(async move {
-                if let Err(e) = turn.fold_locked(Started::Background, None).await {
-                    let conversation = turn.data.key.as_ref().map(ToString::to_string);
-                    tracing::warn!(conversation, error = %e, "background fold failed");
+            Box::pin(
+                async move {
+                    if let Err(e) = turn.fold_locked(Started::Background, None).await {
+                        let conversation = turn.data.key.as_ref().map(ToString::to_string);
+                        tracing::warn!(conversation, error = %e, "background fold failed");
+                    }
                 }
-            })
+                .instrument(span),
+            )
         })
     }
 
@@ -68,7 +75,8 @@ impl Turn {
     /// for the conversation is awaited up to that long first.
     pub(super) async fn fold_inline(&self, wait: Option<Duration>) -> Result<Prepared, ApiError> {
         let turn = self.clone();
-        let task = tokio::spawn(async move { turn.fold_locked(Started::Inline, wait).await });
+        let fold = async move { turn.fold_locked(Started::Inline, wait).await };
+        let task = tokio::spawn(fold.in_current_span());
         task.await
             .map_err(|e| ApiError::Internal(format!("fold task failed: {e}")))?
     }

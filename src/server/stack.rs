@@ -15,6 +15,7 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::trace::TraceLayer;
 
 /// The service the listener runs for every request.
 pub type AppService = BoxCloneService<Request<Incoming>, Response<Body>, Infallible>;
@@ -29,14 +30,18 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 ///    sent none (servers such as llama.cpp's reject ids that are not UUIDs);
 ///    a client's own id passes through unchanged.
 /// 3. `PropagateRequestIdLayer` — copies `x-request-id` to the response.
-/// 4. `SetSensitiveRequestHeadersLayer` — marks `authorization`,
+/// 4. `TraceLayer` — runs the request inside a `request` span carrying its
+///    id, method and path, so every event it causes (folds, summarizer
+///    calls, the access line) can be found from the id; below the request
+///    id layer so the id exists. Its own per-request events are off: the
+///    access log says it once.
+/// 5. `SetSensitiveRequestHeadersLayer` — marks `authorization`,
 ///    `proxy-authorization` and `x-api-key` sensitive so no log prints them.
-/// 5. `AccessLogLayer` — one line per request; reads the response
-///    extensions `UpstreamLatency` and `ErrorLabel`. Below the request id
-///    so it can log it.
-/// 6. `AuthLayer` — `server.api_keys`; inside the access log so rejected
+/// 6. `AccessLogLayer` — one line per request; reads the response
+///    extensions `UpstreamLatency` and `ErrorLabel`.
+/// 7. `AuthLayer` — `server.api_keys`; inside the access log so rejected
 ///    requests are logged too.
-/// 7. [`proxy::handle`] — admin routes and forwarding; adds the response
+/// 8. [`proxy::handle`] — admin routes and forwarding; adds the response
 ///    extensions above.
 pub fn build(app: Arc<App>) -> AppService {
     let keys = app.config.server.api_keys.clone();
@@ -50,6 +55,15 @@ pub fn build(app: Arc<App>) -> AppService {
         }))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_request(())
+                .on_response(())
+                .on_body_chunk(())
+                .on_eos(())
+                .on_failure(()),
+        )
         .layer(SetSensitiveRequestHeadersLayer::new([
             AUTHORIZATION,
             PROXY_AUTHORIZATION,
@@ -60,4 +74,14 @@ pub fn build(app: Arc<App>) -> AppService {
         .service(handler)
         .map_response(|r: Response<_>| r.map(body::boxed));
     BoxCloneService::new(service)
+}
+
+/// The span every request runs in.
+fn request_span<B>(req: &Request<B>) -> tracing::Span {
+    let id = req
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    tracing::info_span!("request", request_id = id, method = %req.method(), path = req.uri().path())
 }

@@ -38,7 +38,7 @@ fn main() {
             "| window | folds | summarizer calls / failures | views checked | folded identifiers in the LLM summary | in the summary message (with ledger) | ledger tokens per fold (mean / max) | ledger evictions |"
         );
         println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
-        for window in [2_048u32, 8_192, 32_768] {
+        for window in [2_048u32, 4_096, 8_192] {
             run(window).await;
         }
     });

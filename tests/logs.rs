@@ -81,5 +81,8 @@ async fn fold_events_carry_the_request_id() {
         .find(|l| l.contains("foldgate::access"))
         .unwrap_or_else(|| panic!("no access line in:\n{log}"));
     assert!(access.contains("req-fold-42"), "{access}");
-    assert!(!log.contains('\u{1b}'), "colour codes in a piped log:\n{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour codes in a piped log:\n{log}"
+    );
 }

@@ -243,18 +243,50 @@ pub fn message_text(message: &Value) -> String {
         .filter_map(|call| call.get("function"))
         .chain(message.get("function_call"));
     for function in functions {
-        for key in ["name", "arguments"] {
-            match function.get(key) {
-                Some(Value::String(s)) => parts.push(Cow::Borrowed(s)),
-                // Some clients send arguments as an object rather than a string.
-                Some(v @ (Value::Object(_) | Value::Array(_))) => {
-                    parts.push(Cow::Owned(v.to_string()))
+        if let Some(Value::String(name)) = function.get("name") {
+            parts.push(Cow::Borrowed(name));
+        }
+        match function.get("arguments") {
+            Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+                Ok(args @ (Value::Object(_) | Value::Array(_))) => {
+                    argument_lines(&args, &mut parts)
                 }
-                _ => {}
-            }
+                _ => parts.push(Cow::Borrowed(s)),
+            },
+            // Some clients send arguments as an object rather than a string.
+            Some(args @ (Value::Object(_) | Value::Array(_))) => argument_lines(args, &mut parts),
+            _ => {}
         }
     }
     parts.join("\n")
+}
+
+/// Tool-call arguments as lines of their own, so a command, path or URL
+/// argument reads as it would in a shell or an editor: each string value
+/// alone, each number after its key (`port 5433`). Nested values up to a
+/// few levels deep.
+fn argument_lines(args: &Value, parts: &mut Vec<Cow<'_, str>>) {
+    fn walk(key: Option<&str>, value: &Value, depth: usize, parts: &mut Vec<Cow<'_, str>>) {
+        match value {
+            Value::String(s) => parts.push(Cow::Owned(s.clone())),
+            Value::Number(n) => parts.push(Cow::Owned(match key {
+                Some(k) => format!("{k} {n}"),
+                None => n.to_string(),
+            })),
+            Value::Object(map) if depth < 4 => {
+                for (k, v) in map {
+                    walk(Some(k), v, depth + 1, parts);
+                }
+            }
+            Value::Array(items) if depth < 4 => {
+                for v in items {
+                    walk(key, v, depth + 1, parts);
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(None, args, 0, parts);
 }
 
 /// Whether `needle` occurs in `text` as a whole specific, not as the start

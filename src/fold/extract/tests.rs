@@ -316,8 +316,22 @@ fn message_text_reads_content_and_calls() {
     });
     assert_eq!(
         message_text(&m),
-        "part one\npart two\nread_file\n{\"path\":\"/etc/hosts\"}\nlegacy_fn\n{\"q\":1}"
+        "part one\npart two\nread_file\n/etc/hosts\nlegacy_fn\nq 1"
     );
+    // A command argument is a line of its own, so it is kept whole.
+    let shell = json!({"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+        "function": {"name": "shell", "arguments": "{\"cmd\":\"cargo test -p crate_7\",\"timeout\":30}"}}]});
+    let values: Vec<String> = extract(&message_text(&shell))
+        .into_iter()
+        .map(|a| a.value)
+        .collect();
+    assert!(
+        values.contains(&"cargo test -p crate_7".to_owned()),
+        "{values:?}"
+    );
+    // Arguments that are not JSON stay as they are.
+    let raw = json!({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "ls -la /tmp"}}]});
+    assert_eq!(message_text(&raw), "f\nls -la /tmp");
     let values: Vec<String> = extract(&message_text(&m))
         .into_iter()
         .map(|a| a.value)

@@ -77,7 +77,7 @@ async fn conversation(
             .get("x-foldgate-admin-token")
             .and_then(|v| v.to_str().ok())
             .or_else(|| headers::credential(headers));
-        offered == Some(token.expose())
+        offered.is_some_and(|offered| token.matches(offered))
     });
     let tenant = key::tenant(headers);
     if !admin && app.config.server.admin_token.is_some() && headers::credential(headers).is_none() {

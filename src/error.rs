@@ -27,6 +27,9 @@ pub enum ApiError {
     /// No such route.
     #[error("no route for {0}")]
     NotFound(String),
+    /// No provider lists the request's model.
+    #[error("the model `{0}` does not exist: no provider lists it")]
+    ModelNotFound(String),
     /// The body is larger than `server.max_body_bytes`.
     #[error("request body exceeds the limit of {limit} bytes (server.max_body_bytes)")]
     BodyTooLarge { limit: usize },
@@ -40,6 +43,9 @@ pub enum ApiError {
     /// with `on_failure = "error"`).
     #[error("{0}")]
     Unavailable(String),
+    /// More requests are in flight than `server.max_concurrent_requests`.
+    #[error("foldgate is at its limit of concurrent requests; retry shortly")]
+    Overloaded,
     /// A bug or an unexpected condition.
     #[error("internal error: {0}")]
     Internal(String),
@@ -56,11 +62,11 @@ impl ApiError {
         match self {
             Self::BadRequest { .. } | Self::ContextLength(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::NotFound(_) | Self::ModelNotFound(_) => StatusCode::NOT_FOUND,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable(_) | Self::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -72,10 +78,12 @@ impl ApiError {
             Self::ContextLength(_) => "context_length_exceeded",
             Self::Unauthorized(_) => "invalid_api_key",
             Self::NotFound(_) => "not_found",
+            Self::ModelNotFound(_) => "model_not_found",
             Self::BodyTooLarge { .. } => "request_too_large",
             Self::UpstreamUnreachable { .. } => "upstream_unreachable",
             Self::UpstreamTimeout { .. } => "upstream_timeout",
             Self::Unavailable(_) => "unavailable",
+            Self::Overloaded => "overloaded",
             Self::Internal(_) => "internal_error",
         }
     }
@@ -86,7 +94,8 @@ impl ApiError {
             Self::BadRequest { .. }
             | Self::ContextLength(_)
             | Self::NotFound(_)
-            | Self::BodyTooLarge { .. } => "invalid_request_error",
+            | Self::BodyTooLarge { .. }
+            | Self::ModelNotFound(_) => "invalid_request_error",
             Self::Unauthorized(_) => "authentication_error",
             _ => "server_error",
         }
@@ -103,6 +112,7 @@ impl ApiError {
         let param = match &self {
             Self::BadRequest { param, .. } => *param,
             Self::ContextLength(_) => Some("messages"),
+            Self::ModelNotFound(_) => Some("model"),
             _ => None,
         };
         let envelope = serde_json::json!({

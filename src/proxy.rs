@@ -30,6 +30,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
 async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     let limit = app.config.server.max_body_bytes;
     let (parts, incoming) = req.into_parts();
+    chat::key::check_header(&parts.headers, &app.config.conversation)?;
     if content_length(&parts.headers).is_some_and(|len| len > limit as u64) {
         return Err(ApiError::BodyTooLarge { limit });
     }
@@ -39,11 +40,11 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
     }
     let (provider, body) = if is_json_post(&parts.method, &parts.headers) {
         let bytes = read_body(incoming, limit).await?;
-        let provider = app.upstreams.route(model_of(&bytes).as_deref());
+        let provider = app.upstreams.route(model_of(&bytes).as_deref())?;
         (provider, body::full(bytes))
     } else {
         (
-            app.upstreams.route(None),
+            app.upstreams.route(None)?,
             body::boxed(Limited::new(incoming, limit)),
         )
     };

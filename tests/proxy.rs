@@ -457,3 +457,153 @@ async fn graceful_shutdown_finishes_an_in_flight_stream() {
         .expect("server stops once the stream is done")
         .unwrap();
 }
+
+/// Sends `request` as raw bytes (as `curl --path-as-is` would: no client
+/// normalizes the path) and returns the response's status line.
+async fn raw_status(addr: std::net::SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    text.lines().next().unwrap_or_default().to_string()
+}
+
+#[tokio::test]
+async fn paths_that_climb_out_of_base_url_are_refused() {
+    let upstream = Mock::echo().await;
+    let fg = Foldgate::start(&config_for(&upstream.url, "")).await;
+    for path in [
+        "/v1/../../etc/passwd",
+        "/v1/%2e%2e/%2e%2e/etc/passwd",
+        "/v1/..%2f..%2fetc/passwd",
+        "/v1/./../admin",
+    ] {
+        for method in ["GET", "POST"] {
+            let request = format!(
+                "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+                 content-length: 2\r\nconnection: close\r\n\r\n{{}}"
+            );
+            let status = raw_status(fg.addr, &request).await;
+            assert!(status.contains(" 400 "), "{method} {path}: {status}");
+        }
+    }
+    let chat = "POST /v1/../v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+                content-length: 2\r\nconnection: close\r\n\r\n{}";
+    assert!(raw_status(fg.addr, chat).await.contains(" 400 "));
+    assert!(
+        upstream.received().is_empty(),
+        "nothing reached the upstream"
+    );
+    // An ordinary path still goes through.
+    let ok = "GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
+    assert!(raw_status(fg.addr, ok).await.contains(" 200 "));
+    assert_eq!(upstream.received().len(), 1);
+}
+
+#[tokio::test]
+async fn a_model_no_provider_lists_is_404_and_never_forwarded() {
+    let openai = Mock::echo().await;
+    let local = Mock::echo().await;
+    let toml = format!(
+        "[providers.openai]\nbase_url = \"{}/v1\"\nmodels = [\"gpt-*\"]\n\
+         [providers.local]\nbase_url = \"{}/v1\"\nmodels = [\"llama*\"]\n",
+        openai.url, local.url
+    );
+    let fg = Foldgate::start(&toml).await;
+    for path in ["/v1/chat/completions", "/v1/embeddings"] {
+        let body = serde_json::json!({"model": "claude-3-opus", "input": "hi",
+            "messages": [{"role": "user", "content": "hi"}]});
+        let reply = common::post_json(&format!("{}{path}", fg.url), &[], &body).await;
+        reply.assert_envelope(404, "model_not_found");
+        assert_eq!(reply.json()["error"]["param"], "model");
+    }
+    assert!(openai.received().is_empty() && local.received().is_empty());
+    // Listed models and requests without a model still go through.
+    let body = serde_json::json!({"model": "llama3", "input": "hi"});
+    let reply = common::post_json(&format!("{}/v1/embeddings", fg.url), &[], &body).await;
+    reply.assert_ok();
+    send(Method::GET, &format!("{}/v1/models", fg.url), &[], "").await;
+    assert_eq!((openai.received().len(), local.received().len()), (0, 2));
+}
+
+#[tokio::test]
+async fn an_overlong_conversation_header_is_refused() {
+    let upstream = Mock::echo().await;
+    let fg = Foldgate::start(&config_for(&upstream.url, "")).await;
+    let body =
+        serde_json::json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]});
+    let url = format!("{}/v1/chat/completions", fg.url);
+    let long = "x".repeat(100 * 1024);
+    let reply = common::post_json(&url, &[("x-conversation-id", &long)], &body).await;
+    reply.assert_envelope(400, "invalid_request");
+    assert!(upstream.received().is_empty());
+    let limit = "x".repeat(1024);
+    common::post_json(&url, &[("x-conversation-id", &limit)], &body)
+        .await
+        .assert_ok();
+    assert_eq!(upstream.received().len(), 1);
+}
+
+#[tokio::test]
+async fn over_the_concurrency_limit_requests_are_shed_with_retry_after() {
+    let (upstream, release) = held_stream(b"data: one\n\n", b"data: [DONE]\n\n").await;
+    let fg = Foldgate::start(&config_for(
+        &upstream.url,
+        "[server]\nmax_concurrent_requests = 1\n",
+    ))
+    .await;
+    let url = format!("{}/v1/anything", fg.url);
+    // The first request streams and holds its slot until its body ends.
+    let held = common::client()
+        .request(Request::get(&url).body(foldgate::body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(held.status(), 200);
+    let shed = send(Method::GET, &url, &[], "").await;
+    shed.assert_envelope(503, "overloaded");
+    assert_eq!(shed.headers["retry-after"], "1");
+    // Health is never shed.
+    let health = send(Method::GET, &format!("{}/foldgate/health", fg.url), &[], "").await;
+    assert_eq!(health.status, 200);
+    release.send(()).unwrap();
+    held.into_body().collect().await.unwrap();
+    // The slot is free again once the stream has ended.
+    let mut status = 0;
+    for _ in 0..50 {
+        status = send(Method::GET, &url, &[], "").await.status.as_u16();
+        if status != 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_slowloris_client_is_cut_off_within_the_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = Mock::echo().await;
+    let fg = Foldgate::start(&config_for(
+        &upstream.url,
+        "[server]\nheader_read_timeout = \"300ms\"\n",
+    ))
+    .await;
+    let mut stream = tokio::net::TcpStream::connect(fg.addr).await.unwrap();
+    stream
+        .write_all(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    // The rest of the headers never come: the server must close the connection.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the connection was still open after 5 s");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "closed only after {:?}",
+        started.elapsed()
+    );
+    assert!(upstream.received().is_empty());
+}

@@ -2,6 +2,7 @@
 //! credential) and the conversation key (header, else a fingerprint).
 
 use crate::config::{ConversationConfig, Fallback};
+use crate::error::ApiError;
 use crate::message::{Role, is_role, pinned_len};
 use crate::state::ConvKey;
 use crate::upstream::headers;
@@ -10,8 +11,26 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use xxhash_rust::xxh3::Xxh3Default;
 
-/// Longest conversation id accepted from the header; longer ones are hashed.
+/// Longest conversation id kept as it is; longer ones are hashed.
 const MAX_ID_LEN: usize = 200;
+
+/// Longest conversation header accepted at all, in bytes.
+pub const MAX_HEADER_LEN: usize = 1024;
+
+/// Refuses a conversation header longer than [`MAX_HEADER_LEN`].
+pub fn check_header(headers: &HeaderMap, config: &ConversationConfig) -> Result<(), ApiError> {
+    match headers.get(config.header.as_str()) {
+        Some(v) if v.len() > MAX_HEADER_LEN => Err(ApiError::BadRequest {
+            message: format!(
+                "the {} header is {} bytes long; at most {MAX_HEADER_LEN} are accepted",
+                config.header,
+                v.len()
+            ),
+            param: None,
+        }),
+        _ => Ok(()),
+    }
+}
 
 /// The tenant of a request: a hex SHA-256 prefix of its credential, so one
 /// client never sees another's summaries and no credential is stored.

@@ -147,7 +147,7 @@ async fn first_look(
     bytes: &[u8],
 ) -> Result<(String, Arc<Provider>, Option<ConvKey>, Route), ApiError> {
     if let Some(raw) = fast::parse(bytes) {
-        let provider = app.upstreams.route(Some(&raw.model));
+        let provider = app.upstreams.route(Some(&raw.model))?;
         let (key, route) = fast::route(app, headers, &raw, &provider.name).await?;
         return Ok((raw.model, provider, key, route));
     }
@@ -160,7 +160,7 @@ async fn first_look(
         .unwrap_or_default()
         .to_string();
     let key = key::conversation_key_of(headers, &request, &app.config.conversation);
-    let provider = app.upstreams.route(Some(&model));
+    let provider = app.upstreams.route(Some(&model))?;
     Ok((model, provider, key, Route::Full(None)))
 }
 

@@ -199,20 +199,24 @@ impl Config {
     }
 
     /// The provider a model routes to: the first provider (in name order)
-    /// naming it by a pattern other than `*`, else the default provider.
-    /// `None` only for a configuration without providers, which
-    /// [`Config::load`] never returns.
+    /// naming it by a pattern other than `*`, else the provider listing
+    /// `*`; `None` when no provider lists the model (it is not forwarded to
+    /// a provider that does not serve it). Without a model, the default
+    /// provider.
     pub fn provider_for(&self, model: Option<&str>) -> Option<(&str, &ProviderConfig)> {
-        let named = model.and_then(|model| {
+        let Some(model) = model else {
+            return self.default_provider();
+        };
+        let listed = |wildcard: bool| {
             self.providers.iter().find(|(_, p)| {
                 p.models
                     .iter()
-                    .any(|pat| pat != "*" && glob::matches(pat, model))
+                    .any(|pat| (pat == "*") == wildcard && glob::matches(pat, model))
             })
-        });
-        named
+        };
+        listed(false)
+            .or_else(|| listed(true))
             .map(|(name, p)| (name.as_str(), p))
-            .or_else(|| self.default_provider())
     }
 
     /// The provider whose patterns include `*`, else the first by name.

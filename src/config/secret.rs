@@ -19,6 +19,18 @@ impl Secret {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// Whether `offered` is this secret, compared without an early exit on
+    /// the first differing byte, so timing tells nothing about the value.
+    pub fn matches(&self, offered: &str) -> bool {
+        self.0.len() == offered.len()
+            && self
+                .0
+                .bytes()
+                .zip(offered.bytes())
+                .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+                == 0
+    }
 }
 
 impl fmt::Debug for Secret {
@@ -49,5 +61,14 @@ mod tests {
         assert_eq!(format!("{s} {s:?}"), "**** ****");
         assert_eq!(serde_json::to_string(&s).unwrap(), "\"****\"");
         assert_eq!(s.expose(), "sk-live-123");
+    }
+
+    #[test]
+    fn matches_only_the_same_value() {
+        let s = Secret::new("abc");
+        assert!(s.matches("abc"));
+        assert!(!s.matches("abd"));
+        assert!(!s.matches("abcd"));
+        assert!(!s.matches(""));
     }
 }

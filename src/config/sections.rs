@@ -39,6 +39,13 @@ pub struct ServerConfig {
     /// When set, admin endpoints other than `health` need
     /// `Authorization: Bearer TOKEN`.
     pub admin_token: Option<Secret>,
+    /// Requests handled at once, streams included until they end; beyond
+    /// it, 503 with `Retry-After` (load shedding). 0: no limit.
+    pub max_concurrent_requests: usize,
+    /// Time a client has to send a request's headers before its
+    /// connection is closed (slow clients, slowloris).
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -54,6 +61,8 @@ impl Default for ServerConfig {
             api_keys: Vec::new(),
             api_keys_env: None,
             admin_token: None,
+            max_concurrent_requests: 1024,
+            header_read_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -96,14 +96,15 @@ fn model_sections_mix_window_and_policy() {
 }
 
 #[test]
-fn without_a_catch_all_the_first_provider_takes_the_rest() {
+fn without_a_catch_all_an_unlisted_model_has_no_provider() {
     let c = Config::from_toml(
         "[providers.b]\nbase_url = \"http://b\"\nmodels = [\"b*\"]\n\
          [providers.a]\nbase_url = \"http://a\"\nmodels = [\"a*\"]\n",
     )
     .unwrap();
     assert_eq!(c.provider_for(Some("bee")).unwrap().0, "b");
-    assert_eq!(c.provider_for(Some("zzz")).unwrap().0, "a");
+    assert!(c.provider_for(Some("zzz")).is_none());
+    assert_eq!(c.provider_for(None).unwrap().0, "a");
 }
 
 #[test]

@@ -6,12 +6,14 @@ use crate::error::{ApiError, ErrorLabel};
 use crate::upstream::UpstreamLatency;
 use crate::upstream::headers;
 use http::{Request, Response};
+use http_body_util::BodyExt;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
+use tokio::sync::Semaphore;
 use tower::{Layer, Service};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Infallible>> + Send>>;
@@ -67,8 +69,7 @@ where
             return Box::pin(self.inner.call(req));
         }
         let offered = headers::credential(req.headers());
-        let allowed =
-            offered.is_some_and(|key| self.keys.iter().any(|k| eq_const_time(k.expose(), key)));
+        let allowed = offered.is_some_and(|key| self.keys.iter().any(|k| k.matches(key)));
         if allowed {
             Box::pin(self.inner.call(req))
         } else {
@@ -80,15 +81,6 @@ where
             Box::pin(async move { Ok(ApiError::Unauthorized(message).into_response()) })
         }
     }
-}
-
-/// Compares secrets without an early exit on the first differing byte.
-fn eq_const_time(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
 }
 
 /// Logs one line per request: method, path, status, upstream latency and
@@ -154,14 +146,79 @@ where
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::eq_const_time;
+/// Load shedding: at most `limit` requests in flight, each counted until
+/// its response body ends (a stream holds its slot while it streams);
+/// beyond that, 503 with `Retry-After` at once rather than a queue.
+/// `/foldgate/health` is never shed.
+#[derive(Clone)]
+pub struct ShedLayer {
+    slots: Option<Arc<Semaphore>>,
+}
 
-    #[test]
-    fn const_time_eq() {
-        assert!(eq_const_time("abc", "abc"));
-        assert!(!eq_const_time("abc", "abd"));
-        assert!(!eq_const_time("abc", "abcd"));
+impl ShedLayer {
+    /// At most `limit` requests at once; 0 for no limit.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            slots: (limit > 0).then(|| Arc::new(Semaphore::new(limit))),
+        }
+    }
+}
+
+impl<S> Layer<S> for ShedLayer {
+    type Service = ShedService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        ShedService {
+            inner,
+            slots: self.slots.clone(),
+        }
+    }
+}
+
+/// See [`ShedLayer`].
+#[derive(Clone)]
+pub struct ShedService<S> {
+    inner: S,
+    slots: Option<Arc<Semaphore>>,
+}
+
+impl<S, B> Service<Request<B>> for ShedService<S>
+where
+    S: Service<Request<B>, Response = Response<Body>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Response<Body>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let Some(slots) = &self.slots else {
+            return Box::pin(self.inner.call(req));
+        };
+        if req.uri().path() == "/foldgate/health" {
+            return Box::pin(self.inner.call(req));
+        }
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            let mut response = ApiError::Overloaded.into_response();
+            response.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+            return Box::pin(async move { Ok(response) });
+        };
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let response = fut.await?;
+            // The closure owns the permit: it is released when the body is dropped.
+            Ok(response.map(|body| {
+                crate::body::boxed(body.map_frame(move |frame| {
+                    let _held = &permit;
+                    frame
+                }))
+            }))
+        })
     }
 }

@@ -9,7 +9,7 @@ pub use layers::{AccessLogLayer, AuthLayer};
 use crate::app::App;
 use crate::config::Config;
 use crate::error::StartupError;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -40,7 +40,17 @@ pub async fn serve(
         tokio::spawn(async move { app.discover_windows().await });
     }
     let service = stack::build(app.clone());
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // Slow clients: the headers must arrive within the timeout (hyper
+    // needs a timer to enforce it).
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(app.config.server.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(std::time::Duration::from_secs(30)));
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {

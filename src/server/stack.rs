@@ -1,6 +1,6 @@
 //! The tower stack, built in one place.
 
-use super::layers::{AccessLogLayer, AuthLayer};
+use super::layers::{AccessLogLayer, AuthLayer, ShedLayer};
 use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
@@ -39,12 +39,17 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 ///    `proxy-authorization` and `x-api-key` sensitive so no log prints them.
 /// 6. `AccessLogLayer` — one line per request; reads the response
 ///    extensions `UpstreamLatency` and `ErrorLabel`.
-/// 7. `AuthLayer` — `server.api_keys`; inside the access log so rejected
+/// 7. `ShedLayer` — `server.max_concurrent_requests`: a request over the
+///    limit gets 503 with `Retry-After` at once; a slot is held until the
+///    response body ends. Inside the access log so shed requests are
+///    logged, above auth so an overload costs nothing more.
+/// 8. `AuthLayer` — `server.api_keys`; inside the access log so rejected
 ///    requests are logged too.
-/// 8. [`proxy::handle`] — admin routes and forwarding; adds the response
+/// 9. [`proxy::handle`] — admin routes and forwarding; adds the response
 ///    extensions above.
 pub fn build(app: Arc<App>) -> AppService {
     let keys = app.config.server.api_keys.clone();
+    let shed = app.config.server.max_concurrent_requests;
     let handler = tower::service_fn(move |req: Request<Incoming>| {
         let app = app.clone();
         async move { Ok::<_, Infallible>(proxy::handle(app, req).await) }
@@ -70,6 +75,7 @@ pub fn build(app: Arc<App>) -> AppService {
             HeaderName::from_static("x-api-key"),
         ]))
         .layer(AccessLogLayer)
+        .layer(ShedLayer::new(shed))
         .layer(AuthLayer::new(keys))
         .service(handler)
         .map_response(|r: Response<_>| r.map(body::boxed));

@@ -91,11 +91,15 @@ impl Upstreams {
         })
     }
 
-    /// The provider for `model` (see [`Config::provider_for`]).
-    pub fn route(&self, model: Option<&str>) -> Arc<Provider> {
+    /// The provider for `model` (see [`Config::provider_for`]); a model no
+    /// provider lists is a 404 `model_not_found`.
+    pub fn route(&self, model: Option<&str>) -> Result<Arc<Provider>, ApiError> {
         match self.config.provider_for(model) {
-            Some((name, _)) => self.by_name(name),
-            None => self.default.clone(),
+            Some((name, _)) => Ok(self.by_name(name)),
+            None => match model {
+                Some(model) => Err(ApiError::ModelNotFound(model.to_string())),
+                None => Ok(self.default.clone()),
+            },
         }
     }
 
@@ -126,8 +130,19 @@ impl Provider {
 
     /// Maps a proxy path onto this provider: `/v1/x` → `{base_url}/x`,
     /// any other path `/y` → `{base_url}/y`. The query is kept.
+    /// A path with a `.` or `..` segment (also percent-encoded, or split
+    /// by an encoded `/` or a backslash) is refused: upstreams normalize
+    /// them, which would reach paths outside `base_url`'s prefix.
     pub fn target(&self, path_and_query: Option<&PathAndQuery>) -> Result<Uri, ApiError> {
         let pq = path_and_query.map(PathAndQuery::as_str).unwrap_or("/");
+        if has_dot_segment(pq.split('?').next().unwrap_or_default()) {
+            return Err(ApiError::BadRequest {
+                message:
+                    "the request path has `.` or `..` segments, which foldgate does not forward"
+                        .into(),
+                param: None,
+            });
+        }
         let rest = match pq.strip_prefix("/v1") {
             Some(r) if r.is_empty() || r.starts_with('/') || r.starts_with('?') => r,
             _ => pq,
@@ -232,6 +247,20 @@ mod tests {
             "http://127.0.0.1:9000/models"
         );
     }
+}
+
+/// Whether `path`, once `%2e`, `%2f` and `%5c` are decoded, has a `.` or
+/// `..` segment between `/` or `\\` separators.
+fn has_dot_segment(path: &str) -> bool {
+    let lower = path.to_ascii_lowercase();
+    let decoded = lower
+        .replace("%2e", ".")
+        .replace("%2f", "/")
+        .replace("%5c", "/")
+        .replace('\\', "/");
+    decoded
+        .split('/')
+        .any(|segment| segment == "." || segment == "..")
 }
 
 /// Time the upstream took to answer with its response head, set as a

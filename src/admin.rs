@@ -5,7 +5,9 @@
 //! - `GET /foldgate/conversations/{id}`: a conversation's fold chain. With
 //!   `server.admin_token` (as `Authorization: Bearer` or
 //!   `x-foldgate-admin-token`) every tenant's; otherwise only the chain of
-//!   the tenant whose credential the request carries.
+//!   the tenant whose credential the request carries. Conversations of
+//!   key-less clients are readable without a credential only from
+//!   loopback, and only when no admin token is set.
 
 use crate::app::App;
 use crate::body::{self, Body};
@@ -27,7 +29,8 @@ pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
         (&Method::GET, "/foldgate/metrics") => metrics(app),
         (&Method::GET, p) if p.starts_with("/foldgate/conversations/") => {
             let id = percent_decode(&p["/foldgate/conversations/".len()..]);
-            conversation(app, req.headers(), &id)
+            let peer = req.extensions().get::<key::PeerAddr>().copied();
+            conversation(app, req.headers(), peer, &id)
                 .await
                 .unwrap_or_else(ApiError::into_response)
         }
@@ -70,6 +73,7 @@ fn metrics(app: &App) -> Response<Body> {
 async fn conversation(
     app: &App,
     headers: &HeaderMap,
+    peer: Option<key::PeerAddr>,
     id: &str,
 ) -> Result<Response<Body>, ApiError> {
     let admin = app.config.server.admin_token.as_ref().is_some_and(|token| {
@@ -80,7 +84,7 @@ async fn conversation(
         offered.is_some_and(|offered| token.matches(offered))
     });
     let tenant = key::tenant(headers);
-    if !admin && app.config.server.admin_token.is_some() && headers::credential(headers).is_none() {
+    if !admin && headers::credential(headers).is_none() && !may_read_keyless(app, peer) {
         return Err(ApiError::Unauthorized(
             "admin token or the conversation's credential required",
         ));
@@ -118,6 +122,14 @@ async fn conversation(
     ))
 }
 
+/// Whether a request without any credential may read the conversations of
+/// key-less clients (the `anonymous` tenant): only without an admin token,
+/// and only from this machine. Anyone on the network could otherwise read
+/// every key-less conversation whose id is known or guessed.
+fn may_read_keyless(app: &App, peer: Option<key::PeerAddr>) -> bool {
+    app.config.server.admin_token.is_none() && peer.is_some_and(|p| p.is_loopback())
+}
+
 /// Decodes `%XX` escapes in a path segment.
 fn percent_decode(segment: &str) -> String {
     let bytes = segment.as_bytes();
@@ -145,4 +157,33 @@ fn json(value: serde_json::Value) -> Response<Body> {
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::sync::Arc;
+
+    fn app(admin_token: Option<&str>) -> App {
+        let token = admin_token.map_or(String::new(), |t| format!("admin_token = \"{t}\"\n"));
+        let config = Config::from_toml(&format!(
+            "[server]\n{token}[providers.local]\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+             [state]\nbackend = \"memory\"\n"
+        ))
+        .unwrap();
+        App::new(Arc::new(config)).unwrap()
+    }
+
+    #[test]
+    fn keyless_reads_only_from_loopback_and_only_without_an_admin_token() {
+        let peer = |ip: &str| Some(key::PeerAddr(format!("{ip}:40000").parse().unwrap()));
+        let open = app(None);
+        assert!(may_read_keyless(&open, peer("127.0.0.1")));
+        assert!(may_read_keyless(&open, peer("[::1]")));
+        assert!(!may_read_keyless(&open, peer("192.0.2.7")));
+        assert!(!may_read_keyless(&open, peer("[2001:db8::1]")));
+        assert!(!may_read_keyless(&open, None));
+        assert!(!may_read_keyless(&app(Some("adm")), peer("127.0.0.1")));
+    }
 }

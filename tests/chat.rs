@@ -558,3 +558,36 @@ async fn the_fast_path_counts_exactly_like_the_full_estimator() {
         "forwarded byte for byte"
     );
 }
+
+#[tokio::test]
+async fn keyless_conversations_are_readable_without_a_credential_only_on_loopback_without_an_admin_token()
+ {
+    let llm = Llm::start().await;
+    for admin_token in [None, Some("adm-1")] {
+        let extra = admin_token.map_or(String::new(), |t| {
+            format!("[server]\nadmin_token = \"{t}\"\n")
+        });
+        let fg = Foldgate::start(&config(&llm, &extra)).await;
+        let convo = folding_history();
+        let url = format!("{}/v1/chat/completions", fg.url);
+        let reply =
+            common::post_json(&url, &[("x-conversation-id", "keyless")], &convo.body()).await;
+        assert_eq!(label(&reply), "new");
+        let read = common::send(
+            http::Method::GET,
+            &format!("{}/foldgate/conversations/keyless", fg.url),
+            &[],
+            "",
+        )
+        .await;
+        match admin_token {
+            // This test's client is on loopback: its own key-less state.
+            None => {
+                read.assert_ok();
+                assert_eq!(read.json()["states"][0]["tenant"], "anonymous");
+            }
+            // With an admin token, a read needs a credential even locally.
+            Some(_) => read.assert_envelope(401, "invalid_api_key"),
+        }
+    }
+}

@@ -11,6 +11,17 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use xxhash_rust::xxh3::Xxh3Default;
 
+/// The client's address, set by the listener as a request extension.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub std::net::SocketAddr);
+
+impl PeerAddr {
+    /// Whether the client is on this machine.
+    pub fn is_loopback(&self) -> bool {
+        self.0.ip().is_loopback()
+    }
+}
+
 /// Longest conversation id kept as it is; longer ones are hashed.
 const MAX_ID_LEN: usize = 200;
 

@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
 
 /// Serves on `listener` until `shutdown` resolves, then stops accepting and
 /// lets in-flight requests and streams finish for up to
@@ -67,7 +68,13 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(service.clone());
+        let service = TowerToHyperService::new(service.clone().map_request(
+            move |mut req: http::Request<hyper::body::Incoming>| {
+                req.extensions_mut()
+                    .insert(crate::chat::key::PeerAddr(peer));
+                req
+            },
+        ));
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let tls = tls.clone();

@@ -8,6 +8,7 @@ use super::turn::{Prepared, budget};
 use crate::app::App;
 use crate::config::Mode;
 use crate::error::ApiError;
+use crate::fold::FoldChain;
 use crate::fold::trigger::{Observed, evaluate};
 use crate::message::{Role, pinned_count};
 use crate::state::ConvKey;
@@ -16,6 +17,7 @@ use http::HeaderMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 /// A chat request read shallowly: messages stay JSON text, other fields
 /// are skipped unless the estimate needs them.
@@ -72,13 +74,15 @@ pub(super) fn parse(bytes: &[u8]) -> Option<RawChat<'_>> {
     })
 }
 
-/// Where a request goes after the first look.
-pub(super) enum Route {
-    /// Forward it untouched.
-    Untouched(Prepared),
-    /// Take the full pipeline, with the estimate when the fast path already
-    /// made it (same body, same messages: the full pipeline reuses it).
-    Full(Option<Estimate>),
+/// What the first look found: the conversation key, the estimate, the
+/// conversation's fold chain (read once, here), and whether the request
+/// can go upstream untouched.
+pub(super) struct Look {
+    pub key: Option<ConvKey>,
+    pub estimate: Estimate,
+    pub chain: Option<Arc<FoldChain>>,
+    /// `Some` when the request goes upstream untouched.
+    pub untouched: Option<Prepared>,
 }
 
 /// The conversation key, and where the request goes: untouched when no
@@ -89,7 +93,7 @@ pub(super) async fn route(
     headers: &HeaderMap,
     raw: &RawChat<'_>,
     provider: &str,
-) -> Result<(Option<ConvKey>, Route), ApiError> {
+) -> Result<Look, ApiError> {
     let tokens = &app.tokens;
     let counted = tokens
         .raw_messages(&raw.model, raw.messages.iter().map(|m| m.get()))
@@ -107,15 +111,18 @@ pub(super) async fn route(
     };
     let key = key::conversation_key(headers, fingerprint, &app.config.conversation);
     let estimate = tokens.estimate_with(&raw.model, &raw.rest, counts);
-    if let Some(k) = &key {
-        if app
-            .store
-            .load(k)
-            .await
-            .is_some_and(|chain| !chain.is_empty())
-        {
-            return Ok((key, Route::Full(Some(estimate))));
-        }
+    let chain = match &key {
+        Some(k) => app.store.load(k).await.filter(|chain| !chain.is_empty()),
+        None => None,
+    };
+    let full = |key, estimate, chain| Look {
+        key,
+        estimate,
+        chain,
+        untouched: None,
+    };
+    if chain.is_some() {
+        return Ok(full(key, estimate, chain));
     }
     let policy = app.config.policy_for(provider, &raw.model);
     let budget = budget(&app.config, &policy, &estimate, &raw.rest);
@@ -136,7 +143,7 @@ pub(super) async fn route(
         && key.is_some()
         && seen.view_tokens as f64 >= policy.prefold_ratio * f64::from(budget.context_window);
     if prefold || evaluate(&seen, &policy, &budget).is_some() {
-        return Ok((key, Route::Full(Some(estimate))));
+        return Ok(full(key, estimate, None));
     }
     let prepared = Prepared {
         view: None,
@@ -146,5 +153,8 @@ pub(super) async fn route(
         raw_tokens_out: estimate.raw_input_tokens,
         warning: None,
     };
-    Ok((key, Route::Untouched(prepared)))
+    Ok(Look {
+        untouched: Some(prepared),
+        ..full(key, estimate, None)
+    })
 }

@@ -186,8 +186,7 @@ impl Turn {
         let mut summary = outcome.summary;
         let ledger = self.fit_summary(&plan, &mut summary, &to_fold);
         let state = FoldState::after(&plan, summary, ledger, now_unix());
-        let view = self.view_of(Some(&state))?;
-        let prepared = self.prepared(Some(view), "new", None);
+        let prepared = self.prepared(Some(&state), "new", None);
         tracing::info!(
             target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
             depth = state.depth, rebuild = plan.rebuild, folded = to_fold.len(), tokens_before = plan.tokens_before,

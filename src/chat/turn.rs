@@ -4,6 +4,7 @@
 use crate::app::App;
 use crate::config::{Config, Mode, Policy};
 use crate::error::ApiError;
+use crate::fold::view::Item;
 use crate::fold::{self, Budget, CannotFit, Decision, FoldChain, FoldState, Reason, ViewInfo};
 use crate::metrics::Metrics;
 use crate::state::ConvKey;
@@ -132,9 +133,9 @@ impl Turn {
     }
 
     /// Decides, folds if this request must wait for it, and returns what
-    /// to forward.
-    pub async fn prepare(&self) -> Result<Prepared, ApiError> {
-        let chain = self.load().await;
+    /// to forward. `chain` is the conversation's fold chain as the request
+    /// loaded it.
+    pub async fn prepare(&self, chain: Option<Arc<FoldChain>>) -> Result<Prepared, ApiError> {
         let decision = self.decide(chain.as_deref(), &self.data.policy);
         let background = self.data.policy.mode == Mode::Background && self.data.key.is_some();
         let postponed = self.backing_off();
@@ -249,8 +250,7 @@ impl Turn {
             None => Ok(self.prepared(None, "none", warning)),
             Some(state) => {
                 Metrics::inc(&self.app.metrics.folds_reused);
-                let view = self.view_of(Some(state))?;
-                Ok(self.prepared(Some(view), "reused", warning))
+                Ok(self.prepared(Some(state), "reused", warning))
             }
         }
     }
@@ -280,31 +280,34 @@ impl Turn {
         self.reuse(info.base.as_ref(), warning)
     }
 
-    pub(super) fn view_of(&self, state: Option<&FoldState>) -> Result<Vec<Value>, ApiError> {
-        fold::build_view(
-            &self.data.messages,
-            state,
-            self.app.config.summary.placement,
-        )
-        .map_err(|e| ApiError::Internal(e.to_string()))
-    }
-
+    /// What to forward for `state`, a state [`fold::plan`] matched or made
+    /// for these very messages (`None`: the messages unchanged). The view
+    /// is laid out once, its tokens summed from the counts the estimate
+    /// already has (only foldgate's own messages are counted here), and the
+    /// covered prefix is not hashed again (debug builds re-check it).
     pub(super) fn prepared(
         &self,
-        view: Option<Vec<Value>>,
+        state: Option<&FoldState>,
         label: &'static str,
         warning: Option<&str>,
     ) -> Prepared {
         let estimate = &self.data.estimate;
-        let raw_out = match &view {
-            None => u64::from(estimate.raw_input_tokens),
-            Some(v) => {
-                let tokens = &self.app.tokens;
-                let messages: u64 = v
+        let (view, raw_out) = match state {
+            None => (None, u64::from(estimate.raw_input_tokens)),
+            Some(state) => {
+                let messages = &self.data.messages;
+                let placement = self.app.config.summary.placement;
+                let items = fold::view::layout_planned(messages, state, placement);
+                let counted: u64 = items
                     .iter()
-                    .map(|m| u64::from(tokens.message_tokens(&self.data.model, m)))
+                    .map(|item| match item {
+                        Item::Original(i) => estimate.messages.get(*i).copied().unwrap_or(0),
+                        Item::New(v) => self.app.tokens.message_tokens(&self.data.model, v),
+                    })
+                    .map(u64::from)
                     .sum();
-                u64::from(estimate.overhead) + messages
+                let view = fold::view::materialize(messages, items);
+                (Some(view), u64::from(estimate.overhead) + counted)
             }
         };
         Prepared {

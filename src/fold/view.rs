@@ -38,6 +38,17 @@ pub(crate) enum Item {
     New(Value),
 }
 
+/// [`layout`] for a state that [`super::plan`] matched or made from these
+/// very messages: the match is not hashed again (debug builds check it).
+pub(crate) fn layout_planned(
+    messages: &[Value],
+    state: &FoldState,
+    placement: Placement,
+) -> Vec<Item> {
+    debug_assert!(state.matches(messages), "a planned state must match");
+    layout(messages, Some(state), placement)
+}
+
 /// Lays out the view of `messages` under `state` (assumed to match).
 pub(crate) fn layout(
     messages: &[Value],

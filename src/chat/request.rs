@@ -1,0 +1,226 @@
+//! One chat request and what has been computed about it: read from the raw
+//! JSON first (model, provider, conversation key, estimate, fold chain),
+//! upgraded to the parsed form — the body as values and the request's
+//! [`Turn`] — at most once, and only when a fold may apply.
+
+use super::fast::{self, Look};
+use super::key;
+use super::turn::{Prepared, Turn};
+use crate::app::App;
+use crate::error::ApiError;
+use crate::upstream::Provider;
+use bytes::Bytes;
+use http::HeaderMap;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+/// A chat completion request on its way through the pipeline.
+pub(super) struct ChatRequest {
+    /// The body as the client sent it.
+    pub bytes: Bytes,
+    /// The `model` field.
+    pub model: String,
+    /// Where it goes.
+    pub provider: Arc<Provider>,
+    stage: Stage,
+}
+
+/// How far the request has been read.
+enum Stage {
+    /// From the raw JSON only (or parsed by the first look when the fast
+    /// reader could not take it).
+    Raw {
+        look: Look,
+        parsed: Option<Map<String, Value>>,
+    },
+    /// Parsed: the body's fields (`messages` left as a placeholder the view
+    /// fills) and the request's fold decision maker, which owns the messages.
+    Parsed {
+        fields: Map<String, Value>,
+        turn: Turn,
+    },
+    /// Only while upgrading.
+    Upgrading,
+}
+
+impl ChatRequest {
+    /// The first look: what the request's raw JSON tells (the full parser
+    /// reports what is wrong with a body the fast reader cannot take).
+    pub async fn read(app: &App, headers: &HeaderMap, bytes: Bytes) -> Result<Self, ApiError> {
+        if let Some(raw) = fast::parse(&bytes) {
+            let provider = app.upstreams.route(Some(&raw.model))?;
+            let look = fast::route(app, headers, &raw, &provider.name).await?;
+            let model = raw.model;
+            let stage = Stage::Raw { look, parsed: None };
+            return Ok(Self {
+                bytes,
+                model,
+                provider,
+                stage,
+            });
+        }
+        let parsed = parse(&bytes)?;
+        let model = parsed
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let provider = app.upstreams.route(Some(&model))?;
+        let key = key::conversation_key_of(headers, &parsed, &app.config.conversation);
+        let chain = match &key {
+            Some(k) => app.store.load(k).await,
+            None => None,
+        };
+        let look = Look {
+            key,
+            estimate: app.tokens.estimate(&model, &parsed),
+            chain,
+            untouched: None,
+        };
+        Ok(Self {
+            bytes,
+            model,
+            provider,
+            stage: Stage::Raw {
+                look,
+                parsed: Some(parsed),
+            },
+        })
+    }
+
+    /// What to forward: the body untouched when the first look decided so,
+    /// else the parsed pipeline's decision (folding inline if it must).
+    pub async fn prepare(
+        &mut self,
+        app: &Arc<App>,
+        headers: &HeaderMap,
+    ) -> Result<Prepared, ApiError> {
+        if let Stage::Raw { look, .. } = &mut self.stage {
+            if let Some(prepared) = look.untouched.take() {
+                return Ok(prepared);
+            }
+        }
+        let chain = match &mut self.stage {
+            Stage::Raw { look, .. } => look.chain.take(),
+            _ => None,
+        };
+        let turn = self.upgrade(app, headers)?;
+        let chain = match chain {
+            Some(chain) => Some(chain),
+            None => turn.load().await,
+        };
+        turn.prepare(chain).await
+    }
+
+    /// After the upstream said the prompt is too long: plans again against
+    /// a window no larger than `window`, which forces an emergency fold.
+    pub async fn prepare_smaller(
+        &mut self,
+        app: &Arc<App>,
+        headers: &HeaderMap,
+        window: u32,
+    ) -> Result<Prepared, ApiError> {
+        let turn = self.upgrade(app, headers)?;
+        turn.shrink_window(window);
+        let chain = turn.load().await;
+        turn.prepare(chain).await
+    }
+
+    /// The body to send for `prepared`: the client's bytes when the view is
+    /// the messages unchanged, else the parsed fields with the view moved in.
+    pub fn body(&mut self, prepared: &mut Prepared) -> Result<Bytes, ApiError> {
+        let (Some(view), Stage::Parsed { fields, .. }) = (prepared.view.take(), &mut self.stage)
+        else {
+            return Ok(self.bytes.clone());
+        };
+        fields.insert("messages".into(), Value::Array(view));
+        serde_json::to_vec(fields)
+            .map(Bytes::from)
+            .map_err(|e| ApiError::Internal(e.to_string()))
+    }
+
+    /// The parsed form, built on first use.
+    fn upgrade(&mut self, app: &Arc<App>, headers: &HeaderMap) -> Result<&mut Turn, ApiError> {
+        if let Stage::Raw { parsed, .. } = &mut self.stage {
+            if parsed.is_none() {
+                *parsed = Some(parse(&self.bytes)?);
+            }
+            let Stage::Raw {
+                look,
+                parsed: Some(mut fields),
+            } = std::mem::replace(&mut self.stage, Stage::Upgrading)
+            else {
+                return Err(ApiError::Internal(
+                    "request stage changed while upgrading".into(),
+                ));
+            };
+            // Taken, not removed: the view goes back in the same place.
+            let messages = match fields.get_mut("messages").map(Value::take) {
+                Some(Value::Array(messages)) => messages,
+                _ => Vec::new(),
+            };
+            let turn = Turn::new(
+                app.clone(),
+                look.key,
+                &self.provider.name,
+                headers,
+                &fields,
+                messages,
+                look.estimate,
+            );
+            self.stage = Stage::Parsed { fields, turn };
+        }
+        match &mut self.stage {
+            Stage::Parsed { turn, .. } => Ok(turn),
+            _ => Err(ApiError::Internal("request not parsed".into())),
+        }
+    }
+}
+
+/// Parses and checks the body: a JSON object with a string `model` and an
+/// array of message objects.
+pub(super) fn parse(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let bad =
+        |message: String, param: Option<&'static str>| ApiError::BadRequest { message, param };
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| bad(format!("request body is not valid JSON: {e}"), None))?;
+    let Value::Object(map) = value else {
+        return Err(bad("request body must be a JSON object".into(), None));
+    };
+    match map.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => {}
+        Some(_) => {
+            return Err(bad(
+                "`model` must be a non-empty string".into(),
+                Some("model"),
+            ));
+        }
+        None => {
+            return Err(bad(
+                "you must provide a `model` parameter".into(),
+                Some("model"),
+            ));
+        }
+    }
+    match map.get("messages") {
+        Some(Value::Array(messages)) => {
+            if let Some(i) = messages
+                .iter()
+                .position(|m| !m.get("role").is_some_and(Value::is_string))
+            {
+                return Err(bad(
+                    format!("messages[{i}] must be an object with a string `role`"),
+                    Some("messages"),
+                ));
+            }
+        }
+        Some(_) => return Err(bad("`messages` must be an array".into(), Some("messages"))),
+        None => {
+            return Err(bad(
+                "you must provide a `messages` parameter".into(),
+                Some("messages"),
+            ));
+        }
+    }
+    Ok(map)
+}

@@ -14,7 +14,7 @@
 mod common;
 
 use common::convo::{self, Convo, label};
-use common::llm::{self, Llm, Sum, content_text};
+use common::llm::{self, Llm, Sum, assert_tool_pairs, content_text};
 use common::{Foldgate, Reply, post_json, send};
 use foldgate::fold::ledger::LEDGER_HEADING;
 use foldgate::fold::summary::HEADING_PREFIX;
@@ -183,30 +183,6 @@ async fn align_to_second_start() {
 }
 
 // ------------------------------------------------------- ledger fidelity
-
-/// Every tool result in a view follows its call, and every call has its
-/// result.
-fn assert_tool_pairs(view: &[Value]) {
-    let mut open: Vec<String> = Vec::new();
-    for m in view {
-        if m["role"] == "tool" {
-            let id = m["tool_call_id"].as_str().unwrap_or("");
-            let at = open
-                .iter()
-                .position(|o| o == id)
-                .unwrap_or_else(|| panic!("tool result {id} without its call in the view"));
-            open.remove(at);
-        } else {
-            assert!(
-                open.is_empty(),
-                "tool calls {open:?} lack results before {m}"
-            );
-            for call in m["tool_calls"].as_array().into_iter().flatten() {
-                open.push(call["id"].as_str().unwrap_or("").to_string());
-            }
-        }
-    }
-}
 
 /// One agent turn `i` of the lossy test: the user's task, an assistant tool
 /// call, its result (shell output, a stack trace, JSON, or a diff), and the

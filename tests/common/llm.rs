@@ -335,7 +335,12 @@ pub fn assert_view_covers(client: &[Value], view: &[Value]) {
             "client message {i} ({m}) is neither in the view nor in its summary ({summary_tags:?})"
         );
     }
-    // Tool pairs: every tool result follows its call, and every call has its result.
+    assert_tool_pairs(view);
+}
+
+/// Every tool result in a view follows its call, and every call has its
+/// result before the next message of another kind.
+pub fn assert_tool_pairs(view: &[Value]) {
     let mut open: Vec<String> = Vec::new();
     for m in view {
         match m["role"].as_str() {

@@ -1,13 +1,14 @@
-//! Carrying out a fold: the summarizer call, the new state, the event log.
-//! Inline folds run in a task of their own too, so a client that hangs up
-//! does not cancel a fold it started.
+//! When a request folds and carrying the fold out: the decision's modes
+//! (inline, background, postponed), the summarizer call, the ledger, the
+//! new state, the event log. Inline folds run in a task of their own too,
+//! so a client that hangs up does not cancel a fold it started.
 
-use super::turn::{Prepared, Turn};
+use super::turn::{Prepared, Turn, now_unix};
 use crate::background::Job;
-use crate::config::OnFailure;
+use crate::config::{Mode, OnFailure};
 use crate::error::ApiError;
 use crate::fold::ledger::{Ledger, LedgerUpdate};
-use crate::fold::{Decision, FoldChain, FoldPlan, FoldState, Reason, Summary};
+use crate::fold::{Decision, FoldChain, FoldPlan, FoldState, Reason, Summary, ViewInfo};
 use crate::metrics::Metrics;
 use crate::summarize::{Outcome, Target};
 use serde_json::{Value, json};
@@ -36,6 +37,55 @@ impl Started {
 }
 
 impl Turn {
+    /// Decides, folds if this request must wait for it, and returns what
+    /// to forward. `chain` is the conversation's fold chain as the request
+    /// loaded it.
+    pub async fn prepare(&self, chain: Option<Arc<FoldChain>>) -> Result<Prepared, ApiError> {
+        let decision = self.decide(chain.as_deref(), &self.data.policy);
+        let background = self.data.policy.mode == Mode::Background && self.data.key.is_some();
+        let postponed = self.backing_off();
+        match decision {
+            Decision::CannotFit(c) => self.cannot_fit(&c),
+            Decision::NoFold(info) => {
+                if background && !postponed {
+                    self.maybe_prefold(chain.as_deref(), &info);
+                }
+                self.no_fold(&info)
+            }
+            Decision::Fold(plan) if postponed && plan.reason != Reason::Emergency => {
+                self.postpone(plan.base.as_ref())
+            }
+            Decision::Fold(plan) if background && plan.reason != Reason::Emergency => {
+                // The view still fits: forward it now, fold off the request path.
+                self.start_background();
+                self.reuse(plan.base.as_ref(), None)
+            }
+            Decision::Fold(plan) => {
+                let wait = (background && plan.reason == Reason::Emergency)
+                    .then_some(self.app.config.summarizer.emergency_wait);
+                self.fold_inline(wait).await
+            }
+        }
+    }
+
+    /// In background mode, starts a fold once the view crosses the prefold
+    /// ratio, with the trigger band shifted down to match.
+    fn maybe_prefold(&self, chain: Option<&FoldChain>, info: &ViewInfo) {
+        let policy = &self.data.policy;
+        let threshold = policy.prefold_ratio * f64::from(self.budget.context_window);
+        if f64::from(info.tokens) < threshold || policy.prefold_ratio >= policy.trigger_ratio {
+            return;
+        }
+        // While a fold runs, this request only becomes the pending one; the
+        // fold task plans it afterwards, so it is not planned twice here.
+        if self.mark_pending() {
+            return;
+        }
+        if let Decision::Fold(_) = self.decide(chain, &self.prefold_policy()) {
+            self.start_background();
+        }
+    }
+
     /// When a background fold of this conversation runs, makes this request
     /// the one to fold after it and returns true.
     pub(super) fn mark_pending(&self) -> bool {
@@ -295,10 +345,4 @@ impl Turn {
             })
             .collect()
     }
-}
-
-pub(super) fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

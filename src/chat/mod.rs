@@ -1,9 +1,9 @@
 //! The chat pipeline: intercepts `POST …/chat/completions`, applies or makes
 //! a fold, forwards the view, and streams the answer back.
 //!
-//! [`ChatRequest::read`] (the raw JSON: model, provider, conversation key,
+//! `ChatRequest::read` (the raw JSON: model, provider, conversation key,
 //! estimate, the fold chain, read once) → untouched, or upgraded once to
-//! the parsed form and its [`turn::Turn`] → [`crate::fold::plan`] → (fold
+//! the parsed form and its `Turn` → [`crate::fold::plan`] → (fold
 //! under the conversation's single-flight lock → summarizer → new state) →
 //! forward (the client's bytes when the view is the messages unchanged) →
 //! on a context-length 400, one emergency fold and retry → response with

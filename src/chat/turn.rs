@@ -1,11 +1,12 @@
-//! One chat request's fold decision: what view to forward, and whether a
-//! fold runs inline (the request waits) or in the background.
+//! One chat request's facts for folding ([`Turn`]) and the views it can
+//! forward: the plan, the untouched messages, a reused fold, a postponed
+//! fold, a refusal. Deciding when to fold, and folding, is in `fold_run`.
 
 use crate::app::App;
-use crate::config::{Config, Mode, Policy};
+use crate::config::{Config, Policy};
 use crate::error::ApiError;
 use crate::fold::view::Item;
-use crate::fold::{self, Budget, CannotFit, Decision, FoldChain, FoldState, Reason, ViewInfo};
+use crate::fold::{self, Budget, CannotFit, Decision, FoldChain, FoldState, ViewInfo};
 use crate::metrics::Metrics;
 use crate::state::ConvKey;
 use crate::summarize::Credentials;
@@ -53,7 +54,7 @@ pub(super) fn budget(
         output_reserve,
         overhead: estimate.calibrated(u64::from(estimate.overhead)),
         summary_reserve: summary_budget(config, policy, estimate.context_window),
-        now_unix: super::fold_run::now_unix(),
+        now_unix: now_unix(),
     }
 }
 
@@ -132,37 +133,6 @@ impl Turn {
         self.budget.context_window = self.budget.context_window.min(window.max(1));
     }
 
-    /// Decides, folds if this request must wait for it, and returns what
-    /// to forward. `chain` is the conversation's fold chain as the request
-    /// loaded it.
-    pub async fn prepare(&self, chain: Option<Arc<FoldChain>>) -> Result<Prepared, ApiError> {
-        let decision = self.decide(chain.as_deref(), &self.data.policy);
-        let background = self.data.policy.mode == Mode::Background && self.data.key.is_some();
-        let postponed = self.backing_off();
-        match decision {
-            Decision::CannotFit(c) => self.cannot_fit(&c),
-            Decision::NoFold(info) => {
-                if background && !postponed {
-                    self.maybe_prefold(chain.as_deref(), &info);
-                }
-                self.no_fold(&info)
-            }
-            Decision::Fold(plan) if postponed && plan.reason != Reason::Emergency => {
-                self.postpone(plan.base.as_ref())
-            }
-            Decision::Fold(plan) if background && plan.reason != Reason::Emergency => {
-                // The view still fits: forward it now, fold off the request path.
-                self.start_background();
-                self.reuse(plan.base.as_ref(), None)
-            }
-            Decision::Fold(plan) => {
-                let wait = (background && plan.reason == Reason::Emergency)
-                    .then_some(self.app.config.summarizer.emergency_wait);
-                self.fold_inline(wait).await
-            }
-        }
-    }
-
     /// Whether the conversation's last fold failed too recently to try again.
     pub(super) fn backing_off(&self) -> bool {
         let background = &self.app.background;
@@ -177,24 +147,6 @@ impl Turn {
     pub(super) fn postpone(&self, base: Option<&FoldState>) -> Result<Prepared, ApiError> {
         Metrics::inc(&self.app.metrics.folds_postponed);
         self.reuse(base, Some("fold postponed: the summarizer failed recently"))
-    }
-
-    /// In background mode, starts a fold once the view crosses the prefold
-    /// ratio, with the trigger band shifted down to match.
-    fn maybe_prefold(&self, chain: Option<&FoldChain>, info: &ViewInfo) {
-        let policy = &self.data.policy;
-        let threshold = policy.prefold_ratio * f64::from(self.budget.context_window);
-        if f64::from(info.tokens) < threshold || policy.prefold_ratio >= policy.trigger_ratio {
-            return;
-        }
-        // While a fold runs, this request only becomes the pending one; the
-        // fold task plans it afterwards, so it is not planned twice here.
-        if self.mark_pending() {
-            return;
-        }
-        if let Decision::Fold(_) = self.decide(chain, &self.prefold_policy()) {
-            self.start_background();
-        }
     }
 
     /// The policy a background fold plans with: triggers at the prefold
@@ -319,6 +271,13 @@ impl Turn {
             warning: warning.map(str::to_string),
         }
     }
+}
+
+/// The clock, in Unix seconds.
+pub(super) fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The index of `item` when it is an element of `slice` itself (by

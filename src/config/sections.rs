@@ -165,7 +165,8 @@ pub struct SummarizerConfig {
     /// Extra attempts per model after a transport error, timeout, 429, 5xx
     /// or output that is not a valid summary.
     pub retries: u32,
-    /// First backoff between attempts; it doubles each time.
+    /// First backoff between attempts that repeat a request; it doubles
+    /// each time, plus a random jitter of up to the delay itself.
     #[serde(with = "humantime_serde")]
     pub backoff: Duration,
     /// `passthrough` or `error`.

@@ -38,7 +38,7 @@ pub(crate) enum Item {
     New(Value),
 }
 
-/// [`layout`] for a state that [`super::plan`] matched or made from these
+/// [`layout`] for a state that planning matched or made from these
 /// very messages: the match is not hashed again (debug builds check it).
 pub(crate) fn layout_planned(
     messages: &[Value],

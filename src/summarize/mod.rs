@@ -24,6 +24,7 @@ use crate::body;
 use crate::config::SummarizerConfig;
 use crate::fold::Summary;
 use crate::upstream::Provider;
+use backon::{BackoffBuilder, ExponentialBuilder};
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode, header};
 use http_body_util::BodyExt;
@@ -215,6 +216,7 @@ impl Summarizer {
     ) -> Result<Summary, String> {
         let target = job.target;
         let (mut retries, mut calls, mut unusable) = (0u32, 0u32, 0u32);
+        let mut delays = self.delays();
         let mut limit = job.output_tokens;
         let mut hint: Option<String> = None;
         loop {
@@ -261,14 +263,29 @@ impl Summarizer {
             if retries >= self.config.retries {
                 return Err(format!("{failure} (after {calls} attempts)"));
             }
-            let delay = self.config.backoff.saturating_mul(1 << retries.min(10));
-            tracing::debug!(model = %target.model, error = %failure, ?delay, "summarizer retry");
             retries += 1;
             // A changed request can go at once; the same one waits.
             if wait {
+                let delay = delays.next().unwrap_or(self.config.backoff);
+                tracing::debug!(model = %target.model, error = %failure, ?delay, "summarizer retry");
                 tokio::time::sleep(delay).await;
+            } else {
+                tracing::debug!(model = %target.model, error = %failure, "summarizer retry");
             }
         }
+    }
+
+    /// Waits between attempts that repeat a request: exponential from
+    /// `backoff`, with jitter so clients that failed together do not retry
+    /// together, capped at a minute.
+    fn delays(&self) -> impl Iterator<Item = Duration> {
+        ExponentialBuilder::default()
+            .with_min_delay(self.config.backoff)
+            .with_max_delay(Duration::from_secs(60).max(self.config.backoff))
+            .with_factor(2.0)
+            .with_jitter()
+            .with_max_times(usize::try_from(self.config.retries).unwrap_or(usize::MAX))
+            .build()
     }
 
     /// The provider's bound on calls in flight.

@@ -1,8 +1,9 @@
-//! The message vocabulary every room shares: roles, the pinned head and
-//! tool-call pairing, defined once for tokens, fold, chat and the
+//! The message vocabulary every room shares: identities, roles, the pinned
+//! head and tool-call pairing, defined once for tokens, fold, chat and the
 //! conversation key. A leaf: it imports nothing of foldgate's.
 
 use serde_json::Value;
+use xxhash_rust::xxh3::xxh3_128;
 
 /// A message's role, as far as folding cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +36,27 @@ impl Role {
     pub fn of_message(message: &Value) -> Option<Self> {
         role(message).map(Self::of)
     }
+}
+
+/// One message's identity: the XXH3-128 of its JSON text.
+pub type MessageId = u128;
+
+/// The identity of a message given as the JSON text the client sent.
+pub fn raw_message_id(json: &str) -> MessageId {
+    xxh3_128(json.as_bytes())
+}
+
+/// The identity of a message that exists only as a value: the hash of its
+/// `serde_json` encoding (with `preserve_order`, the client's key order).
+pub fn message_id(message: &Value) -> MessageId {
+    // Serialising a `Value` cannot fail (its map keys are strings); an empty
+    // vector on the impossible error still hashes deterministically.
+    xxh3_128(&serde_json::to_vec(message).unwrap_or_default())
+}
+
+/// [`message_id`] of every message.
+pub fn ids_of(messages: &[Value]) -> Vec<MessageId> {
+    messages.iter().map(message_id).collect()
 }
 
 /// A message's `role`, if it is a string.

@@ -24,10 +24,11 @@
 )]
 
 use foldgate::config::{Placement, Policy};
+use foldgate::fold::hash::ids_of;
 use foldgate::fold::ledger::Ledger;
 use foldgate::fold::summary::HEADING_PREFIX;
 use foldgate::fold::{
-    Budget, Decision, FoldChain, FoldState, Reason, Summary, build_view, pinned_len, plan,
+    Budget, Decision, FoldChain, FoldState, Messages, Reason, Summary, build_view, pinned_len, plan,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed};
@@ -336,8 +337,22 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) {
     let mut frozen: HashMap<String, Vec<Value>> = HashMap::new();
     for (step, &n) in points.iter().enumerate() {
         let ms = &history[..n];
-        let decide =
-            |chain: &FoldChain| plan(ms, Some(chain), &s.policy, &s.budget, &count, s.placement);
+        let (ids, counts) = (ids_of(ms), ms.iter().map(count).collect::<Vec<u32>>());
+        let request = Messages {
+            values: ms,
+            ids: &ids,
+            counts: &counts,
+        };
+        let decide = |chain: &FoldChain| {
+            plan(
+                request,
+                Some(chain),
+                &s.policy,
+                &s.budget,
+                &count,
+                s.placement,
+            )
+        };
         // The costly cross-checks (each rehashes the history) run every 4th step.
         let thorough = step % 4 == 0;
         let decision = decide(&chain);

@@ -10,7 +10,7 @@ use crate::config::Mode;
 use crate::error::ApiError;
 use crate::fold::FoldChain;
 use crate::fold::trigger::{Observed, evaluate};
-use crate::message::{Role, pinned_count};
+use crate::message::{MessageId, Role, pinned_count};
 use crate::state::ConvKey;
 use crate::tokens::Estimate;
 use http::HeaderMap;
@@ -79,6 +79,8 @@ pub(super) fn parse(bytes: &[u8]) -> Option<RawChat<'_>> {
 /// can go upstream untouched.
 pub(super) struct Look {
     pub key: Option<ConvKey>,
+    /// Each message's identity (the hash of its text as sent).
+    pub ids: Vec<MessageId>,
     pub estimate: Estimate,
     pub chain: Option<Arc<FoldChain>>,
     /// `Some` when the request goes upstream untouched.
@@ -103,6 +105,7 @@ pub(super) async fn route(
         })?;
     let roles: Vec<Role> = counted.iter().map(|c| c.role).collect();
     let counts: Vec<u32> = counted.iter().map(|c| c.tokens).collect();
+    let ids: Vec<MessageId> = counted.iter().map(|c| c.id).collect();
     let pinned = pinned_count(roles.iter().copied().map(Some));
     let fingerprint = || {
         let first_user = roles.iter().skip(pinned).position(|r| *r == Role::User)? + pinned;
@@ -115,14 +118,15 @@ pub(super) async fn route(
         Some(k) => app.store.load(k).await.filter(|chain| !chain.is_empty()),
         None => None,
     };
-    let full = |key, estimate, chain| Look {
+    let full = |key, ids, estimate, chain| Look {
         key,
+        ids,
         estimate,
         chain,
         untouched: None,
     };
     if chain.is_some() {
-        return Ok(full(key, estimate, chain));
+        return Ok(full(key, ids, estimate, chain));
     }
     let policy = app.config.policy_for(provider, &raw.model);
     let budget = budget(&app.config, &policy, &estimate, &raw.rest);
@@ -143,7 +147,7 @@ pub(super) async fn route(
         && key.is_some()
         && seen.view_tokens as f64 >= policy.prefold_ratio * f64::from(budget.context_window);
     if prefold || evaluate(&seen, &policy, &budget).is_some() {
-        return Ok(full(key, estimate, None));
+        return Ok(full(key, ids, estimate, None));
     }
     let prepared = Prepared {
         view: None,
@@ -155,6 +159,6 @@ pub(super) async fn route(
     };
     Ok(Look {
         untouched: Some(prepared),
-        ..full(key, estimate, None)
+        ..full(key, ids, estimate, None)
     })
 }

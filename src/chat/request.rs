@@ -8,6 +8,7 @@ use super::key;
 use super::turn::{Prepared, Turn};
 use crate::app::App;
 use crate::error::ApiError;
+use crate::message::ids_of;
 use crate::upstream::Provider;
 use bytes::Bytes;
 use http::HeaderMap;
@@ -71,8 +72,13 @@ impl ChatRequest {
             Some(k) => app.store.load(k).await,
             None => None,
         };
+        let ids = match parsed.get("messages") {
+            Some(Value::Array(messages)) => ids_of(messages),
+            _ => Vec::new(),
+        };
         let look = Look {
             key,
+            ids,
             estimate: app.tokens.estimate(&model, &parsed),
             chain,
             untouched: None,
@@ -165,7 +171,7 @@ impl ChatRequest {
                 &self.provider.name,
                 headers,
                 &fields,
-                messages,
+                (messages, look.ids),
                 look.estimate,
             );
             self.stage = Stage::Parsed { fields, turn };

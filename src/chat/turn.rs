@@ -6,7 +6,9 @@ use crate::app::App;
 use crate::config::{Config, Policy};
 use crate::error::ApiError;
 use crate::fold::view::Item;
-use crate::fold::{self, Budget, CannotFit, Decision, FoldChain, FoldState, ViewInfo};
+use crate::fold::{
+    self, Budget, CannotFit, Decision, FoldChain, FoldState, MessageId, Messages, ViewInfo,
+};
 use crate::metrics::Metrics;
 use crate::state::ConvKey;
 use crate::summarize::Credentials;
@@ -79,20 +81,25 @@ pub(super) struct TurnData {
     pub provider: String,
     pub key: Option<ConvKey>,
     pub messages: Vec<Value>,
+    /// Each message's identity, as the first look hashed it.
+    pub ids: Vec<MessageId>,
+    /// Each message's calibrated tokens, from the estimate.
+    pub counts: Vec<u32>,
     pub policy: Policy,
     pub estimate: Estimate,
     pub credentials: Credentials,
 }
 
 impl Turn {
-    /// Gathers what the decision needs; takes the request's messages.
+    /// Gathers what the decision needs; takes the request's messages and
+    /// their identities (aligned with them, as is `estimate.messages`).
     pub fn new(
         app: Arc<App>,
         key: Option<ConvKey>,
         provider: &str,
         headers: &HeaderMap,
         request: &Map<String, Value>,
-        messages: Vec<Value>,
+        (messages, ids): (Vec<Value>, Vec<MessageId>),
         estimate: Estimate,
     ) -> Self {
         let config = &app.config;
@@ -116,7 +123,13 @@ impl Turn {
                 headers: auth,
                 drop_client_auth: !config.server.api_keys.is_empty(),
             },
+            counts: estimate
+                .messages
+                .iter()
+                .map(|&c| estimate.calibrated(u64::from(c)))
+                .collect(),
             messages,
+            ids,
             estimate,
         };
         let budget = budget(config, &data.policy, &data.estimate, request);
@@ -169,10 +182,14 @@ impl Turn {
     }
 
     pub(super) fn decide(&self, chain: Option<&FoldChain>, policy: &Policy) -> Decision {
-        let counter = |m: &Value| self.count(m);
+        // Only the messages foldgate adds are counted here.
+        let counter = |m: &Value| {
+            let raw = self.app.tokens.message_tokens(&self.data.model, m);
+            self.data.estimate.calibrated(u64::from(raw))
+        };
         let placement = self.app.config.summary.placement;
         fold::plan(
-            &self.data.messages,
+            self.messages(),
             chain,
             policy,
             &self.budget,
@@ -181,15 +198,13 @@ impl Turn {
         )
     }
 
-    /// Calibrated tokens of one message. A message of the request itself
-    /// is looked up in the estimate made while parsing, by position, so no
-    /// message is hashed twice on the request path.
-    fn count(&self, message: &Value) -> u32 {
-        let counted = index_in(&self.data.messages, message)
-            .and_then(|i| self.data.estimate.messages.get(i).copied());
-        let raw =
-            counted.unwrap_or_else(|| self.app.tokens.message_tokens(&self.data.model, message));
-        self.data.estimate.calibrated(u64::from(raw))
+    /// The request's messages with their identities and counts.
+    pub(super) fn messages(&self) -> Messages<'_> {
+        Messages {
+            values: &self.data.messages,
+            ids: &self.data.ids,
+            counts: &self.data.counts,
+        }
     }
 
     /// Forwards the view of `base` (or the messages unchanged).
@@ -249,7 +264,7 @@ impl Turn {
             Some(state) => {
                 let messages = &self.data.messages;
                 let placement = self.app.config.summary.placement;
-                let items = fold::view::layout_planned(messages, state, placement);
+                let items = fold::view::layout_planned(self.messages(), state, placement);
                 let counted: u64 = items
                     .iter()
                     .map(|item| match item {
@@ -278,26 +293,4 @@ pub(super) fn now_unix() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// The index of `item` when it is an element of `slice` itself (by
-/// address, not by value).
-fn index_in(slice: &[Value], item: &Value) -> Option<usize> {
-    let size = std::mem::size_of::<Value>();
-    let offset = (item as *const Value as usize).checked_sub(slice.as_ptr() as usize)?;
-    (offset % size == 0 && offset / size < slice.len()).then_some(offset / size)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::index_in;
-    use serde_json::json;
-
-    #[test]
-    fn index_by_address_not_value() {
-        let v = vec![json!(1), json!(2), json!(1)];
-        assert_eq!(index_in(&v, &v[2]), Some(2));
-        let copy = v[0].clone();
-        assert_eq!(index_in(&v, &copy), None);
-    }
 }

@@ -1,30 +1,45 @@
 //! The hash chain that ties a fold state to the exact messages it folded.
 //!
-//! `h_0` is 32 zero bytes and `h_i = sha256(h_{i-1} || sha256(bytes_i))`,
-//! where `bytes_i` is `serde_json::to_vec` of message `i` after the pinned
-//! head (with `preserve_order`, the client's own key order). A state stores
-//! `h_covered`; a request matches it when its own prefix hashes to the same
-//! value, so an edit anywhere in the covered range breaks the match.
+//! Each message has one identity, [`MessageId`]: the XXH3-128 of its JSON
+//! text as the client sent it (the same hash the token cache keys on, so
+//! the request path hashes each message once), or of `serde_json`'s
+//! encoding for a message that only exists as a value. `h_0` is zero and
+//! `h_i` is two XXH3-128 lanes, under different seeds, of
+//! `h_{i-1} || id_i`, where `id_i` is the identity of message `i` after the
+//! pinned head. A state stores `h_covered`; a request matches it when its
+//! own prefix hashes to the same value, so an edit anywhere in the covered
+//! range breaks the match. The hashes are not cryptographic: a chain is
+//! only ever compared within one tenant's conversation, where a crafted
+//! collision could only mislead the client that crafted it.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::fmt;
+use xxhash_rust::xxh3::xxh3_128_with_seed;
 
-/// One link of the chain: a SHA-256 value.
+pub use crate::message::{MessageId, ids_of, message_id, raw_message_id};
+
+/// One link of the chain: 32 bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct ChainHash(pub [u8; 32]);
+
+/// Seeds of the two lanes of a link.
+const LANES: [u64; 2] = [0x666f_6c64_6761_7465, 0x6368_6169_6e5f_7632];
 
 impl ChainHash {
     /// The value before any message: all zeros.
     pub const ZERO: Self = Self([0; 32]);
 
-    /// The next link: `sha256(self || sha256(canonical bytes of message))`.
-    pub fn next(&self, message: &Value) -> Self {
-        let mut outer = Sha256::new();
-        outer.update(self.0);
-        outer.update(message_digest(message));
-        Self(outer.finalize().into())
+    /// The next link, after the message with identity `id`.
+    pub fn next(&self, id: MessageId) -> Self {
+        let mut input = [0u8; 48];
+        input[..32].copy_from_slice(&self.0);
+        input[32..].copy_from_slice(&id.to_le_bytes());
+        let mut out = [0u8; 32];
+        for (lane, seed) in out.chunks_exact_mut(16).zip(LANES) {
+            lane.copy_from_slice(&xxh3_128_with_seed(&input, seed).to_le_bytes());
+        }
+        Self(out)
     }
 
     /// Lower-case hex, 64 characters.
@@ -68,44 +83,39 @@ impl<'de> Deserialize<'de> for ChainHash {
     }
 }
 
-/// SHA-256 of a message's canonical bytes (`serde_json::to_vec`).
-pub fn message_digest(message: &Value) -> [u8; 32] {
-    // Serialising a `Value` cannot fail (its map keys are strings); an empty
-    // vector on the impossible error still hashes deterministically.
-    let bytes = serde_json::to_vec(message).unwrap_or_default();
-    Sha256::digest(&bytes).into()
-}
-
-/// The chain over `messages`, from `h_0`.
+/// The chain over `messages` (values), from `h_0`.
 pub fn chain_of(messages: &[Value]) -> ChainHash {
-    messages.iter().fold(ChainHash::ZERO, |h, m| h.next(m))
+    messages
+        .iter()
+        .fold(ChainHash::ZERO, |h, m| h.next(message_id(m)))
 }
 
-/// Prefix hashes of a request's messages after the pinned head, computed
-/// once and extended lazily: `get(k)` is the chain over the first `k`.
+/// Prefix hashes of a request's messages after the pinned head, given by
+/// identity, extended lazily: `get(k)` is the chain over the first `k`.
 #[derive(Debug, Clone)]
 pub struct PrefixChain<'m> {
-    messages: &'m [Value],
+    ids: &'m [MessageId],
     links: Vec<ChainHash>,
 }
 
 impl<'m> PrefixChain<'m> {
-    /// Prefixes of `messages` (the request's messages after the pinned head).
-    pub fn new(messages: &'m [Value]) -> Self {
+    /// Prefixes of the messages with identities `ids` (the request's
+    /// messages after the pinned head).
+    pub fn new(ids: &'m [MessageId]) -> Self {
         Self {
-            messages,
+            ids,
             links: vec![ChainHash::ZERO],
         }
     }
 
     /// The chain over the first `k` messages, or `None` past the end.
     pub fn get(&mut self, k: usize) -> Option<ChainHash> {
-        if k > self.messages.len() {
+        if k > self.ids.len() {
             return None;
         }
         while self.links.len() <= k {
             let i = self.links.len() - 1;
-            let next = self.links[i].next(&self.messages[i]);
+            let next = self.links[i].next(self.ids[i]);
             self.links.push(next);
         }
         Some(self.links[k])
@@ -123,7 +133,8 @@ mod tests {
             json!({"role":"user","content":"a"}),
             json!({"role":"assistant","content":"b"}),
         ];
-        let mut p = PrefixChain::new(&ms);
+        let ids = ids_of(&ms);
+        let mut p = PrefixChain::new(&ids);
         assert_eq!(p.get(0), Some(ChainHash::ZERO));
         assert_eq!(p.get(2), Some(chain_of(&ms)));
         assert_eq!(p.get(1), Some(chain_of(&ms[..1])));
@@ -136,5 +147,22 @@ mod tests {
         assert_eq!(ChainHash::from_hex(&h.to_hex()), Some(h));
         let reordered = chain_of(&[json!({"content":"x","role":"user"})]);
         assert_ne!(h, reordered);
+    }
+
+    #[test]
+    fn raw_identity_is_the_text_as_sent() {
+        let text = r#"{"role":"user","content":"x"}"#;
+        let value: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(raw_message_id(text), message_id(&value));
+        // Other spacing is another text: the identity follows the bytes sent.
+        assert_ne!(
+            raw_message_id(r#"{"role": "user", "content": "x"}"#),
+            message_id(&value)
+        );
+        assert_ne!(ChainHash::ZERO.next(1), ChainHash::ZERO.next(2));
+        assert_ne!(
+            ChainHash::ZERO.next(1).next(2),
+            ChainHash::ZERO.next(2).next(1)
+        );
     }
 }

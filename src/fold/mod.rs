@@ -55,13 +55,27 @@ pub mod trigger;
 pub mod view;
 
 pub use crate::message::pinned_len;
-pub use hash::ChainHash;
+pub use hash::{ChainHash, MessageId};
 pub use plan::{CannotFit, Decision, FoldPlan, ViewInfo, plan};
 pub use state::{FoldChain, FoldState, Reason};
 pub use summary::Summary;
 pub use view::{ACK_TEXT, build_view, view_differs};
 
 use serde_json::Value;
+
+/// A request's messages as the fold engine reads them: the values, each
+/// one's identity and its prompt tokens, all computed once by the caller
+/// (the request path has them from its first look at the raw JSON).
+#[derive(Debug, Clone, Copy)]
+pub struct Messages<'m> {
+    /// The messages, `M[0..n)`.
+    pub values: &'m [Value],
+    /// Each message's identity ([`hash::raw_message_id`] of the text the
+    /// client sent, or [`hash::message_id`]).
+    pub ids: &'m [hash::MessageId],
+    /// Each message's prompt tokens, framing included (calibrated).
+    pub counts: &'m [u32],
+}
 
 /// Token counts for single messages, supplied by the caller (the real
 /// estimator in production, a simple deterministic counter in tests).

@@ -6,7 +6,7 @@ use super::hash::{ChainHash, PrefixChain};
 use super::state::{FoldChain, FoldState, Reason};
 use super::trigger::{self, Observed};
 use super::view::{Item, ack_message, layout};
-use super::{Budget, CountTokens};
+use super::{Budget, CountTokens, Messages};
 use crate::config::{Placement, Policy};
 use crate::message::{Role, is_role, pinned_len};
 use serde_json::Value;
@@ -110,22 +110,25 @@ pub struct CannotFit {
 }
 
 /// Decides what to do with one request. `chain` holds the conversation's
-/// recent folds; the deepest one matching `messages` is applied first.
+/// recent folds; the deepest one matching the messages is applied first.
+/// `counter` counts only the messages foldgate itself adds (the summary, an
+/// acknowledgement); the request's own come counted in `request`.
 pub fn plan<C: CountTokens + ?Sized>(
-    messages: &[Value],
+    request: Messages<'_>,
     chain: Option<&FoldChain>,
     policy: &Policy,
     budget: &Budget,
     counter: &C,
     placement: Placement,
 ) -> Decision {
+    let messages = request.values;
+    let counts = request.counts;
     let p = pinned_len(messages);
     let n = messages.len();
-    let mut prefix = PrefixChain::new(&messages[p..]);
-    let counts: Vec<u32> = messages.iter().map(|m| counter.message_tokens(m)).collect();
+    let mut prefix = PrefixChain::new(&request.ids[p..]);
     let overhead = u64::from(budget.overhead);
     let view_of = |base: Option<&FoldState>| {
-        overhead + layout_tokens(&layout(messages, base, placement), &counts, counter)
+        overhead + layout_tokens(&layout(messages, base, placement), counts, counter)
     };
     let matching = chain.map_or_else(Vec::new, |c| c.matching_prefix(n - p, &mut prefix));
     let (base, view_tokens) = choose_base(&matching, (n, p), policy, budget, &view_of);
@@ -153,7 +156,7 @@ pub fn plan<C: CountTokens + ?Sized>(
     let old_kept = base.and_then(|b| b.kept_user).map(|k| p + k);
     let input = CutInput {
         messages,
-        counts: &counts,
+        counts,
         start,
         old_kept,
         fixed: counts[..p].iter().map(|&c| u64::from(c)).sum::<u64>()

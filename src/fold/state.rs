@@ -9,7 +9,7 @@
 //! it was made from ([`FoldChain::best_match`]).
 
 use super::FoldPlan;
-use super::hash::{ChainHash, PrefixChain};
+use super::hash::{ChainHash, MessageId, PrefixChain, ids_of};
 use super::ledger::Ledger;
 use super::summary::Summary;
 use crate::message::pinned_len;
@@ -141,8 +141,13 @@ impl FoldState {
     /// at least one message follows it, and it hashes to `chain`.
     pub fn matches(&self, messages: &[Value]) -> bool {
         let p = pinned_len(messages);
-        let mut prefix = PrefixChain::new(&messages[p..]);
-        self.matches_prefix(messages.len() - p, &mut prefix)
+        self.matches_ids(&ids_of(&messages[p..]))
+    }
+
+    /// [`FoldState::matches`] for the messages after the pinned head, given
+    /// by identity.
+    pub fn matches_ids(&self, after_pinned: &[MessageId]) -> bool {
+        self.matches_prefix(after_pinned.len(), &mut PrefixChain::new(after_pinned))
     }
 
     /// [`FoldState::matches`] against precomputed prefix hashes of the
@@ -213,8 +218,8 @@ impl FoldChain {
     /// none). Hashes the request's prefix once, up to the longest candidate.
     pub fn best_match(&self, messages: &[Value]) -> Option<&FoldState> {
         let p = pinned_len(messages);
-        let mut prefix = PrefixChain::new(&messages[p..]);
-        self.best_match_prefix(messages.len() - p, &mut prefix)
+        let ids = ids_of(&messages[p..]);
+        self.best_match_prefix(ids.len(), &mut PrefixChain::new(&ids))
     }
 
     /// [`FoldChain::best_match`] with precomputed prefix hashes.

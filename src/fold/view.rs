@@ -41,12 +41,16 @@ pub(crate) enum Item {
 /// [`layout`] for a state that planning matched or made from these
 /// very messages: the match is not hashed again (debug builds check it).
 pub(crate) fn layout_planned(
-    messages: &[Value],
+    request: super::Messages<'_>,
     state: &FoldState,
     placement: Placement,
 ) -> Vec<Item> {
-    debug_assert!(state.matches(messages), "a planned state must match");
-    layout(messages, Some(state), placement)
+    let p = pinned_len(request.values);
+    debug_assert!(
+        state.matches_ids(&request.ids[p..]),
+        "a planned state must match"
+    );
+    layout(request.values, Some(state), placement)
 }
 
 /// Lays out the view of `messages` under `state` (assumed to match).

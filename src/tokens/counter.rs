@@ -10,7 +10,7 @@ use super::registry::{self, LimitSource, ModelLimits};
 use super::tools::definitions_tokens;
 use crate::config::{Config, ModelConfig, TokensConfig};
 use crate::glob;
-use crate::message::Role;
+use crate::message::{Role, raw_message_id};
 use moka::sync::Cache;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -62,6 +62,9 @@ pub struct RawCount {
     pub tokens: u32,
     /// Its role.
     pub role: Role,
+    /// Its identity: the hash of its JSON text, which also keys the cache
+    /// ([`crate::message::raw_message_id`]).
+    pub id: u128,
 }
 
 /// How one model is counted.
@@ -143,10 +146,7 @@ impl TokenCounter {
 
     fn raw_with(&self, profile: &Profile, json: &str) -> Option<RawCount> {
         let profile = *profile;
-        let key = (
-            profile.rules.encoding,
-            xxhash_rust::xxh3::xxh3_128(json.as_bytes()),
-        );
+        let key = (profile.rules.encoding, raw_message_id(json));
         let cached = self.raw_cache.as_ref().and_then(|c| c.get(&key));
         let found = match cached {
             Some(found) => found,
@@ -154,6 +154,7 @@ impl TokenCounter {
                 let value: Value = serde_json::from_str(json).ok()?;
                 let role = Role::of(value.get("role")?.as_str()?);
                 let found = RawCount {
+                    id: key.1,
                     tokens: self.scaled_message(
                         &Profile {
                             scale: 1.0,

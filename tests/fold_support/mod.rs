@@ -4,10 +4,10 @@
 #![allow(dead_code)]
 
 use foldgate::config::{Placement, Policy};
-use foldgate::fold::hash::chain_of;
+use foldgate::fold::hash::{chain_of, ids_of};
 use foldgate::fold::ledger::Ledger;
 use foldgate::fold::{
-    Budget, Decision, FoldChain, FoldPlan, FoldState, Reason, Summary, pinned_len, plan,
+    Budget, Decision, FoldChain, FoldPlan, FoldState, Messages, Reason, Summary, pinned_len, plan,
 };
 use serde_json::{Value, json};
 
@@ -85,7 +85,18 @@ pub fn decide(
     budget: &Budget,
     placement: Placement,
 ) -> Decision {
-    plan(ms, Some(chain), policy, budget, &count, placement)
+    let (ids, counts) = (ids_of(ms), counts_of(ms));
+    let request = Messages {
+        values: ms,
+        ids: &ids,
+        counts: &counts,
+    };
+    plan(request, Some(chain), policy, budget, &count, placement)
+}
+
+/// [`count`] of every message.
+pub fn counts_of(ms: &[Value]) -> Vec<u32> {
+    ms.iter().map(count).collect()
 }
 
 pub fn expect_fold(d: Decision) -> FoldPlan {

@@ -110,12 +110,8 @@ impl ChatRequest {
             Stage::Raw { look, .. } => look.chain.take(),
             _ => None,
         };
-        let turn = self.upgrade(app, headers)?;
-        let chain = match chain {
-            Some(chain) => Some(chain),
-            None => turn.load().await,
-        };
-        turn.prepare(chain).await
+        // The chain as the first look read it (`None`: nothing stored).
+        self.upgrade(app, headers)?.prepare(chain).await
     }
 
     /// After the upstream said the prompt is too long: plans again against

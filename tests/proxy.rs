@@ -607,3 +607,35 @@ async fn a_slowloris_client_is_cut_off_within_the_header_timeout() {
     );
     assert!(upstream.received().is_empty());
 }
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = Mock::echo().await;
+    let fg = Foldgate::start(&config_for(
+        &upstream.url,
+        "[server]\nheader_read_timeout = \"300ms\"\n",
+    ))
+    .await;
+    let mut stream = tokio::net::TcpStream::connect(fg.addr).await.unwrap();
+    stream
+        .write_all(b"GET /foldgate/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = stream.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    // The connection stays open for another request, but not forever.
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
+    assert!(
+        closed.is_ok(),
+        "the idle connection was still open after 5 s"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "closed only after {:?}",
+        started.elapsed()
+    );
+}

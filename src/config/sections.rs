@@ -43,7 +43,8 @@ pub struct ServerConfig {
     /// it, 503 with `Retry-After` (load shedding). 0: no limit.
     pub max_concurrent_requests: usize,
     /// Time a client has to send a request's headers before its
-    /// connection is closed (slow clients, slowloris).
+    /// connection is closed (slow clients, slowloris). It also bounds how
+    /// long an idle keep-alive connection waits for its next request.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
 }

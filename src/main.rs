@@ -77,10 +77,7 @@ fn main() -> ExitCode {
         Command::Prune { older_than, config } => prune(config, older_than),
         Command::CheckConfig { config } => match Config::load(config.as_deref()) {
             Ok(c) => match toml::to_string_pretty(&c) {
-                Ok(text) => {
-                    println!("# configuration is valid\n{text}");
-                    ExitCode::SUCCESS
-                }
+                Ok(text) => out(&format!("# configuration is valid\n{text}")),
                 Err(e) => fail(&e),
             },
             Err(e) => fail(&e),
@@ -95,10 +92,7 @@ fn main() -> ExitCode {
                 return fail(&e);
             }
             match foldgate::tokens::estimate_report(&config, &model, &body) {
-                Ok(report) => {
-                    println!("{report}");
-                    ExitCode::SUCCESS
-                }
+                Ok(report) => out(&report.to_string()),
                 Err(e) => fail(&e),
             }
         }
@@ -111,16 +105,23 @@ fn prune(config: Option<PathBuf>, older_than: std::time::Duration) -> ExitCode {
         Err(e) => return fail(&e),
     };
     match foldgate::state::prune(&config.state, older_than) {
-        Ok(p) => {
-            println!(
-                "pruned {} conversation states and {} fold audit rows from {}",
-                p.states,
-                p.folds,
-                config.state.path.display()
-            );
-            ExitCode::SUCCESS
-        }
+        Ok(p) => out(&format!(
+            "pruned {} conversation states and {} fold audit rows from {}",
+            p.states,
+            p.folds,
+            config.state.path.display()
+        )),
         Err(e) => fail(&e),
+    }
+}
+
+/// Prints a command's result. A closed pipe (`foldgate check-config | head`)
+/// is not an error worth a panic: the reader has what it wanted.
+fn out(text: &str) -> ExitCode {
+    use std::io::Write;
+    match writeln!(std::io::stdout().lock(), "{text}") {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => fail(&e),
+        _ => ExitCode::SUCCESS,
     }
 }
 

@@ -116,3 +116,42 @@ fn estimate_reads_a_request_on_stdin() {
         .unwrap();
     assert!(!bad.status.success());
 }
+
+#[test]
+fn check_config_rejects_reset_above_trigger() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        "[providers.x]\nbase_url = \"http://127.0.0.1:9/v1\"\n[policy]\ntrigger_ratio = 0.6\nreset_ratio = 0.7\n",
+    )
+    .unwrap();
+    let out = foldgate()
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("policy.reset_ratio"), "{err}");
+}
+
+#[test]
+fn check_config_into_a_closed_pipe_does_not_panic() {
+    let mut child = foldgate()
+        .arg("check-config")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before foldgate writes (`| head -0`).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -161,6 +161,14 @@ impl PolicyOverrides {
                 }
             }
         }
+        if let (Some(trigger), Some(reset)) = (self.trigger_ratio, self.reset_ratio) {
+            if reset > trigger {
+                return Err(format!(
+                    "{at}.reset_ratio ({reset}) must not be above {at}.trigger_ratio ({trigger}): \
+                     a fold cuts down to reset_ratio after the trigger fires"
+                ));
+            }
+        }
         Ok(())
     }
 }

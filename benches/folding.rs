@@ -14,6 +14,11 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+/// The binary's allocator, so the in-process server costs what it costs
+/// when run as `foldgate serve`.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use common::llm::Llm;
 use common::{Foldgate, post_json};
 use serde_json::json;

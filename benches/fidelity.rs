@@ -20,7 +20,7 @@
 mod common;
 
 use common::llm::{Llm, content_text};
-use common::{Foldgate, post_json};
+use common::{Foldgate, metric, post_json};
 use foldgate::fold::ledger::LEDGER_HEADING;
 use foldgate::fold::summary::HEADING_PREFIX;
 use serde_json::{Value, json};
@@ -147,10 +147,4 @@ async fn run(window: u32) {
         ledger_tokens.iter().max().copied().unwrap_or(0),
         get("foldgate_ledger_evictions_total"),
     );
-}
-
-fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or(0)
 }

@@ -20,7 +20,7 @@ mod common;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use common::llm::Llm;
-use common::{Foldgate, post_json};
+use common::{Foldgate, metric, post_json};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -80,7 +80,7 @@ async fn run() {
         .map(|r| r["messages"][1]["content"].as_str().unwrap_or("").len() as u64 / 4 + 50)
         .sum();
     let metrics = fg.metrics().await;
-    let reported: u64 = metric(&metrics, "foldgate_summarizer_tokens_total");
+    let reported = metric(&metrics, "foldgate_summarizer_tokens_total") as u64;
 
     println!(
         "## Folding a {TURNS}-turn conversation (window {WINDOW}, trigger 0.80 = {} tokens)\n",
@@ -170,10 +170,4 @@ async fn run() {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or(0)
 }

@@ -54,18 +54,6 @@ async fn send(fg: &Foldgate, messages: &[Value]) -> (Reply, Duration) {
     (reply, started.elapsed())
 }
 
-fn header(reply: &Reply, name: &str) -> String {
-    reply
-        .headers
-        .get(name)
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default()
-}
-
-fn tokens_out(reply: &Reply) -> u32 {
-    header(reply, "x-foldgate-tokens-out").parse().unwrap()
-}
-
 /// Waits until the mock has answered `n` summarizer calls and foldgate has
 /// had a moment to store the result.
 async fn summarizer_calls_reach(llm: &Llm, n: usize, limit: Duration) {
@@ -94,14 +82,14 @@ async fn no_request_waits_for_a_slow_summarizer() {
             took < Duration::from_millis(1000),
             "turn {turns} waited {took:?} (summarizer takes 2 s)"
         );
-        assert!(tokens_out(&reply) + 100 <= 4000, "turn {turns} overflows");
+        assert!(reply.tokens_out() + 100 <= 4000, "turn {turns} overflows");
         llm::assert_view_covers(
             &messages,
             llm.chat_requests().last().unwrap()["messages"]
                 .as_array()
                 .unwrap(),
         );
-        labels.push(header(&reply, "x-foldgate-fold"));
+        labels.push(reply.header("x-foldgate-fold"));
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     assert!(!labels.contains(&"new".to_string()), "{labels:?}");
@@ -121,22 +109,17 @@ async fn a_ready_fold_is_applied_on_the_first_request_over_the_trigger() {
     // ~3000 tokens: over the prefold ratio (2800), under the trigger (3200).
     let messages = history(48);
     let (reply, _) = send(&fg, &messages).await;
-    assert_eq!(header(&reply, "x-foldgate-fold"), "none");
-    let before = tokens_out(&reply);
+    assert_eq!(reply.header("x-foldgate-fold"), "none");
+    let before = reply.tokens_out();
     assert!((2800..3200).contains(&before), "{before}");
     summarizer_calls_reach(&llm, 1, Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     // Over the trigger now: the ready fold applies at once, nothing new runs.
     let messages = history(56);
     let (reply, took) = send(&fg, &messages).await;
-    assert_eq!(header(&reply, "x-foldgate-fold"), "reused");
-    assert!(
-        header(&reply, "x-foldgate-tokens-in")
-            .parse::<u32>()
-            .unwrap()
-            >= 3200
-    );
-    assert!(tokens_out(&reply) < 2800, "{}", tokens_out(&reply));
+    assert_eq!(reply.header("x-foldgate-fold"), "reused");
+    assert!(reply.header("x-foldgate-tokens-in").parse::<u32>().unwrap() >= 3200);
+    assert!(reply.tokens_out() < 2800, "{}", reply.tokens_out());
     assert!(took < Duration::from_millis(500));
     llm::assert_view_covers(
         &messages,
@@ -183,7 +166,7 @@ async fn a_client_that_hangs_up_does_not_cancel_its_fold() {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let (reply, _) = send(&fg, &messages).await;
     assert_eq!(
-        header(&reply, "x-foldgate-fold"),
+        reply.header("x-foldgate-fold"),
         "reused",
         "the abandoned fold was stored"
     );
@@ -196,7 +179,7 @@ async fn an_emergency_waits_for_the_running_fold() {
     llm.state.summarizer_delay_ms.store(800, Ordering::Relaxed);
     let fg = Foldgate::start(&config(&llm, "")).await;
     let (reply, _) = send(&fg, &history(48)).await;
-    assert_eq!(header(&reply, "x-foldgate-fold"), "none");
+    assert_eq!(reply.header("x-foldgate-fold"), "none");
     summarizer_calls_reach(&llm, 1, Duration::from_secs(3)).await;
     // A jump past the window while the background fold runs.
     let messages = history(66);
@@ -206,7 +189,7 @@ async fn an_emergency_waits_for_the_running_fold() {
         took >= Duration::from_millis(300),
         "an emergency waits: {took:?}"
     );
-    assert!(tokens_out(&reply) + 100 <= 4000);
+    assert!(reply.tokens_out() + 100 <= 4000);
     llm::assert_view_covers(
         &messages,
         llm.chat_requests().last().unwrap()["messages"]
@@ -221,7 +204,7 @@ async fn inline_mode_makes_the_trigger_request_wait() {
     llm.state.summarizer_delay_ms.store(500, Ordering::Relaxed);
     let fg = Foldgate::start(&config(&llm, "mode = \"inline\"")).await;
     let (reply, took) = send(&fg, &history(56)).await;
-    assert_eq!(header(&reply, "x-foldgate-fold"), "new");
+    assert_eq!(reply.header("x-foldgate-fold"), "new");
     assert!(took >= Duration::from_millis(500), "{took:?}");
 }
 

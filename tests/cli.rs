@@ -15,6 +15,18 @@ fn foldgate() -> Command {
     cmd
 }
 
+/// `foldgate check-config` on a file named `name` holding `toml`.
+fn check_config(name: &str, toml: &str) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, toml).unwrap();
+    foldgate()
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn help_and_version() {
     let help = foldgate().arg("--help").output().unwrap();
@@ -55,14 +67,7 @@ fn check_config_masks_secrets_and_applies_env() {
 
 #[test]
 fn check_config_rejects_unknown_keys_naming_key_and_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("typo.toml");
-    std::fs::write(&path, "[policy]\npreserve_recnt = 4\n").unwrap();
-    let out = foldgate()
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = check_config("typo.toml", "[policy]\npreserve_recnt = 4\n");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -119,18 +124,10 @@ fn estimate_reads_a_request_on_stdin() {
 
 #[test]
 fn check_config_rejects_reset_above_trigger() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.toml");
-    std::fs::write(
-        &path,
+    let out = check_config(
+        "c.toml",
         "[providers.x]\nbase_url = \"http://127.0.0.1:9/v1\"\n[policy]\ntrigger_ratio = 0.6\nreset_ratio = 0.7\n",
-    )
-    .unwrap();
-    let out = foldgate()
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("policy.reset_ratio"), "{err}");

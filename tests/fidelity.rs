@@ -15,7 +15,7 @@ mod common;
 
 use common::convo::{self, Convo, label};
 use common::llm::{self, Llm, Sum, assert_tool_pairs, content_text};
-use common::{Foldgate, Reply, post_json, send};
+use common::{Foldgate, Reply, metric, post_json, send};
 use foldgate::fold::ledger::LEDGER_HEADING;
 use foldgate::fold::summary::HEADING_PREFIX;
 use http::Method;
@@ -38,26 +38,6 @@ async fn chat(fg: &Foldgate, conversation: &str, body: &Value) -> Reply {
         body,
     )
     .await
-}
-
-fn header(reply: &Reply, name: &str) -> String {
-    reply
-        .headers
-        .get(name)
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default()
-}
-
-fn tokens_out(reply: &Reply) -> u32 {
-    header(reply, "x-foldgate-tokens-out").parse().unwrap()
-}
-
-/// The value of one metric line (`name` may carry labels).
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .map(|v| v.trim().parse().unwrap())
-        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
 }
 
 /// The index of the summary message in a view.
@@ -466,9 +446,9 @@ async fn small_window_folds_on_defaults() {
             String::from_utf8_lossy(&reply.body)
         );
         assert!(
-            tokens_out(&reply) + 512 <= 2048,
+            reply.tokens_out() + 512 <= 2048,
             "turn {turn}: a view of {} tokens leaves no room for the output",
-            tokens_out(&reply)
+            reply.tokens_out()
         );
         labels.push(label(&reply).to_string());
         sent.push(messages.clone());
@@ -707,12 +687,12 @@ async fn a_failing_summarizer_is_backed_off() {
     for turns in 44..=60 {
         let reply = send_history(turns).await;
         reply.assert_ok();
-        let out = tokens_out(&reply);
+        let out = reply.tokens_out();
         assert!(
             out + 100 <= 4000,
             "turn {turns}: {out} tokens is an emergency; adjust the test"
         );
-        let warning = header(&reply, "x-foldgate-warning");
+        let warning = reply.header("x-foldgate-warning");
         if f64::from(out) >= 0.8 * 4000.0 {
             over_trigger.push((turns, warning));
         }
@@ -746,7 +726,7 @@ async fn a_failing_summarizer_is_backed_off() {
         label(&reply),
         "new",
         "{}",
-        header(&reply, "x-foldgate-warning")
+        reply.header("x-foldgate-warning")
     );
     assert!(llm.summarizer_calls() > before);
     llm::assert_view_covers(&messages, &last_view(&llm));
@@ -821,7 +801,7 @@ async fn request_ids_are_uuids_unless_the_client_sent_one() {
             .unwrap_or_else(|| panic!("no x-request-id upstream for {}", upstream.uri));
         assert_uuid_v4(id);
         assert_eq!(
-            header(reply, "x-request-id"),
+            reply.header("x-request-id"),
             id,
             "the client gets the same id"
         );
@@ -842,7 +822,7 @@ async fn request_ids_are_uuids_unless_the_client_sent_one() {
             "{}",
             upstream.uri
         );
-        assert_eq!(header(reply, "x-request-id"), "my-id-1");
+        assert_eq!(reply.header("x-request-id"), "my-id-1");
     }
 }
 
@@ -921,7 +901,7 @@ async fn an_idle_conversation_folds_at_its_next_request() {
     }
     let reply = chat(&fg, "idle", &convo.body()).await;
     assert!(
-        f64::from(tokens_out(&reply)) < 0.8 * 4000.0,
+        f64::from(reply.tokens_out()) < 0.8 * 4000.0,
         "test setup: the view must stay under the token trigger"
     );
     assert_eq!(label(&reply), "new", "an idle conversation folds");
@@ -1206,11 +1186,11 @@ async fn inline_folds_back_off_after_a_failure_too() {
     let reply = chat(&fg, "inline-bo", &convo.body()).await;
     reply.assert_ok();
     assert!(
-        tokens_out(&reply) + 100 <= 4000,
+        reply.tokens_out() + 100 <= 4000,
         "test setup: not an emergency"
     );
     assert_eq!(
-        header(&reply, "x-foldgate-warning"),
+        reply.header("x-foldgate-warning"),
         "fold postponed: the summarizer failed recently"
     );
     assert_eq!(

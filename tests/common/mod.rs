@@ -115,6 +115,19 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// A response header's value, or "" when it is absent.
+    pub fn header(&self, name: &str) -> String {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default()
+    }
+
+    /// `x-foldgate-tokens-out`: estimated tokens of the forwarded prompt.
+    pub fn tokens_out(&self) -> u32 {
+        self.header("x-foldgate-tokens-out").parse().unwrap()
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
@@ -176,4 +189,13 @@ pub async fn post_json(url: &str, headers: &[(&str, &str)], json: &serde_json::V
     let mut all = vec![("content-type", "application/json")];
     all.extend_from_slice(headers);
     send(Method::POST, url, &all, json.to_string()).await
+}
+
+/// The value of one metric line of Prometheus text (`name` may carry
+/// labels); every counter is always rendered, so a missing one is a bug.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
 }

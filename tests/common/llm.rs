@@ -62,6 +62,12 @@ pub struct LlmState {
     pub models_listing: Mutex<Option<Value>>,
     /// The answer when `script` is empty; `Good` when unset.
     pub default_answer: Mutex<Option<Sum>>,
+    /// Agent-API (Messages, Responses) answers given so far.
+    pub agent_turns: AtomicU32,
+    /// Rule violations the agent-API mocks rejected.
+    pub violations: Mutex<Vec<String>>,
+    /// The agent-API mocks' window, in rough tokens (0 = none).
+    pub window_tokens: AtomicU32,
     /// Summarizer calls being answered right now.
     pub summarizer_in_flight: AtomicUsize,
     /// The most summarizer calls ever answered at once.
@@ -154,6 +160,12 @@ async fn answer(state: Arc<LlmState>, r: Recorded) -> Response<foldgate::body::B
     };
     if is_summarizer(&body) {
         return summarize(&state, body).await;
+    }
+    if r.uri.ends_with("/messages") {
+        return super::agents::anthropic(&state, body, r.body.len());
+    }
+    if r.uri.ends_with("/responses") {
+        return super::agents::responses(&state, body, r.body.len());
     }
     state.chat_requests.lock().unwrap().push(body.clone());
     let limit = state.context_limit_bytes.load(Ordering::Relaxed);

@@ -366,3 +366,40 @@ fn the_mocks_reject_what_the_apis_reject() {
     assert!(responses_violation(&json!({"input": [user, out]})).is_some());
     assert!(responses_violation(&json!({"input": [user, rs, out]})).is_some());
 }
+
+#[tokio::test]
+async fn an_anthropic_provider_summarizes_on_its_messages_api_with_its_key() {
+    let llm = Llm::start().await;
+    // SAFETY of the test: the variable name is unique to this test.
+    unsafe { std::env::set_var("FOLDGATE_TEST_ANTHROPIC_KEY", "sk-ant-provider") };
+    let fg = Foldgate::start(&format!(
+        "[providers.claude]\nbase_url = \"{}/v1\"\napi = \"anthropic\"\napi_key_env = \"FOLDGATE_TEST_ANTHROPIC_KEY\"\n\
+         [models.\"tiny-*\"]\ncontext_window = 3000\n[policy]\nmode = \"inline\"\nreset_ratio = 0.45\n\
+         [summarizer]\nmax_summary_tokens = 300\n",
+        llm.url()
+    ))
+    .await;
+    let reply = post_json(
+        &format!("{}/v1/messages", fg.url),
+        &[("x-api-key", "sk-client"), ("x-conversation-id", "k1")],
+        &long_anthropic(24),
+    )
+    .await;
+    reply.assert_ok();
+    assert_eq!(reply.header("x-foldgate-fold"), "new");
+    let received = llm.mock.received();
+    let summarizer: Vec<_> = received
+        .iter()
+        .filter(|r| r.json()["system"] == foldgate::summarize::prompt::SYSTEM_PROMPT)
+        .collect();
+    assert_eq!(summarizer.len(), 1);
+    assert_eq!(summarizer[0].uri, "/v1/messages");
+    assert!(summarizer[0].json().get("response_format").is_none());
+    for r in &received {
+        assert_eq!(r.header("x-api-key"), Some("sk-ant-provider"), "{}", r.uri);
+        assert_eq!(r.header("authorization"), None);
+    }
+    let forwarded = llm.chat_requests();
+    let summary = forwarded[0]["system"][1]["text"].as_str().unwrap();
+    assert!(tags(summary).len() > 20, "{summary}");
+}

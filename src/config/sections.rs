@@ -84,10 +84,11 @@ pub struct ProviderConfig {
     /// `x-api-key` for `api = "anthropic"`).
     #[serde(default)]
     pub api_key_env: Option<String>,
-    /// How the provider takes its key: `openai` (`Authorization: Bearer`,
-    /// the default; also OpenRouter, vLLM, Ollama, llama.cpp) or
-    /// `anthropic` (`x-api-key`). Every route is forwarded to every
-    /// provider alike; this only names the credential header.
+    /// The provider's own API: `openai` (the default; also OpenRouter,
+    /// vLLM, Ollama, llama.cpp) takes its key as `Authorization: Bearer`
+    /// and foldgate's summarizer calls as chat completions; `anthropic`
+    /// takes `x-api-key` and summarizer calls on `/v1/messages`. Client
+    /// requests on every route are forwarded to any provider alike.
     #[serde(default)]
     pub api: ProviderApi,
     /// Extra PEM CA certificate(s) to trust for this upstream.

@@ -116,6 +116,12 @@ impl Upstreams {
 }
 
 impl Provider {
+    /// How the provider takes its key (and, for the summarizer, which API
+    /// it speaks).
+    pub fn api(&self) -> ProviderApi {
+        self.api
+    }
+
     /// Whether the provider runs on this machine or a private network (a
     /// local model server, which often serves one request at a time).
     pub fn is_local(&self) -> bool {

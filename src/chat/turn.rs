@@ -2,6 +2,7 @@
 //! forward: the plan, the untouched messages, a reused fold, a postponed
 //! fold, a refusal. Deciding when to fold, and folding, is in `fold_run`.
 
+use super::codec::Api;
 use super::fast::Look;
 use crate::app::App;
 use crate::config::{Config, Placement, Policy};
@@ -104,6 +105,8 @@ pub(super) struct TurnData {
     pub policy: Policy,
     pub estimate: Estimate,
     pub credentials: Credentials,
+    /// The wire format.
+    pub api: Api,
     /// Where the summary goes, as the wire format allows.
     pub placement: Placement,
 }
@@ -120,7 +123,7 @@ impl Turn {
         headers: &HeaderMap,
         request: &Map<String, Value>,
         messages: Vec<Value>,
-        placement: Placement,
+        api: Api,
     ) -> Self {
         let Look {
             key, ids, estimate, ..
@@ -154,7 +157,8 @@ impl Turn {
             messages,
             ids,
             estimate,
-            placement,
+            api,
+            placement: api.placement(config.summary.placement),
         };
         let budget = budget(config, &data.policy, &data.estimate, request);
         Self {

@@ -268,13 +268,18 @@ async fn foldgate_errors_on_the_messages_route_use_anthropic_shape() {
     .await;
     assert_eq!(reply.status, 404);
     assert_eq!(reply.json()["error"]["type"], "not_found_error");
-    let reply = post_json(&url, &[], &json!({"model": "claude-x", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})).await;
+    let reply = post_json(
+        &url,
+        &[],
+        &json!({"model": "claude-x", "max_tokens": 5, "messages": [{"content": "x"}]}),
+    )
+    .await;
     assert_eq!(reply.status, 400);
     assert!(
         reply.json()["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("messages.0.role")
+            .contains("messages.0: must be an object")
     );
     // The chat route keeps OpenAI's envelope.
     let reply = post_json(

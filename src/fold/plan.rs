@@ -11,6 +11,17 @@ use crate::config::{Placement, Policy};
 use crate::message::{Role, is_role, pinned_len};
 use serde_json::Value;
 
+/// The largest view a fold aims for: `reset_ratio` of the window, and,
+/// when the output reserve leaves less room than the trigger ratio (an
+/// agent asking for 32k output tokens), the same band below the room that
+/// is left, so that the next turns do not fold again at once.
+fn reset_limit(policy: &Policy, window: u64, window_limit: u64) -> u64 {
+    let band = policy.reset_ratio / policy.trigger_ratio.max(f64::EPSILON);
+    let by_window = (policy.reset_ratio * window as f64).floor() as u64;
+    let by_room = (band.min(1.0) * window_limit as f64).floor() as u64;
+    by_window.min(by_room)
+}
+
 /// What to do with one request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
@@ -167,7 +178,7 @@ pub fn plan<C: CountTokens + ?Sized>(
         } else {
             0
         },
-        reset_limit: ((policy.reset_ratio * window as f64).floor() as u64).min(window_limit),
+        reset_limit: reset_limit(policy, window, window_limit),
         window_limit,
         preserve_recent: policy.preserve_recent,
         overflow_buffer: policy.overflow_buffer,
@@ -261,4 +272,23 @@ fn layout_tokens<C: CountTokens + ?Sized>(items: &[Item], counts: &[u32], counte
 
 fn clamp(tokens: u64) -> u32 {
     u32::try_from(tokens).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_large_output_reserve_keeps_the_hysteresis_band() {
+        let policy = Policy {
+            trigger_ratio: 0.8,
+            reset_ratio: 0.7,
+            ..Policy::default()
+        };
+        // A small reserve: the window's reset ratio.
+        assert_eq!(reset_limit(&policy, 100_000, 96_000), 70_000);
+        // An agent's 32k reserve in a 64k window: 7/8 of the room left,
+        // not all of it (which would fold again on the next turn).
+        assert_eq!(reset_limit(&policy, 64_000, 32_000), 28_000);
+    }
 }

@@ -25,16 +25,16 @@ pub const CONTINUE_TEXT: &str = "(The earlier conversation is summarized in the 
 /// Reads a Messages body.
 pub(super) fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
     let model = model(&fields)?;
+    // Roles beyond `user` and `assistant` (Claude Code sends `system`
+    // reminders between turns) are the API's to judge.
     match fields.get("messages") {
         Some(Value::Array(ms)) => {
-            if let Some(i) = ms.iter().position(|m| {
-                !matches!(
-                    m.get("role").and_then(Value::as_str),
-                    Some("user" | "assistant")
-                )
-            }) {
+            if let Some(i) = ms
+                .iter()
+                .position(|m| !m.get("role").is_some_and(Value::is_string))
+            {
                 return Err(bad(
-                    &format!("messages.{i}.role: must be `user` or `assistant`"),
+                    &format!("messages.{i}: must be an object with a string `role`"),
                     Some("messages"),
                 ));
             }
@@ -125,7 +125,9 @@ fn engine_message(message: &Value) -> Value {
         // Results and any text beside them, flattened for counting and
         // summarizing (images stay parts).
         Some(id) => json!({"role": "tool", "tool_call_id": id, "content": flatten(blocks)}),
-        None => json!({"role": "user", "content": content}),
+        None => {
+            json!({"role": message.get("role").cloned().unwrap_or(Value::Null), "content": content})
+        }
     }
 }
 

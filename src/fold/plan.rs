@@ -16,10 +16,10 @@ use serde_json::Value;
 /// agent asking for 32k output tokens), the same band below the room that
 /// is left, so that the next turns do not fold again at once.
 fn reset_limit(policy: &Policy, window: u64, window_limit: u64) -> u64 {
-    let band = policy.reset_ratio / policy.trigger_ratio.max(f64::EPSILON);
     let by_window = (policy.reset_ratio * window as f64).floor() as u64;
-    let by_room = (band.min(1.0) * window_limit as f64).floor() as u64;
-    by_window.min(by_room)
+    let trigger = policy.trigger_ratio.max(f64::EPSILON);
+    let by_room = (policy.reset_ratio * window_limit as f64 / trigger).floor() as u64;
+    by_window.min(by_room).min(window_limit)
 }
 
 /// What to do with one request.

@@ -7,6 +7,8 @@
     reason = "tests fail loudly; the no-panic rule is for the request path"
 )]
 
+mod common;
+
 use std::process::Command;
 
 fn foldgate() -> Command {
@@ -151,4 +153,377 @@ fn check_config_into_a_closed_pipe_does_not_panic() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `foldgate check-config --config PATH` with `env` set (and the provider
+/// key variables of the examples unset unless `env` sets them).
+fn check_config_file(path: &std::path::Path, env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = foldgate();
+    cmd.args(["check-config", "--config"]).arg(path);
+    for var in ["OPENAI_API_KEY", "OPENROUTER_API_KEY", "VLLM_API_KEY"] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The TOML part of check-config's output, parsed.
+fn effective(stdout: &str) -> toml::Table {
+    stdout.parse().unwrap_or_else(|e| panic!("{e}:\n{stdout}"))
+}
+
+#[test]
+fn the_recipes_in_examples_are_valid_and_leave_the_summarizer_to_the_request() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+    for (file, base_url, key_var, discover) in [
+        (
+            "openai.toml",
+            "https://api.openai.com/v1",
+            Some("OPENAI_API_KEY"),
+            false,
+        ),
+        (
+            "openrouter.toml",
+            "https://openrouter.ai/api/v1",
+            Some("OPENROUTER_API_KEY"),
+            true,
+        ),
+        ("ollama.toml", "http://127.0.0.1:11434/v1", None, true),
+        ("vllm.toml", "http://127.0.0.1:8000/v1", None, true),
+        ("llamacpp.toml", "http://127.0.0.1:8081/v1", None, true),
+    ] {
+        let path = std::path::Path::new(dir).join(file);
+        let env: Vec<(&str, &str)> = key_var.map(|v| (v, "sk-test-recipe")).into_iter().collect();
+        let (ok, stdout, stderr) = check_config_file(&path, &env);
+        assert!(ok, "{file}: {stderr}");
+        assert!(
+            stdout.contains(&format!("# read from: {}", path.display())),
+            "{file}: {stdout}"
+        );
+        assert!(!stdout.contains("# warning"), "{file}: {stdout}");
+        assert!(
+            !stdout.contains("sk-test-recipe"),
+            "{file}: the key is never printed"
+        );
+        let config = effective(&stdout);
+        let providers = config["providers"].as_table().unwrap();
+        assert_eq!(providers.len(), 1, "{file}");
+        let provider = providers.values().next().unwrap();
+        assert_eq!(provider["base_url"].as_str(), Some(base_url), "{file}");
+        assert_eq!(
+            provider.get("api_key_env").and_then(|v| v.as_str()),
+            key_var,
+            "{file}"
+        );
+        assert!(
+            config["summarizer"].get("model").is_none()
+                && config["summarizer"].get("provider").is_none(),
+            "{file}: the summarizer is the request's own model on its own provider"
+        );
+        assert_eq!(
+            config["tokens"]["discover"].as_bool(),
+            Some(discover),
+            "{file}"
+        );
+    }
+}
+
+#[test]
+fn the_shipped_config_reads_the_openai_key_and_leaves_the_summarizer_unset() {
+    let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml"));
+    let (ok, stdout, stderr) = check_config_file(path, &[("OPENAI_API_KEY", "sk-quick-start")]);
+    assert!(ok, "{stderr}");
+    assert!(!stdout.contains("# warning"), "{stdout}");
+    let config = effective(&stdout);
+    assert_eq!(
+        config["providers"]["openai"]["api_key_env"].as_str(),
+        Some("OPENAI_API_KEY")
+    );
+    assert!(config["summarizer"].get("model").is_none(), "{stdout}");
+    // Without the key the configuration still loads: clients' own keys go upstream.
+    let (ok, stdout, stderr) = check_config_file(path, &[]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("# warning: providers.openai.api_key_env: environment variable OPENAI_API_KEY is not set"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn check_config_names_the_file_it_read_or_the_embedded_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = foldgate()
+        .arg("check-config")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("# read from: embedded defaults"),
+        "{stdout}"
+    );
+    std::fs::write(
+        dir.path().join("config.toml"),
+        "[policy]\npreserve_recent = 3\n",
+    )
+    .unwrap();
+    let out = foldgate()
+        .arg("check-config")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("# read from: config.toml"), "{stdout}");
+    assert_eq!(
+        effective(&stdout)["policy"]["preserve_recent"].as_integer(),
+        Some(3)
+    );
+}
+
+#[test]
+fn check_config_prints_only_keys_the_shipped_config_documents() {
+    let documented =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml")).unwrap();
+    let is_documented = |key: &str| {
+        documented.lines().any(|l| {
+            let l = l.trim_start_matches(['#', ' ']);
+            l.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = foldgate()
+        .arg("check-config")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let config = effective(&stdout);
+    let mut undocumented = Vec::new();
+    for (section, table) in &config {
+        if section == "providers" {
+            continue; // named by the user; their keys are checked by the recipes
+        }
+        for key in table.as_table().unwrap().keys() {
+            if !is_documented(key) {
+                undocumented.push(format!("{section}.{key}"));
+            }
+        }
+    }
+    assert!(
+        undocumented.is_empty(),
+        "printed but not in config.toml: {undocumented:?}\n{stdout}"
+    );
+}
+
+#[test]
+fn unknown_keys_are_named_as_written_without_a_profile_prefix() {
+    let out = check_config("typo.toml", "[policy]\npreserve_recnt = 4\n");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("\"policy.preserve_recnt\""), "{err}");
+    assert!(!err.contains("default."), "{err}");
+    let env = foldgate()
+        .arg("check-config")
+        .current_dir(tempfile::tempdir().unwrap().path())
+        .env("FOLDGATE_POLICY__TRIGGER_RATIO", "lots")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&env.stderr);
+    assert!(!env.status.success());
+    assert!(
+        err.contains("\"policy.trigger_ratio\"") && !err.contains("default."),
+        "{err}"
+    );
+}
+
+/// Runs `foldgate estimate` on `body` with a config file holding `toml`.
+fn estimate(toml: &str, body: &str) -> String {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, toml).unwrap();
+    let mut child = foldgate()
+        .args(["estimate", "--config"])
+        .arg(&path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn estimate_reports_the_output_reserve_the_proxy_plans_with() {
+    let toml = "[models.\"small-*\"]\ncontext_window = 6000\n[models.\"big-*\"]\ncontext_window = 100000\n";
+    let body = |model: &str, extra: &str| {
+        format!(r#"{{"model":"{model}",{extra}"messages":[{{"role":"user","content":"hi"}}]}}"#)
+    };
+    // The default reserve (4096) is capped at a quarter of a small window...
+    let small = estimate(toml, &body("small-model", ""));
+    assert!(small.contains("output_reserve: 1500\n"), "{small}");
+    // ...not of a large one, and a request's own max_tokens is never capped.
+    let big = estimate(toml, &body("big-model", ""));
+    assert!(big.contains("output_reserve: 4096\n"), "{big}");
+    let asked = estimate(toml, &body("small-model", r#""max_tokens":3000,"#));
+    assert!(asked.contains("output_reserve: 3000\n"), "{asked}");
+}
+
+/// A config for the replay fixture (`tiny-replay`, 2,400-token window,
+/// inline folds) in front of `upstream`.
+fn replay_config(upstream: &str) -> String {
+    format!(
+        "[providers.mock]\nbase_url = \"{upstream}/v1\"\n\
+         [models.\"tiny-replay\"]\ncontext_window = 2400\n\
+         [policy]\nmode = \"inline\"\n\
+         [state]\nbackend = \"memory\"\n\
+         [summarizer]\nretries = 0\ntimeout = \"5s\"\n"
+    )
+}
+
+const REPLAY_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/replay/session.jsonl"
+);
+
+/// One row of `foldgate replay`'s table.
+#[derive(Debug)]
+struct ReplayRow {
+    line: usize,
+    tokens_in: u32,
+    tokens_out: u32,
+    fold: String,
+}
+
+fn replay_rows(stdout: &str) -> Vec<ReplayRow> {
+    stdout
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim_start().starts_with("line"))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            ReplayRow {
+                line: f[0].parse().unwrap(),
+                tokens_in: f[2].parse().unwrap(),
+                tokens_out: f[3].parse().unwrap(),
+                fold: f[5].to_string(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn replay_prints_tokens_and_folds_per_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("replay.toml");
+    // No network: the provider points at a port nothing listens on.
+    std::fs::write(&path, replay_config("http://127.0.0.1:9")).unwrap();
+    let out = foldgate()
+        .args(["replay", REPLAY_FIXTURE, "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("window 2400 tokens"), "{stdout}");
+    let rows = replay_rows(&stdout);
+    let recorded = std::fs::read_to_string(REPLAY_FIXTURE).unwrap();
+    assert_eq!(rows.len(), recorded.lines().count(), "{stdout}");
+    let first = rows.iter().position(|r| r.fold == "new").expect("no fold");
+    for r in &rows[..first] {
+        assert_eq!(
+            (r.fold.as_str(), r.tokens_out),
+            ("none", r.tokens_in),
+            "{stdout}"
+        );
+    }
+    for r in &rows[first..] {
+        assert!(matches!(r.fold.as_str(), "new" | "reused"), "{stdout}");
+        assert!(
+            r.tokens_out < r.tokens_in,
+            "a folded view is smaller: {stdout}"
+        );
+        assert!(r.tokens_out < 2400, "{stdout}");
+    }
+    assert!(
+        rows.last().unwrap().tokens_in > 2400,
+        "the recording outgrows the window: {stdout}"
+    );
+    let folds: Vec<String> = rows
+        .iter()
+        .filter(|r| r.fold == "new")
+        .map(|r| r.line.to_string())
+        .collect();
+    assert!(
+        stdout.contains(&format!("folds (lines {})", folds.join(", "))),
+        "{stdout}"
+    );
+    let bad = foldgate()
+        .args(["replay", "/nonexistent/recording.jsonl"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+}
+
+#[tokio::test]
+async fn replay_counts_and_folds_where_the_proxy_does() {
+    let llm = common::llm::Llm::start().await;
+    let toml = replay_config(llm.url());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("replay.toml");
+    std::fs::write(&path, &toml).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
+        .args(["replay", REPLAY_FIXTURE, "--config"])
+        .arg(&path)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success());
+    let rows = replay_rows(&String::from_utf8_lossy(&out.stdout));
+    // The same recording through the real proxy, in front of a mock LLM.
+    let fg = common::Foldgate::start(&toml).await;
+    let url = format!("{}/v1/chat/completions", fg.url);
+    let recorded = std::fs::read_to_string(REPLAY_FIXTURE).unwrap();
+    let mut first_fold = None;
+    for (row, line) in rows.iter().zip(recorded.lines()) {
+        let body: serde_json::Value = serde_json::from_str(line).unwrap();
+        let reply = common::post_json(&url, &[("x-conversation-id", "replayed")], &body).await;
+        reply.assert_ok();
+        let tokens_in: u32 = reply.header("x-foldgate-tokens-in").parse().unwrap();
+        assert_eq!(tokens_in, row.tokens_in, "line {}", row.line);
+        if first_fold.is_none() {
+            assert_eq!(
+                reply.header("x-foldgate-fold"),
+                row.fold,
+                "line {}",
+                row.line
+            );
+            if row.fold == "new" {
+                // From here the summaries differ (mock LLM against replay's placeholder).
+                first_fold = Some(row.line);
+            } else {
+                assert_eq!(reply.tokens_out(), row.tokens_out, "line {}", row.line);
+            }
+        }
+    }
+    assert!(first_fold.is_some(), "neither folded");
 }

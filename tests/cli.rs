@@ -9,7 +9,8 @@
 
 mod common;
 
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Output};
 
 fn foldgate() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_foldgate"));
@@ -18,15 +19,58 @@ fn foldgate() -> Command {
 }
 
 /// `foldgate check-config` on a file named `name` holding `toml`.
-fn check_config(name: &str, toml: &str) -> std::process::Output {
+fn check_config(name: &str, toml: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(name);
     std::fs::write(&path, toml).unwrap();
+    check_config_file(&path, &[])
+}
+
+/// `foldgate check-config --config PATH` with `env` set (and the provider
+/// key variables of the examples unset unless `env` sets them).
+fn check_config_file(path: &Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = foldgate();
+    cmd.args(["check-config", "--config"]).arg(path);
+    for var in ["OPENAI_API_KEY", "OPENROUTER_API_KEY", "VLLM_API_KEY"] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied()).output().unwrap()
+}
+
+/// `foldgate check-config` without `--config`, run in `dir`, with `env`.
+fn check_config_in(dir: &Path, env: &[(&str, &str)]) -> Output {
     foldgate()
-        .args(["check-config", "--config"])
-        .arg(&path)
+        .arg("check-config")
+        .current_dir(dir)
+        .envs(env.iter().copied())
         .output()
         .unwrap()
+}
+
+/// Runs `cmd` with `stdin` written to its standard input.
+fn run_with_stdin(mut cmd: Command, stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn out_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn err_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]
@@ -54,12 +98,8 @@ fn check_config_masks_secrets_and_applies_env() {
         .env("FOLDGATE_POLICY__TRIGGER_RATIO", "0.65")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = out_text(&out);
+    assert!(out.status.success(), "{stdout}{}", err_text(&out));
     assert!(!stdout.contains("sk-top-secret"), "{stdout}");
     assert!(
         stdout.contains("127.0.0.1:9999") && stdout.contains("0.65"),
@@ -71,9 +111,19 @@ fn check_config_masks_secrets_and_applies_env() {
 fn check_config_rejects_unknown_keys_naming_key_and_file() {
     let out = check_config("typo.toml", "[policy]\npreserve_recnt = 4\n");
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = err_text(&out);
+    // The key as written, without figment's profile prefix (`default.`).
     assert!(
-        err.contains("preserve_recnt") && err.contains("typo.toml"),
+        err.contains("\"policy.preserve_recnt\"") && err.contains("typo.toml"),
+        "{err}"
+    );
+    assert!(!err.contains("default."), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let env = check_config_in(dir.path(), &[("FOLDGATE_POLICY__TRIGGER_RATIO", "lots")]);
+    let err = err_text(&env);
+    assert!(!env.status.success());
+    assert!(
+        err.contains("\"policy.trigger_ratio\"") && !err.contains("default."),
         "{err}"
     );
 }
@@ -94,23 +144,12 @@ fn the_repository_config_is_valid() {
 
 #[test]
 fn estimate_reads_a_request_on_stdin() {
-    use std::io::Write;
-    let mut child = foldgate()
-        .args(["estimate", "--model", "gpt-4o"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut cmd = foldgate();
+    cmd.args(["estimate", "--model", "gpt-4o"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
     let body = r#"{"model":"x","max_tokens":500,"messages":[{"role":"user","content":"Hello there, how are you?"}]}"#;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let out = run_with_stdin(cmd, body);
+    let text = out_text(&out);
     assert!(out.status.success(), "{text}");
     assert!(
         text.contains("o200k_base") && text.contains("128000") && text.contains("500"),
@@ -155,25 +194,6 @@ fn check_config_into_a_closed_pipe_does_not_panic() {
     );
 }
 
-/// `foldgate check-config --config PATH` with `env` set (and the provider
-/// key variables of the examples unset unless `env` sets them).
-fn check_config_file(path: &std::path::Path, env: &[(&str, &str)]) -> (bool, String, String) {
-    let mut cmd = foldgate();
-    cmd.args(["check-config", "--config"]).arg(path);
-    for var in ["OPENAI_API_KEY", "OPENROUTER_API_KEY", "VLLM_API_KEY"] {
-        cmd.env_remove(var);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// The TOML part of check-config's output, parsed.
 fn effective(stdout: &str) -> toml::Table {
     stdout.parse().unwrap_or_else(|e| panic!("{e}:\n{stdout}"))
@@ -199,10 +219,11 @@ fn the_recipes_in_examples_are_valid_and_leave_the_summarizer_to_the_request() {
         ("vllm.toml", "http://127.0.0.1:8000/v1", None, true),
         ("llamacpp.toml", "http://127.0.0.1:8081/v1", None, true),
     ] {
-        let path = std::path::Path::new(dir).join(file);
+        let path = Path::new(dir).join(file);
         let env: Vec<(&str, &str)> = key_var.map(|v| (v, "sk-test-recipe")).into_iter().collect();
-        let (ok, stdout, stderr) = check_config_file(&path, &env);
-        assert!(ok, "{file}: {stderr}");
+        let out = check_config_file(&path, &env);
+        assert!(out.status.success(), "{file}: {}", err_text(&out));
+        let stdout = out_text(&out);
         assert!(
             stdout.contains(&format!("# read from: {}", path.display())),
             "{file}: {stdout}"
@@ -237,19 +258,22 @@ fn the_recipes_in_examples_are_valid_and_leave_the_summarizer_to_the_request() {
 
 #[test]
 fn the_shipped_config_reads_the_openai_key_and_leaves_the_summarizer_unset() {
-    let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml"));
-    let (ok, stdout, stderr) = check_config_file(path, &[("OPENAI_API_KEY", "sk-quick-start")]);
-    assert!(ok, "{stderr}");
-    assert!(!stdout.contains("# warning"), "{stdout}");
-    let config = effective(&stdout);
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml"));
+    let with_key = out_text(&check_config_file(
+        path,
+        &[("OPENAI_API_KEY", "sk-quick-start")],
+    ));
+    assert!(!with_key.contains("# warning"), "{with_key}");
+    let config = effective(&with_key);
     assert_eq!(
         config["providers"]["openai"]["api_key_env"].as_str(),
         Some("OPENAI_API_KEY")
     );
-    assert!(config["summarizer"].get("model").is_none(), "{stdout}");
+    assert!(config["summarizer"].get("model").is_none(), "{with_key}");
     // Without the key the configuration still loads: clients' own keys go upstream.
-    let (ok, stdout, stderr) = check_config_file(path, &[]);
-    assert!(ok, "{stderr}");
+    let out = check_config_file(path, &[]);
+    assert!(out.status.success(), "{}", err_text(&out));
+    let stdout = out_text(&out);
     assert!(
         stdout.contains("# warning: providers.openai.api_key_env: environment variable OPENAI_API_KEY is not set"),
         "{stdout}"
@@ -259,12 +283,8 @@ fn the_shipped_config_reads_the_openai_key_and_leaves_the_summarizer_unset() {
 #[test]
 fn check_config_names_the_file_it_read_or_the_embedded_defaults() {
     let dir = tempfile::tempdir().unwrap();
-    let out = foldgate()
-        .arg("check-config")
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let out = check_config_in(dir.path(), &[]);
+    let stdout = out_text(&out);
     assert!(out.status.success(), "{stdout}");
     assert!(
         stdout.contains("# read from: embedded defaults"),
@@ -275,12 +295,7 @@ fn check_config_names_the_file_it_read_or_the_embedded_defaults() {
         "[policy]\npreserve_recent = 3\n",
     )
     .unwrap();
-    let out = foldgate()
-        .arg("check-config")
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = out_text(&check_config_in(dir.path(), &[]));
     assert!(stdout.contains("# read from: config.toml"), "{stdout}");
     assert_eq!(
         effective(&stdout)["policy"]["preserve_recent"].as_integer(),
@@ -300,12 +315,7 @@ fn check_config_prints_only_keys_the_shipped_config_documents() {
         })
     };
     let dir = tempfile::tempdir().unwrap();
-    let out = foldgate()
-        .arg("check-config")
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = out_text(&check_config_in(dir.path(), &[]));
     let config = effective(&stdout);
     let mut undocumented = Vec::new();
     for (section, table) in &config {
@@ -324,49 +334,16 @@ fn check_config_prints_only_keys_the_shipped_config_documents() {
     );
 }
 
-#[test]
-fn unknown_keys_are_named_as_written_without_a_profile_prefix() {
-    let out = check_config("typo.toml", "[policy]\npreserve_recnt = 4\n");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("\"policy.preserve_recnt\""), "{err}");
-    assert!(!err.contains("default."), "{err}");
-    let env = foldgate()
-        .arg("check-config")
-        .current_dir(tempfile::tempdir().unwrap().path())
-        .env("FOLDGATE_POLICY__TRIGGER_RATIO", "lots")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&env.stderr);
-    assert!(!env.status.success());
-    assert!(
-        err.contains("\"policy.trigger_ratio\"") && !err.contains("default."),
-        "{err}"
-    );
-}
-
 /// Runs `foldgate estimate` on `body` with a config file holding `toml`.
 fn estimate(toml: &str, body: &str) -> String {
-    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.toml");
     std::fs::write(&path, toml).unwrap();
-    let mut child = foldgate()
-        .args(["estimate", "--config"])
-        .arg(&path)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let mut cmd = foldgate();
+    cmd.args(["estimate", "--config"]).arg(&path);
+    let out = run_with_stdin(cmd, body);
+    assert!(out.status.success(), "{}", err_text(&out));
+    out_text(&out)
 }
 
 #[test]
@@ -438,12 +415,8 @@ fn replay_prints_tokens_and_folds_per_turn() {
         .arg(&path)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = out_text(&out);
+    assert!(out.status.success(), "{stdout}{}", err_text(&out));
     assert!(stdout.contains("window 2400 tokens"), "{stdout}");
     let rows = replay_rows(&stdout);
     let recorded = std::fs::read_to_string(REPLAY_FIXTURE).unwrap();

@@ -1,7 +1,9 @@
-//! Context windows read at start-up (`tokens.discover`) from local
-//! servers' own APIs: Ollama's `/api/tags` + `/api/show`, llama.cpp's
-//! `/props`. Mock servers answer those endpoints beside `/v1`; the
-//! discovered window shows in whether a conversation folds.
+//! foldgate in front of any server on its defaults: summaries are written
+//! by the request's own model on the request's own provider, and context
+//! windows are read at start-up (`tokens.discover`) from local servers' own
+//! APIs: Ollama's `/api/tags` + `/api/show`, llama.cpp's `/props`. Mock
+//! servers answer those endpoints beside `/v1`; a discovered window shows
+//! in whether a conversation folds.
 
 #![allow(
     clippy::unwrap_used,
@@ -135,4 +137,60 @@ async fn llamacpp_window_comes_from_props_over_the_training_context() {
         "new",
         "n_ctx 4000 applies, not n_ctx_train 131072"
     );
+}
+
+/// Two providers (`cloud` takes `tiny-cloud*`, `local` the rest), inline
+/// folds in a 4,000-token window, plus `summarizer` keys.
+fn two_providers(cloud: &Llm, local: &Llm, summarizer: &str) -> String {
+    format!(
+        "[providers.cloud]\nbase_url = \"{}/v1\"\nmodels = [\"tiny-cloud*\"]\n\
+         [providers.local]\nbase_url = \"{}/v1\"\nmodels = [\"*\"]\n\
+         [models.\"tiny-*\"]\ncontext_window = 4000\n\
+         [policy]\nreset_ratio = 0.45\nmode = \"inline\"\n\
+         [summarizer]\nmax_summary_tokens = 400\nretries = 0\ntimeout = \"5s\"\n{summarizer}",
+        cloud.url(),
+        local.url()
+    )
+}
+
+/// The `model` of every summarizer call `llm` received.
+fn summarizer_models(llm: &Llm) -> Vec<String> {
+    llm.summarizer_requests()
+        .iter()
+        .map(|r| r["model"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn summaries_go_to_the_requests_own_model_and_provider() {
+    let (cloud, local) = (Llm::start().await, Llm::start().await);
+    let fg = Foldgate::start(&two_providers(&cloud, &local, "")).await;
+    assert_eq!(label(&chat(&fg, "tiny-local").await), "new");
+    assert_eq!(summarizer_models(&local), ["tiny-local"]);
+    assert!(
+        cloud.mock.received().is_empty(),
+        "nothing reached the other provider"
+    );
+    assert_eq!(label(&chat(&fg, "tiny-cloud-1").await), "new");
+    assert_eq!(summarizer_models(&cloud), ["tiny-cloud-1"]);
+    assert_eq!(local.summarizer_calls(), 1);
+}
+
+#[tokio::test]
+async fn a_named_summarizer_model_runs_on_the_requests_provider_unless_one_is_named() {
+    let (cloud, local) = (Llm::start().await, Llm::start().await);
+    let fg = Foldgate::start(&two_providers(&cloud, &local, "model = \"tiny-sum\"\n")).await;
+    assert_eq!(label(&chat(&fg, "tiny-local").await), "new");
+    assert_eq!(summarizer_models(&local), ["tiny-sum"]);
+    assert_eq!(cloud.summarizer_calls(), 0);
+    let (cloud, local) = (Llm::start().await, Llm::start().await);
+    let fg = Foldgate::start(&two_providers(
+        &cloud,
+        &local,
+        "model = \"tiny-sum\"\nprovider = \"cloud\"\n",
+    ))
+    .await;
+    assert_eq!(label(&chat(&fg, "tiny-local").await), "new");
+    assert_eq!(summarizer_models(&cloud), ["tiny-sum"]);
+    assert_eq!(local.summarizer_calls(), 0);
 }

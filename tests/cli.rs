@@ -500,3 +500,42 @@ async fn replay_counts_and_folds_where_the_proxy_does() {
     }
     assert!(first_fold.is_some(), "neither folded");
 }
+
+#[tokio::test]
+async fn the_quick_start_key_reaches_the_upstream() {
+    // The README's quick start: `export OPENAI_API_KEY=…; foldgate serve` in
+    // the repository (./config.toml), with OpenAI played by a mock.
+    let upstream = common::mock::Mock::echo().await;
+    let port = common::free_port();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
+        .arg("serve")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("FOLDGATE_LOG")
+        .env("OPENAI_API_KEY", "sk-quick-start")
+        .env(
+            "FOLDGATE_PROVIDERS__OPENAI__BASE_URL",
+            format!("{}/v1", upstream.url),
+        )
+        .env("FOLDGATE_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .env("FOLDGATE_STATE__BACKEND", "memory")
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    common::wait_listening(port).await;
+    let url = format!("http://127.0.0.1:{port}/v1/models");
+    for client_key in [None, Some("Bearer sk-some-client")] {
+        let headers: Vec<(&str, &str)> = client_key
+            .map(|k| ("authorization", k))
+            .into_iter()
+            .collect();
+        common::send(http::Method::GET, &url, &headers, "").await;
+    }
+    child.start_kill().unwrap();
+    let received = upstream.received();
+    assert_eq!(received.len(), 2);
+    for r in received {
+        assert_eq!(r.uri, "/v1/models");
+        assert_eq!(r.header("authorization"), Some("Bearer sk-quick-start"));
+    }
+}

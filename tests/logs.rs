@@ -17,18 +17,13 @@ use common::post_json;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
 /// Runs `foldgate serve` on a config in front of `llm` (plus `extra`
 /// sections) written to `path`, sends one folding request with id
 /// `request_id`, stops the server and returns everything it logged.
 async fn serve_one_fold(llm: &Llm, path: &Path, extra: &str, request_id: &str) -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let toml = convo::config(llm, &format!("[state]\nbackend = \"memory\"\n{extra}")).replace(
         "[providers.mock]",
         &format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[providers.mock]"),
@@ -43,15 +38,7 @@ async fn serve_one_fold(llm: &Llm, path: &Path, extra: &str, request_id: &str) -
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    common::wait_listening(port).await;
     let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
     let headers = [
         ("x-conversation-id", "logged"),

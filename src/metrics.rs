@@ -48,17 +48,19 @@ pub struct Metrics {
     pub latency: Latencies,
 }
 
-/// Route label order of [`Latencies::overhead`] and [`Latencies::upstream`].
-pub const ROUTES: [&str; 2] = ["chat", "other"];
+/// Route label order of [`Latencies::overhead`] and [`Latencies::upstream`]:
+/// the folded APIs (chat completions, Anthropic Messages, OpenAI
+/// Responses), then every other request.
+pub const ROUTES: [&str; 4] = ["chat", "anthropic", "responses", "other"];
 
 /// The duration histograms.
 #[derive(Debug)]
 pub struct Latencies {
     /// foldgate's own time per forwarded request (to the response head,
-    /// minus the upstream's), by route: chat completions, everything else.
-    pub overhead: [Histogram; 2],
+    /// minus the upstream's), by route ([`ROUTES`]).
+    pub overhead: [Histogram; 4],
     /// The upstream's time to its response head, by route.
-    pub upstream: [Histogram; 2],
+    pub upstream: [Histogram; 4],
     /// One fold's summarizer work, every call and chunk included.
     pub summarizer: Histogram,
 }
@@ -66,8 +68,8 @@ pub struct Latencies {
 impl Default for Latencies {
     fn default() -> Self {
         Self {
-            overhead: [0, 1].map(|_| Histogram::new(OVERHEAD_BUCKETS)),
-            upstream: [0, 1].map(|_| Histogram::new(UPSTREAM_BUCKETS)),
+            overhead: ROUTES.map(|_| Histogram::new(OVERHEAD_BUCKETS)),
+            upstream: ROUTES.map(|_| Histogram::new(UPSTREAM_BUCKETS)),
             summarizer: Histogram::new(SUMMARIZER_BUCKETS),
         }
     }
@@ -92,10 +94,14 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Records one forwarded request's timings: `chat` picks the route
-    /// label, `total` runs to the response head, `upstream` is its part.
-    pub fn observe_request(&self, chat: bool, total: Duration, upstream: Duration) {
-        let route = usize::from(!chat);
+    /// Records one forwarded request's timings: `route` is one of
+    /// [`ROUTES`] (anything else counts as `other`), `total` runs to the
+    /// response head, `upstream` is its part.
+    pub fn observe_request(&self, route: &str, total: Duration, upstream: Duration) {
+        let route = ROUTES
+            .iter()
+            .position(|r| *r == route)
+            .unwrap_or(ROUTES.len() - 1);
         self.latency.overhead[route].observe(total.saturating_sub(upstream));
         self.latency.upstream[route].observe(upstream);
     }

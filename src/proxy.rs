@@ -21,9 +21,10 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     if path == "/foldgate" || path.starts_with("/foldgate/") {
         return crate::admin::handle(&app, req).await;
     }
+    let shape = chat::error_shape(req.method(), path);
     forward(&app, req)
         .await
-        .unwrap_or_else(ApiError::into_response)
+        .unwrap_or_else(|e| e.into_response_as(shape))
 }
 
 /// Forwards a request upstream and streams the answer back.
@@ -34,9 +35,9 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
     if content_length(&parts.headers).is_some_and(|len| len > limit as u64) {
         return Err(ApiError::BodyTooLarge { limit });
     }
-    if chat::is_chat(&parts.method, parts.uri.path()) {
+    if let Some(api) = chat::Api::of(&parts.method, parts.uri.path()) {
         let bytes = read_body(incoming, limit).await?;
-        return chat::handle(app, parts, bytes).await;
+        return chat::handle(app, api, parts, bytes).await;
     }
     let (provider, body) = if is_json_post(&parts.method, &parts.headers) {
         let bytes = read_body(incoming, limit).await?;

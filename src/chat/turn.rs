@@ -2,8 +2,9 @@
 //! forward: the plan, the untouched messages, a reused fold, a postponed
 //! fold, a refusal. Deciding when to fold, and folding, is in `fold_run`.
 
+use super::fast::Look;
 use crate::app::App;
-use crate::config::Policy;
+use crate::config::{Placement, Policy};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use crate::fold::{
@@ -20,8 +21,9 @@ use std::sync::Arc;
 /// What to forward, and what the response headers report.
 #[derive(Debug)]
 pub struct Prepared {
-    /// The view to send; `None` sends the client's bytes unchanged.
-    pub view: Option<Vec<Value>>,
+    /// The view to send, laid out over the engine's messages; `None`
+    /// sends the client's bytes unchanged.
+    pub view: Option<Vec<Item>>,
     /// `none`, `reused` or `new`.
     pub label: &'static str,
     /// Estimated tokens of the client's messages (calibrated).
@@ -32,6 +34,20 @@ pub struct Prepared {
     pub raw_tokens_out: u32,
     /// A note for `x-foldgate-warning` (e.g. the summarizer failed).
     pub warning: Option<String>,
+}
+
+impl Prepared {
+    /// The client's request forwarded as it is, by this estimate.
+    pub fn untouched(estimate: &Estimate) -> Self {
+        Self {
+            view: None,
+            label: "none",
+            tokens_in: estimate.input_tokens,
+            tokens_out: estimate.input_tokens,
+            raw_tokens_out: estimate.raw_input_tokens,
+            warning: None,
+        }
+    }
 }
 
 /// Everything about one request that a fold needs. Cheap to clone, owned,
@@ -56,20 +72,27 @@ pub(super) struct TurnData {
     pub policy: Policy,
     pub estimate: Estimate,
     pub credentials: Credentials,
+    /// Where the summary goes, as the wire format allows.
+    pub placement: Placement,
 }
 
 impl Turn {
-    /// Gathers what the decision needs; takes the request's messages and
-    /// their identities (aligned with them, as is `estimate.messages`).
+    /// Gathers what the decision needs from the first look (key, message
+    /// identities, estimate) and the request's top-level `fields`; takes
+    /// the engine's `messages` (aligned with the look's identities and
+    /// counts).
     pub fn new(
         app: Arc<App>,
-        key: Option<ConvKey>,
+        look: Look,
         provider: &str,
         headers: &HeaderMap,
         request: &Map<String, Value>,
-        (messages, ids): (Vec<Value>, Vec<MessageId>),
-        estimate: Estimate,
+        messages: Vec<Value>,
+        placement: Placement,
     ) -> Self {
+        let Look {
+            key, ids, estimate, ..
+        } = look;
         let config = &app.config;
         let model = request
             .get("model")
@@ -99,6 +122,7 @@ impl Turn {
             messages,
             ids,
             estimate,
+            placement,
         };
         let budget = Budget::for_request(config, &data.policy, &data.estimate, now_unix());
         Self {
@@ -155,7 +179,7 @@ impl Turn {
             let raw = self.app.tokens.message_tokens(&self.data.model, m);
             self.data.estimate.calibrated(u64::from(raw))
         };
-        let placement = self.app.config.summary.placement;
+        let placement = self.data.placement;
         fold::plan(
             self.messages(),
             chain,
@@ -230,8 +254,7 @@ impl Turn {
         let (view, raw_out) = match state {
             None => (None, u64::from(estimate.raw_input_tokens)),
             Some(state) => {
-                let messages = &self.data.messages;
-                let placement = self.app.config.summary.placement;
+                let placement = self.data.placement;
                 let items = fold::view::layout_planned(self.messages(), state, placement);
                 let counted: u64 = items
                     .iter()
@@ -241,8 +264,7 @@ impl Turn {
                     })
                     .map(u64::from)
                     .sum();
-                let view = fold::view::materialize(messages, items);
-                (Some(view), u64::from(estimate.overhead) + counted)
+                (Some(items), u64::from(estimate.overhead) + counted)
             }
         };
         Prepared {

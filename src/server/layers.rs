@@ -79,7 +79,8 @@ where
             } else {
                 "missing API key"
             };
-            Box::pin(async move { Ok(ApiError::Unauthorized(message).into_response()) })
+            let shape = crate::chat::error_shape(req.method(), req.uri().path());
+            Box::pin(async move { Ok(ApiError::Unauthorized(message).into_response_as(shape)) })
         }
     }
 }
@@ -140,7 +141,7 @@ where
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned();
-        let chat = crate::chat::is_chat(&method, &path);
+        let route = crate::chat::Api::of(&method, &path).map_or("other", |api| api.as_str());
         let metrics = self.metrics.clone();
         let fut = self.inner.call(req);
         Box::pin(async move {
@@ -149,7 +150,7 @@ where
             let upstream = response.extensions().get::<UpstreamLatency>().map(|u| u.0);
             let overhead = upstream.map_or(total, |u| total.saturating_sub(u));
             if let Some(upstream) = upstream {
-                metrics.observe_request(chat, total, upstream);
+                metrics.observe_request(route, total, upstream);
             }
             let error = response.extensions().get::<ErrorLabel>().map(|e| e.0);
             tracing::info!(
@@ -223,7 +224,8 @@ where
             return Box::pin(self.inner.call(req));
         }
         let Ok(permit) = slots.clone().try_acquire_owned() else {
-            let mut response = ApiError::Overloaded.into_response();
+            let shape = crate::chat::error_shape(req.method(), req.uri().path());
+            let mut response = ApiError::Overloaded.into_response_as(shape);
             response.headers_mut().insert(
                 http::header::RETRY_AFTER,
                 http::HeaderValue::from_static("1"),

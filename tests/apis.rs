@@ -149,6 +149,25 @@ async fn anthropic_sdk_agent_loop_folds_without_splitting_tool_pairs() {
     assert_eq!(system.len(), 2, "{system:?}");
     assert_eq!(system[1]["cache_control"], json!({"type": "ephemeral"}));
     assert!(last.to_string().matches("cache_control").count() <= 4);
+    // The admin API says which API the conversation speaks.
+    let admin = common::send(
+        http::Method::GET,
+        &format!("{}/foldgate/conversations/claude-e2e", fg.url),
+        &[("x-api-key", "sk-ant-e2e")],
+        Vec::new(),
+    )
+    .await;
+    admin.assert_ok();
+    let folds = admin.json()["states"][0]["folds"].clone();
+    assert!(!folds.as_array().unwrap().is_empty());
+    assert!(
+        folds
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["api"] == "anthropic"),
+        "{folds}"
+    );
 }
 
 #[tokio::test]

@@ -190,7 +190,6 @@ impl ChatRequest {
                     "request stage changed while upgrading".into(),
                 ));
             };
-            let placement = self.api.placement(app.config.summary.placement);
             let Decoded {
                 fields,
                 messages,
@@ -205,7 +204,7 @@ impl ChatRequest {
                 headers,
                 estimate_fields.as_ref().unwrap_or(&fields),
                 messages,
-                placement,
+                self.api,
             );
             self.stage = Stage::Parsed { fields, wire, turn };
         }

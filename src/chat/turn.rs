@@ -2,6 +2,7 @@
 //! forward: the plan, the untouched messages, a reused fold, a postponed
 //! fold, a refusal. Deciding when to fold, and folding, is in `fold_run`.
 
+use super::codec::Api;
 use super::fast::Look;
 use crate::app::App;
 use crate::config::{Placement, Policy};
@@ -72,6 +73,8 @@ pub(super) struct TurnData {
     pub policy: Policy,
     pub estimate: Estimate,
     pub credentials: Credentials,
+    /// The wire format.
+    pub api: Api,
     /// Where the summary goes, as the wire format allows.
     pub placement: Placement,
 }
@@ -88,7 +91,7 @@ impl Turn {
         headers: &HeaderMap,
         request: &Map<String, Value>,
         messages: Vec<Value>,
-        placement: Placement,
+        api: Api,
     ) -> Self {
         let Look {
             key, ids, estimate, ..
@@ -122,7 +125,8 @@ impl Turn {
             messages,
             ids,
             estimate,
-            placement,
+            api,
+            placement: api.placement(config.summary.placement),
         };
         let budget = Budget::for_request(config, &data.policy, &data.estimate, now_unix());
         Self {

@@ -90,6 +90,13 @@ pub struct FoldState {
     pub tokens_after: u32,
     /// The trigger that caused the fold.
     pub reason: Reason,
+    /// The API the conversation speaks: `chat`, `anthropic` or `responses`.
+    #[serde(default = "chat_api")]
+    pub api: String,
+}
+
+fn chat_api() -> String {
+    "chat".to_string()
 }
 
 impl FoldState {
@@ -117,6 +124,7 @@ impl FoldState {
             tokens_before: plan.tokens_before,
             tokens_after: plan.tokens_after,
             reason: plan.reason,
+            api: chat_api(),
         }
     }
 
@@ -269,6 +277,7 @@ mod tests {
             tokens_before: 0,
             tokens_after: 0,
             reason: Reason::Token,
+            api: "chat".into(),
         }
     }
 

@@ -4,7 +4,6 @@
 //! handles requests sits above this module; the engines it holds sit below.
 
 use crate::background::Background;
-use crate::body;
 use crate::config::Config;
 use crate::error::StartupError;
 use crate::metrics::Metrics;
@@ -12,10 +11,7 @@ use crate::state::Store;
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
 use crate::upstream::Upstreams;
-use http::Request;
-use http_body_util::BodyExt;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Everything a request needs, shared by all requests.
 pub struct App {
@@ -57,36 +53,5 @@ impl App {
             background: Background::default(),
             config,
         })
-    }
-
-    /// With `tokens.discover`, asks every provider's `/models` for context
-    /// windows of models the configuration does not name (OpenRouter's
-    /// `context_length`, vLLM's `max_model_len`). Failures only log.
-    pub async fn discover_windows(&self) {
-        for name in self.config.providers.keys() {
-            let provider = self.upstreams.by_name(name);
-            let Ok(req) = Request::get("/v1/models").body(body::empty()) else {
-                continue;
-            };
-            let listing = match provider.send(req, Duration::from_secs(10), false).await {
-                Ok(resp) if resp.status().is_success() => {
-                    resp.into_body().collect().await.map(|c| c.to_bytes())
-                }
-                Ok(resp) => {
-                    tracing::info!(provider = %name, status = %resp.status(), "model discovery: no listing");
-                    continue;
-                }
-                Err(e) => {
-                    tracing::info!(provider = %name, error = %e, "model discovery failed");
-                    continue;
-                }
-            };
-            let Ok(bytes) = listing else { continue };
-            let found = crate::tokens::parse_models_listing(&bytes);
-            tracing::info!(provider = %name, models = found.len(), "model discovery: context windows read");
-            for (model, window) in found {
-                self.tokens.record_discovered(&model, window);
-            }
-        }
     }
 }

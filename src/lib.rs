@@ -4,6 +4,7 @@
 //! - [`app`]: the shared application state every request uses.
 //! - [`background`]: background fold jobs, one per conversation, and backoff.
 //! - [`config`]: figment configuration, validation, secrets.
+//! - [`discover`]: context windows read from providers at start-up (`tokens.discover`).
 //! - [`server`]: listener, TLS, the tower stack, graceful shutdown.
 //! - [`upstream`]: the pooled HTTPS client, provider routing, header hygiene.
 //! - [`proxy`]: the request handler: admin routes, passthrough, chat hook.
@@ -11,11 +12,12 @@
 //! - [`summarize`]: the summarizer calls: prompt, formats, retries, repair.
 //! - [`state`]: fold-state storage and per-conversation single-flight.
 //! - [`message`]: the message vocabulary: roles, pinned head, tool pairing.
-//! - [`metrics`]: Prometheus counters.
+//! - [`metrics`]: Prometheus counters and latency histograms.
 //! - [`admin`]: `/foldgate/*` endpoints.
 //! - [`error`]: errors made by foldgate, rendered as OpenAI's error envelope.
 //! - [`tokens`]: token estimation, model windows, calibration.
 //! - [`fold`]: fold policy, cut planning and views (pure, no IO).
+//! - [`replay`]: `foldgate replay`: a recorded conversation through the fold engine, offline.
 //! - [`glob`]: model-name patterns.
 //! - [`body`]: the body type that crosses the stack.
 
@@ -25,12 +27,14 @@ pub mod background;
 pub mod body;
 pub mod chat;
 pub mod config;
+pub mod discover;
 pub mod error;
 pub mod fold;
 pub mod glob;
 pub mod message;
 pub mod metrics;
 pub mod proxy;
+pub mod replay;
 pub mod server;
 pub mod state;
 pub mod summarize;

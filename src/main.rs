@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 /// request, and glibc malloc showed up at ~10% of CPU under load.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use foldgate::config::Config;
+use foldgate::config::{Config, LogFormat};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -42,6 +42,19 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Replay a recorded conversation through the fold policy, with a mock
+    /// summarizer and no network: per turn, tokens in and out and where
+    /// folds happen. FILE holds one chat request body per line (JSONL).
+    Replay {
+        /// The recording: one request body per line, as the client sent it.
+        file: PathBuf,
+        /// Model to plan for (default: each body's `model`).
+        #[arg(long, short, default_value = "")]
+        model: String,
+        /// Configuration file (default: ./config.toml if present).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
     /// Delete stored fold states unused, and audit rows made, longer ago than an age (SQLite).
     Prune {
         /// Age, e.g. `30d`, `12h`.
@@ -55,37 +68,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
     match cli.command {
-        Command::Serve { config } => {
-            let config = match Config::load(config.as_deref()) {
-                Ok(c) => c,
-                Err(e) => return fail(&e),
-            };
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => return fail(&e),
-            };
-            match runtime.block_on(foldgate::server::run(config)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(&e),
-            }
-        }
+        Command::Serve { config } => serve(config),
         Command::Prune { older_than, config } => prune(config, older_than),
-        Command::CheckConfig { config } => match Config::load(config.as_deref()) {
-            Ok(c) => match toml::to_string_pretty(&c) {
-                Ok(text) => out(&format!("# configuration is valid\n{text}")),
-                Err(e) => fail(&e),
-            },
-            Err(e) => fail(&e),
-        },
+        Command::CheckConfig { config } => check_config(config),
         Command::Estimate { model, config } => {
-            let config = match Config::load(config.as_deref()) {
+            let config = match load(config) {
                 Ok(c) => c,
-                Err(e) => return fail(&e),
+                Err(code) => return code,
             };
             let mut body = Vec::new();
             if let Err(e) = std::io::Read::read_to_end(&mut std::io::stdin(), &mut body) {
@@ -96,13 +86,77 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
+        Command::Replay {
+            file,
+            model,
+            config,
+        } => {
+            let config = match load(config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match std::fs::read_to_string(&file) {
+                Ok(text) => match foldgate::replay::run(&config, &model, &text) {
+                    Ok(report) => out(&report.to_string()),
+                    Err(e) => fail(&format!("{}: {e}", file.display())),
+                },
+                Err(e) => fail(&format!("{}: {e}", file.display())),
+            }
+        }
+    }
+}
+
+/// Loads the configuration, then starts logging in its format.
+fn load(path: Option<PathBuf>) -> Result<Config, ExitCode> {
+    let config = Config::load(path.as_deref()).map_err(|e| fail(&e))?;
+    init_logging(config.log.format);
+    Ok(config)
+}
+
+fn serve(path: Option<PathBuf>) -> ExitCode {
+    let config = match load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&e),
+    };
+    match runtime.block_on(foldgate::server::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
+}
+
+/// Prints the effective configuration, after a header naming the file it
+/// came from and any warning. Only keys `config.toml` documents exist.
+fn check_config(path: Option<PathBuf>) -> ExitCode {
+    let config = match load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match toml::to_string_pretty(&config) {
+        Ok(text) => {
+            let mut head = format!(
+                "# configuration is valid\n# read from: {} (then FOLDGATE_* environment variables)\n",
+                config.source_name()
+            );
+            for warning in config.key_warnings() {
+                head.push_str(&format!("# warning: {warning}\n"));
+            }
+            out(&format!("{head}{text}"))
+        }
+        Err(e) => fail(&e),
     }
 }
 
 fn prune(config: Option<PathBuf>, older_than: std::time::Duration) -> ExitCode {
-    let config = match Config::load(config.as_deref()) {
+    let config = match load(config) {
         Ok(c) => c,
-        Err(e) => return fail(&e),
+        Err(code) => return code,
     };
     match foldgate::state::prune(&config.state, older_than) {
         Ok(p) => out(&format!(
@@ -130,13 +184,23 @@ fn fail(error: &dyn std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FOLDGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour codes only on a terminal, never in a file or a pipe.
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        // One object per line; the request span's fields (its id) included.
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+        // Colour codes only on a terminal, never in a file or a pipe.
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
 }

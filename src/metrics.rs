@@ -1,7 +1,14 @@
-//! Counters exported at `/foldgate/metrics` in Prometheus text format.
+//! Counters and histograms exported at `/foldgate/metrics` in Prometheus
+//! text format.
 
+mod histogram;
+
+pub use histogram::Histogram;
+
+use histogram::{OVERHEAD_BUCKETS, SUMMARIZER_BUCKETS, UPSTREAM_BUCKETS};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Process-wide counters. Labels are fixed and low-cardinality.
 #[derive(Debug, Default)]
@@ -34,6 +41,38 @@ pub struct Metrics {
     pub ledger_evictions: AtomicU64,
     /// Folds postponed because the conversation's last fold failed recently.
     pub folds_postponed: AtomicU64,
+    /// Prompt tokens not sent upstream: the client's messages minus the
+    /// forwarded view, summed over requests forwarded with a fold.
+    pub tokens_saved: AtomicU64,
+    /// Durations: foldgate's overhead, upstream and summarizer latency.
+    pub latency: Latencies,
+}
+
+/// Route label order of [`Latencies::overhead`] and [`Latencies::upstream`]:
+/// the folded APIs (chat completions, Anthropic Messages, OpenAI
+/// Responses), then every other request.
+pub const ROUTES: [&str; 4] = ["chat", "anthropic", "responses", "other"];
+
+/// The duration histograms.
+#[derive(Debug)]
+pub struct Latencies {
+    /// foldgate's own time per forwarded request (to the response head,
+    /// minus the upstream's), by route ([`ROUTES`]).
+    pub overhead: [Histogram; 4],
+    /// The upstream's time to its response head, by route.
+    pub upstream: [Histogram; 4],
+    /// One fold's summarizer work, every call and chunk included.
+    pub summarizer: Histogram,
+}
+
+impl Default for Latencies {
+    fn default() -> Self {
+        Self {
+            overhead: ROUTES.map(|_| Histogram::new(OVERHEAD_BUCKETS)),
+            upstream: ROUTES.map(|_| Histogram::new(UPSTREAM_BUCKETS)),
+            summarizer: Histogram::new(SUMMARIZER_BUCKETS),
+        }
+    }
 }
 
 /// A gauge owned outside [`Metrics`], rendered beside its counters.
@@ -53,6 +92,29 @@ impl Metrics {
     /// Adds one to a counter.
     pub fn inc(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records one forwarded request's timings: `route` is one of
+    /// [`ROUTES`] (anything else counts as `other`), `total` runs to the
+    /// response head, `upstream` is its part.
+    pub fn observe_request(&self, route: &str, total: Duration, upstream: Duration) {
+        let route = ROUTES
+            .iter()
+            .position(|r| *r == route)
+            .unwrap_or(ROUTES.len() - 1);
+        self.latency.overhead[route].observe(total.saturating_sub(upstream));
+        self.latency.upstream[route].observe(upstream);
+    }
+
+    /// Records what a chat request forwarded: `label` is `x-foldgate-fold`,
+    /// the tokens are the client's messages and the forwarded view.
+    pub fn observe_forwarded(&self, label: &str, tokens_in: u32, tokens_out: u32) {
+        if label != "none" {
+            self.tokens_saved.fetch_add(
+                u64::from(tokens_in.saturating_sub(tokens_out)),
+                Ordering::Relaxed,
+            );
+        }
     }
 
     /// Renders every counter; `extra` appends gauges owned elsewhere.
@@ -130,6 +192,12 @@ impl Metrics {
             "Folds postponed after a recent summarizer failure of the conversation.",
             get(&self.folds_postponed),
         );
+        counter(
+            "foldgate_tokens_saved_total",
+            "Prompt tokens not sent upstream thanks to folds (client's messages minus the forwarded view).",
+            get(&self.tokens_saved),
+        );
+        self.render_latencies(&mut out);
         let _ = writeln!(
             out,
             "# HELP foldgate_folds_total New folds by trigger.\n# TYPE foldgate_folds_total counter"
@@ -153,5 +221,33 @@ impl Metrics {
             }
         }
         out
+    }
+
+    fn render_latencies(&self, out: &mut String) {
+        let l = &self.latency;
+        let by_route = [
+            (
+                "foldgate_overhead_seconds",
+                "foldgate's own time per forwarded request (to the response head, minus the upstream's).",
+                &l.overhead,
+            ),
+            (
+                "foldgate_upstream_seconds",
+                "Upstream time to the response head.",
+                &l.upstream,
+            ),
+        ];
+        for (name, help, histograms) in by_route {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+            for (route, h) in ROUTES.iter().zip(histograms) {
+                h.render(out, name, &format!("route=\"{route}\""));
+            }
+        }
+        let name = "foldgate_summarizer_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Summarizer time per fold, every call and chunk included.\n# TYPE {name} histogram"
+        );
+        l.summarizer.render(out, name, "");
     }
 }

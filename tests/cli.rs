@@ -7,7 +7,10 @@
     reason = "tests fail loudly; the no-panic rule is for the request path"
 )]
 
-use std::process::Command;
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
 
 fn foldgate() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_foldgate"));
@@ -16,15 +19,58 @@ fn foldgate() -> Command {
 }
 
 /// `foldgate check-config` on a file named `name` holding `toml`.
-fn check_config(name: &str, toml: &str) -> std::process::Output {
+fn check_config(name: &str, toml: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(name);
     std::fs::write(&path, toml).unwrap();
+    check_config_file(&path, &[])
+}
+
+/// `foldgate check-config --config PATH` with `env` set (and the provider
+/// key variables of the examples unset unless `env` sets them).
+fn check_config_file(path: &Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = foldgate();
+    cmd.args(["check-config", "--config"]).arg(path);
+    for var in ["OPENAI_API_KEY", "OPENROUTER_API_KEY", "VLLM_API_KEY"] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied()).output().unwrap()
+}
+
+/// `foldgate check-config` without `--config`, run in `dir`, with `env`.
+fn check_config_in(dir: &Path, env: &[(&str, &str)]) -> Output {
     foldgate()
-        .args(["check-config", "--config"])
-        .arg(&path)
+        .arg("check-config")
+        .current_dir(dir)
+        .envs(env.iter().copied())
         .output()
         .unwrap()
+}
+
+/// Runs `cmd` with `stdin` written to its standard input.
+fn run_with_stdin(mut cmd: Command, stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn out_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn err_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]
@@ -52,12 +98,8 @@ fn check_config_masks_secrets_and_applies_env() {
         .env("FOLDGATE_POLICY__TRIGGER_RATIO", "0.65")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = out_text(&out);
+    assert!(out.status.success(), "{stdout}{}", err_text(&out));
     assert!(!stdout.contains("sk-top-secret"), "{stdout}");
     assert!(
         stdout.contains("127.0.0.1:9999") && stdout.contains("0.65"),
@@ -69,9 +111,19 @@ fn check_config_masks_secrets_and_applies_env() {
 fn check_config_rejects_unknown_keys_naming_key_and_file() {
     let out = check_config("typo.toml", "[policy]\npreserve_recnt = 4\n");
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = err_text(&out);
+    // The key as written, without figment's profile prefix (`default.`).
     assert!(
-        err.contains("preserve_recnt") && err.contains("typo.toml"),
+        err.contains("\"policy.preserve_recnt\"") && err.contains("typo.toml"),
+        "{err}"
+    );
+    assert!(!err.contains("default."), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let env = check_config_in(dir.path(), &[("FOLDGATE_POLICY__TRIGGER_RATIO", "lots")]);
+    let err = err_text(&env);
+    assert!(!env.status.success());
+    assert!(
+        err.contains("\"policy.trigger_ratio\"") && !err.contains("default."),
         "{err}"
     );
 }
@@ -92,23 +144,12 @@ fn the_repository_config_is_valid() {
 
 #[test]
 fn estimate_reads_a_request_on_stdin() {
-    use std::io::Write;
-    let mut child = foldgate()
-        .args(["estimate", "--model", "gpt-4o"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut cmd = foldgate();
+    cmd.args(["estimate", "--model", "gpt-4o"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
     let body = r#"{"model":"x","max_tokens":500,"messages":[{"role":"user","content":"Hello there, how are you?"}]}"#;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let out = run_with_stdin(cmd, body);
+    let text = out_text(&out);
     assert!(out.status.success(), "{text}");
     assert!(
         text.contains("o200k_base") && text.contains("128000") && text.contains("500"),
@@ -151,4 +192,359 @@ fn check_config_into_a_closed_pipe_does_not_panic() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The TOML part of check-config's output, parsed.
+fn effective(stdout: &str) -> toml::Table {
+    stdout.parse().unwrap_or_else(|e| panic!("{e}:\n{stdout}"))
+}
+
+#[test]
+fn the_recipes_in_examples_are_valid_and_leave_the_summarizer_to_the_request() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+    for (file, base_url, key_var, discover) in [
+        (
+            "openai.toml",
+            "https://api.openai.com/v1",
+            Some("OPENAI_API_KEY"),
+            false,
+        ),
+        (
+            "openrouter.toml",
+            "https://openrouter.ai/api/v1",
+            Some("OPENROUTER_API_KEY"),
+            true,
+        ),
+        ("ollama.toml", "http://127.0.0.1:11434/v1", None, true),
+        ("vllm.toml", "http://127.0.0.1:8000/v1", None, true),
+        ("llamacpp.toml", "http://127.0.0.1:8081/v1", None, true),
+    ] {
+        let path = Path::new(dir).join(file);
+        let env: Vec<(&str, &str)> = key_var.map(|v| (v, "sk-test-recipe")).into_iter().collect();
+        let out = check_config_file(&path, &env);
+        assert!(out.status.success(), "{file}: {}", err_text(&out));
+        let stdout = out_text(&out);
+        assert!(
+            stdout.contains(&format!("# read from: {}", path.display())),
+            "{file}: {stdout}"
+        );
+        assert!(!stdout.contains("# warning"), "{file}: {stdout}");
+        assert!(
+            !stdout.contains("sk-test-recipe"),
+            "{file}: the key is never printed"
+        );
+        let config = effective(&stdout);
+        let providers = config["providers"].as_table().unwrap();
+        assert_eq!(providers.len(), 1, "{file}");
+        let provider = providers.values().next().unwrap();
+        assert_eq!(provider["base_url"].as_str(), Some(base_url), "{file}");
+        assert_eq!(
+            provider.get("api_key_env").and_then(|v| v.as_str()),
+            key_var,
+            "{file}"
+        );
+        assert!(
+            config["summarizer"].get("model").is_none()
+                && config["summarizer"].get("provider").is_none(),
+            "{file}: the summarizer is the request's own model on its own provider"
+        );
+        assert_eq!(
+            config["tokens"]["discover"].as_bool(),
+            Some(discover),
+            "{file}"
+        );
+    }
+}
+
+#[test]
+fn the_shipped_config_reads_the_openai_key_and_leaves_the_summarizer_unset() {
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml"));
+    let with_key = out_text(&check_config_file(
+        path,
+        &[("OPENAI_API_KEY", "sk-quick-start")],
+    ));
+    assert!(!with_key.contains("# warning"), "{with_key}");
+    let config = effective(&with_key);
+    assert_eq!(
+        config["providers"]["openai"]["api_key_env"].as_str(),
+        Some("OPENAI_API_KEY")
+    );
+    assert!(config["summarizer"].get("model").is_none(), "{with_key}");
+    // Without the key the configuration still loads: clients' own keys go upstream.
+    let out = check_config_file(path, &[]);
+    assert!(out.status.success(), "{}", err_text(&out));
+    let stdout = out_text(&out);
+    assert!(
+        stdout.contains("# warning: providers.openai.api_key_env: environment variable OPENAI_API_KEY is not set"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn check_config_names_the_file_it_read_or_the_embedded_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = check_config_in(dir.path(), &[]);
+    let stdout = out_text(&out);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("# read from: embedded defaults"),
+        "{stdout}"
+    );
+    std::fs::write(
+        dir.path().join("config.toml"),
+        "[policy]\npreserve_recent = 3\n",
+    )
+    .unwrap();
+    let stdout = out_text(&check_config_in(dir.path(), &[]));
+    assert!(stdout.contains("# read from: config.toml"), "{stdout}");
+    assert_eq!(
+        effective(&stdout)["policy"]["preserve_recent"].as_integer(),
+        Some(3)
+    );
+}
+
+#[test]
+fn check_config_prints_only_keys_the_shipped_config_documents() {
+    let documented =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml")).unwrap();
+    let is_documented = |key: &str| {
+        documented.lines().any(|l| {
+            let l = l.trim_start_matches(['#', ' ']);
+            l.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let stdout = out_text(&check_config_in(dir.path(), &[]));
+    let config = effective(&stdout);
+    let mut undocumented = Vec::new();
+    for (section, table) in &config {
+        // Providers are tables named by the user: check the keys inside.
+        let tables: Vec<(String, &toml::Table)> = match section.as_str() {
+            "providers" => table
+                .as_table()
+                .unwrap()
+                .iter()
+                .map(|(name, t)| (format!("providers.{name}"), t.as_table().unwrap()))
+                .collect(),
+            _ => vec![(section.clone(), table.as_table().unwrap())],
+        };
+        for (path, table) in tables {
+            for (key, value) in table {
+                if !value.is_table() && !is_documented(key) {
+                    undocumented.push(format!("{path}.{key}"));
+                }
+            }
+        }
+    }
+    assert!(
+        undocumented.is_empty(),
+        "printed but not in config.toml: {undocumented:?}\n{stdout}"
+    );
+}
+
+/// Runs `foldgate estimate` on `body` with a config file holding `toml`.
+fn estimate(toml: &str, body: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, toml).unwrap();
+    let mut cmd = foldgate();
+    cmd.args(["estimate", "--config"]).arg(&path);
+    let out = run_with_stdin(cmd, body);
+    assert!(out.status.success(), "{}", err_text(&out));
+    out_text(&out)
+}
+
+#[test]
+fn estimate_reports_the_output_reserve_the_proxy_plans_with() {
+    let toml = "[models.\"small-*\"]\ncontext_window = 6000\n[models.\"big-*\"]\ncontext_window = 100000\n";
+    let body = |model: &str, extra: &str| {
+        format!(r#"{{"model":"{model}",{extra}"messages":[{{"role":"user","content":"hi"}}]}}"#)
+    };
+    // The default reserve (4096) is capped at a quarter of a small window...
+    let small = estimate(toml, &body("small-model", ""));
+    assert!(small.contains("output_reserve: 1500\n"), "{small}");
+    // ...not of a large one, and a request's own max_tokens is never capped.
+    let big = estimate(toml, &body("big-model", ""));
+    assert!(big.contains("output_reserve: 4096\n"), "{big}");
+    let asked = estimate(toml, &body("small-model", r#""max_tokens":3000,"#));
+    assert!(asked.contains("output_reserve: 3000\n"), "{asked}");
+}
+
+/// A config for the replay fixture (`tiny-replay`, 2,400-token window,
+/// inline folds) in front of `upstream`.
+fn replay_config(upstream: &str) -> String {
+    format!(
+        "[providers.mock]\nbase_url = \"{upstream}/v1\"\n\
+         [models.\"tiny-replay\"]\ncontext_window = 2400\n\
+         [policy]\nmode = \"inline\"\n\
+         [state]\nbackend = \"memory\"\n\
+         [summarizer]\nretries = 0\ntimeout = \"5s\"\n"
+    )
+}
+
+const REPLAY_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/replay/session.jsonl"
+);
+
+/// One row of `foldgate replay`'s table.
+#[derive(Debug)]
+struct ReplayRow {
+    line: usize,
+    tokens_in: u32,
+    tokens_out: u32,
+    fold: String,
+}
+
+fn replay_rows(stdout: &str) -> Vec<ReplayRow> {
+    stdout
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim_start().starts_with("line"))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            ReplayRow {
+                line: f[0].parse().unwrap(),
+                tokens_in: f[2].parse().unwrap(),
+                tokens_out: f[3].parse().unwrap(),
+                fold: f[5].to_string(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn replay_prints_tokens_and_folds_per_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("replay.toml");
+    // No network: the provider points at a port nothing listens on.
+    std::fs::write(&path, replay_config("http://127.0.0.1:9")).unwrap();
+    let out = foldgate()
+        .args(["replay", REPLAY_FIXTURE, "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = out_text(&out);
+    assert!(out.status.success(), "{stdout}{}", err_text(&out));
+    assert!(stdout.contains("window 2400 tokens"), "{stdout}");
+    let rows = replay_rows(&stdout);
+    let recorded = std::fs::read_to_string(REPLAY_FIXTURE).unwrap();
+    assert_eq!(rows.len(), recorded.lines().count(), "{stdout}");
+    let first = rows.iter().position(|r| r.fold == "new").expect("no fold");
+    for r in &rows[..first] {
+        assert_eq!(
+            (r.fold.as_str(), r.tokens_out),
+            ("none", r.tokens_in),
+            "{stdout}"
+        );
+    }
+    for r in &rows[first..] {
+        assert!(matches!(r.fold.as_str(), "new" | "reused"), "{stdout}");
+        assert!(
+            r.tokens_out < r.tokens_in,
+            "a folded view is smaller: {stdout}"
+        );
+        assert!(r.tokens_out < 2400, "{stdout}");
+    }
+    assert!(
+        rows.last().unwrap().tokens_in > 2400,
+        "the recording outgrows the window: {stdout}"
+    );
+    let folds: Vec<String> = rows
+        .iter()
+        .filter(|r| r.fold == "new")
+        .map(|r| r.line.to_string())
+        .collect();
+    assert!(
+        stdout.contains(&format!("folds (lines {})", folds.join(", "))),
+        "{stdout}"
+    );
+    let bad = foldgate()
+        .args(["replay", "/nonexistent/recording.jsonl"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+}
+
+#[tokio::test]
+async fn replay_counts_and_folds_where_the_proxy_does() {
+    let llm = common::llm::Llm::start().await;
+    let toml = replay_config(llm.url());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("replay.toml");
+    std::fs::write(&path, &toml).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
+        .args(["replay", REPLAY_FIXTURE, "--config"])
+        .arg(&path)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success());
+    let rows = replay_rows(&String::from_utf8_lossy(&out.stdout));
+    // The same recording through the real proxy, in front of a mock LLM.
+    let fg = common::Foldgate::start(&toml).await;
+    let url = format!("{}/v1/chat/completions", fg.url);
+    let recorded = std::fs::read_to_string(REPLAY_FIXTURE).unwrap();
+    let mut first_fold = None;
+    for (row, line) in rows.iter().zip(recorded.lines()) {
+        let body: serde_json::Value = serde_json::from_str(line).unwrap();
+        let reply = common::post_json(&url, &[("x-conversation-id", "replayed")], &body).await;
+        reply.assert_ok();
+        let tokens_in: u32 = reply.header("x-foldgate-tokens-in").parse().unwrap();
+        assert_eq!(tokens_in, row.tokens_in, "line {}", row.line);
+        if first_fold.is_none() {
+            assert_eq!(
+                reply.header("x-foldgate-fold"),
+                row.fold,
+                "line {}",
+                row.line
+            );
+            if row.fold == "new" {
+                // From here the summaries differ (mock LLM against replay's placeholder).
+                first_fold = Some(row.line);
+            } else {
+                assert_eq!(reply.tokens_out(), row.tokens_out, "line {}", row.line);
+            }
+        }
+    }
+    assert!(first_fold.is_some(), "neither folded");
+}
+
+#[tokio::test]
+async fn the_quick_start_key_reaches_the_upstream() {
+    // The README's quick start: `export OPENAI_API_KEY=…; foldgate serve` in
+    // the repository (./config.toml), with OpenAI played by a mock.
+    let upstream = common::mock::Mock::echo().await;
+    let port = common::free_port();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
+        .arg("serve")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("FOLDGATE_LOG")
+        .env("OPENAI_API_KEY", "sk-quick-start")
+        .env(
+            "FOLDGATE_PROVIDERS__OPENAI__BASE_URL",
+            format!("{}/v1", upstream.url),
+        )
+        .env("FOLDGATE_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .env("FOLDGATE_STATE__BACKEND", "memory")
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    common::wait_listening(port).await;
+    let url = format!("http://127.0.0.1:{port}/v1/models");
+    for client_key in [None, Some("Bearer sk-some-client")] {
+        let headers: Vec<(&str, &str)> = client_key
+            .map(|k| ("authorization", k))
+            .into_iter()
+            .collect();
+        common::send(http::Method::GET, &url, &headers, "").await;
+    }
+    child.start_kill().unwrap();
+    let received = upstream.received();
+    assert_eq!(received.len(), 2);
+    for r in received {
+        assert_eq!(r.uri, "/v1/models");
+        assert_eq!(r.header("authorization"), Some("Bearer sk-quick-start"));
+    }
 }

@@ -1,5 +1,6 @@
-//! What the log says: every event a request causes, the fold included,
-//! carries the request's id, read from the real binary's output.
+//! What the log says, read from the real binary's output: the start-up
+//! line, every event a request causes (the fold included) carrying the
+//! request's id, in text or as JSON lines.
 
 #![allow(
     clippy::unwrap_used,
@@ -13,50 +14,37 @@ mod common;
 use common::convo::{self, Convo, label};
 use common::llm::Llm;
 use common::post_json;
+use serde_json::Value;
+use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
-#[tokio::test]
-async fn fold_events_carry_the_request_id() {
-    let llm = Llm::start().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("foldgate.toml");
-    let toml = convo::config(&llm, "[state]\nbackend = \"memory\"\n").replace(
+/// Runs `foldgate serve` on a config in front of `llm` (plus `extra`
+/// sections) written to `path`, sends one folding request with id
+/// `request_id`, stops the server and returns everything it logged.
+async fn serve_one_fold(llm: &Llm, path: &Path, extra: &str, request_id: &str) -> String {
+    let port = common::free_port();
+    let toml = convo::config(llm, &format!("[state]\nbackend = \"memory\"\n{extra}")).replace(
         "[providers.mock]",
         &format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[providers.mock]"),
     );
-    std::fs::write(&path, toml).unwrap();
+    std::fs::write(path, toml).unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
         .args(["serve", "--config"])
-        .arg(&path)
+        .arg(path)
         .env("FOLDGATE_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    common::wait_listening(port).await;
     let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
-    let body = Convo::with_turns(55).body();
     let headers = [
         ("x-conversation-id", "logged"),
-        ("x-request-id", "req-fold-42"),
+        ("x-request-id", request_id),
     ];
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    let reply = post_json(&url, &headers, &body).await;
+    let reply = post_json(&url, &headers, &Convo::with_turns(55).body()).await;
     reply.assert_ok();
     assert_eq!(label(&reply), "new");
     child.start_kill().unwrap();
@@ -68,6 +56,15 @@ async fn fold_events_carry_the_request_id() {
         .read_to_string(&mut log)
         .await
         .unwrap();
+    log
+}
+
+#[tokio::test]
+async fn fold_events_carry_the_request_id() {
+    let llm = Llm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("foldgate.toml");
+    let log = serve_one_fold(&llm, &path, "", "req-fold-42").await;
     let fold_line = log
         .lines()
         .find(|l| l.contains("foldgate::fold") && l.contains("outcome=\"ok\""))
@@ -85,4 +82,56 @@ async fn fold_events_carry_the_request_id() {
         !log.contains('\u{1b}'),
         "colour codes in a piped log:\n{log}"
     );
+    let start = log
+        .lines()
+        .find(|l| l.contains("foldgate starting"))
+        .unwrap_or_else(|| panic!("no start-up line in:\n{log}"));
+    assert!(
+        start.contains(&path.display().to_string()) && start.contains("mock →"),
+        "{start}"
+    );
+}
+
+#[tokio::test]
+async fn json_logs_are_one_object_per_line_with_the_request_span() {
+    let llm = Llm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("json.toml");
+    let log = serve_one_fold(&llm, &path, "[log]\nformat = \"json\"\n", "req-json-7").await;
+    let events: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let find = |pred: &dyn Fn(&Value) -> bool, what: &str| {
+        events
+            .iter()
+            .find(|e| pred(e))
+            .unwrap_or_else(|| panic!("no {what} in:\n{log}"))
+            .clone()
+    };
+    let start = find(&|e| e["message"] == "foldgate starting", "start-up line");
+    assert_eq!(start["level"], "INFO");
+    assert_eq!(start["config"], path.display().to_string());
+    let providers = start["providers"].as_str().unwrap();
+    assert!(
+        providers.starts_with("mock → ") && providers.contains(&llm.mock.url),
+        "{providers}"
+    );
+    assert_eq!(
+        start["summarizer"],
+        "the request's own model on the request's own provider"
+    );
+    let fold = find(
+        &|e| e["target"] == "foldgate::fold" && e["outcome"] == "ok",
+        "fold event",
+    );
+    assert_eq!(fold["span"]["request_id"], "req-json-7", "{fold}");
+    assert!(
+        foldgate::metrics::REASONS.contains(&fold["reason"].as_str().unwrap()),
+        "{fold}"
+    );
+    let access = find(&|e| e["target"] == "foldgate::access", "access line");
+    assert_eq!(access["status"], 200);
+    assert_eq!(access["request_id"], "req-json-7");
+    assert!(access["overhead_ms"].as_f64().unwrap() > 0.0, "{access}");
 }

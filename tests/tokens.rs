@@ -407,7 +407,8 @@ fn tokens_estimate_report() {
     assert!(report.contains("input_tokens: 129\n"));
     assert!(report.contains("context_window: 8192 (built-in)\n"));
     assert!(report.contains("ratio: 1.57%\n"));
-    assert!(report.contains("output_reserve: 4096\n"));
+    // The default 4096, capped at a quarter of the 8192-token window, as the proxy plans.
+    assert!(report.contains("output_reserve: 2048\n"));
     assert!(report.ends_with("calibration: 1.000"));
     let report = estimate_report(&Config::default(), "gpt-4o", &body).unwrap();
     assert!(report.contains("input_tokens: 124\n"));

@@ -4,7 +4,7 @@
 //! pipeline in [`super::turn`].
 
 use super::key;
-use super::turn::{Prepared, budget};
+use super::turn::{Prepared, now_unix};
 use crate::app::App;
 use crate::config::Mode;
 use crate::error::ApiError;
@@ -129,7 +129,7 @@ pub(super) async fn route(
         return Ok(full(key, ids, estimate, chain));
     }
     let policy = app.config.policy_for(provider, &raw.model);
-    let budget = budget(&app.config, &policy, &estimate, &raw.rest);
+    let budget = crate::fold::Budget::for_request(&app.config, &policy, &estimate, now_unix());
     let messages_tokens: u64 = estimate
         .messages
         .iter()

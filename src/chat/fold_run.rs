@@ -315,6 +315,7 @@ impl Turn {
             .fetch_add(outcome.tokens, Ordering::Relaxed);
         m.summarizer_ms
             .fetch_add(outcome.latency.as_millis() as u64, Ordering::Relaxed);
+        m.latency.summarizer.observe(outcome.latency);
         m.summary_inventions
             .fetch_add(u64::from(outcome.inventions), Ordering::Relaxed);
         m.summary_truncations

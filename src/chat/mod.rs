@@ -129,6 +129,8 @@ fn respond(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
+    app.metrics
+        .observe_forwarded(prepared.label, prepared.tokens_in, prepared.tokens_out);
     let (tokens, raw) = (app.tokens.clone(), prepared.raw_tokens_out);
     let observe = Box::new(move |actual: u32| tokens.observe_usage(&model, raw, actual));
     let mut response = Response::from_parts(

@@ -5,7 +5,7 @@
 use super::codec::Api;
 use super::fast::Look;
 use crate::app::App;
-use crate::config::{Config, Placement, Policy};
+use crate::config::{Placement, Policy};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use crate::fold::{
@@ -49,38 +49,6 @@ impl Prepared {
             warning: None,
         }
     }
-}
-
-/// The request's token budget. A default output reserve (the request set
-/// no `max_tokens`) must not claim most of a small window by itself, and
-/// the summary gets `summary_ratio` of the window at most.
-pub(super) fn budget(
-    config: &Config,
-    policy: &Policy,
-    estimate: &Estimate,
-    request: &Map<String, Value>,
-) -> Budget {
-    let explicit = ["max_completion_tokens", "max_tokens"]
-        .iter()
-        .any(|k| request.get(*k).is_some_and(Value::is_u64));
-    let output_reserve = if explicit {
-        estimate.output_reserve
-    } else {
-        estimate.output_reserve.min(estimate.context_window / 4)
-    };
-    Budget {
-        context_window: estimate.context_window,
-        output_reserve,
-        overhead: estimate.calibrated(u64::from(estimate.overhead)),
-        summary_reserve: summary_budget(config, policy, estimate.context_window),
-        now_unix: now_unix(),
-    }
-}
-
-/// Tokens the summary message (narrative and ledger) may take in a window.
-pub(super) fn summary_budget(config: &Config, policy: &Policy, window: u32) -> u32 {
-    let share = (policy.summary_ratio * f64::from(window)).floor() as u32;
-    config.summarizer.max_summary_tokens.min(share).max(1)
 }
 
 /// Everything about one request that a fold needs. Cheap to clone, owned,
@@ -160,7 +128,7 @@ impl Turn {
             api,
             placement: api.placement(config.summary.placement),
         };
-        let budget = budget(config, &data.policy, &data.estimate, request);
+        let budget = Budget::for_request(config, &data.policy, &data.estimate, now_unix());
         Self {
             app: app.clone(),
             data: Arc::new(data),

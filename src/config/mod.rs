@@ -2,10 +2,12 @@
 //! (`FOLDGATE_` prefix, `__` for nesting), then [`Config::validate`] checks
 //! what types cannot.
 
+mod describe;
 mod policy;
 mod secret;
 mod sections;
 
+pub use describe::read_key;
 pub use policy::{Mode, Policy, PolicyOverrides, resolve as resolve_policy};
 pub use secret::Secret;
 pub use sections::*;
@@ -40,13 +42,19 @@ pub struct Config {
     pub tokens: TokensConfig,
     /// Fold state storage.
     pub state: StateConfig,
+    /// Log format.
+    pub log: LogConfig,
+    /// The file this configuration was read from (`None`: built-in
+    /// defaults and environment only). Not a key.
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 /// A configuration that could not be loaded or is invalid.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// Parsing or type errors; figment's message names the key and the file.
-    #[error("{0}")]
+    /// Parsing or type errors; the message names the key and the file.
+    #[error("{}", load_message(.0))]
     Load(Box<figment::Error>),
     /// A value that parses but makes no sense.
     #[error("invalid configuration{}: {message}", source_suffix(.file))]
@@ -54,6 +62,29 @@ pub enum ConfigError {
         message: String,
         file: Option<PathBuf>,
     },
+}
+
+/// figment's errors, one per line, each naming its key as the user writes
+/// it (`policy.preserve_recnt`: figment's own message prefixes its
+/// profile, `default.`) and the file or environment it came from.
+fn load_message(error: &figment::Error) -> String {
+    let lines: Vec<String> = (*error)
+        .clone()
+        .into_iter()
+        .map(|e| {
+            let mut line = e.kind.to_string();
+            if !e.path.is_empty() {
+                line.push_str(&format!(" for key \"{}\"", e.path.join(".")));
+            }
+            match e.metadata.as_ref().map(|md| (&md.source, &md.name)) {
+                Some((Some(source), name)) => line.push_str(&format!(" in {source} {name}")),
+                Some((None, name)) => line.push_str(&format!(" in {name}")),
+                None => {}
+            }
+            line
+        })
+        .collect();
+    lines.join("\n")
 }
 
 fn source_suffix(source: &Option<PathBuf>) -> String {
@@ -93,9 +124,11 @@ impl Config {
         let mut config: Config = figment
             .extract()
             .map_err(|e| ConfigError::Load(Box::new(e)))?;
-        config
-            .finish()
-            .map_err(|message| ConfigError::Invalid { message, file })?;
+        config.finish().map_err(|message| ConfigError::Invalid {
+            message,
+            file: file.clone(),
+        })?;
+        config.source = file;
         Ok(config)
     }
 
@@ -164,13 +197,6 @@ impl Config {
                 return Err(format!(
                     "providers.{name}.models must name at least one pattern"
                 ));
-            }
-            if let Some(var) = &p.api_key_env {
-                if std::env::var_os(var).is_none() {
-                    return Err(format!(
-                        "providers.{name}.api_key_env: environment variable {var} is not set"
-                    ));
-                }
             }
             p.policy.validate(&format!("providers.{name}.policy"))?;
         }
@@ -250,7 +276,10 @@ impl Config {
                 let window = u64::from(model.context_window?);
                 let provider = self.provider_for(Some(pattern)).map_or("", |(n, _)| n);
                 let policy = self.policy_for(provider, pattern);
-                let reserve = u64::from(self.tokens.default_output_reserve).min(window / 4);
+                let reserve = u64::from(crate::tokens::default_reserve(
+                    self.tokens.default_output_reserve,
+                    model.context_window?,
+                ));
                 let need = PINNED + MIN_SUMMARY + policy.preserve_recent as u64 * MESSAGE;
                 let room = ((policy.reset_ratio * window as f64) as u64).min(window - reserve);
                 (need > room).then(|| {

@@ -79,9 +79,11 @@ pub struct ProviderConfig {
     /// the first provider in name order does.
     #[serde(default = "all_models")]
     pub models: Vec<String>,
-    /// Environment variable with this provider's API key. When set, it
-    /// replaces the client's credential (`Authorization: Bearer`, or
-    /// `x-api-key` for `api = "anthropic"`).
+    /// Environment variable with this provider's API key. When the
+    /// variable is set, its key replaces the client's credential
+    /// (`Authorization: Bearer`, or `x-api-key` for `api = "anthropic"`);
+    /// when it is unset or empty, the client's credential is forwarded
+    /// (with a warning at start-up).
     #[serde(default)]
     pub api_key_env: Option<String>,
     /// The provider's own API: `openai` (the default; also OpenRouter,
@@ -308,6 +310,28 @@ impl Default for TokensConfig {
             discover: false,
         }
     }
+}
+
+/// `[log]`: how foldgate writes its log (to stderr). `FOLDGATE_LOG` sets
+/// the filter (`info`, `foldgate=debug`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `"text"`: one human-readable line per event (colour only on a
+    /// terminal); `"json"`: one JSON object per line, for log collectors.
+    pub format: LogFormat,
+}
+
+/// `log.format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, the
+    /// event's fields and `span` (the request's id, method and path).
+    Json,
 }
 
 /// `[state]`: where fold states live. An in-process cache (bounded by

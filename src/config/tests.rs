@@ -45,14 +45,30 @@ fn invalid_values_are_named() {
             "[models.\"x*\"]\ntrigger_ratio = 0\n",
             "models.\"x*\".trigger_ratio",
         ),
-        (
-            "[providers.a]\nbase_url = \"http://x\"\napi_key_env = \"FOLDGATE_UNSET_VAR_FOR_TEST\"\n",
-            "providers.a.api_key_env",
-        ),
     ] {
         let err = Config::from_toml(toml).unwrap_err().to_string();
         assert!(err.contains(key), "{toml:?} gave {err}");
     }
+}
+
+#[test]
+fn an_unset_provider_key_variable_forwards_the_clients_key_with_a_warning() {
+    let config = Config::from_toml(
+        "[providers.a]\nbase_url = \"http://x\"\napi_key_env = \"FOLDGATE_UNSET_VAR_FOR_TEST\"\n",
+    )
+    .unwrap();
+    let warnings = config.key_warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("providers.a.api_key_env")
+            && warnings[0].contains("FOLDGATE_UNSET_VAR_FOR_TEST"),
+        "{warnings:?}"
+    );
+    assert!(
+        config.describe_providers().contains("is unset"),
+        "{}",
+        config.describe_providers()
+    );
 }
 
 #[test]

@@ -61,6 +61,8 @@ pub use state::{FoldChain, FoldState, Reason};
 pub use summary::Summary;
 pub use view::{ACK_TEXT, build_view, view_differs};
 
+use crate::config::{Config, Policy};
+use crate::tokens::Estimate;
 use serde_json::Value;
 
 /// A request's messages as the fold engine reads them: the values, each
@@ -106,6 +108,34 @@ pub struct Budget {
     /// The clock, in Unix seconds, for `policy.idle_fold_after` (the fold
     /// engine reads no clock itself).
     pub now_unix: u64,
+}
+
+impl Budget {
+    /// A request's budget, one rule for the proxy and `foldgate replay`:
+    /// the window and output reserve as the estimate has them (a default
+    /// reserve already capped, see [`crate::tokens::default_reserve`]), the
+    /// overhead calibrated, and the summary's share of the window.
+    pub fn for_request(
+        config: &Config,
+        policy: &Policy,
+        estimate: &Estimate,
+        now_unix: u64,
+    ) -> Self {
+        Self {
+            context_window: estimate.context_window,
+            output_reserve: estimate.output_reserve,
+            overhead: estimate.calibrated(u64::from(estimate.overhead)),
+            summary_reserve: summary_budget(config, policy, estimate.context_window),
+            now_unix,
+        }
+    }
+}
+
+/// Tokens the summary message (narrative and ledger) may take in a window:
+/// `policy.summary_ratio` of it, at most `summarizer.max_summary_tokens`.
+pub fn summary_budget(config: &Config, policy: &Policy, window: u32) -> u32 {
+    let share = (policy.summary_ratio * f64::from(window)).floor() as u32;
+    config.summarizer.max_summary_tokens.min(share).max(1)
 }
 
 /// Misuse of the fold engine's outputs.

@@ -3,6 +3,7 @@
 use crate::body::Body;
 use crate::config::Secret;
 use crate::error::{ApiError, ErrorLabel};
+use crate::metrics::Metrics;
 use crate::upstream::UpstreamLatency;
 use crate::upstream::headers;
 use http::{Request, Response};
@@ -85,14 +86,28 @@ where
 }
 
 /// Logs one line per request: method, path, status, upstream latency and
-/// foldgate's own overhead (time to the response head minus the upstream's).
-#[derive(Clone, Default)]
-pub struct AccessLogLayer;
+/// foldgate's own overhead (time to the response head minus the upstream's);
+/// a request that went upstream also feeds the overhead and upstream
+/// latency histograms.
+#[derive(Clone)]
+pub struct AccessLogLayer {
+    metrics: Arc<Metrics>,
+}
+
+impl AccessLogLayer {
+    /// A layer recording into `metrics`.
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self { metrics }
+    }
+}
 
 impl<S> Layer<S> for AccessLogLayer {
     type Service = AccessLogService<S>;
     fn layer(&self, inner: S) -> Self::Service {
-        AccessLogService { inner }
+        AccessLogService {
+            inner,
+            metrics: self.metrics.clone(),
+        }
     }
 }
 
@@ -100,6 +115,7 @@ impl<S> Layer<S> for AccessLogLayer {
 #[derive(Clone)]
 pub struct AccessLogService<S> {
     inner: S,
+    metrics: Arc<Metrics>,
 }
 
 impl<S, B> Service<Request<B>> for AccessLogService<S>
@@ -125,12 +141,17 @@ where
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned();
+        let route = crate::chat::Api::of(&method, &path).map_or("other", |api| api.as_str());
+        let metrics = self.metrics.clone();
         let fut = self.inner.call(req);
         Box::pin(async move {
             let response = fut.await?;
             let total = started.elapsed();
             let upstream = response.extensions().get::<UpstreamLatency>().map(|u| u.0);
             let overhead = upstream.map_or(total, |u| total.saturating_sub(u));
+            if let Some(upstream) = upstream {
+                metrics.observe_request(route, total, upstream);
+            }
             let error = response.extensions().get::<ErrorLabel>().map(|e| e.0);
             tracing::info!(
                 target: "foldgate::access",

@@ -32,13 +32,23 @@ pub async fn serve(
 ) -> Result<(), StartupError> {
     let tls = tls_acceptor(&config)?;
     let deadline = config.server.shutdown_timeout;
-    for warning in config.small_window_warnings() {
+    tracing::info!(
+        config = %config.source_name(),
+        providers = %config.describe_providers(),
+        summarizer = %config.describe_summarizer(),
+        "foldgate starting"
+    );
+    for warning in config
+        .small_window_warnings()
+        .into_iter()
+        .chain(config.key_warnings())
+    {
         tracing::warn!("{warning}");
     }
     let app = Arc::new(App::new(config)?);
     if app.config.tokens.discover {
         let app = app.clone();
-        tokio::spawn(async move { app.discover_windows().await });
+        tokio::spawn(async move { crate::discover::windows(&app).await });
     }
     let service = stack::build(app.clone());
     let mut builder = auto::Builder::new(TokioExecutor::new());

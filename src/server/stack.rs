@@ -38,7 +38,8 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// 5. `SetSensitiveRequestHeadersLayer` — marks `authorization`,
 ///    `proxy-authorization` and `x-api-key` sensitive so no log prints them.
 /// 6. `AccessLogLayer` — one line per request; reads the response
-///    extensions `UpstreamLatency` and `ErrorLabel`.
+///    extensions `UpstreamLatency` and `ErrorLabel`, and feeds the overhead
+///    and upstream latency histograms.
 /// 7. `ShedLayer` — `server.max_concurrent_requests`: a request over the
 ///    limit gets 503 with `Retry-After` at once; a slot is held until the
 ///    response body ends. Inside the access log so shed requests are
@@ -50,6 +51,7 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub fn build(app: Arc<App>) -> AppService {
     let keys = app.config.server.api_keys.clone();
     let shed = app.config.server.max_concurrent_requests;
+    let access_log = AccessLogLayer::new(app.metrics.clone());
     let handler = tower::service_fn(move |req: Request<Incoming>| {
         let app = app.clone();
         async move { Ok::<_, Infallible>(proxy::handle(app, req).await) }
@@ -74,7 +76,7 @@ pub fn build(app: Arc<App>) -> AppService {
             PROXY_AUTHORIZATION,
             HeaderName::from_static("x-api-key"),
         ]))
-        .layer(AccessLogLayer)
+        .layer(access_log)
         .layer(ShedLayer::new(shed))
         .layer(AuthLayer::new(keys))
         .service(handler)

@@ -3,7 +3,7 @@
 
 use super::calibration::Calibrator;
 use super::encoding::{Encoding, base_name};
-use super::estimate::{CacheStats, Estimate, apply, saturate};
+use super::estimate::{CacheStats, Estimate, apply, default_reserve, saturate};
 use super::hash::{hash_value, hash_values};
 use super::message::{REPLY_PRIMING, Rules};
 use super::registry::{self, LimitSource, ModelLimits};
@@ -225,7 +225,7 @@ impl TokenCounter {
             factor,
             messages,
             overhead,
-            output_reserve: self.output_reserve(request, limits.max_output_tokens),
+            output_reserve: self.output_reserve(request, &limits),
             context_window: limits.context_window,
         }
     }
@@ -365,12 +365,15 @@ impl TokenCounter {
         n
     }
 
-    fn output_reserve(&self, request: &Map<String, Value>, max_output: Option<u32>) -> u32 {
+    fn output_reserve(&self, request: &Map<String, Value>, limits: &ModelLimits) -> u32 {
         let asked = ["max_completion_tokens", "max_tokens"]
             .iter()
             .find_map(|k| request.get(*k).and_then(Value::as_u64))
-            .map_or(self.settings.default_output_reserve, saturate);
-        max_output.map_or(asked, |cap| asked.min(cap))
+            .map_or_else(
+                || default_reserve(self.settings.default_output_reserve, limits.context_window),
+                saturate,
+            );
+        limits.max_output_tokens.map_or(asked, |cap| asked.min(cap))
     }
 
     /// A field of the most specific `[models]` entry that sets it, so a

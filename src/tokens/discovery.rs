@@ -1,4 +1,7 @@
-//! Context windows from a provider's `GET /models` listing.
+//! Context windows from what providers answer: the `GET /models` listing
+//! (OpenRouter, vLLM, …), llama.cpp's `GET /props` and Ollama's
+//! `GET /api/tags` + `POST /api/show`. Parsers only; the calls are in
+//! [`crate::discover`].
 
 use serde_json::Value;
 
@@ -22,25 +25,86 @@ const WINDOW_KEYS: &[&str] = &[
 /// OpenRouter's `top_provider.context_length` and llama.cpp's
 /// `meta.n_ctx_train`. Anything else, including invalid JSON, yields nothing.
 pub fn parse_models_listing(body: &[u8]) -> Vec<(String, u32)> {
+    listing_entries(body).iter().filter_map(entry).collect()
+}
+
+/// The ids of every entry of a `GET /models` listing, windows or not.
+pub fn parse_model_ids(body: &[u8]) -> Vec<String> {
+    listing_entries(body)
+        .iter()
+        .filter_map(|item| entry_id(item).map(str::to_owned))
+        .collect()
+}
+
+/// llama.cpp server's `GET /props`: the context each request gets,
+/// `default_generation_settings.n_ctx` (the server's `--ctx-size` divided
+/// among its slots), which is below the model's training context.
+pub fn parse_llamacpp_props(body: &[u8]) -> Option<u32> {
+    let value = serde_json::from_slice::<Value>(body).ok()?;
+    value
+        .pointer("/default_generation_settings/n_ctx")
+        .and_then(as_window)
+}
+
+/// Ollama's `GET /api/tags`: the names of the local models.
+pub fn parse_ollama_tags(body: &[u8]) -> Vec<String> {
     let Ok(value) = serde_json::from_slice::<Value>(body) else {
         return Vec::new();
     };
-    let entries = match &value {
-        Value::Array(items) => items,
-        Value::Object(map) => match map.get("data").or_else(|| map.get("models")) {
-            Some(Value::Array(items)) => items,
-            _ => return Vec::new(),
-        },
-        _ => return Vec::new(),
+    let Some(Value::Array(models)) = value.get("models") else {
+        return Vec::new();
     };
-    entries.iter().filter_map(entry).collect()
+    models
+        .iter()
+        .filter_map(|m| m.get("name").or_else(|| m.get("model"))?.as_str())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Ollama's `POST /api/show`: `num_ctx` from `parameters` when the model
+/// sets it (the context Ollama runs it with), else the model's own
+/// `model_info` `<architecture>.context_length`.
+pub fn parse_ollama_show(body: &[u8]) -> Option<u32> {
+    let value = serde_json::from_slice::<Value>(body).ok()?;
+    let num_ctx = value
+        .get("parameters")
+        .and_then(Value::as_str)
+        .and_then(|params| {
+            params.lines().find_map(|line| {
+                let mut words = line.split_whitespace();
+                (words.next() == Some("num_ctx")).then(|| words.next())?
+            })
+        })
+        .and_then(|n| as_window(&Value::String(n.to_owned())));
+    num_ctx.or_else(|| {
+        let info = value.get("model_info")?.as_object()?;
+        info.iter()
+            .find(|(key, _)| key.ends_with(".context_length"))
+            .and_then(|(_, v)| as_window(v))
+    })
+}
+
+/// The entries of a listing: `{"data": [...]}`, `{"models": [...]}` or a
+/// bare array; nothing for anything else.
+fn listing_entries(body: &[u8]) -> Vec<Value> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Array(items)) => items,
+        Ok(Value::Object(mut map)) => match map.remove("data").or_else(|| map.remove("models")) {
+            Some(Value::Array(items)) => items,
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+fn entry_id(item: &Value) -> Option<&str> {
+    item.get("id")
+        .or_else(|| item.get("name"))
+        .and_then(Value::as_str)
 }
 
 fn entry(item: &Value) -> Option<(String, u32)> {
-    let id = item
-        .get("id")
-        .or_else(|| item.get("name"))
-        .and_then(Value::as_str)?;
+    let id = entry_id(item)?;
     let window = WINDOW_KEYS
         .iter()
         .find_map(|k| item.get(*k).and_then(as_window))
@@ -122,6 +186,35 @@ mod tests {
             parse_models_listing(br#"{"data":[{"id":"l","meta":{"n_ctx_train":8192}}]}"#),
             vec![("l".into(), 8192)]
         );
+    }
+
+    #[test]
+    fn llamacpp_props() {
+        let body = br#"{"default_generation_settings":{"id":0,"n_ctx":4096,"params":{"n_predict":-1}},
+            "total_slots":2,"model_path":"/models/qwen2.5-0.5b-instruct-q4_k_m.gguf","chat_template":"..."}"#;
+        assert_eq!(parse_llamacpp_props(body), Some(4096));
+        assert_eq!(parse_llamacpp_props(br#"{"total_slots":1}"#), None);
+        assert_eq!(
+            parse_model_ids(
+                br#"{"object":"list","data":[{"id":"qwen","meta":{"n_ctx_train":32768}}]}"#
+            ),
+            vec!["qwen".to_string()]
+        );
+    }
+
+    #[test]
+    fn ollama_show_and_tags() {
+        let info = br#"{"modelfile":"...","parameters":"stop \"<|eot_id|>\"\nnum_ctx                        8192",
+            "model_info":{"general.architecture":"llama","llama.context_length":131072,"llama.embedding_length":3072}}"#;
+        assert_eq!(parse_ollama_show(info), Some(8192), "num_ctx wins");
+        let no_param = br#"{"parameters":"stop \"<|eot_id|>\"","model_info":{"general.architecture":"qwen2","qwen2.context_length":32768}}"#;
+        assert_eq!(parse_ollama_show(no_param), Some(32768));
+        assert_eq!(parse_ollama_show(br#"{"model_info":{}}"#), None);
+        assert_eq!(
+            parse_ollama_tags(br#"{"models":[{"name":"llama3.2:latest","model":"llama3.2:latest","size":1},{"model":"qwen2.5:0.5b"}]}"#),
+            vec!["llama3.2:latest".to_string(), "qwen2.5:0.5b".to_string()]
+        );
+        assert!(parse_ollama_tags(b"<html>").is_empty());
     }
 
     #[test]

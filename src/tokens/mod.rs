@@ -11,7 +11,7 @@
 //! - `counter`: [`TokenCounter`], which ties these together.
 //! - `estimate`: [`Estimate`], its result.
 //! - `usage`: [`UsageScanner`], reading `usage` out of responses.
-//! - `discovery`: [`parse_models_listing`] for providers' `/models`.
+//! - `discovery`: parsers of providers' `/models`, llama.cpp's `/props`, Ollama's `/api/show`.
 //! - `report`: [`estimate_report`] for `foldgate estimate`.
 
 mod calibration;
@@ -28,9 +28,12 @@ mod usage;
 
 pub use calibration::{ALPHA as CALIBRATION_ALPHA, MAX_FACTOR, MIN_FACTOR};
 pub use counter::{RawCount, TokenCounter};
-pub use discovery::parse_models_listing;
+pub use discovery::{
+    parse_llamacpp_props, parse_model_ids, parse_models_listing, parse_ollama_show,
+    parse_ollama_tags,
+};
 pub use encoding::Encoding;
-pub use estimate::{CacheStats, Estimate};
+pub use estimate::{CacheStats, Estimate, default_reserve};
 pub use registry::{LimitSource, ModelLimits};
 pub use report::{EstimateError, estimate_report};
 pub use usage::UsageScanner;

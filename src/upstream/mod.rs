@@ -57,17 +57,12 @@ impl Upstreams {
                     .map_err(|e| format!("providers.{name}.{e}"))?,
                 None => shared.clone(),
             };
+            // Unset: the client's credential is forwarded (warned at start-up).
             let api_key = p
                 .api_key_env
-                .as_ref()
-                .map(|var| {
-                    std::env::var(var).map(Secret::new).map_err(|_| {
-                        format!(
-                            "providers.{name}.api_key_env: environment variable {var} is not set"
-                        )
-                    })
-                })
-                .transpose()?;
+                .as_deref()
+                .and_then(crate::config::read_key)
+                .map(Secret::new);
             let provider = Provider {
                 name: name.clone(),
                 scheme: uri.scheme().cloned().unwrap_or(Scheme::HTTPS),
@@ -181,6 +176,41 @@ impl Provider {
         drop_client_auth: bool,
     ) -> Result<Response<Incoming>, ApiError> {
         *req.uri_mut() = self.target(req.uri().path_and_query())?;
+        self.dispatch(req, timeout, drop_client_auth).await
+    }
+
+    /// Sends `req` to `path` on the provider's server itself: `base_url`'s
+    /// path without a trailing `/v1`, then `path` (Ollama's `/api/show`
+    /// and llama.cpp's `/props` sit beside their `/v1`).
+    pub async fn send_to_server(
+        &self,
+        mut req: Request<Body>,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, ApiError> {
+        let root = self
+            .base_path
+            .strip_suffix("/v1")
+            .unwrap_or(&self.base_path);
+        *req.uri_mut() = Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(format!("{root}{path}"))
+            .build()
+            .map_err(|e| ApiError::BadRequest {
+                message: format!("bad server path: {e}"),
+                param: None,
+            })?;
+        self.dispatch(req, timeout, false).await
+    }
+
+    /// Sends a request whose URI is already the upstream's.
+    async fn dispatch(
+        &self,
+        mut req: Request<Body>,
+        timeout: Duration,
+        drop_client_auth: bool,
+    ) -> Result<Response<Incoming>, ApiError> {
         headers::to_upstream(
             req.headers_mut(),
             self.api_key.as_ref().map(|k| (k.expose(), self.api)),

@@ -60,6 +60,9 @@ pub struct LlmState {
     pub chat_requests: Mutex<Vec<Value>>,
     /// The answer to `GET /v1/models`, when set.
     pub models_listing: Mutex<Option<Value>>,
+    /// Other JSON answers by `"METHOD /path"` (a local server's own API,
+    /// e.g. `"GET /props"`), with 200.
+    pub routes: Mutex<std::collections::HashMap<String, Value>>,
     /// The answer when `script` is empty; `Good` when unset.
     pub default_answer: Mutex<Option<Sum>>,
     /// Agent-API (Messages, Responses) answers given so far.
@@ -127,6 +130,15 @@ impl Llm {
         self.state.script.lock().unwrap().extend(answers);
     }
 
+    /// Answers `"METHOD /path"` with `json` (200) from now on.
+    pub fn route(&self, method_and_path: &str, json: Value) {
+        self.state
+            .routes
+            .lock()
+            .unwrap()
+            .insert(method_and_path.to_string(), json);
+    }
+
     /// Sets the answer used whenever the script is empty.
     pub fn answer_always(&self, answer: Sum) {
         *self.state.default_answer.lock().unwrap() = Some(answer);
@@ -143,6 +155,10 @@ fn is_summarizer(body: &Value) -> bool {
 }
 
 async fn answer(state: Arc<LlmState>, r: Recorded) -> Response<foldgate::body::Body> {
+    let route = format!("{} {}", r.method, r.uri);
+    if let Some(json) = state.routes.lock().unwrap().get(&route) {
+        return mock::json(StatusCode::OK, json);
+    }
     if r.method == http::Method::GET && r.uri.ends_with("/models") {
         return match state.models_listing.lock().unwrap().clone() {
             Some(listing) => mock::json(StatusCode::OK, &listing),

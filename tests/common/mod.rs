@@ -97,6 +97,29 @@ impl Drop for Foldgate {
     }
 }
 
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits (up to 5 s) until something accepts connections on `port`.
+pub async fn wait_listening(port: u16) {
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("nothing listens on 127.0.0.1:{port}");
+}
+
 /// A foldgate config pointing its one provider at `upstream`.
 pub fn config_for(upstream: &str, extra: &str) -> String {
     format!("[providers.mock]\nbase_url = \"{upstream}/v1\"\nmodels = [\"*\"]\n{extra}")

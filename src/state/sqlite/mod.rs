@@ -14,7 +14,7 @@ pub mod db;
 mod tests;
 
 use super::hot::Hot;
-use super::{BoxFuture, ConvKey, Flights, FoldGuard, Store};
+use super::{BoxFuture, ConvKey, Flights, FoldGuard, ListQuery, Page, Store};
 use crate::config::StateConfig;
 use crate::fold::FoldChain;
 use rusqlite::Connection;
@@ -40,6 +40,10 @@ enum Cmd {
     Find {
         conversation: String,
         reply: oneshot::Sender<Vec<(ConvKey, FoldChain)>>,
+    },
+    List {
+        query: ListQuery,
+        reply: oneshot::Sender<Page>,
     },
     Save {
         key: ConvKey,
@@ -180,6 +184,22 @@ impl Store for SqliteStore {
         })
     }
 
+    fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Page> {
+        Box::pin(async move {
+            let (reply, rx) = oneshot::channel();
+            if !self.send(Cmd::List {
+                query: query.clone(),
+                reply,
+            }) {
+                return self.hot.list(query);
+            }
+            match tokio::time::timeout(READ_TIMEOUT, rx).await {
+                Ok(Ok(page)) => page,
+                _ => self.hot.list(query),
+            }
+        })
+    }
+
     fn count(&self) -> u64 {
         self.stored.load(Ordering::Relaxed)
     }
@@ -241,6 +261,20 @@ fn apply(conn: &mut Connection, batch: Vec<Cmd>, ttl: i64) {
                 reply,
             } => {
                 let _ = reply.send(db::find(&tx, &conversation).unwrap_or_default());
+            }
+            Cmd::List { query, reply } => {
+                let idle_before = now_unix().saturating_sub(ttl);
+                let page = db::list(&tx, &query, idle_before).map_or_else(
+                    |e| {
+                        tracing::warn!(target: "foldgate::state", error = %e, "SQLite listing failed");
+                        Page::default()
+                    },
+                    |(found, next)| Page {
+                        conversations: found.into_iter().map(|(k, c)| (k, Arc::new(c))).collect(),
+                        next,
+                    },
+                );
+                let _ = reply.send(page);
             }
             Cmd::Save { key, chain, at } => {
                 if let Err(e) = db::save(&tx, &key, &chain, at) {

@@ -33,6 +33,7 @@ fn chain(depth: u32, created_at: u64) -> FoldChain {
         tokens_before: 3000,
         tokens_after: 900,
         reason: Reason::Token,
+        summarizer: None,
     });
     chain
 }

@@ -20,10 +20,9 @@ use serde_json::Value;
 
 const ADMIN: &str = "adm-list";
 
-/// Folds `conversation` on its first request as the tenant of `key`.
-async fn fold_as(fg: &Foldgate, key: &str, conversation: &str) -> Convo {
-    let convo = Convo::with_turns(55);
-    let reply = post_json(
+/// Sends the conversation's history as the tenant of `key`.
+async fn chat_as(fg: &Foldgate, key: &str, conversation: &str, convo: &Convo) -> Reply {
+    post_json(
         &format!("{}/v1/chat/completions", fg.url),
         &[
             ("x-conversation-id", conversation),
@@ -31,7 +30,13 @@ async fn fold_as(fg: &Foldgate, key: &str, conversation: &str) -> Convo {
         ],
         &convo.body(),
     )
-    .await;
+    .await
+}
+
+/// Folds `conversation` on its first request as the tenant of `key`.
+async fn fold_as(fg: &Foldgate, key: &str, conversation: &str) -> Convo {
+    let convo = Convo::with_turns(55);
+    let reply = chat_as(fg, key, conversation, &convo).await;
     reply.assert_ok();
     assert_eq!(label(&reply), "new");
     convo
@@ -190,15 +195,7 @@ async fn a_conversation_shows_its_turns_failures_and_ledger() {
     let fg = Foldgate::start(&config(&llm, "")).await;
     let mut convo = fold_as(&fg, "sk-a", "turns").await;
     convo.next_turn("and one more");
-    let reply = post_json(
-        &format!("{}/v1/chat/completions", fg.url),
-        &[
-            ("x-conversation-id", "turns"),
-            ("authorization", "Bearer sk-a"),
-        ],
-        &convo.body(),
-    )
-    .await;
+    let reply = chat_as(&fg, "sk-a", "turns", &convo).await;
     assert_eq!(label(&reply), "reused");
     let a = [("authorization", "Bearer sk-a")];
     let state = get(&fg, "/foldgate/conversations/turns", &a).await.json()["states"][0].clone();
@@ -227,15 +224,7 @@ async fn a_conversation_shows_its_turns_failures_and_ledger() {
     for i in 0..40 {
         convo.next_turn(&format!("more work {i}"));
     }
-    let reply = post_json(
-        &format!("{}/v1/chat/completions", fg.url),
-        &[
-            ("x-conversation-id", "turns"),
-            ("authorization", "Bearer sk-a"),
-        ],
-        &convo.body(),
-    )
-    .await;
+    let reply = chat_as(&fg, "sk-a", "turns", &convo).await;
     reply.assert_ok();
     assert!(
         !reply.header("x-foldgate-warning").is_empty(),

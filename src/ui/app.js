@@ -218,7 +218,8 @@ function showWho() {
 document.addEventListener('DOMContentLoaded', () => {
   takeFragmentToken();
   showWho();
-  $('save').addEventListener('click', () => {
+  $('credential').addEventListener('submit', (event) => {
+    event.preventDefault();
     const v = $('token').value.trim();
     if (v) sessionStorage.setItem(KEY, v);
     $('token').value = '';

@@ -2,10 +2,11 @@
 //! store's worker thread runs. Nothing here is called from async code.
 
 use crate::fold::FoldChain;
-use crate::state::{ConvKey, ListQuery};
+use crate::state::{ConvKey, ListQuery, Page};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Schema steps, applied in order; `schema_version` records how many ran.
@@ -159,13 +160,9 @@ pub fn find(conn: &Connection, conversation: &str) -> rusqlite::Result<Vec<(Conv
     rows.filter_map(Result::transpose).collect()
 }
 
-/// A page of decodable chains used after `idle_before`, in listing order;
-/// the second value is the next page's cursor.
-pub fn list(
-    conn: &Connection,
-    query: &ListQuery,
-    idle_before: i64,
-) -> rusqlite::Result<(Vec<(ConvKey, FoldChain)>, Option<ConvKey>)> {
+/// A page of the decodable chains used after `idle_before`, in listing
+/// order.
+pub fn list(conn: &Connection, query: &ListQuery, idle_before: i64) -> rusqlite::Result<Page> {
     let (after_tenant, after_conversation) = query
         .after
         .as_ref()
@@ -194,20 +191,21 @@ pub fn list(
             Ok((key, chain))
         },
     )?;
-    let mut page = Vec::with_capacity(limit);
+    let mut page = Page::default();
     let mut last = None;
     for (seen, row) in rows.enumerate() {
         let (key, chain) = row?;
         if seen == limit {
             // A row past the page: the page ends at the last row read.
-            return Ok((page, last));
+            page.next = last;
+            break;
         }
         if let Some(chain) = chain {
-            page.push((key.clone(), chain));
+            page.conversations.push((key.clone(), Arc::new(chain)));
         }
         last = Some(key);
     }
-    Ok((page, None))
+    Ok(page)
 }
 
 /// Stores the current chain and appends its folds to the audit trail.

@@ -98,6 +98,17 @@ impl SqliteStore {
         self.tx.as_ref().is_some_and(|tx| tx.send(cmd).is_ok())
     }
 
+    /// Sends a read to the database thread and waits for the answer, at
+    /// most [`READ_TIMEOUT`]; `None` when the thread is gone or late (the
+    /// caller answers from the in-process layer).
+    async fn ask<T>(&self, cmd: impl FnOnce(oneshot::Sender<T>) -> Cmd) -> Option<T> {
+        let (reply, rx) = oneshot::channel();
+        if !self.send(cmd(reply)) {
+            return None;
+        }
+        tokio::time::timeout(READ_TIMEOUT, rx).await.ok()?.ok()
+    }
+
     /// Waits until every queued write is committed.
     pub async fn flush(&self) {
         let (reply, rx) = oneshot::channel();
@@ -170,32 +181,26 @@ impl Store for SqliteStore {
 
     fn find<'a>(&'a self, conversation: &'a str) -> BoxFuture<'a, Vec<(ConvKey, Arc<FoldChain>)>> {
         Box::pin(async move {
-            let (reply, rx) = oneshot::channel();
-            if !self.send(Cmd::Find {
+            let cmd = |reply| Cmd::Find {
                 conversation: conversation.to_string(),
                 reply,
-            }) {
-                return self.hot.find(conversation);
-            }
-            match tokio::time::timeout(READ_TIMEOUT, rx).await {
-                Ok(Ok(found)) => found.into_iter().map(|(k, c)| (k, Arc::new(c))).collect(),
-                _ => self.hot.find(conversation),
+            };
+            match self.ask(cmd).await {
+                Some(found) => found.into_iter().map(|(k, c)| (k, Arc::new(c))).collect(),
+                None => self.hot.find(conversation),
             }
         })
     }
 
     fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Page> {
         Box::pin(async move {
-            let (reply, rx) = oneshot::channel();
-            if !self.send(Cmd::List {
+            let cmd = |reply| Cmd::List {
                 query: query.clone(),
                 reply,
-            }) {
-                return self.hot.list(query);
-            }
-            match tokio::time::timeout(READ_TIMEOUT, rx).await {
-                Ok(Ok(page)) => page,
-                _ => self.hot.list(query),
+            };
+            match self.ask(cmd).await {
+                Some(page) => page,
+                None => self.hot.list(query),
             }
         })
     }
@@ -264,16 +269,10 @@ fn apply(conn: &mut Connection, batch: Vec<Cmd>, ttl: i64) {
             }
             Cmd::List { query, reply } => {
                 let idle_before = now_unix().saturating_sub(ttl);
-                let page = db::list(&tx, &query, idle_before).map_or_else(
-                    |e| {
-                        tracing::warn!(target: "foldgate::state", error = %e, "SQLite listing failed");
-                        Page::default()
-                    },
-                    |(found, next)| Page {
-                        conversations: found.into_iter().map(|(k, c)| (k, Arc::new(c))).collect(),
-                        next,
-                    },
-                );
+                let page = db::list(&tx, &query, idle_before).unwrap_or_else(|e| {
+                    tracing::warn!(target: "foldgate::state", error = %e, "SQLite listing failed");
+                    Page::default()
+                });
                 let _ = reply.send(page);
             }
             Cmd::Save { key, chain, at } => {

@@ -234,3 +234,38 @@ async fn a_conversation_shows_its_turns_failures_and_ledger() {
     assert_eq!(state["failures"]["in_a_row"], 1, "{state}");
     assert_eq!(state["turns"].as_array().unwrap().len(), 3);
 }
+
+#[tokio::test]
+async fn the_dashboard_files_are_served_without_a_key_and_its_data_is_not() {
+    let llm = Llm::start().await;
+    let fg = Foldgate::start(&config(&llm, "[server]\napi_keys = [\"sk-allowed\"]\n")).await;
+    for (path, kind) in [
+        ("/foldgate/ui", "text/html"),
+        ("/foldgate/ui/app.js", "text/javascript"),
+        ("/foldgate/ui/style.css", "text/css"),
+    ] {
+        let reply = get(&fg, path, &[]).await;
+        reply.assert_ok();
+        assert!(reply.header("content-type").starts_with(kind), "{path}");
+        assert!(
+            reply
+                .header("content-security-policy")
+                .contains("default-src 'none'"),
+            "{path}"
+        );
+    }
+    get(&fg, "/foldgate/ui/other.js", &[])
+        .await
+        .assert_envelope(404, "not_found");
+    get(&fg, "/foldgate/conversations", &[])
+        .await
+        .assert_envelope(401, "invalid_api_key");
+    let listed = get(
+        &fg,
+        "/foldgate/conversations",
+        &[("authorization", "Bearer sk-allowed")],
+    )
+    .await;
+    listed.assert_ok();
+    assert_eq!(listed.json()["conversations"], serde_json::json!([]));
+}

@@ -83,13 +83,13 @@ impl Hot {
     }
 
     /// A page of the chains held in memory (a fallback listing when the
-    /// backend does not answer).
+    /// backend does not answer). Renews no entry's idle timer.
     pub fn list(&self, query: &ListQuery) -> Page {
-        let keys = self
+        let entries = self
             .cache
             .iter()
-            .filter(|(key, slot)| slot.chain.is_some() && query.admits(key))
-            .map(|(key, _)| (*key).clone());
-        Page::of(keys, query, |key| self.cache.get(key).and_then(|s| s.chain))
+            .filter(|(key, _)| query.admits(key))
+            .filter_map(|(key, slot)| slot.chain.map(|c| ((*key).clone(), c)));
+        Page::of(entries, query)
     }
 }

@@ -41,19 +41,22 @@ fn order(key: &ConvKey) -> (&str, &str) {
     (&key.tenant, &key.conversation)
 }
 
-/// One page of keys: the first `limit` admitted keys in listing order, and
-/// the cursor of the next page when more follow.
-pub fn page_of(
-    keys: impl IntoIterator<Item = ConvKey>,
+/// One page: the first `limit` admitted entries in listing order, and the
+/// cursor of the next page when more follow.
+pub fn page_of<T>(
+    entries: impl IntoIterator<Item = (ConvKey, T)>,
     query: &ListQuery,
-) -> (Vec<ConvKey>, Option<ConvKey>) {
-    let mut keys: Vec<ConvKey> = keys.into_iter().filter(|k| query.admits(k)).collect();
-    keys.sort_by(|a, b| order(a).cmp(&order(b)));
-    keys.dedup();
+) -> (Vec<(ConvKey, T)>, Option<ConvKey>) {
+    let mut entries: Vec<(ConvKey, T)> = entries
+        .into_iter()
+        .filter(|(k, _)| query.admits(k))
+        .collect();
+    entries.sort_by(|(a, _), (b, _)| order(a).cmp(&order(b)));
+    entries.dedup_by(|(a, _), (b, _)| a == b);
     let limit = query.limit();
-    let next = (keys.len() > limit).then(|| keys[limit - 1].clone());
-    keys.truncate(limit);
-    (keys, next)
+    let next = (entries.len() > limit).then(|| entries[limit - 1].0.clone());
+    entries.truncate(limit);
+    (entries, next)
 }
 
 impl ConvKey {
@@ -98,8 +101,8 @@ mod tests {
         };
         let mut seen = Vec::new();
         loop {
-            let (page, next) = page_of(keys.clone(), &query);
-            seen.extend(page.into_iter().map(|k| k.conversation));
+            let (page, next) = page_of(keys.iter().map(|k| (k.clone(), ())), &query);
+            seen.extend(page.into_iter().map(|(k, ())| k.conversation));
             match next {
                 Some(next) => query.after = Some(next),
                 None => break,
@@ -109,9 +112,9 @@ mod tests {
         query.tenant = None;
         query.after = None;
         query.limit = 10;
-        let (all, next) = page_of(keys, &query);
-        assert_eq!(all.first(), Some(&key("t0", "z")));
-        assert_eq!(all.last(), Some(&key("t2", "a")));
+        let (all, next) = page_of(keys.into_iter().map(|k| (k, ())), &query);
+        assert_eq!(all.first().map(|e| &e.0), Some(&key("t0", "z")));
+        assert_eq!(all.last().map(|e| &e.0), Some(&key("t2", "a")));
         assert_eq!((all.len(), next), (7, None));
     }
 

@@ -73,13 +73,14 @@ impl Store for MemoryStore {
     }
 
     fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Page> {
+        // Iterating renews no entry's idle timer (a `get` would).
         Box::pin(async move {
-            let keys = self
+            let entries = self
                 .cache
                 .iter()
                 .filter(|(key, _)| query.admits(key))
-                .map(|(key, _)| (*key).clone());
-            Page::of(keys, query, |key| self.cache.get(key))
+                .map(|(key, chain)| ((*key).clone(), chain));
+            Page::of(entries, query)
         })
     }
 

@@ -84,19 +84,14 @@ pub struct Page {
 }
 
 impl Page {
-    /// A page of `keys` (see [`list::page_of`]) with the chains `get` finds
-    /// for them; a key whose chain is gone meanwhile is left out.
+    /// The page of `entries` that `query` asks for ([`list::page_of`]).
     pub fn of(
-        keys: impl IntoIterator<Item = ConvKey>,
+        entries: impl IntoIterator<Item = (ConvKey, Arc<FoldChain>)>,
         query: &ListQuery,
-        get: impl Fn(&ConvKey) -> Option<Arc<FoldChain>>,
     ) -> Self {
-        let (keys, next) = list::page_of(keys, query);
+        let (conversations, next) = list::page_of(entries, query);
         Self {
-            conversations: keys
-                .into_iter()
-                .filter_map(|k| get(&k).map(|c| (k, c)))
-                .collect(),
+            conversations,
             next,
         }
     }

@@ -256,7 +256,9 @@ impl Inner {
             Some(tenant) => format!("{}:*", glob_escape(tenant)),
             None => "*".to_string(),
         };
-        let (keys, next) = super::list::page_of(self.scan(&pattern).await?, query);
+        let keys = self.scan(&pattern).await?.into_iter().map(|k| (k, ()));
+        let (keys, next) = super::list::page_of(keys, query);
+        let keys: Vec<ConvKey> = keys.into_iter().map(|(k, ())| k).collect();
         if keys.is_empty() {
             return Ok(Page {
                 conversations: Vec::new(),

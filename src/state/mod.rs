@@ -68,7 +68,7 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Every tenant's chain for a conversation id (admin only).
     fn find<'a>(&'a self, conversation: &'a str) -> BoxFuture<'a, Vec<(ConvKey, Arc<FoldChain>)>>;
     /// A page of stored conversations with their chains, in listing order
-    /// ([`list`]). Never renews a state's idle expiry.
+    /// ([`list::page_of`]). Never renews a state's idle expiry.
     fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Page>;
     /// Number of conversations stored (approximate; for metrics).
     fn count(&self) -> u64;

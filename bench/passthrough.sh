@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Passthrough overhead, measured as BENCHMARKS.md describes: one run, three
-# rows, interleaved rounds — nginx direct, nginx as a plain reverse proxy,
-# and foldgate — all POSTing a 32 KB chat body (bench/chat-32k.lua) with wrk.
+# Passthrough overhead, measured as BENCHMARKS.md describes: one run,
+# interleaved rounds — nginx direct, nginx as a plain reverse proxy, and
+# foldgate on each route it folds (chat completions, Anthropic Messages,
+# OpenAI Responses) and on one it only forwards — all POSTing a 32 KB body
+# (bench/*-32k.lua) with wrk.
 # Usage: bench/passthrough.sh [seconds-per-round] [rounds] [connections]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,26 +48,29 @@ CONF
 FOLDGATE_LOG=${FOLDGATE_LOG:-info} ./target/release/foldgate serve --config "$WORK/foldgate.toml" 2>"$WORK/foldgate.log" &
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$FG/foldgate/health" >/dev/null && break; sleep 0.1; done
 
-# Prints "rps p50_ms p99_ms" for one wrk run.
+# Prints "rps p50_ms p99_ms" for one wrk run: measure URL SCRIPT.
 measure() {
-  wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s bench/chat-32k.lua "$1" | awk '
+  wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s "$2" "$1" | awk '
     function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
     /Requests\/sec/ { rps = $2 } / 50%/ { p50 = ms($2) } / 99%/ { p99 = ms($2) }
     /Non-2xx/ { bad = $NF } END { if (bad) print "non-2xx responses: " bad > "/dev/stderr"; printf "%s %.3f %.3f\n", rps, p50, p99 }'
 }
 
 declare -A RPS P50 P99
-# foldgate-json posts the same body to a path foldgate does not intercept:
-# the proxy core alone (read, route by model, forward), without the chat pipeline.
-ROWS=(direct nginx-proxy foldgate foldgate-json)
+# foldgate-json posts the chat body to a path foldgate does not intercept:
+# the proxy core alone (read, route by model, forward), without the pipeline.
+ROWS=(direct nginx-proxy foldgate foldgate-messages foldgate-responses foldgate-json)
 declare -A URL=([direct]="http://127.0.0.1:$UP/v1/chat/completions"
   [nginx-proxy]="http://127.0.0.1:$PROXY/v1/chat/completions"
   [foldgate]="http://127.0.0.1:$FG/v1/chat/completions"
-  [foldgate-json]="http://127.0.0.1:$FG/v1/responses")
-for row in "${ROWS[@]}"; do curl -sf -o /dev/null -X POST -H 'content-type: application/json' -d '{"model":"gpt-4o-mini","messages":[]}' "${URL[$row]}" || { echo "$row is not answering" >&2; exit 1; }; done
+  [foldgate-messages]="http://127.0.0.1:$FG/v1/messages"
+  [foldgate-responses]="http://127.0.0.1:$FG/v1/responses"
+  [foldgate-json]="http://127.0.0.1:$FG/v1/embeddings")
+declare -A SCRIPT=([foldgate-messages]=bench/messages-32k.lua [foldgate-responses]=bench/responses-32k.lua)
+for row in "${ROWS[@]}"; do curl -sf -o /dev/null -X POST -H 'content-type: application/json' -d '{"model":"gpt-4o-mini","messages":[],"input":[]}' "${URL[$row]}" || { echo "$row is not answering" >&2; exit 1; }; done
 for round in $(seq "$ROUNDS"); do
   for row in "${ROWS[@]}"; do
-    read -r rps p50 p99 < <(measure "${URL[$row]}")
+    read -r rps p50 p99 < <(measure "${URL[$row]}" "${SCRIPT[$row]:-bench/chat-32k.lua}")
     RPS[$row]+="$rps "; P50[$row]+="$p50 "; P99[$row]+="$p99 "
     echo "round $round $row: $rps req/s, p50 $p50 ms, p99 $p99 ms" >&2
   done

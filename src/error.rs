@@ -56,6 +56,16 @@ pub enum ApiError {
     Internal(String),
 }
 
+/// Which API's error shape foldgate answers in: OpenAI's envelope, or
+/// Anthropic's `{"type":"error","error":{"type","message"}}` on the
+/// Messages route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorShape {
+    #[default]
+    OpenAi,
+    Anthropic,
+}
+
 /// The short, low-cardinality label of an error, set as a response
 /// extension so the access log and metrics can read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,8 +118,26 @@ impl ApiError {
         }
     }
 
+    /// Anthropic's `error.type` for this error.
+    fn anthropic_kind(&self) -> &'static str {
+        match self.status().as_u16() {
+            400 => "invalid_request_error",
+            401 => "authentication_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            503 => "overloaded_error",
+            504 => "timeout_error",
+            _ => "api_error",
+        }
+    }
+
     /// Renders the OpenAI error envelope, logging the error once here.
     pub fn into_response(self) -> Response<Body> {
+        self.into_response_as(ErrorShape::OpenAi)
+    }
+
+    /// Renders the error in `shape`, logging it once here.
+    pub fn into_response_as(self, shape: ErrorShape) -> Response<Body> {
         let status = self.status();
         if status.is_server_error() {
             tracing::warn!(code = self.code(), error = %self, "request failed");
@@ -122,14 +150,20 @@ impl ApiError {
             Self::ModelNotFound(_) => Some("model"),
             _ => None,
         };
-        let envelope = serde_json::json!({
-            "error": {
-                "message": self.to_string(),
-                "type": self.kind(),
-                "param": param,
-                "code": self.code(),
-            }
-        });
+        let envelope = match shape {
+            ErrorShape::OpenAi => serde_json::json!({
+                "error": {
+                    "message": self.to_string(),
+                    "type": self.kind(),
+                    "param": param,
+                    "code": self.code(),
+                }
+            }),
+            ErrorShape::Anthropic => serde_json::json!({
+                "type": "error",
+                "error": {"type": self.anthropic_kind(), "message": self.to_string()},
+            }),
+        };
         let mut response = Response::new(body::full(envelope.to_string()));
         *response.status_mut() = status;
         response.headers_mut().insert(

@@ -22,9 +22,10 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     if path == "/foldgate" || path.starts_with("/foldgate/") {
         return crate::admin::handle(&app, req).await;
     }
+    let shape = chat::error_shape(req.method(), path);
     forward(&app, req)
         .await
-        .unwrap_or_else(ApiError::into_response)
+        .unwrap_or_else(|e| e.into_response_as(shape))
 }
 
 /// Forwards a request upstream and streams the answer back.
@@ -35,7 +36,7 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
     if content_length(&parts.headers).is_some_and(|len| len > limit as u64) {
         return Err(ApiError::BodyTooLarge { limit });
     }
-    if chat::is_chat(&parts.method, parts.uri.path()) {
+    if let Some(api) = chat::Api::of(&parts.method, parts.uri.path()) {
         let bytes = read_body(incoming, limit).await?;
         // The key the conversation header names (no fingerprint: the
         // answer names the conversation when it has one).
@@ -43,7 +44,7 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
         let tenant = asked
             .as_ref()
             .map_or_else(|| chat::key::tenant(&parts.headers), |k| k.tenant.clone());
-        let response = chat::handle(app, parts, bytes).await?;
+        let response = chat::handle(app, api, parts, bytes).await?;
         record_turn(
             app,
             tenant,

@@ -134,7 +134,9 @@ async fn a_ready_fold_is_applied_on_the_first_request_over_the_trigger() {
 #[tokio::test]
 async fn a_burst_runs_at_most_two_folds() {
     let llm = Llm::start().await;
-    llm.state.summarizer_delay_ms.store(700, Ordering::Relaxed);
+    // Requests must not wait for the fold: the summarizer takes far longer
+    // than any request may (a wide margin for a loaded machine).
+    llm.state.summarizer_delay_ms.store(2000, Ordering::Relaxed);
     let fg = Arc::new(Foldgate::start(&config(&llm, "")).await);
     let tasks: Vec<_> = (0..10)
         .map(|i| {
@@ -145,9 +147,9 @@ async fn a_burst_runs_at_most_two_folds() {
     for t in tasks {
         let (reply, took) = t.await.unwrap();
         assert_eq!(reply.status, 200);
-        assert!(took < Duration::from_millis(600), "{took:?}");
+        assert!(took < Duration::from_millis(1500), "{took:?}");
     }
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    tokio::time::sleep(Duration::from_millis(4500)).await;
     let calls = llm.summarizer_calls();
     assert!((1..=2).contains(&calls), "{calls} folds for one burst");
 }

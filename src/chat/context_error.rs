@@ -1,5 +1,5 @@
 //! Recognising an upstream's "prompt too long" answer, in the shapes
-//! OpenAI, vLLM, llama.cpp and OpenRouter use.
+//! OpenAI, Anthropic, vLLM, llama.cpp and OpenRouter use.
 
 use serde_json::Value;
 
@@ -30,7 +30,8 @@ pub fn detect(body: &[u8]) -> Option<ContextError> {
         || text.contains("context_length_exceeded")
         || text.contains("exceeds the available context size")
         || text.contains("context length exceeded")
-        || (text.contains("context window") && text.contains("exceed"));
+        || (text.contains("context window") && text.contains("exceed"))
+        || text.contains("prompt is too long");
     if !hit {
         return None;
     }
@@ -40,7 +41,8 @@ pub fn detect(body: &[u8]) -> Option<ContextError> {
         .and_then(Value::as_u64);
     let window = from_field
         .and_then(|n| u32::try_from(n).ok())
-        .or_else(|| number_after(&text, "maximum context length is "));
+        .or_else(|| number_after(&text, "maximum context length is "))
+        .or_else(|| number_after(&text, " tokens > "));
     Some(ContextError { window })
 }
 
@@ -77,6 +79,13 @@ mod tests {
             detect(openrouter),
             Some(ContextError {
                 window: Some(32_768)
+            })
+        );
+        let anthropic = br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}"#;
+        assert_eq!(
+            detect(anthropic),
+            Some(ContextError {
+                window: Some(200_000)
             })
         );
         assert_eq!(

@@ -149,14 +149,7 @@ pub(super) async fn route(
     if prefold || evaluate(&seen, &policy, &budget).is_some() {
         return Ok(full(key, ids, estimate, None));
     }
-    let prepared = Prepared {
-        view: None,
-        label: "none",
-        tokens_in: estimate.input_tokens,
-        tokens_out: estimate.input_tokens,
-        raw_tokens_out: estimate.raw_input_tokens,
-        warning: None,
-    };
+    let prepared = Prepared::untouched(&estimate);
     Ok(Look {
         untouched: Some(prepared),
         ..full(key, ids, estimate, None)

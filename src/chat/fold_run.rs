@@ -235,7 +235,10 @@ impl Turn {
         self.count_outcome(&outcome, plan.reason);
         let mut summary = outcome.summary;
         let ledger = self.fit_summary(&plan, &mut summary, &to_fold);
-        let state = FoldState::after(&plan, summary, ledger, now_unix());
+        let state = FoldState {
+            api: self.data.api.as_str().to_string(),
+            ..FoldState::after(&plan, summary, ledger, now_unix())
+        };
         let prepared = self.prepared(Some(&state), "new", None);
         tracing::info!(
             target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),

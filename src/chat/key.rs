@@ -83,15 +83,14 @@ pub fn conversation_key(
     })
 }
 
-/// [`conversation_key`] for a request already parsed into values; the
-/// fingerprint hashes the messages as serde_json writes them.
+/// [`conversation_key`] for messages already parsed into values; the
+/// fingerprint hashes them as serde_json writes them.
 pub fn conversation_key_of(
     headers: &HeaderMap,
-    request: &serde_json::Map<String, Value>,
+    messages: &[Value],
     config: &ConversationConfig,
 ) -> Option<ConvKey> {
     let fingerprint = || {
-        let messages = request.get("messages")?.as_array()?;
         let pinned = pinned_len(messages);
         let first_user = messages[pinned..].iter().find(|m| is_role(m, Role::User))?;
         let texts: Vec<String> = messages[..pinned].iter().map(Value::to_string).collect();

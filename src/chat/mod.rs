@@ -1,5 +1,7 @@
-//! The chat pipeline: intercepts `POST …/chat/completions`, applies or makes
-//! a fold, forwards the view, and streams the answer back.
+//! The conversation pipeline: intercepts `POST …/chat/completions`,
+//! `…/messages` (Anthropic) and `…/responses` (OpenAI Responses), applies
+//! or makes a fold, forwards the view, and streams the answer back. Each
+//! wire format is a [`codec`] over one shared pipeline.
 //!
 //! `ChatRequest::read` (the raw JSON: model, provider, conversation key,
 //! estimate, the fold chain, read once) → untouched, or upgraded once to
@@ -9,6 +11,7 @@
 //! on a context-length 400, one emergency fold and retry → response with
 //! `x-foldgate-*` headers, usage read on the way for calibration.
 
+pub mod codec;
 mod context_error;
 mod fast;
 mod fold_run;
@@ -17,11 +20,12 @@ mod request;
 mod tap;
 mod turn;
 
+pub use codec::Api;
 pub use context_error::{ContextError, detect as detect_context_error};
 
 use crate::app::App;
 use crate::body::{self, Body};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorShape};
 use crate::metrics::Metrics;
 use crate::upstream::UpstreamLatency;
 use crate::upstream::{Provider, headers};
@@ -37,20 +41,23 @@ use turn::Prepared;
 /// Largest upstream 400 body read to look for a context-length error.
 const MAX_ERROR_BODY: usize = 1 << 20;
 
-/// Whether foldgate intercepts this request.
-pub fn is_chat(method: &Method, path: &str) -> bool {
-    method == Method::POST && matches!(path, "/v1/chat/completions" | "/chat/completions")
+/// The shape of foldgate's own errors for a request: Anthropic's on the
+/// Messages route, OpenAI's everywhere else.
+pub fn error_shape(method: &Method, path: &str) -> ErrorShape {
+    Api::of(method, path).map_or(ErrorShape::OpenAi, Api::error_shape)
 }
 
-/// Handles one chat completion whose body has been read: prepare the view,
-/// send it, and on a context-length error fold once more and retry once.
+/// Handles one conversation request whose body has been read: prepare the
+/// view, send it, and on a context-length error fold once more and retry
+/// once.
 pub async fn handle(
     app: &Arc<App>,
+    api: Api,
     parts: Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, ApiError> {
     Metrics::inc(&app.metrics.chat_requests);
-    let mut request = ChatRequest::read(app, &parts.headers, bytes).await?;
+    let mut request = ChatRequest::read(app, api, &parts.headers, bytes).await?;
     let mut prepared = request.prepare(app, &parts.headers).await?;
     let mut retried = false;
     loop {

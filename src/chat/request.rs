@@ -3,6 +3,7 @@
 //! upgraded to the parsed form — the body as values and the request's
 //! [`Turn`] — at most once, and only when a fold may apply.
 
+use super::codec::{Api, Decoded, Wire};
 use super::fast::{self, Look};
 use super::key;
 use super::turn::{Prepared, Turn};
@@ -15,8 +16,10 @@ use http::HeaderMap;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
-/// A chat completion request on its way through the pipeline.
+/// A conversation request on its way through the pipeline.
 pub(super) struct ChatRequest {
+    /// The wire format.
+    pub api: Api,
     /// The body as the client sent it.
     pub bytes: Bytes,
     /// The `model` field.
@@ -28,16 +31,18 @@ pub(super) struct ChatRequest {
 
 /// How far the request has been read.
 enum Stage {
-    /// From the raw JSON only (or parsed by the first look when the fast
+    /// From the raw JSON only (or decoded by the first look when the fast
     /// reader could not take it).
     Raw {
         look: Look,
-        parsed: Option<Map<String, Value>>,
+        decoded: Option<Box<Decoded>>,
     },
-    /// Parsed: the body's fields (`messages` left as a placeholder the view
-    /// fills) and the request's fold decision maker, which owns the messages.
+    /// Decoded: the body's fields (the conversation field left as a
+    /// placeholder the view fills), the original items behind the engine's
+    /// messages, and the request's fold decision maker, which owns them.
     Parsed {
         fields: Map<String, Value>,
+        wire: Option<Wire>,
         turn: Turn,
     },
     /// Only while upgrading.
@@ -45,51 +50,81 @@ enum Stage {
 }
 
 impl ChatRequest {
-    /// The first look: what the request's raw JSON tells (the full parser
-    /// reports what is wrong with a body the fast reader cannot take).
-    pub async fn read(app: &App, headers: &HeaderMap, bytes: Bytes) -> Result<Self, ApiError> {
-        if let Some(raw) = fast::parse(&bytes) {
+    /// The first look: what the request's raw JSON tells (chat completions
+    /// only; other APIs, and bodies the fast reader cannot take, are
+    /// decoded, which also reports what is wrong with a bad body).
+    pub async fn read(
+        app: &App,
+        api: Api,
+        headers: &HeaderMap,
+        bytes: Bytes,
+    ) -> Result<Self, ApiError> {
+        if let Some(raw) = fast::parse(&bytes).filter(|_| api == Api::Chat) {
             let provider = app.upstreams.route(Some(&raw.model))?;
             let look = fast::route(app, headers, &raw, &provider.name).await?;
             let model = raw.model;
-            let stage = Stage::Raw { look, parsed: None };
+            let stage = Stage::Raw {
+                look,
+                decoded: None,
+            };
             return Ok(Self {
+                api,
                 bytes,
                 model,
                 provider,
                 stage,
             });
         }
-        let parsed = parse(&bytes)?;
-        let model = parsed
+        let mut decoded = api.decode(&bytes)?;
+        let fields = decoded.estimate_fields();
+        let model = fields
             .get("model")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
         let provider = app.upstreams.route(Some(&model))?;
-        let key = key::conversation_key_of(headers, &parsed, &app.config.conversation);
-        let chain = match &key {
-            Some(k) => app.store.load(k).await,
-            None => None,
-        };
-        let ids = match parsed.get("messages") {
-            Some(Value::Array(messages)) => ids_of(messages),
-            _ => Vec::new(),
-        };
-        let look = Look {
-            key,
-            ids,
-            estimate: app.tokens.estimate(&model, &parsed),
-            chain,
-            untouched: None,
+        let estimate = app
+            .tokens
+            .estimate_messages(&model, &decoded.messages, fields);
+        let ids = decoded
+            .ids
+            .take()
+            .unwrap_or_else(|| ids_of(&decoded.messages));
+        let look = match decoded.opaque {
+            Some(why) => {
+                tracing::debug!(api = api.as_str(), why, "forwarded untouched");
+                Look {
+                    key: None,
+                    ids,
+                    untouched: Some(Prepared::untouched(&estimate)),
+                    estimate,
+                    chain: None,
+                }
+            }
+            None => {
+                let key =
+                    key::conversation_key_of(headers, &decoded.messages, &app.config.conversation);
+                let chain = match &key {
+                    Some(k) => app.store.load(k).await,
+                    None => None,
+                };
+                Look {
+                    key,
+                    ids,
+                    estimate,
+                    chain,
+                    untouched: None,
+                }
+            }
         };
         Ok(Self {
+            api,
             bytes,
             model,
             provider,
             stage: Stage::Raw {
                 look,
-                parsed: Some(parsed),
+                decoded: Some(Box::new(decoded)),
             },
         })
     }
@@ -129,48 +164,49 @@ impl ChatRequest {
     }
 
     /// The body to send for `prepared`: the client's bytes when the view is
-    /// the messages unchanged, else the parsed fields with the view moved in.
+    /// the messages unchanged, else the decoded fields with the view in.
     pub fn body(&mut self, prepared: &mut Prepared) -> Result<Bytes, ApiError> {
-        let (Some(view), Stage::Parsed { fields, .. }) = (prepared.view.take(), &mut self.stage)
+        let (Some(view), Stage::Parsed { fields, wire, turn }) =
+            (prepared.view.take(), &mut self.stage)
         else {
             return Ok(self.bytes.clone());
         };
-        fields.insert("messages".into(), Value::Array(view));
-        serde_json::to_vec(fields)
-            .map(Bytes::from)
-            .map_err(|e| ApiError::Internal(e.to_string()))
+        self.api
+            .encode(fields, turn.messages().values, wire.as_ref(), view)
     }
 
-    /// The parsed form, built on first use.
+    /// The decoded form, built on first use.
     fn upgrade(&mut self, app: &Arc<App>, headers: &HeaderMap) -> Result<&mut Turn, ApiError> {
-        if let Stage::Raw { parsed, .. } = &mut self.stage {
-            if parsed.is_none() {
-                *parsed = Some(parse(&self.bytes)?);
+        if let Stage::Raw { decoded, .. } = &mut self.stage {
+            if decoded.is_none() {
+                *decoded = Some(Box::new(self.api.decode(&self.bytes)?));
             }
             let Stage::Raw {
                 look,
-                parsed: Some(mut fields),
+                decoded: Some(decoded),
             } = std::mem::replace(&mut self.stage, Stage::Upgrading)
             else {
                 return Err(ApiError::Internal(
                     "request stage changed while upgrading".into(),
                 ));
             };
-            // Taken, not removed: the view goes back in the same place.
-            let messages = match fields.get_mut("messages").map(Value::take) {
-                Some(Value::Array(messages)) => messages,
-                _ => Vec::new(),
-            };
+            let Decoded {
+                fields,
+                messages,
+                wire,
+                estimate_fields,
+                ..
+            } = *decoded;
             let turn = Turn::new(
                 app.clone(),
-                look.key,
+                look,
                 &self.provider.name,
                 headers,
-                &fields,
-                (messages, look.ids),
-                look.estimate,
+                estimate_fields.as_ref().unwrap_or(&fields),
+                messages,
+                self.api,
             );
-            self.stage = Stage::Parsed { fields, turn };
+            self.stage = Stage::Parsed { fields, wire, turn };
         }
         match &mut self.stage {
             Stage::Parsed { turn, .. } => Ok(turn),

@@ -2,8 +2,10 @@
 //! forward: the plan, the untouched messages, a reused fold, a postponed
 //! fold, a refusal. Deciding when to fold, and folding, is in `fold_run`.
 
+use super::codec::Api;
+use super::fast::Look;
 use crate::app::App;
-use crate::config::{Config, Policy};
+use crate::config::{Config, Placement, Policy};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use crate::fold::{
@@ -20,8 +22,9 @@ use std::sync::Arc;
 /// What to forward, and what the response headers report.
 #[derive(Debug)]
 pub struct Prepared {
-    /// The view to send; `None` sends the client's bytes unchanged.
-    pub view: Option<Vec<Value>>,
+    /// The view to send, laid out over the engine's messages; `None`
+    /// sends the client's bytes unchanged.
+    pub view: Option<Vec<Item>>,
     /// `none`, `reused` or `new`.
     pub label: &'static str,
     /// Estimated tokens of the client's messages (calibrated).
@@ -32,6 +35,20 @@ pub struct Prepared {
     pub raw_tokens_out: u32,
     /// A note for `x-foldgate-warning` (e.g. the summarizer failed).
     pub warning: Option<String>,
+}
+
+impl Prepared {
+    /// The client's request forwarded as it is, by this estimate.
+    pub fn untouched(estimate: &Estimate) -> Self {
+        Self {
+            view: None,
+            label: "none",
+            tokens_in: estimate.input_tokens,
+            tokens_out: estimate.input_tokens,
+            raw_tokens_out: estimate.raw_input_tokens,
+            warning: None,
+        }
+    }
 }
 
 /// The request's token budget. A default output reserve (the request set
@@ -88,20 +105,29 @@ pub(super) struct TurnData {
     pub policy: Policy,
     pub estimate: Estimate,
     pub credentials: Credentials,
+    /// The wire format.
+    pub api: Api,
+    /// Where the summary goes, as the wire format allows.
+    pub placement: Placement,
 }
 
 impl Turn {
-    /// Gathers what the decision needs; takes the request's messages and
-    /// their identities (aligned with them, as is `estimate.messages`).
+    /// Gathers what the decision needs from the first look (key, message
+    /// identities, estimate) and the request's top-level `fields`; takes
+    /// the engine's `messages` (aligned with the look's identities and
+    /// counts).
     pub fn new(
         app: Arc<App>,
-        key: Option<ConvKey>,
+        look: Look,
         provider: &str,
         headers: &HeaderMap,
         request: &Map<String, Value>,
-        (messages, ids): (Vec<Value>, Vec<MessageId>),
-        estimate: Estimate,
+        messages: Vec<Value>,
+        api: Api,
     ) -> Self {
+        let Look {
+            key, ids, estimate, ..
+        } = look;
         let config = &app.config;
         let model = request
             .get("model")
@@ -131,6 +157,8 @@ impl Turn {
             messages,
             ids,
             estimate,
+            api,
+            placement: api.placement(config.summary.placement),
         };
         let budget = budget(config, &data.policy, &data.estimate, request);
         Self {
@@ -187,7 +215,7 @@ impl Turn {
             let raw = self.app.tokens.message_tokens(&self.data.model, m);
             self.data.estimate.calibrated(u64::from(raw))
         };
-        let placement = self.app.config.summary.placement;
+        let placement = self.data.placement;
         fold::plan(
             self.messages(),
             chain,
@@ -262,8 +290,7 @@ impl Turn {
         let (view, raw_out) = match state {
             None => (None, u64::from(estimate.raw_input_tokens)),
             Some(state) => {
-                let messages = &self.data.messages;
-                let placement = self.app.config.summary.placement;
+                let placement = self.data.placement;
                 let items = fold::view::layout_planned(self.messages(), state, placement);
                 let counted: u64 = items
                     .iter()
@@ -273,8 +300,7 @@ impl Turn {
                     })
                     .map(u64::from)
                     .sum();
-                let view = fold::view::materialize(messages, items);
-                (Some(view), u64::from(estimate.overhead) + counted)
+                (Some(items), u64::from(estimate.overhead) + counted)
             }
         };
         Prepared {

@@ -120,6 +120,7 @@ impl Config {
                     base_url: "https://api.openai.com/v1".into(),
                     models: vec!["*".into()],
                     api_key_env: None,
+                    api: ProviderApi::default(),
                     ca_file: None,
                     policy: PolicyOverrides::default(),
                 },

@@ -80,15 +80,34 @@ pub struct ProviderConfig {
     #[serde(default = "all_models")]
     pub models: Vec<String>,
     /// Environment variable with this provider's API key. When set, it
-    /// replaces the client's `Authorization` header.
+    /// replaces the client's credential (`Authorization: Bearer`, or
+    /// `x-api-key` for `api = "anthropic"`).
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// The provider's own API: `openai` (the default; also OpenRouter,
+    /// vLLM, Ollama, llama.cpp) takes its key as `Authorization: Bearer`
+    /// and foldgate's summarizer calls as chat completions; `anthropic`
+    /// takes `x-api-key` and summarizer calls on `/v1/messages`. Client
+    /// requests on every route are forwarded to any provider alike.
+    #[serde(default)]
+    pub api: ProviderApi,
     /// Extra PEM CA certificate(s) to trust for this upstream.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
     /// Policy overrides for this provider's models.
     #[serde(default)]
     pub policy: PolicyOverrides,
+}
+
+/// How a provider takes its API key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderApi {
+    /// `Authorization: Bearer KEY`.
+    #[default]
+    Openai,
+    /// `x-api-key: KEY`.
+    Anthropic,
 }
 
 fn all_models() -> Vec<String> {

@@ -90,9 +90,16 @@ pub struct FoldState {
     pub tokens_after: u32,
     /// The trigger that caused the fold.
     pub reason: Reason,
+    /// The API the conversation speaks: `chat`, `anthropic` or `responses`.
+    #[serde(default = "chat_api")]
+    pub api: String,
     /// Who wrote the summary and what it took, when recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summarizer: Option<SummarizerRun>,
+}
+
+fn chat_api() -> String {
+    "chat".to_string()
 }
 
 /// The summarizer's part in one fold, for the audit trail and dashboard.
@@ -131,6 +138,7 @@ impl FoldState {
             tokens_before: plan.tokens_before,
             tokens_after: plan.tokens_after,
             reason: plan.reason,
+            api: chat_api(),
             summarizer: None,
         }
     }
@@ -299,6 +307,7 @@ mod tests {
             tokens_before: 0,
             tokens_after: 0,
             reason: Reason::Token,
+            api: "chat".into(),
             summarizer: None,
         }
     }

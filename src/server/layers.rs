@@ -81,7 +81,8 @@ where
             } else {
                 "missing API key"
             };
-            Box::pin(async move { Ok(ApiError::Unauthorized(message).into_response()) })
+            let shape = crate::chat::error_shape(req.method(), req.uri().path());
+            Box::pin(async move { Ok(ApiError::Unauthorized(message).into_response_as(shape)) })
         }
     }
 }
@@ -205,7 +206,8 @@ where
             return Box::pin(self.inner.call(req));
         }
         let Ok(permit) = slots.clone().try_acquire_owned() else {
-            let mut response = ApiError::Overloaded.into_response();
+            let shape = crate::chat::error_shape(req.method(), req.uri().path());
+            let mut response = ApiError::Overloaded.into_response_as(shape);
             response.headers_mut().insert(
                 http::header::RETRY_AFTER,
                 http::HeaderValue::from_static("1"),

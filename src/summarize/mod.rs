@@ -21,7 +21,7 @@ pub use parse::{InvalidOutput, parse_summary, parse_truncated};
 pub use prompt::Format;
 
 use crate::body;
-use crate::config::SummarizerConfig;
+use crate::config::{ProviderApi, SummarizerConfig};
 use crate::fold::Summary;
 use crate::upstream::Provider;
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -225,13 +225,16 @@ impl Summarizer {
                 Some(h) => format!("{user}\n\n{h}"),
                 None => user.to_string(),
             };
-            let body = prompt::request_body(
-                &target.model,
-                prompt,
-                learned.format,
-                limit,
-                learned.completion_param,
-            );
+            let body = match target.provider.api() {
+                ProviderApi::Anthropic => prompt::messages_api_body(&target.model, prompt, limit),
+                ProviderApi::Openai => prompt::request_body(
+                    &target.model,
+                    prompt,
+                    learned.format,
+                    limit,
+                    learned.completion_param,
+                ),
+            };
             calls += 1;
             spent.calls += 1;
             let attempt = {
@@ -375,14 +378,19 @@ impl Summarizer {
     }
 }
 
-/// POSTs a chat completion to the target and reads the whole answer.
+/// POSTs the call to the target (a chat completion, or a Messages call
+/// for an Anthropic provider) and reads the whole answer.
 async fn post(
     target: &Target,
     credentials: &Credentials,
     body: Value,
     timeout: Duration,
 ) -> Result<(StatusCode, Bytes), String> {
-    let mut req = Request::post("/v1/chat/completions")
+    let path = match target.provider.api() {
+        ProviderApi::Anthropic => "/v1/messages",
+        ProviderApi::Openai => "/v1/chat/completions",
+    };
+    let mut req = Request::post(path)
         .header(header::CONTENT_TYPE, "application/json")
         .body(body::full(body.to_string()))
         .map_err(|e| e.to_string())?;
@@ -438,21 +446,24 @@ fn classify(answer: &Answer) -> Attempt {
     }
 }
 
-/// The assistant text, token usage and finish reason of a chat completion.
+/// The assistant text, token usage and finish reason of a chat completion
+/// or an Anthropic message.
 fn read_completion(bytes: &[u8]) -> Result<Answer, String> {
     let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("answer is not JSON: {e}"))?;
+    let number = |path: &str| v.pointer(path).and_then(Value::as_u64);
     let text = v
         .pointer("/choices/0/message/content")
+        .or_else(|| v.pointer("/content/0/text"))
         .and_then(Value::as_str)
         .ok_or_else(|| format!("answer has no message content: {}", snippet(bytes)))?;
-    let tokens = v
-        .pointer("/usage/total_tokens")
-        .and_then(Value::as_u64)
+    let tokens = number("/usage/total_tokens")
+        .or_else(|| Some(number("/usage/input_tokens")? + number("/usage/output_tokens")?))
         .unwrap_or(0);
-    let cut_off = v
+    let finish = v
         .pointer("/choices/0/finish_reason")
-        .and_then(Value::as_str)
-        == Some("length");
+        .or_else(|| v.get("stop_reason"))
+        .and_then(Value::as_str);
+    let cut_off = matches!(finish, Some("length" | "max_tokens"));
     Ok(Answer {
         text: text.to_string(),
         tokens,

@@ -125,6 +125,17 @@ pub fn request_body(
     body
 }
 
+/// The same call in Anthropic's Messages API: the system prompt in
+/// `system`, no `response_format` (the prompt asks for JSON).
+pub fn messages_api_body(model: &str, user: String, max_tokens: u32) -> Value {
+    json!({
+        "model": model,
+        "max_tokens": max_tokens,
+        "system": SYSTEM_PROMPT,
+        "messages": [{ "role": "user", "content": user }],
+    })
+}
+
 /// Renders messages as a compact transcript, one block per message, with
 /// tool calls and tool results labelled.
 pub fn transcript(messages: &[&Value]) -> String {

@@ -178,15 +178,27 @@ impl TokenCounter {
 
     /// The whole-request estimate for `request`, a parsed chat-completions body.
     pub fn estimate(&self, model: &str, request: &Map<String, Value>) -> Estimate {
-        let profile = self.profile(model);
-        let messages: Vec<u32> = match request.get("messages") {
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|m| self.scaled_message(&profile, m))
-                .collect(),
-            _ => Vec::new(),
+        let messages = match request.get("messages") {
+            Some(Value::Array(items)) => items.as_slice(),
+            _ => &[],
         };
-        self.estimate_with(model, request, messages)
+        self.estimate_messages(model, messages, request)
+    }
+
+    /// The estimate for `messages` (chat-completions messages) with the
+    /// top-level fields of `request` (whose own `messages` are not read).
+    pub fn estimate_messages(
+        &self,
+        model: &str,
+        messages: &[Value],
+        request: &Map<String, Value>,
+    ) -> Estimate {
+        let profile = self.profile(model);
+        let counts = messages
+            .iter()
+            .map(|m| self.scaled_message(&profile, m))
+            .collect();
+        self.estimate_with(model, request, counts)
     }
 
     /// The estimate for `request` (whose `messages` are not read) with the

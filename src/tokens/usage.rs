@@ -1,4 +1,5 @@
-//! Reads `usage.prompt_tokens` out of an upstream response as it streams by,
+//! Reads the prompt tokens an upstream response reports (chat
+//! completions, Responses and Anthropic Messages usage) as it streams by,
 //! without holding the whole body, for calibration.
 
 use serde::Deserialize;
@@ -136,18 +137,42 @@ struct Envelope {
     usage: Option<Usage>,
     /// Responses API events wrap the response object.
     response: Option<Box<Envelope>>,
+    /// Anthropic's `message_start` event wraps the message.
+    message: Option<Box<Envelope>>,
 }
 
 #[derive(Deserialize)]
 struct Usage {
     prompt_tokens: Option<u32>,
     input_tokens: Option<u32>,
+    /// Anthropic counts cached prompt tokens apart from `input_tokens`.
+    cache_creation_input_tokens: Option<u32>,
+    cache_read_input_tokens: Option<u32>,
+}
+
+impl Usage {
+    fn prompt_tokens(&self) -> Option<u32> {
+        let cached = [
+            self.cache_creation_input_tokens,
+            self.cache_read_input_tokens,
+        ];
+        self.prompt_tokens.or_else(|| {
+            let input = self.input_tokens?;
+            Some(
+                cached
+                    .iter()
+                    .flatten()
+                    .fold(input, |a, b| a.saturating_add(*b)),
+            )
+        })
+    }
 }
 
 impl Envelope {
     fn prompt_tokens(self) -> Option<u32> {
-        let own = self.usage.and_then(|u| u.prompt_tokens.or(u.input_tokens));
+        let own = self.usage.and_then(|u| u.prompt_tokens());
         own.or_else(|| self.response.and_then(|r| r.prompt_tokens()))
+            .or_else(|| self.message.and_then(|m| m.prompt_tokens()))
     }
 }
 
@@ -203,6 +228,15 @@ data: [DONE]\n\n";
     fn responses_api_event() {
         let ev = b"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":77}}}\n\n";
         assert_eq!(scan(true, &[ev]), Some(77));
+    }
+
+    #[test]
+    fn anthropic_events_and_cache_counts() {
+        let stream = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":90,\"output_tokens\":1}}}\n\n\
+event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n";
+        assert_eq!(scan(true, &[stream]), Some(100));
+        let body = br#"{"type":"message","usage":{"input_tokens":7,"cache_creation_input_tokens":3,"output_tokens":2}}"#;
+        assert_eq!(scan(false, &[body]), Some(10));
     }
 
     #[test]

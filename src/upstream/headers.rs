@@ -1,5 +1,6 @@
 //! Header hygiene between client, foldgate and upstream.
 
+use crate::config::ProviderApi;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): they describe one connection and
@@ -31,19 +32,28 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 /// Prepares client headers for the upstream: hop-by-hop removed, `Host`
 /// removed (the client sets the upstream's), and the credential replaced
-/// by the provider's key when it has one.
-pub fn to_upstream(headers: &mut HeaderMap, provider_key: Option<&str>, drop_client_auth: bool) {
+/// by the provider's key when it has one, in the header its API reads.
+pub fn to_upstream(
+    headers: &mut HeaderMap,
+    provider_key: Option<(&str, ProviderApi)>,
+    drop_client_auth: bool,
+) {
     strip_hop_by_hop(headers);
     headers.remove(header::HOST);
     if drop_client_auth || provider_key.is_some() {
         headers.remove(header::AUTHORIZATION);
         headers.remove("x-api-key");
     }
-    if let Some(key) = provider_key {
-        if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {key}")) {
-            value.set_sensitive(true);
-            headers.insert(header::AUTHORIZATION, value);
-        }
+    let Some((key, api)) = provider_key else {
+        return;
+    };
+    let (name, value) = match api {
+        ProviderApi::Openai => (header::AUTHORIZATION, format!("Bearer {key}")),
+        ProviderApi::Anthropic => (HeaderName::from_static("x-api-key"), key.to_string()),
+    };
+    if let Ok(mut value) = HeaderValue::from_str(&value) {
+        value.set_sensitive(true);
+        headers.insert(name, value);
     }
 }
 
@@ -102,9 +112,13 @@ mod tests {
             HeaderValue::from_static("Bearer client"),
         );
         h.insert(header::HOST, HeaderValue::from_static("localhost:8080"));
-        to_upstream(&mut h, Some("sk-provider"), false);
+        to_upstream(&mut h, Some(("sk-provider", ProviderApi::Openai)), false);
         assert_eq!(h[header::AUTHORIZATION], "Bearer sk-provider");
         assert!(!h.contains_key(header::HOST));
+        h.insert("x-api-key", HeaderValue::from_static("client"));
+        to_upstream(&mut h, Some(("sk-ant", ProviderApi::Anthropic)), false);
+        assert_eq!(h["x-api-key"], "sk-ant");
+        assert!(!h.contains_key(header::AUTHORIZATION));
     }
 
     #[test]

@@ -7,7 +7,7 @@ pub mod headers;
 pub use client::HttpClient;
 
 use crate::body::Body;
-use crate::config::{Config, Secret};
+use crate::config::{Config, ProviderApi, Secret};
 use crate::error::ApiError;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, Uri};
@@ -26,6 +26,8 @@ pub struct Provider {
     /// Path of `base_url`, without a trailing slash (e.g. `/v1`).
     base_path: String,
     api_key: Option<Secret>,
+    /// The header the key goes in.
+    api: ProviderApi,
     max_body_bytes: usize,
     client: HttpClient,
 }
@@ -75,6 +77,7 @@ impl Upstreams {
                     .ok_or_else(|| format!("providers.{name}.base_url has no host"))?,
                 base_path: uri.path().trim_end_matches('/').to_string(),
                 api_key,
+                api: p.api,
                 max_body_bytes: config.server.max_body_bytes,
                 client,
             };
@@ -113,6 +116,12 @@ impl Upstreams {
 }
 
 impl Provider {
+    /// How the provider takes its key (and, for the summarizer, which API
+    /// it speaks).
+    pub fn api(&self) -> ProviderApi {
+        self.api
+    }
+
     /// Whether the provider runs on this machine or a private network (a
     /// local model server, which often serves one request at a time).
     pub fn is_local(&self) -> bool {
@@ -174,7 +183,7 @@ impl Provider {
         *req.uri_mut() = self.target(req.uri().path_and_query())?;
         headers::to_upstream(
             req.headers_mut(),
-            self.api_key.as_ref().map(Secret::expose),
+            self.api_key.as_ref().map(|k| (k.expose(), self.api)),
             drop_client_auth,
         );
         // Let hyper pick the version: ALPN decides for TLS upstreams.

@@ -62,6 +62,12 @@ pub struct LlmState {
     pub models_listing: Mutex<Option<Value>>,
     /// The answer when `script` is empty; `Good` when unset.
     pub default_answer: Mutex<Option<Sum>>,
+    /// Agent-API (Messages, Responses) answers given so far.
+    pub agent_turns: AtomicU32,
+    /// Rule violations the agent-API mocks rejected.
+    pub violations: Mutex<Vec<String>>,
+    /// The agent-API mocks' window, in rough tokens (0 = none).
+    pub window_tokens: AtomicU32,
     /// Summarizer calls being answered right now.
     pub summarizer_in_flight: AtomicUsize,
     /// The most summarizer calls ever answered at once.
@@ -155,6 +161,15 @@ async fn answer(state: Arc<LlmState>, r: Recorded) -> Response<foldgate::body::B
     if is_summarizer(&body) {
         return summarize(&state, body).await;
     }
+    if r.uri.ends_with("/messages") && body["system"] == SYSTEM_PROMPT {
+        return summarize_messages_api(&state, body).await;
+    }
+    if r.uri.ends_with("/messages") {
+        return super::agents::anthropic(&state, body, r.body.len());
+    }
+    if r.uri.ends_with("/responses") {
+        return super::agents::responses(&state, body, r.body.len());
+    }
     state.chat_requests.lock().unwrap().push(body.clone());
     let limit = state.context_limit_bytes.load(Ordering::Relaxed);
     if limit > 0 && r.body.len() > limit {
@@ -194,6 +209,53 @@ async fn answer(state: Arc<LlmState>, r: Recorded) -> Response<foldgate::body::B
 }
 
 async fn summarize(state: &LlmState, body: Value) -> Response<foldgate::body::Body> {
+    let prompt_len = body
+        .pointer("/messages/1/content")
+        .and_then(Value::as_str)
+        .map_or(0, str::len);
+    match summary_reply(state, body).await {
+        Ok((content, finish_reason)) => mock::json(
+            StatusCode::OK,
+            &json!({"id": "sum", "object": "chat.completion", "choices": [{"index": 0,
+                "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}],
+                "usage": {"prompt_tokens": prompt_len / 4, "completion_tokens": 50, "total_tokens": prompt_len / 4 + 50}}),
+        ),
+        Err((status, message)) => mock::json(
+            status,
+            &json!({"error": {"message": message, "type": "invalid_request_error"}}),
+        ),
+    }
+}
+
+/// The same summarizer on Anthropic's Messages API.
+async fn summarize_messages_api(state: &LlmState, body: Value) -> Response<foldgate::body::Body> {
+    let user = body
+        .pointer("/messages/0/content")
+        .cloned()
+        .unwrap_or_default();
+    let as_chat = json!({"model": body["model"], "max_tokens": body["max_tokens"],
+        "messages": [{"role": "system", "content": body["system"]}, {"role": "user", "content": user}]});
+    match summary_reply(state, as_chat).await {
+        Ok((content, finish)) => mock::json(
+            StatusCode::OK,
+            &json!({"id": "msg_sum", "type": "message", "role": "assistant", "model": body["model"],
+                "content": [{"type": "text", "text": content}],
+                "stop_reason": if finish == "length" { "max_tokens" } else { "end_turn" },
+                "usage": {"input_tokens": 100, "output_tokens": 50}}),
+        ),
+        Err((status, message)) => mock::json(
+            status,
+            &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+        ),
+    }
+}
+
+/// The summarizer's answer to a chat-completions-shaped call: the content
+/// and finish reason, or an HTTP error status and message.
+async fn summary_reply(
+    state: &LlmState,
+    body: Value,
+) -> Result<(String, &'static str), (StatusCode, &'static str)> {
     state.summarizer_requests.lock().unwrap().push(body.clone());
     let _in_flight = InFlight::enter(state);
     let delay = state.summarizer_delay_ms.load(Ordering::Relaxed);
@@ -206,10 +268,10 @@ async fn summarize(state: &LlmState, body: Value) -> Response<foldgate::body::Bo
             .and_then(Value::as_str)
             == Some("json_schema")
     {
-        return mock::json(
+        return Err((
             StatusCode::BAD_REQUEST,
-            &json!({"error": {"message": "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model.", "type": "invalid_request_error"}}),
-        );
+            "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model.",
+        ));
     }
     let next = state
         .script
@@ -228,34 +290,30 @@ async fn summarize(state: &LlmState, body: Value) -> Response<foldgate::body::Bo
         "goals": ["finish the steps"], "decisions": [], "open_items": [], "artifacts": [],
     })
     .to_string();
-    let mut finish_reason = "stop";
-    let content = match next {
-        Sum::Good => summary,
-        Sum::Lossy => LOSSY_SUMMARY.to_string(),
-        Sum::Raw(content) => content,
-        Sum::Cut(content) => {
-            finish_reason = "length";
-            content
-        }
+    Ok(match next {
+        Sum::Good => (summary, "stop"),
+        Sum::Lossy => (LOSSY_SUMMARY.to_string(), "stop"),
+        Sum::Raw(content) => (content, "stop"),
+        Sum::Cut(content) => (content, "length"),
         Sum::Slow(d) => {
             tokio::time::sleep(d).await;
-            summary
+            (summary, "stop")
         }
-        Sum::Fenced => format!("Here is the summary:\n```json\n{summary}\n```\nAnything else?"),
-        Sum::Garbage => "I am sorry, I cannot summarize this conversation.".to_string(),
+        Sum::Fenced => (
+            format!("Here is the summary:\n```json\n{summary}\n```\nAnything else?"),
+            "stop",
+        ),
+        Sum::Garbage => (
+            "I am sorry, I cannot summarize this conversation.".to_string(),
+            "stop",
+        ),
         Sum::Status(code) => {
-            return mock::json(
+            return Err((
                 StatusCode::from_u16(code).unwrap(),
-                &json!({"error": {"message": "mock summarizer failure"}}),
-            );
+                "mock summarizer failure",
+            ));
         }
-    };
-    mock::json(
-        StatusCode::OK,
-        &json!({"id": "sum", "object": "chat.completion", "choices": [{"index": 0,
-            "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}],
-            "usage": {"prompt_tokens": prompt.len() / 4, "completion_tokens": 50, "total_tokens": prompt.len() / 4 + 50}}),
-    )
+    })
 }
 
 /// Every tag in `text`: `[m12]` singles and `[m3..m9]` ranges.

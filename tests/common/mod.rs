@@ -5,6 +5,7 @@
     reason = "each test binary uses a different part of the harness"
 )]
 
+pub mod agents;
 pub mod convo;
 pub mod llm;
 pub mod mock;

@@ -165,6 +165,7 @@ pub fn state_for(
         tokens_after: 0,
         reason: Reason::Token,
         summarizer: None,
+        api: "chat".into(),
     }
 }
 

@@ -34,6 +34,7 @@ fn chain(depth: u32, created_at: u64) -> FoldChain {
         tokens_after: 900,
         reason: Reason::Token,
         summarizer: None,
+        api: "chat".into(),
     });
     chain
 }

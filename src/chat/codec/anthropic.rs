@@ -1,0 +1,285 @@
+//! Anthropic Messages (`POST /v1/messages`).
+//!
+//! - The top-level `system` (a string or text blocks) is the pinned head:
+//!   one engine message that stays in its field.
+//! - Each message is one engine message. An assistant message's `tool_use`
+//!   blocks are its tool calls; a user message that carries `tool_result`
+//!   blocks is a tool message answering them, so a cut never falls between
+//!   a `tool_use` and its results (the API rejects either half alone).
+//! - The summary is appended to `system` as a text block, with a
+//!   `cache_control` breakpoint after it when the request uses prompt
+//!   caching and fewer than 4 breakpoints remain. Other blocks
+//!   (`cache_control` markers, `thinking`) pass through untouched.
+
+use super::{Decoded, Wire, bad, function_tool, model, take_array, text_of, tool_call, unit_id};
+use crate::error::ApiError;
+use crate::fold::view::Item;
+use serde_json::{Map, Value, json};
+
+/// Most `cache_control` breakpoints a request may carry.
+const MAX_BREAKPOINTS: usize = 4;
+/// The user message put first when a folded view would start with an
+/// assistant message.
+pub const CONTINUE_TEXT: &str = "(The earlier conversation is summarized in the system prompt.)";
+
+/// Reads a Messages body.
+pub(super) fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
+    let model = model(&fields)?;
+    match fields.get("messages") {
+        Some(Value::Array(ms)) => {
+            if let Some(i) = ms.iter().position(|m| {
+                !matches!(
+                    m.get("role").and_then(Value::as_str),
+                    Some("user" | "assistant")
+                )
+            }) {
+                return Err(bad(
+                    &format!("messages.{i}.role: must be `user` or `assistant`"),
+                    Some("messages"),
+                ));
+            }
+        }
+        Some(_) => return Err(bad("messages: must be an array", Some("messages"))),
+        None => return Err(bad("messages: field required", Some("messages"))),
+    }
+    let items = take_array(&mut fields, "messages");
+    let mut messages = Vec::with_capacity(items.len() + 1);
+    let mut ids = Vec::with_capacity(items.len() + 1);
+    let mut units = Vec::with_capacity(items.len() + 1);
+    if let Some(system) = fields.get("system").filter(|s| !text_of(s).is_empty()) {
+        messages.push(json!({"role": "system", "content": text_of(system)}));
+        ids.push(unit_id([&json!("system"), system]));
+        units.push(None);
+    }
+    for (i, item) in items.iter().enumerate() {
+        messages.push(engine_message(item));
+        ids.push(unit_id([item]));
+        units.push(Some(i..i + 1));
+    }
+    let mut estimate_fields = Map::new();
+    estimate_fields.insert("model".into(), Value::String(model));
+    if let Some(Value::Array(tools)) = fields.get("tools") {
+        let tools: Vec<Value> = tools
+            .iter()
+            .filter_map(|t| {
+                let name = t.get("name")?;
+                Some(function_tool(
+                    name,
+                    t.get("description"),
+                    t.get("input_schema"),
+                ))
+            })
+            .collect();
+        estimate_fields.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(max) = fields.get("max_tokens") {
+        estimate_fields.insert("max_tokens".into(), max.clone());
+    }
+    Ok(Decoded {
+        fields,
+        messages,
+        ids: Some(ids),
+        wire: Some(Wire { items, units }),
+        estimate_fields: Some(estimate_fields),
+        opaque: None,
+    })
+}
+
+/// One Anthropic message as a chat-completions message.
+fn engine_message(message: &Value) -> Value {
+    let content = message.get("content").cloned().unwrap_or(Value::Null);
+    let blocks = content.as_array().map(Vec::as_slice).unwrap_or_default();
+    let of_type = |kind: &'static str| {
+        blocks
+            .iter()
+            .filter(move |b| b.get("type").and_then(Value::as_str) == Some(kind))
+    };
+    if message.get("role").and_then(Value::as_str) == Some("assistant") {
+        let calls: Vec<Value> = of_type("tool_use")
+            .map(|b| {
+                let id = b.get("id").and_then(Value::as_str).unwrap_or_default();
+                let name = b.get("name").and_then(Value::as_str).unwrap_or_default();
+                let input = b.get("input").map(Value::to_string).unwrap_or_default();
+                tool_call(id, name, input)
+            })
+            .collect();
+        let text: Vec<Value> = blocks
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+            .cloned()
+            .collect();
+        let content = if blocks.is_empty() {
+            content
+        } else {
+            Value::Array(text)
+        };
+        let mut out = json!({"role": "assistant", "content": content});
+        if !calls.is_empty() {
+            out["tool_calls"] = Value::Array(calls);
+        }
+        return out;
+    }
+    let answered =
+        of_type("tool_result").find_map(|b| b.get("tool_use_id").and_then(Value::as_str));
+    match answered {
+        // Results and any text beside them, flattened for counting and
+        // summarizing (images stay parts).
+        Some(id) => json!({"role": "tool", "tool_call_id": id, "content": flatten(blocks)}),
+        None => json!({"role": "user", "content": content}),
+    }
+}
+
+/// Blocks with `tool_result` contents lifted to the top level.
+fn flatten(blocks: &[Value]) -> Vec<Value> {
+    let mut out = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        match block.get("content") {
+            Some(Value::String(s)) => out.push(json!({"type": "text", "text": s})),
+            Some(Value::Array(inner)) => out.extend(inner.iter().cloned()),
+            _ => out.push(block.clone()),
+        }
+    }
+    out
+}
+
+/// Refills `messages` from the view and appends the summary to `system`.
+pub(super) fn encode(fields: &mut Map<String, Value>, wire: &Wire, items: Vec<Item>) {
+    let mut summary = None;
+    let mut messages = wire.render(items, |made| {
+        summary = Some(text_of(&made["content"]));
+        None
+    });
+    if let Some(text) = summary {
+        if messages
+            .first()
+            .and_then(|m| m.get("role"))
+            .and_then(Value::as_str)
+            != Some("user")
+        {
+            messages.insert(0, json!({"role": "user", "content": CONTINUE_TEXT}));
+        }
+        let mut block = json!({"type": "text", "text": text});
+        if let Some(ttl) = summary_breakpoint(fields, &messages) {
+            block["cache_control"] = ttl;
+        }
+        let system = match fields.get_mut("system").map(Value::take) {
+            Some(Value::String(s)) if !s.is_empty() => {
+                vec![json!({"type": "text", "text": s}), block]
+            }
+            Some(Value::Array(mut blocks)) => {
+                blocks.push(block);
+                blocks
+            }
+            _ => vec![block],
+        };
+        fields.insert("system".into(), Value::Array(system));
+    }
+    fields.insert("messages".into(), Value::Array(messages));
+}
+
+/// The `cache_control` to put after the summary: only when the request
+/// uses prompt caching and a breakpoint is left, with a TTL that keeps
+/// the API's order (a 1-hour breakpoint never after a 5-minute one).
+fn summary_breakpoint(fields: &Map<String, Value>, messages: &[Value]) -> Option<Value> {
+    let mut before = Vec::new();
+    for name in ["tools", "system"] {
+        if let Some(v) = fields.get(name) {
+            breakpoints(v, &mut before);
+        }
+    }
+    let mut after = Vec::new();
+    messages.iter().for_each(|m| breakpoints(m, &mut after));
+    let automatic = usize::from(fields.get("cache_control").is_some_and(Value::is_object));
+    let used = before.len() + after.len() + automatic;
+    if used == 0 || used >= MAX_BREAKPOINTS {
+        return None;
+    }
+    if after.iter().any(|long| *long) {
+        // Only a 1-hour breakpoint fits here, and only after 1-hour ones.
+        return before
+            .iter()
+            .all(|long| *long)
+            .then(|| json!({"type": "ephemeral", "ttl": "1h"}));
+    }
+    Some(json!({"type": "ephemeral"}))
+}
+
+/// Every `cache_control` in `value`, as whether its TTL is one hour.
+fn breakpoints(value: &Value, out: &mut Vec<bool>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(cc) = map.get("cache_control").filter(|c| c.is_object()) {
+                out.push(cc.get("ttl").and_then(Value::as_str) == Some("1h"));
+            }
+            map.iter()
+                .filter(|(k, _)| *k != "cache_control")
+                .for_each(|(_, v)| breakpoints(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| breakpoints(v, out)),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{Role, tool_call_id, tool_call_ids};
+
+    #[test]
+    fn tool_use_and_results_pair_by_id() {
+        let call = json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "hm", "signature": "s"},
+            {"type": "text", "text": "running"},
+            {"type": "tool_use", "id": "tu_1", "name": "bash", "input": {"cmd": "ls"}}]});
+        let result = json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "tu_1", "content": [{"type": "text", "text": "a.txt"}]}]});
+        let c = engine_message(&call);
+        assert_eq!(
+            tool_call_ids(&c).into_iter().flatten().collect::<Vec<_>>(),
+            ["tu_1"]
+        );
+        assert_eq!(
+            c["tool_calls"][0]["function"]["arguments"],
+            r#"{"cmd":"ls"}"#
+        );
+        let r = engine_message(&result);
+        assert_eq!(Role::of_message(&r), Some(Role::Tool));
+        assert_eq!(tool_call_id(&r), Some("tu_1"));
+        assert_eq!(text_of(&r["content"]), "a.txt");
+        let user = engine_message(&json!({"role": "user", "content": "hi"}));
+        assert_eq!(user, json!({"role": "user", "content": "hi"}));
+    }
+
+    #[test]
+    fn breakpoint_only_when_caching_and_room() {
+        let m = |cc: Value| json!({"role": "user", "content": [{"type": "text", "text": "x", "cache_control": cc}]});
+        let fields = Map::new();
+        assert_eq!(
+            summary_breakpoint(&fields, &[json!({"role": "user", "content": "x"})]),
+            None
+        );
+        let five = json!({"type": "ephemeral"});
+        let hour = json!({"type": "ephemeral", "ttl": "1h"});
+        assert_eq!(
+            summary_breakpoint(&fields, &[m(five.clone())]),
+            Some(five.clone())
+        );
+        assert_eq!(
+            summary_breakpoint(&fields, &[m(hour.clone())]),
+            Some(hour.clone())
+        );
+        let full = vec![
+            m(five.clone()),
+            m(five.clone()),
+            m(five.clone()),
+            m(five.clone()),
+        ];
+        assert_eq!(summary_breakpoint(&fields, &full), None);
+        let mut tools5 = Map::new();
+        tools5.insert(
+            "tools".into(),
+            json!([{"name": "t", "cache_control": five}]),
+        );
+        assert_eq!(summary_breakpoint(&tools5, &[m(hour)]), None);
+    }
+}

@@ -1,0 +1,305 @@
+//! Wire formats: each maps its request body to the fold engine's messages
+//! (chat-completions messages, one per unit a cut may not split) and a
+//! view of those messages back to its own body. The pipeline around them
+//! (key, estimate, plan, fold, forward, retry) is shared.
+//!
+//! - Chat completions: the messages are the engine's messages.
+//! - Anthropic Messages ([`anthropic`]): `system` is pinned; a `tool_use`
+//!   and the `tool_result`s answering it are never separated; the summary
+//!   is appended to `system`.
+//! - OpenAI Responses ([`responses`]): `instructions` and leading
+//!   system/developer items are pinned; a call and its output are never
+//!   separated, nor a reasoning item from the item it precedes.
+
+mod anthropic;
+mod responses;
+
+pub use anthropic::CONTINUE_TEXT;
+
+use crate::config::Placement;
+use crate::error::{ApiError, ErrorShape};
+use crate::fold::view::{self, Item};
+use crate::message::MessageId;
+use bytes::Bytes;
+use http::Method;
+use serde_json::{Map, Value, json};
+use std::ops::Range;
+use xxhash_rust::xxh3::Xxh3Default;
+
+/// The APIs whose conversations foldgate folds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// OpenAI chat completions, `POST /v1/chat/completions`.
+    Chat,
+    /// Anthropic Messages, `POST /v1/messages`.
+    Anthropic,
+    /// OpenAI Responses, `POST /v1/responses`.
+    Responses,
+}
+
+impl Api {
+    /// The API a request speaks, when foldgate folds it.
+    pub fn of(method: &Method, path: &str) -> Option<Self> {
+        if method != Method::POST {
+            return None;
+        }
+        match path.strip_prefix("/v1").unwrap_or(path) {
+            "/chat/completions" => Some(Self::Chat),
+            "/messages" => Some(Self::Anthropic),
+            "/responses" => Some(Self::Responses),
+            _ => None,
+        }
+    }
+
+    /// A short label for logs, metrics and the admin API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Chat => "chat",
+            Self::Anthropic => "anthropic",
+            Self::Responses => "responses",
+        }
+    }
+
+    /// The shape of foldgate's own errors on this API's route.
+    pub fn error_shape(self) -> ErrorShape {
+        match self {
+            Self::Anthropic => ErrorShape::Anthropic,
+            Self::Chat | Self::Responses => ErrorShape::OpenAi,
+        }
+    }
+
+    /// Where the summary goes: Anthropic takes it in `system` only; a
+    /// Responses request's pinned head may be `instructions`, which cannot
+    /// take a merge.
+    pub fn placement(self, configured: Placement) -> Placement {
+        match (self, configured) {
+            (Self::Chat, p) => p,
+            (Self::Anthropic, _) | (Self::Responses, Placement::Merge) => Placement::System,
+            (Self::Responses, p) => p,
+        }
+    }
+
+    /// Reads a body of this API for the fold engine.
+    pub(super) fn decode(self, bytes: &[u8]) -> Result<Decoded, ApiError> {
+        match self {
+            Self::Chat => {
+                let mut fields = super::request::parse(bytes)?;
+                let messages = take_array(&mut fields, "messages");
+                Ok(Decoded {
+                    fields,
+                    messages,
+                    ids: None,
+                    wire: None,
+                    estimate_fields: None,
+                    opaque: None,
+                })
+            }
+            Self::Anthropic => anthropic::decode(object(bytes)?),
+            Self::Responses => responses::decode(object(bytes)?),
+        }
+    }
+
+    /// The body to forward: `fields` with the conversation field refilled
+    /// from `items`, a view of `messages` (the engine's) laid out by the
+    /// fold engine; `wire` is what the decode kept of the original items.
+    pub(super) fn encode(
+        self,
+        fields: &mut Map<String, Value>,
+        messages: &[Value],
+        wire: Option<&Wire>,
+        items: Vec<Item>,
+    ) -> Result<Bytes, ApiError> {
+        match (self, wire) {
+            (Self::Anthropic, Some(wire)) => anthropic::encode(fields, wire, items),
+
+            (Self::Responses, Some(wire)) => {
+                fields.insert("input".into(), Value::Array(responses::encode(wire, items)));
+            }
+            _ => {
+                let view = view::materialize(messages, items);
+                fields.insert("messages".into(), Value::Array(view));
+            }
+        }
+        serde_json::to_vec(fields)
+            .map(Bytes::from)
+            .map_err(|e| ApiError::Internal(e.to_string()))
+    }
+}
+
+/// A request body read for the fold engine.
+pub(super) struct Decoded {
+    /// The body's fields; the conversation field is left in place as a
+    /// `null` the view refills, so the field order is kept.
+    pub fields: Map<String, Value>,
+    /// The conversation as the fold engine reads it: chat-completions
+    /// messages, one per unit.
+    pub messages: Vec<Value>,
+    /// Each engine message's identity, stable across turns; `None` for
+    /// chat completions, whose messages the caller hashes as the client
+    /// wrote them (the fast path has their raw text).
+    pub ids: Option<Vec<MessageId>>,
+    /// The original items behind the engine's messages (`None`: chat
+    /// completions, whose messages are the items).
+    pub wire: Option<Wire>,
+    /// The top-level fields the estimate reads, in chat-completions names
+    /// (`model`, `tools`, `max_tokens`, …), when `fields` has others.
+    pub estimate_fields: Option<Map<String, Value>>,
+    /// Why the request must go upstream untouched, when it must: its
+    /// history is held upstream, or it has no history to fold.
+    pub opaque: Option<&'static str>,
+}
+
+impl Decoded {
+    /// The top-level fields the estimate and the budget read.
+    pub fn estimate_fields(&self) -> &Map<String, Value> {
+        self.estimate_fields.as_ref().unwrap_or(&self.fields)
+    }
+}
+
+/// The items of a non-chat body and which of them each engine message
+/// stands for.
+#[derive(Debug, Default)]
+pub(super) struct Wire {
+    /// The conversation's items, as the client sent them.
+    pub items: Vec<Value>,
+    /// `units[i]`: the items of engine message `i`; `None` for a pinned
+    /// top-level field (`system`, `instructions`) that stays where it is.
+    pub units: Vec<Option<Range<usize>>>,
+}
+
+impl Wire {
+    /// The items of a view, in order; `made` turns each of foldgate's own
+    /// messages into an item in place, or takes it elsewhere (`None`).
+    fn render(&self, items: Vec<Item>, mut made: impl FnMut(Value) -> Option<Value>) -> Vec<Value> {
+        let mut out = Vec::with_capacity(self.items.len() + 2);
+        for item in items {
+            match item {
+                Item::Original(i) => {
+                    if let Some(Some(range)) = self.units.get(i) {
+                        out.extend(self.items[range.clone()].iter().cloned());
+                    }
+                }
+                Item::New(message) => out.extend(made(message)),
+            }
+        }
+        out
+    }
+}
+
+/// The identity of a unit of items: their serialized JSON, hashed.
+fn unit_id<'a>(items: impl IntoIterator<Item = &'a Value>) -> MessageId {
+    let mut h = Xxh3Default::new();
+    for item in items {
+        let text = serde_json::to_vec(item).unwrap_or_default();
+        h.update(&(text.len() as u64).to_le_bytes());
+        h.update(&text);
+    }
+    h.digest128()
+}
+
+/// The body as a JSON object.
+fn object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice(bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(bad("request body must be a JSON object", None)),
+        Err(e) => Err(bad(&format!("request body is not valid JSON: {e}"), None)),
+    }
+}
+
+/// The request's `model`, which must be a non-empty string.
+fn model(fields: &Map<String, Value>) -> Result<String, ApiError> {
+    match fields.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => Ok(m.clone()),
+        Some(_) => Err(bad("`model` must be a non-empty string", Some("model"))),
+        None => Err(bad("you must provide a `model` parameter", Some("model"))),
+    }
+}
+
+fn bad(message: &str, param: Option<&'static str>) -> ApiError {
+    ApiError::BadRequest {
+        message: message.to_string(),
+        param,
+    }
+}
+
+/// Takes an array field's items, leaving `null` in its place.
+fn take_array(fields: &mut Map<String, Value>, name: &str) -> Vec<Value> {
+    match fields.get_mut(name).map(Value::take) {
+        Some(Value::Array(items)) => items,
+        _ => Vec::new(),
+    }
+}
+
+/// The text of a content field: a string, or the `text` of its parts
+/// (nested `content` arrays included), one per line.
+fn text_of(content: &Value) -> String {
+    let mut out = String::new();
+    collect_text(content, &mut out);
+    out
+}
+
+fn collect_text(content: &Value, out: &mut String) {
+    match content {
+        Value::String(s) => push_line(out, s),
+        Value::Array(parts) => parts.iter().for_each(|p| collect_text(p, out)),
+        Value::Object(part) => {
+            for key in ["text", "thinking", "output"] {
+                if let Some(Value::String(s)) = part.get(key) {
+                    push_line(out, s);
+                }
+            }
+            for key in ["content", "summary"] {
+                if let Some(inner) = part.get(key) {
+                    collect_text(inner, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn push_line(out: &mut String, s: &str) {
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(s);
+}
+
+/// A chat-completions tool call for the engine (pairing and the ledger
+/// read its id, name and arguments).
+fn tool_call(id: &str, name: &str, arguments: String) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
+}
+
+/// A chat-completions function tool definition, for the estimate.
+fn function_tool(name: &Value, description: Option<&Value>, parameters: Option<&Value>) -> Value {
+    json!({"type": "function", "function": {
+        "name": name,
+        "description": description.cloned().unwrap_or(Value::Null),
+        "parameters": parameters.cloned().unwrap_or(Value::Null),
+    }})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        let post = Method::POST;
+        assert_eq!(Api::of(&post, "/v1/chat/completions"), Some(Api::Chat));
+        assert_eq!(Api::of(&post, "/chat/completions"), Some(Api::Chat));
+        assert_eq!(Api::of(&post, "/v1/messages"), Some(Api::Anthropic));
+        assert_eq!(Api::of(&post, "/v1/responses"), Some(Api::Responses));
+        assert_eq!(Api::of(&post, "/v1/messages/count_tokens"), None);
+        assert_eq!(Api::of(&post, "/v1/responses/compact"), None);
+        assert_eq!(Api::of(&Method::GET, "/v1/responses"), None);
+    }
+
+    #[test]
+    fn text_of_parts() {
+        let c = json!([{"type": "text", "text": "a"}, {"type": "tool_result", "content": [{"type": "text", "text": "b"}]}]);
+        assert_eq!(text_of(&c), "a\nb");
+        assert_eq!(text_of(&json!("x")), "x");
+    }
+}

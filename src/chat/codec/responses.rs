@@ -1,0 +1,215 @@
+//! OpenAI Responses (`POST /v1/responses`).
+//!
+//! - `instructions` is pinned (one engine message that stays in its
+//!   field), and so are leading `system`/`developer` items.
+//! - A unit is one item, except that a `reasoning` item joins the item it
+//!   precedes and consecutive calls (`function_call`, `custom_tool_call`,
+//!   …) form one assistant message with several tool calls; an output
+//!   (`function_call_output`, …) is a tool message paired by `call_id`.
+//! - A request with `previous_response_id` or `conversation` keeps its
+//!   history upstream, and a string `input` is a single message: both go
+//!   upstream untouched.
+//! - The summary is a message item of its own, after the pinned items.
+
+use super::{Decoded, Wire, bad, function_tool, model, take_array, text_of, tool_call, unit_id};
+use crate::error::ApiError;
+use crate::fold::view::Item;
+use crate::message::role;
+use serde_json::{Map, Value, json};
+
+/// Reads a Responses body.
+pub(super) fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
+    let model = model(&fields)?;
+    let held_upstream = ["previous_response_id", "conversation"]
+        .iter()
+        .any(|k| fields.get(*k).is_some_and(|v| !v.is_null()));
+    let mut opaque = held_upstream.then_some("the history is held upstream");
+    let items = match fields.get("input") {
+        Some(Value::Array(_)) => take_array(&mut fields, "input"),
+        Some(Value::String(text)) => {
+            opaque = opaque.or(Some("a single input message"));
+            vec![json!({"role": "user", "content": text})]
+        }
+        Some(_) => return Err(bad("`input` must be a string or an array", Some("input"))),
+        None => return Err(bad("you must provide an `input` parameter", Some("input"))),
+    };
+    if let Some(i) = items.iter().position(|item| !item.is_object()) {
+        return Err(bad(&format!("input[{i}] must be an object"), Some("input")));
+    }
+    let mut messages = Vec::with_capacity(items.len() + 1);
+    let mut ids = Vec::with_capacity(items.len() + 1);
+    let mut units = Vec::with_capacity(items.len() + 1);
+    if let Some(instructions) = fields
+        .get("instructions")
+        .filter(|v| !text_of(v).is_empty())
+    {
+        messages.push(json!({"role": "system", "content": text_of(instructions)}));
+        ids.push(unit_id([&json!("instructions"), instructions]));
+        units.push(None);
+    }
+    for range in unit_ranges(&items) {
+        let unit = &items[range.clone()];
+        messages.push(engine_message(unit));
+        ids.push(unit_id(unit));
+        units.push(Some(range));
+    }
+    let mut estimate_fields = Map::new();
+    estimate_fields.insert("model".into(), Value::String(model));
+    if let Some(Value::Array(tools)) = fields.get("tools") {
+        let tools: Vec<Value> = tools
+            .iter()
+            .filter_map(|t| {
+                let name = t.get("name")?;
+                Some(function_tool(
+                    name,
+                    t.get("description"),
+                    t.get("parameters"),
+                ))
+            })
+            .collect();
+        estimate_fields.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(max) = fields.get("max_output_tokens") {
+        estimate_fields.insert("max_tokens".into(), max.clone());
+    }
+    Ok(Decoded {
+        fields,
+        messages,
+        ids: Some(ids),
+        wire: Some(Wire { items, units }),
+        estimate_fields: Some(estimate_fields),
+        opaque,
+    })
+}
+
+fn kind(item: &Value) -> &str {
+    item.get("type")
+        .and_then(Value::as_str)
+        .unwrap_or(if item.get("role").is_some() {
+            "message"
+        } else {
+            ""
+        })
+}
+
+/// A call that an output item answers by `call_id`.
+fn is_call(item: &Value) -> bool {
+    kind(item).ends_with("_call") && item.get("call_id").is_some_and(Value::is_string)
+}
+
+fn is_output(item: &Value) -> bool {
+    kind(item).ends_with("_call_output")
+}
+
+/// The items of each unit, in order.
+fn unit_ranges(items: &[Value]) -> Vec<std::ops::Range<usize>> {
+    let mut ranges = Vec::with_capacity(items.len());
+    let mut i = 0;
+    while i < items.len() {
+        let start = i;
+        while kind(&items[i]) == "reasoning" && i + 1 < items.len() {
+            i += 1;
+        }
+        if is_call(&items[i]) {
+            while i + 1 < items.len()
+                && (is_call(&items[i + 1])
+                    || kind(&items[i + 1]) == "reasoning" && items.get(i + 2).is_some_and(is_call))
+            {
+                i += 1;
+            }
+        }
+        i += 1;
+        ranges.push(start..i);
+    }
+    ranges
+}
+
+/// One unit as a chat-completions message.
+fn engine_message(unit: &[Value]) -> Value {
+    let calls: Vec<Value> = unit
+        .iter()
+        .filter(|item| is_call(item))
+        .map(|item| {
+            let field = |k: &str| item.get(k).and_then(Value::as_str).unwrap_or_default();
+            let name = match field("name") {
+                "" => kind(item),
+                name => name,
+            };
+            let arguments = ["arguments", "input", "action"]
+                .iter()
+                .find_map(|k| item.get(*k))
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                .unwrap_or_default();
+            tool_call(field("call_id"), name, arguments)
+        })
+        .collect();
+    let text = unit
+        .iter()
+        .filter(|item| !is_call(item))
+        .map(|item| text_of(item.get("content").unwrap_or(item)))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let Some(last) = unit.last() else {
+        return json!({"role": "user", "content": ""});
+    };
+    if !calls.is_empty() {
+        return json!({"role": "assistant", "content": text, "tool_calls": calls});
+    }
+    if is_output(last) {
+        let call_id = last.get("call_id").cloned().unwrap_or(Value::Null);
+        let output = last.get("output").cloned().unwrap_or(Value::Null);
+        let content = output
+            .as_str()
+            .map_or_else(|| text_of(&output), str::to_string);
+        return json!({"role": "tool", "tool_call_id": call_id, "content": content});
+    }
+    match (kind(last), role(last)) {
+        ("message", Some(r)) => {
+            let content = last.get("content").cloned().unwrap_or(Value::Null);
+            json!({"role": r, "content": content})
+        }
+        // Built-in tool calls, references and reasoning: the model's side.
+        _ => json!({"role": "assistant", "content": text}),
+    }
+}
+
+/// The `input` items of the view; foldgate's own messages become message
+/// items where the layout puts them.
+pub(super) fn encode(wire: &Wire, items: Vec<Item>) -> Vec<Value> {
+    wire.render(items, |made| {
+        let role = role(&made).unwrap_or("system").to_string();
+        Some(json!({"role": role, "content": text_of(&made["content"])}))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{Role, tool_call_id, tool_call_ids};
+
+    #[test]
+    fn units_glue_reasoning_and_parallel_calls() {
+        let items = vec![
+            json!({"role": "user", "content": "go"}),
+            json!({"type": "reasoning", "id": "rs_1", "summary": []}),
+            json!({"type": "function_call", "call_id": "a", "name": "ls", "arguments": "{}"}),
+            json!({"type": "function_call", "call_id": "b", "name": "cat", "arguments": "{}"}),
+            json!({"type": "function_call_output", "call_id": "a", "output": "x"}),
+            json!({"type": "function_call_output", "call_id": "b", "output": "y"}),
+            json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}),
+        ];
+        assert_eq!(unit_ranges(&items), vec![0..1, 1..4, 4..5, 5..6, 6..7]);
+        let call = engine_message(&items[1..4]);
+        assert_eq!(
+            tool_call_ids(&call)
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        let out = engine_message(&items[4..5]);
+        assert_eq!(Role::of_message(&out), Some(Role::Tool));
+        assert_eq!(tool_call_id(&out), Some("a"));
+        assert_eq!(engine_message(&items[6..7])["content"][0]["text"], "done");
+    }
+}

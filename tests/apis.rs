@@ -1,0 +1,424 @@
+//! Anthropic Messages and OpenAI Responses through foldgate: agent loops
+//! driven by the official `anthropic` and `openai` Python packages against
+//! mocks that enforce each API's rules, byte-exact passthrough, the error
+//! shape, reactive folds, and requests whose history is held upstream.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly; the no-panic rule is for the request path"
+)]
+
+mod common;
+
+use common::llm::{Llm, tags};
+use common::{Foldgate, post_json, send};
+use foldgate::fold::summary::HEADING_PREFIX;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+
+/// A small window, so that a 40-step loop folds several times.
+fn config(llm: &Llm) -> String {
+    format!(
+        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"tiny-*\"]\ncontext_window = 3000\n\
+         [policy]\nreset_ratio = 0.45\n[summarizer]\nmax_summary_tokens = 300\n",
+        llm.url()
+    )
+}
+
+/// Runs a client script from tests/e2e against `base`; returns its log.
+async fn drive(script: &str, base: &str) -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("log.json");
+    let script = format!("{}/tests/e2e/{script}", env!("CARGO_MANIFEST_DIR"));
+    let output = tokio::process::Command::new("python3")
+        .arg(&script)
+        .arg(base)
+        .arg(&out)
+        .output()
+        .await
+        .expect("python3 must be installed (.ci/run installs the client packages)");
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap()
+}
+
+/// Every item the client sent is in the view verbatim, in order, or, when
+/// absent, every tag it carries is in the summary; the view holds nothing
+/// else but foldgate's own items.
+fn assert_covers(sent: &[Value], view: &[Value], summary: &str, own: impl Fn(&Value) -> bool) {
+    let summary_tags = tags(summary);
+    let mut next = 0;
+    let mut verbatim = BTreeSet::new();
+    for item in view {
+        if let Some(pos) = sent[next..].iter().position(|s| s == item) {
+            verbatim.insert(next + pos);
+            next += pos + 1;
+        } else {
+            assert!(
+                own(item),
+                "view has an item the client did not send, or out of order: {item}"
+            );
+        }
+    }
+    for (i, item) in sent
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !verbatim.contains(i))
+    {
+        let carried = tags(&item.to_string());
+        assert!(
+            !carried.is_empty() && carried.is_subset(&summary_tags),
+            "item {i} ({item}) is neither in the view nor in its summary"
+        );
+    }
+}
+
+/// Checks an agent loop's log against what the upstream received.
+fn assert_loop(
+    log: &[Value],
+    upstream: &[Value],
+    view_of: impl Fn(&Value) -> (Vec<Value>, String),
+) {
+    assert_eq!(log.len(), 40);
+    assert_eq!(
+        upstream.len(),
+        40,
+        "one upstream request per client request"
+    );
+    let mut folded = 0;
+    for (i, (entry, body)) in log.iter().zip(upstream).enumerate() {
+        let sent = entry["sent"].as_array().unwrap();
+        let (view, summary) = view_of(body);
+        let own = |item: &Value| {
+            item.to_string().contains(HEADING_PREFIX)
+                || item["content"] == json!(foldgate::chat::codec::CONTINUE_TEXT)
+        };
+        assert_covers(sent, &view, &summary, own);
+        folded += usize::from(!summary.is_empty());
+        assert!(
+            entry["tokens_out"].as_u64().unwrap() + 200 <= 3000,
+            "request {i} overflows the window"
+        );
+        assert_eq!(
+            body["stream"].as_bool().unwrap_or(false),
+            i % 2 == 1,
+            "request {i}"
+        );
+    }
+    assert!(
+        folded >= 10,
+        "only {folded} of 40 requests carried a summary"
+    );
+    let labels: Vec<&str> = log.iter().map(|e| e["fold"].as_str().unwrap()).collect();
+    assert!(
+        labels.iter().filter(|l| **l == "reused").count() >= 10,
+        "{labels:?}"
+    );
+}
+
+#[tokio::test]
+async fn anthropic_sdk_agent_loop_folds_without_splitting_tool_pairs() {
+    let llm = Llm::start().await;
+    llm.state.window_tokens.store(6000, Ordering::Relaxed);
+    let fg = Foldgate::start(&config(&llm)).await;
+    let log = drive("anthropic_agent.py", &fg.url).await;
+    assert!(llm.state.violations.lock().unwrap().is_empty());
+    let upstream = llm.chat_requests();
+    assert_loop(&log, &upstream, |body| {
+        let system = body["system"].as_array().unwrap();
+        let summary = system
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .filter(|t| t.contains(HEADING_PREFIX))
+            .collect::<String>();
+        (body["messages"].as_array().unwrap().clone(), summary)
+    });
+    let calls = llm.summarizer_calls();
+    assert!((1..=12).contains(&calls), "{calls} summarizer calls");
+    // The client caches its system prompt: the summary after it gets a
+    // breakpoint too, and the request stays within the API's four.
+    let last = upstream.last().unwrap();
+    let system = last["system"].as_array().unwrap();
+    assert_eq!(system.len(), 2, "{system:?}");
+    assert_eq!(system[1]["cache_control"], json!({"type": "ephemeral"}));
+    assert!(last.to_string().matches("cache_control").count() <= 4);
+    // The admin API says which API the conversation speaks.
+    let admin = common::send(
+        http::Method::GET,
+        &format!("{}/foldgate/conversations/claude-e2e", fg.url),
+        &[("x-api-key", "sk-ant-e2e")],
+        Vec::new(),
+    )
+    .await;
+    admin.assert_ok();
+    let folds = admin.json()["states"][0]["folds"].clone();
+    assert!(!folds.as_array().unwrap().is_empty());
+    assert!(
+        folds
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["api"] == "anthropic"),
+        "{folds}"
+    );
+}
+
+#[tokio::test]
+async fn responses_sdk_agent_loop_folds_without_splitting_calls() {
+    let llm = Llm::start().await;
+    llm.state.window_tokens.store(6000, Ordering::Relaxed);
+    let fg = Foldgate::start(&config(&llm)).await;
+    let log = drive("responses_agent.py", &format!("{}/v1", fg.url)).await;
+    assert!(llm.state.violations.lock().unwrap().is_empty());
+    let upstream = llm.chat_requests();
+    assert_loop(&log, &upstream, |body| {
+        let input = body["input"].as_array().unwrap();
+        let summary = input
+            .iter()
+            .filter(|i| i["role"] == "system")
+            .filter_map(|i| i["content"].as_str())
+            .collect::<String>();
+        (input.clone(), summary)
+    });
+    for body in &upstream {
+        assert_eq!(body["instructions"], "You are a careful coding agent.");
+    }
+}
+
+#[tokio::test]
+async fn unfolded_requests_pass_through_byte_exact() {
+    let llm = Llm::start().await;
+    let fg = Foldgate::start(&config(&llm)).await;
+    let bodies = [
+        (
+            "/v1/messages",
+            r#"{ "model":"claude-x","max_tokens":50,  "system":"s","messages":[{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]}] }"#,
+        ),
+        (
+            "/v1/responses",
+            r#"{"model":"gpt-x", "input":[{"role":"user","content":"hi"},{"type":"reasoning","id":"rs_1","summary":[]}],"store":false}"#,
+        ),
+        (
+            "/v1/messages/count_tokens",
+            r#"{"model":"claude-x","messages":[{"role":"user","content":"hi"}]}"#,
+        ),
+        (
+            "/v1/responses/compact",
+            r#"{"model":"gpt-x","input":[{"role":"user","content":"hi"}]}"#,
+        ),
+    ];
+    for (path, body) in bodies {
+        let reply = send(
+            http::Method::POST,
+            &format!("{}{path}", fg.url),
+            &[("content-type", "application/json")],
+            body.as_bytes().to_vec(),
+        )
+        .await;
+        assert!(reply.status.as_u16() < 500, "{path}: {}", reply.status);
+        let received = llm.mock.received();
+        let last = received.last().unwrap();
+        assert_eq!(last.uri, path);
+        assert_eq!(
+            last.body,
+            body.as_bytes(),
+            "{path} was not forwarded byte for byte"
+        );
+    }
+}
+
+#[tokio::test]
+async fn foldgate_errors_on_the_messages_route_use_anthropic_shape() {
+    let llm = Llm::start().await;
+    let fg = Foldgate::start(&format!(
+        "[providers.mock]\nbase_url = \"{}/v1\"\nmodels = [\"claude-*\"]\n",
+        llm.url()
+    ))
+    .await;
+    let url = format!("{}/v1/messages", fg.url);
+    let reply = send(
+        http::Method::POST,
+        &url,
+        &[("content-type", "application/json")],
+        b"{not json".to_vec(),
+    )
+    .await;
+    assert_eq!(reply.status, 400);
+    let v = reply.json();
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON")
+    );
+    let reply = post_json(
+        &url,
+        &[],
+        &json!({"model": "gpt-4o", "max_tokens": 5, "messages": []}),
+    )
+    .await;
+    assert_eq!(reply.status, 404);
+    assert_eq!(reply.json()["error"]["type"], "not_found_error");
+    let reply = post_json(&url, &[], &json!({"model": "claude-x", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})).await;
+    assert_eq!(reply.status, 400);
+    assert!(
+        reply.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("messages.0.role")
+    );
+    // The chat route keeps OpenAI's envelope.
+    let reply = post_json(
+        &format!("{}/v1/chat/completions", fg.url),
+        &[],
+        &json!({"model": "gpt-4o", "messages": []}),
+    )
+    .await;
+    reply.assert_envelope(404, "model_not_found");
+}
+
+/// A long Messages conversation in tool steps.
+fn long_anthropic(steps: usize) -> Value {
+    let filler = " the parser, the tokenizer and the cache layer were compared again;".repeat(6);
+    let mut messages = vec![json!({"role": "user", "content": "[m1] task: fix the build"})];
+    for s in 0..steps {
+        let id = format!("toolu_{s}");
+        messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": format!("[m{}] step", 2 * s + 2)},
+            {"type": "tool_use", "id": id, "name": "bash", "input": {"cmd": format!("make {s}")}}]}));
+        messages.push(
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id,
+            "content": format!("[m{}] output{filler}", 2 * s + 3)}]}),
+        );
+    }
+    json!({"model": "tiny-claude", "max_tokens": 100, "system": "You are an agent.", "messages": messages})
+}
+
+#[tokio::test]
+async fn prompt_too_long_from_anthropic_folds_and_retries_once() {
+    let llm = Llm::start().await;
+    // foldgate believes the window is large; the upstream knows better.
+    llm.state.window_tokens.store(3000, Ordering::Relaxed);
+    let fg = Foldgate::start(&format!(
+        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"tiny-*\"]\ncontext_window = 100000\n",
+        llm.url()
+    ))
+    .await;
+    let body = long_anthropic(30);
+    let reply = post_json(
+        &format!("{}/v1/messages", fg.url),
+        &[("x-conversation-id", "big")],
+        &body,
+    )
+    .await;
+    reply.assert_ok();
+    assert_eq!(reply.header("x-foldgate-fold"), "new");
+    let upstream = llm.chat_requests();
+    assert_eq!(upstream.len(), 2, "one rejected attempt, one folded retry");
+    let retry = &upstream[1];
+    assert!(
+        retry["system"][1]["text"]
+            .as_str()
+            .unwrap()
+            .contains(HEADING_PREFIX)
+    );
+    assert!(common::agents::anthropic_violation(retry).is_none());
+    let sent = body["messages"].as_array().unwrap();
+    let summary = retry["system"][1]["text"].as_str().unwrap();
+    assert_covers(sent, retry["messages"].as_array().unwrap(), summary, |_| {
+        false
+    });
+}
+
+#[tokio::test]
+async fn responses_with_history_upstream_are_forwarded_untouched() {
+    let llm = Llm::start().await;
+    let fg = Foldgate::start(&config(&llm)).await;
+    let big = "[m2] a long tool output ".repeat(2000);
+    let body = json!({"model": "tiny-model", "previous_response_id": "resp_1", "input": [
+        {"role": "user", "content": "[m1] go"},
+        {"type": "function_call_output", "call_id": "call_0", "output": big}]});
+    let text = body.to_string();
+    let reply = send(
+        http::Method::POST,
+        &format!("{}/v1/responses", fg.url),
+        &[
+            ("content-type", "application/json"),
+            ("x-conversation-id", "r1"),
+        ],
+        text.clone().into_bytes(),
+    )
+    .await;
+    assert_eq!(reply.header("x-foldgate-fold"), "none");
+    assert_eq!(llm.mock.received().last().unwrap().body, text.as_bytes());
+    assert_eq!(llm.summarizer_calls(), 0);
+}
+
+#[test]
+fn the_mocks_reject_what_the_apis_reject() {
+    use common::agents::{anthropic_violation, responses_violation};
+    let call = json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "x", "input": {}}]});
+    let result = json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]});
+    let user = json!({"role": "user", "content": "go"});
+    let ok = json!({"messages": [user, call, result]});
+    assert_eq!(anthropic_violation(&ok), None);
+    assert!(anthropic_violation(&json!({"messages": [user, call, user]})).is_some());
+    assert!(anthropic_violation(&json!({"messages": [user, result]})).is_some());
+    assert!(anthropic_violation(&json!({"messages": [call, result]})).is_some());
+    let rs = json!({"type": "reasoning", "id": "rs_1", "summary": []});
+    let fc = json!({"type": "function_call", "call_id": "call_1", "name": "x", "arguments": "{}"});
+    let out = json!({"type": "function_call_output", "call_id": "call_1", "output": "ok"});
+    assert_eq!(
+        responses_violation(&json!({"input": [user, rs, fc, out]})),
+        None
+    );
+    assert!(responses_violation(&json!({"input": [user, fc, out]})).is_some());
+    assert!(responses_violation(&json!({"input": [user, rs, fc]})).is_some());
+    assert!(responses_violation(&json!({"input": [user, out]})).is_some());
+    assert!(responses_violation(&json!({"input": [user, rs, out]})).is_some());
+}
+
+#[tokio::test]
+async fn an_anthropic_provider_summarizes_on_its_messages_api_with_its_key() {
+    let llm = Llm::start().await;
+    // SAFETY of the test: the variable name is unique to this test.
+    unsafe { std::env::set_var("FOLDGATE_TEST_ANTHROPIC_KEY", "sk-ant-provider") };
+    let fg = Foldgate::start(&format!(
+        "[providers.claude]\nbase_url = \"{}/v1\"\napi = \"anthropic\"\napi_key_env = \"FOLDGATE_TEST_ANTHROPIC_KEY\"\n\
+         [models.\"tiny-*\"]\ncontext_window = 3000\n[policy]\nmode = \"inline\"\nreset_ratio = 0.45\n\
+         [summarizer]\nmax_summary_tokens = 300\n",
+        llm.url()
+    ))
+    .await;
+    let reply = post_json(
+        &format!("{}/v1/messages", fg.url),
+        &[("x-api-key", "sk-client"), ("x-conversation-id", "k1")],
+        &long_anthropic(24),
+    )
+    .await;
+    reply.assert_ok();
+    assert_eq!(reply.header("x-foldgate-fold"), "new");
+    let received = llm.mock.received();
+    let summarizer: Vec<_> = received
+        .iter()
+        .filter(|r| r.json()["system"] == foldgate::summarize::prompt::SYSTEM_PROMPT)
+        .collect();
+    assert_eq!(summarizer.len(), 1);
+    assert_eq!(summarizer[0].uri, "/v1/messages");
+    assert!(summarizer[0].json().get("response_format").is_none());
+    for r in &received {
+        assert_eq!(r.header("x-api-key"), Some("sk-ant-provider"), "{}", r.uri);
+        assert_eq!(r.header("authorization"), None);
+    }
+    let forwarded = llm.chat_requests();
+    let summary = forwarded[0]["system"][1]["text"].as_str().unwrap();
+    assert!(tags(summary).len() > 20, "{summary}");
+}

@@ -20,7 +20,9 @@ use tower::{Layer, Service};
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Infallible>> + Send>>;
 
 /// Rejects requests without one of `server.api_keys` (when any are set).
-/// `/foldgate/health` stays open for load balancers and health checks.
+/// `/foldgate/health` stays open for load balancers and health checks, and
+/// the dashboard's static files for browsers (they hold no data; the
+/// page's own fetches carry the key).
 #[derive(Clone)]
 pub struct AuthLayer {
     keys: Arc<Vec<Secret>>,
@@ -66,7 +68,8 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        if self.keys.is_empty() || req.uri().path() == "/foldgate/health" {
+        let path = req.uri().path();
+        if self.keys.is_empty() || path == "/foldgate/health" || crate::ui::is_ui(path) {
             return Box::pin(self.inner.call(req));
         }
         let offered = headers::credential(req.headers());

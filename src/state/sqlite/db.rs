@@ -2,10 +2,11 @@
 //! store's worker thread runs. Nothing here is called from async code.
 
 use crate::fold::FoldChain;
-use crate::state::ConvKey;
+use crate::state::{ConvKey, ListQuery, Page};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Schema steps, applied in order; `schema_version` records how many ran.
@@ -159,6 +160,54 @@ pub fn find(conn: &Connection, conversation: &str) -> rusqlite::Result<Vec<(Conv
     rows.filter_map(Result::transpose).collect()
 }
 
+/// A page of the decodable chains used after `idle_before`, in listing
+/// order.
+pub fn list(conn: &Connection, query: &ListQuery, idle_before: i64) -> rusqlite::Result<Page> {
+    let (after_tenant, after_conversation) = query
+        .after
+        .as_ref()
+        .map_or(("", ""), |k| (k.tenant.as_str(), k.conversation.as_str()));
+    let limit = query.limit();
+    let mut stmt = conn.prepare_cached(
+        "SELECT tenant, conversation, chain FROM conversations
+         WHERE (?1 IS NULL OR tenant = ?1) AND (tenant, conversation) > (?2, ?3) AND used_at >= ?4
+         ORDER BY tenant, conversation LIMIT ?5",
+    )?;
+    let rows = stmt.query_map(
+        params![
+            query.tenant,
+            after_tenant,
+            after_conversation,
+            idle_before,
+            // One more than a page tells whether another follows.
+            i64::try_from(limit + 1).unwrap_or(i64::MAX)
+        ],
+        |r| {
+            let key = ConvKey {
+                tenant: r.get(0)?,
+                conversation: r.get(1)?,
+            };
+            let chain = decode(&key, r.get_ref(2)?);
+            Ok((key, chain))
+        },
+    )?;
+    let mut page = Page::default();
+    let mut last = None;
+    for (seen, row) in rows.enumerate() {
+        let (key, chain) = row?;
+        if seen == limit {
+            // A row past the page: the page ends at the last row read.
+            page.next = last;
+            break;
+        }
+        if let Some(chain) = chain {
+            page.conversations.push((key.clone(), Arc::new(chain)));
+        }
+        last = Some(key);
+    }
+    Ok(page)
+}
+
 /// Stores the current chain and appends its folds to the audit trail.
 pub fn save(conn: &Connection, key: &ConvKey, chain: &FoldChain, now: i64) -> Result<(), String> {
     let json = serde_json::to_string(chain).map_err(|e| e.to_string())?;
@@ -171,7 +220,8 @@ pub fn save(conn: &Connection, key: &ConvKey, chain: &FoldChain, now: i64) -> Re
     let mut audit = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO folds (tenant, conversation, id, parent, depth, reason, covered, kept_user, hash,
-             tokens_before, tokens_after, created_at, summary) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+             tokens_before, tokens_after, summarizer_model, latency_ms, created_at, summary)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
         )
         .map_err(|e| e.to_string())?;
     for s in chain.states() {
@@ -189,6 +239,10 @@ pub fn save(conn: &Connection, key: &ConvKey, chain: &FoldChain, now: i64) -> Re
                 s.chain.to_hex(),
                 s.tokens_before,
                 s.tokens_after,
+                s.summarizer.as_ref().map(|r| r.model.as_str()),
+                s.summarizer
+                    .as_ref()
+                    .map(|r| i64::try_from(r.latency_ms).unwrap_or(i64::MAX)),
                 i64::try_from(s.created_at).unwrap_or(i64::MAX),
                 summary,
             ])

@@ -119,7 +119,7 @@ async fn send(
 }
 
 /// The client's response: the upstream's head and streamed body, with
-/// `usage` read on the way for calibration and the `x-foldgate-*` headers.
+/// `usage` read on the way for calibration (the caller adds the headers).
 fn respond(
     app: &App,
     head: http::response::Parts,

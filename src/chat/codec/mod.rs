@@ -271,13 +271,84 @@ fn tool_call(id: &str, name: &str, arguments: String) -> Value {
     json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
 }
 
-/// A chat-completions function tool definition, for the estimate.
-fn function_tool(name: &Value, description: Option<&Value>, parameters: Option<&Value>) -> Value {
-    json!({"type": "function", "function": {
-        "name": name,
-        "description": description.cloned().unwrap_or(Value::Null),
-        "parameters": parameters.cloned().unwrap_or(Value::Null),
-    }})
+/// The fields the estimate reads, in chat-completions names: `model`,
+/// function `tools` (named, with their schema under `schema`) and the
+/// output limit found under `max`.
+fn estimate_fields(
+    fields: &Map<String, Value>,
+    model: String,
+    schema: &str,
+    max: &str,
+) -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert("model".into(), Value::String(model));
+    if let Some(Value::Array(tools)) = fields.get("tools") {
+        let tools = tools
+            .iter()
+            .filter_map(|t| {
+                let function = json!({
+                    "name": t.get("name")?,
+                    "description": t.get("description").cloned().unwrap_or(Value::Null),
+                    "parameters": t.get(schema).cloned().unwrap_or(Value::Null),
+                });
+                Some(json!({"type": "function", "function": function}))
+            })
+            .collect();
+        out.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(limit) = fields.get(max) {
+        out.insert("max_tokens".into(), limit.clone());
+    }
+    out
+}
+
+/// The engine's messages of a non-chat body as they are built: each with
+/// its identity and the items it stands for.
+#[derive(Default)]
+struct Units {
+    messages: Vec<Value>,
+    ids: Vec<MessageId>,
+    ranges: Vec<Option<Range<usize>>>,
+}
+
+impl Units {
+    /// A pinned top-level field (`system`, `instructions`), when it has text.
+    fn pin(&mut self, name: &str, field: Option<&Value>) {
+        if let Some(field) = field.filter(|f| !text_of(f).is_empty()) {
+            self.messages
+                .push(json!({"role": "system", "content": text_of(field)}));
+            self.ids.push(unit_id([&json!(name), field]));
+            self.ranges.push(None);
+        }
+    }
+
+    /// The engine message for `items[range]`.
+    fn push(&mut self, message: Value, items: &[Value], range: Range<usize>) {
+        self.messages.push(message);
+        self.ids.push(unit_id(&items[range.clone()]));
+        self.ranges.push(Some(range));
+    }
+
+    /// The decoded body.
+    fn decoded(
+        self,
+        fields: Map<String, Value>,
+        items: Vec<Value>,
+        estimate_fields: Map<String, Value>,
+        opaque: Option<&'static str>,
+    ) -> Decoded {
+        Decoded {
+            fields,
+            messages: self.messages,
+            ids: Some(self.ids),
+            wire: Some(Wire {
+                items,
+                units: self.ranges,
+            }),
+            estimate_fields: Some(estimate_fields),
+            opaque,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -136,6 +136,10 @@ async fn the_dashboard_shows_a_folded_conversation_without_console_errors() {
         "and opened:\n{dom}"
     );
     assert!(
+        element(dom, "detail-title").contains("chat API"),
+        "with the API it speaks:\n{dom}"
+    );
+    assert!(
         element(dom, "summary").contains("[foldgate] Summary"),
         "its current summary:\n{dom}"
     );

@@ -141,7 +141,9 @@ async function loadDetail(tenant, conversation) {
   const data = await (await api('/foldgate/conversations/' + encodeURIComponent(conversation))).json();
   const state = data.states.find((s) => s.tenant === tenant) || data.states[0];
   $('detail').hidden = false;
-  $('detail-title').textContent = 'Conversation ' + conversation + ' (tenant ' + state.tenant + ')';
+  const latest = state.folds[state.folds.length - 1];
+  const speaks = latest && latest.api ? ', ' + latest.api + ' API' : '';
+  $('detail-title').textContent = 'Conversation ' + conversation + ' (tenant ' + state.tenant + speaks + ')';
   const f = state.failures;
   $('failures').textContent = f
     ? 'Last ' + f.in_a_row + ' fold(s) failed; the next non-emergency fold waits ' + Math.ceil(f.retry_in_ms / 1000) + ' s.'

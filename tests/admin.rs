@@ -269,3 +269,33 @@ async fn the_dashboard_files_are_served_without_a_key_and_its_data_is_not() {
     listed.assert_ok();
     assert_eq!(listed.json()["conversations"], serde_json::json!([]));
 }
+
+#[tokio::test]
+async fn with_api_keys_the_admin_token_still_opens_the_admin_routes_only() {
+    let llm = Llm::start().await;
+    let fg = Foldgate::start(&config(
+        &llm,
+        "[server]\napi_keys = [\"sk-allowed\"]\nadmin_token = \"adm-secret\"\n",
+    ))
+    .await;
+    fold_as(&fg, "sk-allowed", "shared-conv").await;
+    // The dashboard sends the admin token as a bearer credential.
+    let admin = [("authorization", "Bearer adm-secret")];
+    let listed = list_all(&fg, &admin, 10).await;
+    assert_eq!(ids(&listed), ["shared-conv"]);
+    get(
+        &fg,
+        "/foldgate/conversations",
+        &[("authorization", "Bearer adm-wrong")],
+    )
+    .await
+    .assert_envelope(401, "invalid_api_key");
+    // It is not an API key for the proxy.
+    let reply = common::post_json(
+        &format!("{}/v1/chat/completions", fg.url),
+        &admin,
+        &serde_json::json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    reply.assert_envelope(401, "invalid_api_key");
+}

@@ -22,17 +22,22 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Infallible>> + Send>>;
 /// Rejects requests without one of `server.api_keys` (when any are set).
 /// `/foldgate/health` stays open for load balancers and health checks, and
 /// the dashboard's static files for browsers (they hold no data; the
-/// page's own fetches carry the key).
+/// page's own fetches carry the key). On `/foldgate/*` the admin token
+/// passes too (as a bearer credential, as the dashboard sends it); the
+/// admin routes check what it may read.
 #[derive(Clone)]
 pub struct AuthLayer {
     keys: Arc<Vec<Secret>>,
+    admin: Option<Arc<Secret>>,
 }
 
 impl AuthLayer {
-    /// A layer accepting these keys; an empty list accepts everyone.
-    pub fn new(keys: Vec<Secret>) -> Self {
+    /// A layer accepting these keys (and, on foldgate's own routes, the
+    /// admin token); an empty list accepts everyone.
+    pub fn new(keys: Vec<Secret>, admin: Option<Secret>) -> Self {
         Self {
             keys: Arc::new(keys),
+            admin: admin.map(Arc::new),
         }
     }
 }
@@ -43,6 +48,7 @@ impl<S> Layer<S> for AuthLayer {
         AuthService {
             inner,
             keys: self.keys.clone(),
+            admin: self.admin.clone(),
         }
     }
 }
@@ -52,6 +58,7 @@ impl<S> Layer<S> for AuthLayer {
 pub struct AuthService<S> {
     inner: S,
     keys: Arc<Vec<Secret>>,
+    admin: Option<Arc<Secret>>,
 }
 
 impl<S, B> Service<Request<B>> for AuthService<S>
@@ -73,7 +80,12 @@ where
             return Box::pin(self.inner.call(req));
         }
         let offered = headers::credential(req.headers());
-        let allowed = offered.is_some_and(|key| self.keys.iter().any(|k| k.matches(key)));
+        let admin = path
+            .starts_with("/foldgate/")
+            .then_some(self.admin.as_deref())
+            .flatten();
+        let allowed =
+            offered.is_some_and(|key| self.keys.iter().chain(admin).any(|k| k.matches(key)));
         if allowed {
             Box::pin(self.inner.call(req))
         } else {

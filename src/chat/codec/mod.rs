@@ -188,13 +188,28 @@ impl Wire {
 
 /// The identity of a unit of items: their serialized JSON, hashed.
 fn unit_id<'a>(items: impl IntoIterator<Item = &'a Value>) -> MessageId {
-    let mut h = Xxh3Default::new();
+    let mut h = HashWriter(Xxh3Default::new());
     for item in items {
-        let text = serde_json::to_vec(item).unwrap_or_default();
-        h.update(&(text.len() as u64).to_le_bytes());
-        h.update(&text);
+        // Serialised straight into the hash; a separator between items.
+        // Writing into a hasher cannot fail.
+        let _ = serde_json::to_writer(&mut h, item);
+        h.0.update(b"\x1e");
     }
-    h.digest128()
+    h.0.digest128()
+}
+
+/// Feeds what is written to an XXH3 hasher.
+struct HashWriter(Xxh3Default);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The body as a JSON object.
@@ -314,9 +329,11 @@ struct Units {
 impl Units {
     /// A pinned top-level field (`system`, `instructions`), when it has text.
     fn pin(&mut self, name: &str, field: Option<&Value>) {
-        if let Some(field) = field.filter(|f| !text_of(f).is_empty()) {
+        let Some(field) = field else { return };
+        let text = text_of(field);
+        if !text.is_empty() {
             self.messages
-                .push(json!({"role": "system", "content": text_of(field)}));
+                .push(json!({"role": "system", "content": text}));
             self.ids.push(unit_id([&json!(name), field]));
             self.ranges.push(None);
         }

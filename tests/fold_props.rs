@@ -26,10 +26,13 @@
 use foldgate::config::{Placement, Policy};
 use foldgate::fold::hash::ids_of;
 use foldgate::fold::ledger::Ledger;
-use foldgate::fold::summary::HEADING_PREFIX;
 use foldgate::fold::{
     Budget, Decision, FoldChain, FoldState, Messages, Reason, Summary, build_view, pinned_len, plan,
 };
+#[path = "fold_support/invariants.rs"]
+mod invariants;
+
+use invariants::{check_view, count, label};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 use serde_json::{Value, json};
@@ -124,43 +127,6 @@ fn build(pinned: u8, turns: &[Turn]) -> (Vec<Value>, Vec<usize>) {
     (ms, points)
 }
 
-/// 4 tokens of framing, 8 per tool call, and per text: the sum of its `~N`
-/// markers plus a quarter of its length.
-/// A message's label: the first word of its text.
-fn label(message: &Value) -> &str {
-    let content = &message["content"];
-    let text = content
-        .as_str()
-        .or_else(|| content[0]["text"].as_str())
-        .unwrap_or("");
-    text.split(' ').next().unwrap_or("")
-}
-
-fn count(message: &Value) -> u32 {
-    let content = match message.get("content") {
-        Some(Value::String(s)) => text_tokens(s),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .map(text_tokens)
-            .sum(),
-        _ => 0,
-    };
-    let calls = message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len) as u32;
-    4 + content + 8 * calls
-}
-
-fn text_tokens(text: &str) -> u32 {
-    let markers: u32 = text
-        .split_whitespace()
-        .filter_map(|w| w.strip_prefix('~').and_then(|n| n.parse::<u32>().ok()))
-        .sum();
-    markers + (text.len() / 4) as u32
-}
-
 // ---- settings ---------------------------------------------------------------
 
 #[derive(Debug, Clone)]
@@ -244,76 +210,6 @@ fn smallest_cut(ms: &[Value], base: Option<&FoldState>, s: &Setup) -> Option<u64
             fixed + tail + ack + kept.map_or(0, |k| u64::from(count(&ms[k])))
         })
         .min()
-}
-
-// ---- invariants -------------------------------------------------------------
-
-/// Checks one view against the folded sets recorded per fake summary.
-fn check_view(
-    ms: &[Value],
-    index: &HashMap<String, usize>,
-    view: &[Value],
-    state: Option<&FoldState>,
-    folds: &HashMap<String, BTreeSet<usize>>,
-) {
-    let Some(state) = state else {
-        assert_eq!(view, ms, "no state, no change");
-        return;
-    };
-    let p = pinned_len(ms);
-    let folded = &folds[&state.summary.summary];
-    let mut present = Vec::new();
-    let mut summaries = 0;
-    for m in view {
-        match index
-            .get(label(m))
-            .filter(|&&i| i < ms.len() && ms[i] == *m)
-        {
-            Some(&i) => present.push(i),
-            None => {
-                let rendered = m.to_string();
-                if rendered.contains(HEADING_PREFIX) {
-                    summaries += 1;
-                    assert!(rendered.contains(&format!("\\n\\n{}", state.summary.summary)));
-                } else {
-                    assert_eq!(m["content"], "Noted.", "unknown message in view");
-                }
-            }
-        }
-    }
-    assert_eq!(summaries, 1, "exactly one summary in the view");
-    assert!(present.windows(2).all(|w| w[0] < w[1]), "order preserved");
-    let merged = (p > 0 && !present.contains(&(p - 1))).then(|| p - 1);
-    for i in 0..ms.len() {
-        let shown = present.binary_search(&i).is_ok() || merged == Some(i);
-        assert!(
-            shown != folded.contains(&i),
-            "message {i}: shown={shown}, folded={}",
-            folded.contains(&i)
-        );
-    }
-    if let Some(last_user) = ms.iter().rposition(|m| m["role"] == "user") {
-        assert!(present.contains(&last_user), "last user message kept");
-    }
-    assert_tool_pairs(view);
-}
-
-fn assert_tool_pairs(view: &[Value]) {
-    for (j, m) in view.iter().enumerate() {
-        if m["role"] != "tool" {
-            continue;
-        }
-        let owner = view[..j].iter().rposition(|a| {
-            a["tool_calls"]
-                .as_array()
-                .is_some_and(|cs| cs.iter().any(|c| c["id"] == m["tool_call_id"]))
-        });
-        let owner = owner.unwrap_or_else(|| panic!("tool result at {j} lost its call"));
-        assert!(
-            view[owner + 1..j].iter().all(|x| x["role"] == "tool"),
-            "pair split at {j}"
-        );
-    }
 }
 
 fn tokens(view: &[Value], s: &Setup) -> u64 {

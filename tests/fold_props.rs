@@ -24,15 +24,11 @@
 )]
 
 use foldgate::config::{Placement, Policy};
-use foldgate::fold::hash::ids_of;
-use foldgate::fold::ledger::Ledger;
-use foldgate::fold::{
-    Budget, Decision, FoldChain, FoldState, Messages, Reason, Summary, build_view, pinned_len, plan,
-};
-#[path = "fold_support/invariants.rs"]
-mod invariants;
+use foldgate::fold::{Budget, Decision, FoldChain, FoldState, Reason, build_view, pinned_len};
+mod fold_support;
 
-use invariants::{check_view, count, label};
+use fold_support::decide_with;
+use fold_support::invariants::{check_view, count, label, record_fold};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 use serde_json::{Value, json};
@@ -233,22 +229,8 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) {
     let mut frozen: HashMap<String, Vec<Value>> = HashMap::new();
     for (step, &n) in points.iter().enumerate() {
         let ms = &history[..n];
-        let (ids, counts) = (ids_of(ms), ms.iter().map(count).collect::<Vec<u32>>());
-        let request = Messages {
-            values: ms,
-            ids: &ids,
-            counts: &counts,
-        };
-        let decide = |chain: &FoldChain| {
-            plan(
-                request,
-                Some(chain),
-                &s.policy,
-                &s.budget,
-                &count,
-                s.placement,
-            )
-        };
+        let decide =
+            |chain: &FoldChain| decide_with(ms, chain, &s.policy, &s.budget, s.placement, count);
         // The costly cross-checks (each rehashes the history) run every 4th step.
         let thorough = step % 4 == 0;
         let decision = decide(&chain);
@@ -280,28 +262,7 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) {
                 (c.view.base, view)
             }
             Decision::Fold(fold) => {
-                let mut set = fold
-                    .base
-                    .as_ref()
-                    .map(|b| folds[&b.summary.summary].clone())
-                    .unwrap_or_default();
-                for &i in &fold.fold {
-                    assert!(
-                        i >= fold.pinned && set.insert(i),
-                        "message {i} folded twice or pinned"
-                    );
-                }
-                let name = format!("S{}", folds.len());
-                folds.insert(name.clone(), set);
-                let state = FoldState::after(
-                    &fold,
-                    Summary {
-                        summary: name,
-                        ..Default::default()
-                    },
-                    Ledger::default(),
-                    step as u64,
-                );
+                let state = record_fold(&fold, &mut folds, step as u64);
                 chain.push(state.clone());
                 let view = build_view(ms, Some(&state), s.placement).unwrap();
                 let used = tokens(&view, s);

@@ -110,7 +110,15 @@ pub async fn run(args: Args) -> Result<bool, String> {
     )
     .map_err(|e| e.to_string())?;
     let log_file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-    let child = Command::new(&args.foldgate)
+    let mut command = Command::new(&args.foldgate);
+    // Only the soak's own config: `FOLDGATE_*` variables of the caller
+    // (`FOLDGATE_BIN` of scripts/soak, say) would be read as config keys.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("FOLDGATE_") {
+            command.env_remove(name);
+        }
+    }
+    let child = command
         .args(["serve", "--config"])
         .arg(&config)
         .env("FOLDGATE_LOG", "warn")

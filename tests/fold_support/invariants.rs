@@ -1,10 +1,11 @@
 //! The DESIGN.md §2 invariants of one view, shared by the fold property
 //! tests (`tests/fold_props.rs`) and the fold fuzz target
-//! (`fuzz/fuzz_targets/fold_plan.rs`), which include this file by path.
+//! (`fuzz/fuzz_targets/fold_plan.rs`).
 //! Messages are recognised by their label: the first word of their text.
 
+use foldgate::fold::ledger::Ledger;
 use foldgate::fold::summary::HEADING_PREFIX;
-use foldgate::fold::{FoldState, pinned_len};
+use foldgate::fold::{FoldPlan, FoldState, Summary, pinned_len};
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
 
@@ -43,6 +44,34 @@ fn text_tokens(text: &str) -> u32 {
         .filter_map(|w| w.strip_prefix('~').and_then(|n| n.parse::<u32>().ok()))
         .sum();
     markers + (text.len() / 4) as u32
+}
+
+/// Records a fold under the fake summary `S<k>` (`k`: folds so far): its
+/// folded set is its base's plus the messages it folds, none of them
+/// pinned or folded before. Returns the new state.
+pub fn record_fold(
+    fold: &FoldPlan,
+    folds: &mut HashMap<String, BTreeSet<usize>>,
+    made_at: u64,
+) -> FoldState {
+    let mut set = fold
+        .base
+        .as_ref()
+        .map(|b| folds[&b.summary.summary].clone())
+        .unwrap_or_default();
+    for &i in &fold.fold {
+        assert!(
+            i >= fold.pinned && set.insert(i),
+            "message {i} folded twice or pinned"
+        );
+    }
+    let name = format!("S{}", folds.len());
+    folds.insert(name.clone(), set);
+    let summary = Summary {
+        summary: name,
+        ..Default::default()
+    };
+    FoldState::after(fold, summary, Ledger::default(), made_at)
 }
 
 /// Checks one view of the request `ms` against the folded sets recorded

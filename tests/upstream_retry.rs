@@ -39,6 +39,9 @@ enum Behaviour {
     CloseOnReuse,
     /// Reads each request and closes without answering.
     DropAll,
+    /// Resets the first connection as soon as it is accepted; answers on
+    /// the others.
+    ResetFirst,
 }
 
 /// Counts of what the raw upstream saw.
@@ -73,7 +76,11 @@ impl RawUpstream {
         let counts = seen.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                counts.connections.fetch_add(1, Ordering::SeqCst);
+                let n = counts.connections.fetch_add(1, Ordering::SeqCst);
+                if matches!(behaviour, Behaviour::ResetFirst) && n == 0 {
+                    stream.set_zero_linger().unwrap();
+                    continue;
+                }
                 tokio::spawn(connection(stream, behaviour, counts.clone()));
             }
         });
@@ -93,7 +100,7 @@ async fn connection(mut stream: TcpStream, behaviour: Behaviour, seen: Arc<Seen>
         };
         seen.requests.fetch_add(1, Ordering::SeqCst);
         match (behaviour, served) {
-            (Behaviour::CloseOnReuse, 0) => {
+            (Behaviour::CloseOnReuse, 0) | (Behaviour::ResetFirst, _) => {
                 seen.answered.fetch_add(1, Ordering::SeqCst);
                 seen.body_bytes.fetch_add(body_len, Ordering::SeqCst);
                 let head = format!(
@@ -287,4 +294,38 @@ async fn a_body_still_streaming_arrives_whole_and_is_never_replayed() {
     assert_eq!(resp.status(), 502);
     assert_eq!(upstream.count(|s| &s.dropped_on_reuse), 1);
     assert_eq!(upstream.count(|s| &s.requests), 2, "no retry of a stream");
+}
+
+#[tokio::test]
+async fn a_connection_reset_as_it_opens_is_retried_and_a_refused_one_fails_fast() {
+    let upstream = RawUpstream::start(Behaviour::ResetFirst).await;
+    let fg = Foldgate::start(&config_for(&upstream.url, "")).await;
+
+    let reply = post_json(
+        &format!("{}/v1/chat/completions", fg.url),
+        &[],
+        &chat_body(),
+    )
+    .await;
+
+    reply.assert_ok();
+    assert_eq!(upstream.count(|s| &s.connections), 2);
+    assert_eq!(upstream.count(|s| &s.answered), 1);
+
+    // Nothing listens on a port just freed: refused at once, a prompt 502.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let fg = Foldgate::start(&config_for(&format!("http://127.0.0.1:{port}"), "")).await;
+    let started = Instant::now();
+    let reply = post_json(
+        &format!("{}/v1/chat/completions", fg.url),
+        &[],
+        &chat_body(),
+    )
+    .await;
+    reply.assert_envelope(502, "upstream_unreachable");
+    assert!(started.elapsed() < Duration::from_secs(5));
 }

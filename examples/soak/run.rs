@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// RSS may grow at most this much between warm-up and the end.
+/// RSS may grow at most this much between warm-up and the end. The soak's
+/// caches are small (8 MiB of token counts, 4 MiB of fold states) so they
+/// fill during warm-up and what grows after is what nothing bounds.
 const RSS_GROWTH_BOUND_KB: u64 = 64 * 1024;
 /// Open file descriptors may grow at most this much between warm-up and
 /// the end (idle pooled upstream connections come and go).
@@ -104,7 +106,8 @@ pub async fn run(args: Args) -> Result<bool, String> {
             "[server]\nlisten = \"127.0.0.1:{port}\"\nupstream_timeout = \"10s\"\nshutdown_timeout = \"10s\"\n\n\
              [providers.mock]\nbase_url = \"{upstream_url}/v1\"\nmodels = [\"*\"]\n\n\
              [models.\"soak-*\"]\ncontext_window = 8192\n\n\
-             [state]\nbackend = \"sqlite\"\npath = \"{}\"\ncache_bytes = 8388608\n",
+             [tokens]\ncache_bytes = 8388608\n\n\
+             [state]\nbackend = \"sqlite\"\npath = \"{}\"\ncache_bytes = 4194304\n",
             dir.join("soak.db").display()
         ),
     )
@@ -156,6 +159,8 @@ pub async fn run(args: Args) -> Result<bool, String> {
         .collect();
     let mut warm = None;
     let mut peak = at_start;
+    // RSS at each tenth of the run, to tell a plateau from a steady climb.
+    let mut timeline: Vec<u64> = Vec::new();
     let mut alive = true;
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -168,6 +173,10 @@ pub async fn run(args: Args) -> Result<bool, String> {
             peak.fds = peak.fds.max(u.fds);
             if warm.is_none() && started.elapsed() >= warm_up {
                 warm = Some(u);
+            }
+            let tenth = Duration::from_secs(args.seconds).as_secs_f64() / 10.0;
+            if started.elapsed().as_secs_f64() >= tenth * (timeline.len() + 1) as f64 {
+                timeline.push(u.rss_kb);
             }
         }
     }
@@ -239,6 +248,12 @@ pub async fn run(args: Args) -> Result<bool, String> {
             None => println!("| {name} | gone | gone |"),
         }
     }
+
+    let steps: Vec<String> = timeline
+        .iter()
+        .map(|kb| format!("{:.0}", *kb as f64 / 1024.0))
+        .collect();
+    println!("\nRSS MiB at each tenth of the run: {}", steps.join(", "));
 
     let mut pass = true;
     let mut check = |ok: bool, what: String| {

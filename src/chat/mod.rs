@@ -12,6 +12,8 @@
 mod context_error;
 mod fast;
 mod fold_run;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod key;
 mod request;
 mod tap;

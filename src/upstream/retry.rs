@@ -71,14 +71,11 @@ pub async fn send(
     }
 }
 
-/// Whether the upstream closed or reset an established connection before
-/// any byte of its answer arrived. Connect errors are not retried: the
-/// pool's own connect already failed, and a second try only doubles the
-/// wait of a client whose upstream is down.
+/// Whether the upstream closed or reset the connection before any byte of
+/// its answer arrived, including a reset while connecting (nothing was
+/// sent then). A refused or timed-out connect is not retried: the upstream
+/// is down, and a second try only doubles the client's wait.
 pub fn dropped_before_answer(err: &hyper_util::client::legacy::Error) -> bool {
-    if err.is_connect() {
-        return false;
-    }
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = source {
         if let Some(h) = e.downcast_ref::<hyper::Error>()

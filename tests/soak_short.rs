@@ -27,6 +27,7 @@ async fn a_short_soak_passes_its_checks() {
         workers: 4,
         seed: 0x50a4,
         dir: None,
+        cache_bytes: 8 * 1024 * 1024,
     };
     let passed = run::run(args).await.unwrap();
     assert!(passed, "the soak's checks failed (its report is above)");

@@ -40,6 +40,9 @@ pub struct Args {
     /// temporary directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// `tokens.cache_bytes` of foldgate (the fold-state cache gets half).
+    #[arg(long, default_value_t = 8 * 1024 * 1024)]
+    pub cache_bytes: u64,
 }
 
 /// RSS (KiB) and open file descriptors of a process.
@@ -106,9 +109,11 @@ pub async fn run(args: Args) -> Result<bool, String> {
             "[server]\nlisten = \"127.0.0.1:{port}\"\nupstream_timeout = \"10s\"\nshutdown_timeout = \"10s\"\n\n\
              [providers.mock]\nbase_url = \"{upstream_url}/v1\"\nmodels = [\"*\"]\n\n\
              [models.\"soak-*\"]\ncontext_window = 8192\n\n\
-             [tokens]\ncache_bytes = 8388608\n\n\
-             [state]\nbackend = \"sqlite\"\npath = \"{}\"\ncache_bytes = 4194304\n",
-            dir.join("soak.db").display()
+             [tokens]\ncache_bytes = {}\n\n\
+             [state]\nbackend = \"sqlite\"\npath = \"{}\"\ncache_bytes = {}\n",
+            args.cache_bytes,
+            dir.join("soak.db").display(),
+            args.cache_bytes / 2
         ),
     )
     .map_err(|e| e.to_string())?;

@@ -182,6 +182,15 @@ fn chat_body() -> serde_json::Value {
     json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
 }
 
+async fn post_chat(fg: &Foldgate) -> common::Reply {
+    post_json(
+        &format!("{}/v1/chat/completions", fg.url),
+        &[],
+        &chat_body(),
+    )
+    .await
+}
+
 /// Waits until the answered connection is back in foldgate's pool: the
 /// next request then reuses it (asserted through `dropped_on_reuse`).
 async fn settle() {
@@ -237,12 +246,7 @@ async fn upstream_dropping_every_connection_gives_a_502_envelope_after_one_retry
     let fg = Foldgate::start(&config_for(&upstream.url, "")).await;
     let started = Instant::now();
 
-    let reply = post_json(
-        &format!("{}/v1/chat/completions", fg.url),
-        &[],
-        &chat_body(),
-    )
-    .await;
+    let reply = post_chat(&fg).await;
 
     reply.assert_envelope(502, "upstream_unreachable");
     assert!(
@@ -301,12 +305,7 @@ async fn a_connection_reset_as_it_opens_is_retried_and_a_refused_one_fails_fast(
     let upstream = RawUpstream::start(Behaviour::ResetFirst).await;
     let fg = Foldgate::start(&config_for(&upstream.url, "")).await;
 
-    let reply = post_json(
-        &format!("{}/v1/chat/completions", fg.url),
-        &[],
-        &chat_body(),
-    )
-    .await;
+    let reply = post_chat(&fg).await;
 
     reply.assert_ok();
     assert_eq!(upstream.count(|s| &s.connections), 2);
@@ -320,12 +319,7 @@ async fn a_connection_reset_as_it_opens_is_retried_and_a_refused_one_fails_fast(
         .port();
     let fg = Foldgate::start(&config_for(&format!("http://127.0.0.1:{port}"), "")).await;
     let started = Instant::now();
-    let reply = post_json(
-        &format!("{}/v1/chat/completions", fg.url),
-        &[],
-        &chat_body(),
-    )
-    .await;
+    let reply = post_chat(&fg).await;
     reply.assert_envelope(502, "upstream_unreachable");
     assert!(started.elapsed() < Duration::from_secs(5));
 }

@@ -435,3 +435,22 @@ async fn an_anthropic_provider_summarizes_on_its_messages_api_with_its_key() {
     let summary = forwarded[0]["system"][1]["text"].as_str().unwrap();
     assert!(tags(summary).len() > 20, "{summary}");
 }
+
+#[test]
+fn a_view_that_keeps_everything_encodes_back_to_the_body() {
+    use foldgate::chat::fuzzing::codec;
+    let anthropic = long_anthropic(3);
+    let responses = json!({"model": "gpt-x", "instructions": "i", "store": false, "input": [
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call", "call_id": "a", "name": "ls", "arguments": "{}"},
+        {"type": "function_call", "call_id": "b", "name": "cat", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "x"},
+        {"type": "function_call_output", "call_id": "b", "output": "y"}]});
+    for (api, body, units) in [("anthropic", anthropic, 8), ("responses", responses, 5)] {
+        let read = codec(api, body.to_string().as_bytes()).unwrap();
+        assert_eq!(read.reencoded, body, "{api}");
+        assert_eq!(read.units.len(), units, "{api}: {:?}", read.units);
+        assert_eq!(read.units[0], None, "{api}: the pinned field first");
+    }
+}

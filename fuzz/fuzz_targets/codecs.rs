@@ -1,0 +1,42 @@
+//! The Anthropic Messages and OpenAI Responses codecs (and chat
+//! completions') on arbitrary bodies. The first byte picks the API. Besides
+//! not panicking: every engine message has a string role; the units cover
+//! the conversation's items in order, each item exactly once, pinned
+//! top-level fields first; and a view that keeps every message and adds
+//! nothing encodes back to the very body that was read.
+
+#![no_main]
+
+use foldgate::chat::fuzzing::codec;
+use libfuzzer_sys::fuzz_target;
+use serde_json::Value;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&pick, body)) = data.split_first() else {
+        return;
+    };
+    let api = ["chat", "anthropic", "responses"][usize::from(pick) % 3];
+    let Ok(read) = codec(api, body) else {
+        return;
+    };
+    assert!(read.messages.iter().all(|m| m.get("role").is_some_and(Value::is_string)));
+    if api != "chat" {
+        assert_eq!(read.units.len(), read.messages.len());
+        let pinned = read.units.iter().take_while(|u| u.is_none()).count();
+        let mut next = 0;
+        for unit in &read.units[pinned..] {
+            let range = unit.clone().expect("pinned fields come first");
+            assert_eq!(range.start, next, "units are consecutive");
+            assert!(range.end > range.start, "units are not empty");
+            next = range.end;
+        }
+        assert_eq!(next, read.items, "units cover every item");
+    }
+    let original: Value = serde_json::from_slice(body).expect("a decoded body is JSON");
+    if api == "responses" && original.get("input").is_some_and(Value::is_string) {
+        // A string input is read as one message and never re-encoded
+        // (such requests are forwarded untouched).
+        return;
+    }
+    assert_eq!(read.reencoded, original, "the identity view changed the body");
+});

@@ -27,6 +27,24 @@ pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
             json(serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
         }
         (&Method::GET, "/foldgate/metrics") => metrics(app),
+        (&Method::GET, p)
+            if p.starts_with("/foldgate/conversations/")
+                && p.ends_with(crate::archive::http::SUFFIX) =>
+        {
+            let id =
+                &p["/foldgate/conversations/".len()..p.len() - crate::archive::http::SUFFIX.len()];
+            let id = percent_decode(id);
+            let peer = req.extensions().get::<key::PeerAddr>().copied();
+            let query = req.uri().query().unwrap_or("");
+            match access(app, req.headers(), peer) {
+                Ok(tenant) => {
+                    crate::archive::http::search(app, tenant.as_deref(), &id, query_pairs(query))
+                        .await
+                        .map_or_else(ApiError::into_response, json)
+                }
+                Err(e) => e.into_response(),
+            }
+        }
         (&Method::GET, p) if p.starts_with("/foldgate/conversations/") => {
             let id = percent_decode(&p["/foldgate/conversations/".len()..]);
             let peer = req.extensions().get::<key::PeerAddr>().copied();
@@ -76,32 +94,20 @@ async fn conversation(
     peer: Option<key::PeerAddr>,
     id: &str,
 ) -> Result<Response<Body>, ApiError> {
-    let admin = app.config.server.admin_token.as_ref().is_some_and(|token| {
-        let offered = headers
-            .get("x-foldgate-admin-token")
-            .and_then(|v| v.to_str().ok())
-            .or_else(|| headers::credential(headers));
-        offered.is_some_and(|offered| token.matches(offered))
-    });
-    let tenant = key::tenant(headers);
-    if !admin && headers::credential(headers).is_none() && !may_read_keyless(app, peer) {
-        return Err(ApiError::Unauthorized(
-            "admin token or the conversation's credential required",
-        ));
-    }
-    let found = if admin {
-        app.store.find(id).await
-    } else {
-        let key = ConvKey {
-            tenant,
-            conversation: id.to_string(),
-        };
-        app.store
-            .load(&key)
-            .await
-            .map(|chain| (key, chain))
-            .into_iter()
-            .collect()
+    let found = match access(app, headers, peer)? {
+        None => app.store.find(id).await,
+        Some(tenant) => {
+            let key = ConvKey {
+                tenant,
+                conversation: id.to_string(),
+            };
+            app.store
+                .load(&key)
+                .await
+                .map(|chain| (key, chain))
+                .into_iter()
+                .collect()
+        }
     };
     if found.is_empty() {
         return Err(ApiError::NotFound(format!("/foldgate/conversations/{id}")));
@@ -120,6 +126,41 @@ async fn conversation(
     Ok(json(
         serde_json::json!({ "conversation": id, "states": entries }),
     ))
+}
+
+/// Who may read conversations: `None` for the admin token (every tenant),
+/// else the tenant of the request's credential; 401 without a credential
+/// unless [`may_read_keyless`].
+fn access(
+    app: &App,
+    headers: &HeaderMap,
+    peer: Option<key::PeerAddr>,
+) -> Result<Option<String>, ApiError> {
+    let admin = app.config.server.admin_token.as_ref().is_some_and(|token| {
+        let offered = headers
+            .get("x-foldgate-admin-token")
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| headers::credential(headers));
+        offered.is_some_and(|offered| token.matches(offered))
+    });
+    if admin {
+        return Ok(None);
+    }
+    if headers::credential(headers).is_none() && !may_read_keyless(app, peer) {
+        return Err(ApiError::Unauthorized(
+            "admin token or the conversation's credential required",
+        ));
+    }
+    Ok(Some(key::tenant(headers)))
+}
+
+/// The decoded `name=value` pairs of a query string (`+` is a space).
+fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    query.split('&').filter(|p| !p.is_empty()).map(|pair| {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let decode = |s: &str| percent_decode(&s.replace('+', " "));
+        (decode(name), decode(value))
+    })
 }
 
 /// Whether a request without any credential may read the conversations of

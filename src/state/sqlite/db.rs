@@ -43,6 +43,35 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX folds_conversation ON folds (conversation, tenant);
     CREATE INDEX folds_created_at ON folds (created_at);",
+    // 3: the archive of folded messages (src/archive/sqlite.rs), searched
+    // through an FTS5 index kept in step by triggers; `scope` is one token
+    // per tenant and conversation, so a search reads one conversation's
+    // postings. Self-contained: it touches no table of the steps above.
+    "CREATE TABLE archive (
+        id INTEGER PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        conversation TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        tool_call_id TEXT,
+        fold TEXT NOT NULL,
+        api TEXT NOT NULL,
+        archived_at INTEGER NOT NULL,
+        digest TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        text TEXT NOT NULL,
+        message TEXT NOT NULL,
+        UNIQUE (tenant, conversation, position, digest)
+    );
+    CREATE INDEX archive_conversation ON archive (conversation, tenant);
+    CREATE INDEX archive_archived_at ON archive (archived_at);
+    CREATE VIRTUAL TABLE archive_fts USING fts5(scope, text, content = 'archive', content_rowid = 'id');
+    CREATE TRIGGER archive_fts_insert AFTER INSERT ON archive BEGIN
+        INSERT INTO archive_fts (rowid, scope, text) VALUES (new.id, new.scope, new.text);
+    END;
+    CREATE TRIGGER archive_fts_delete AFTER DELETE ON archive BEGIN
+        INSERT INTO archive_fts (archive_fts, rowid, scope, text) VALUES ('delete', old.id, old.scope, old.text);
+    END;",
 ];
 
 /// The schema version this build writes.

@@ -425,6 +425,37 @@ async fn redis_replicas_share_the_archive_with_an_expiry_and_a_bound() {
     assert_eq!(len.trim(), ":40");
 }
 
+#[tokio::test]
+async fn anthropic_conversations_are_archived_in_normalized_form_with_their_api() {
+    let llm = Llm::start().await;
+    let fg = Foldgate::start(&config(&llm, "")).await;
+    let convo = Convo::with_turns(55);
+    // Anthropic's shape: the system prompt on top, the turns as messages.
+    let body = serde_json::json!({
+        "model": "tiny-model",
+        "max_tokens": 100,
+        "system": convo.messages[0]["content"],
+        "messages": convo.messages[1..],
+    });
+    let reply = common::post_json(
+        &format!("{}/v1/messages", fg.url),
+        &[("x-conversation-id", "claude"), TENANT_A],
+        &body,
+    )
+    .await;
+    reply.assert_ok();
+    assert_eq!(label(&reply), "new");
+    let first = &convo.messages[1];
+    let found = hits(&fg, "claude", &tag(first), 1).await;
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0]["api"], "anthropic");
+    assert_eq!(found[0]["role"], "user");
+    assert_eq!(
+        common::llm::content_text(&found[0]["message"]),
+        common::llm::content_text(first)
+    );
+}
+
 /// A small deterministic generator, so every run checks the same cases.
 struct Rng(u64);
 

@@ -55,8 +55,16 @@ pub struct Row {
 }
 
 impl Row {
-    /// The row for `messages[position]`, removed by `state`.
-    fn of(position: usize, message: &Value, id: MessageId, state: &FoldState, now: i64) -> Self {
+    /// The row for `message` at `position` (identity `id`), removed from the
+    /// view by fold state `fold` of a conversation speaking `api`, at `now`.
+    pub fn of(
+        position: usize,
+        message: &Value,
+        id: MessageId,
+        fold: &str,
+        api: &str,
+        now: i64,
+    ) -> Self {
         let tool_call_id = message::tool_call_id(message)
             .map(str::to_string)
             .or_else(|| {
@@ -67,8 +75,8 @@ impl Row {
             position,
             role: message::role(message).unwrap_or("unknown").to_string(),
             tool_call_id,
-            fold: state.id.clone(),
-            api: state.api.clone(),
+            fold: fold.to_string(),
+            api: api.to_string(),
             archived_at: now,
             digest: format!("{id:032x}"),
             text: message_text(message),
@@ -170,8 +178,24 @@ impl Archive {
         let now = now_unix();
         let rows: Vec<Row> = folded
             .iter()
-            .filter_map(|&i| Some(Row::of(i, messages.get(i)?, *ids.get(i)?, state, now)))
+            .filter_map(|&i| {
+                Some(Row::of(
+                    i,
+                    messages.get(i)?,
+                    *ids.get(i)?,
+                    &state.id,
+                    &state.api,
+                    now,
+                ))
+            })
             .collect();
+        self.store(key, rows);
+    }
+
+    /// Stores rows made elsewhere (a message a compression removes from
+    /// the view, a benchmark's); returns at once, the write is queued. A
+    /// row already stored (same position and digest) is kept once.
+    pub fn store(&self, key: &ConvKey, rows: Vec<Row>) {
         if rows.is_empty() {
             return;
         }

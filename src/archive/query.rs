@@ -97,7 +97,12 @@ pub fn rank(rows: Vec<Row>, query: &Query, limit: usize) -> Vec<Hit> {
         .map(|row| {
             let mut tf = HashMap::new();
             let mut len = 0;
-            for w in words(&row.text) {
+            // One lowercase copy per row, words borrowed from it.
+            let lower = row.text.to_lowercase();
+            for w in lower
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+            {
                 len += 1;
                 if let Some(&hit) = wanted.iter().find(|&&q| q == w) {
                     *tf.entry(hit).or_insert(0) += 1;

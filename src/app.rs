@@ -8,7 +8,7 @@ use crate::background::Background;
 use crate::config::Config;
 use crate::error::StartupError;
 use crate::metrics::Metrics;
-use crate::state::Store;
+use crate::state::{Store, Turns};
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
 use crate::upstream::Upstreams;
@@ -32,6 +32,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// Folds running off the request path.
     pub background: Background,
+    /// Recent turns per conversation, for the dashboard.
+    pub turns: Turns,
 }
 
 impl std::fmt::Debug for App {
@@ -55,6 +57,7 @@ impl App {
             summarizer: Summarizer::new(config.summarizer.clone()),
             metrics: Arc::new(Metrics::default()),
             background: Background::default(),
+            turns: Turns::new(config.state.ttl),
             config,
         })
     }

@@ -114,6 +114,15 @@ impl Background {
             .is_some_and(|&(_, until)| Instant::now() < until)
     }
 
+    /// The conversation's failed folds in a row since its last success (as
+    /// long as this process remembers them), and how long its next
+    /// non-emergency fold still waits.
+    pub fn failures(&self, key: &ConvKey) -> Option<(u32, Duration)> {
+        lock(&self.backoff)
+            .get(key)
+            .map(|&(n, until)| (n, until.saturating_duration_since(Instant::now())))
+    }
+
     /// Records a failed fold: the wait is `base`, doubled with each failure
     /// in a row, at most 32 × `base`.
     pub fn record_failure(&self, key: &ConvKey, base: Duration) {

@@ -27,6 +27,11 @@ pub enum ApiError {
     /// No such route.
     #[error("no route for {0}")]
     NotFound(String),
+    /// No fold state this credential may read for the conversation.
+    #[error(
+        "conversation `{0}` has no state for this credential: unknown, not folded yet, expired, or another tenant's"
+    )]
+    NoState(String),
     /// No provider lists the request's model.
     #[error("the model `{0}` does not exist: no provider lists it")]
     ModelNotFound(String),
@@ -72,7 +77,7 @@ impl ApiError {
         match self {
             Self::BadRequest { .. } | Self::ContextLength(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Self::NotFound(_) | Self::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            Self::NotFound(_) | Self::NoState(_) | Self::ModelNotFound(_) => StatusCode::NOT_FOUND,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -88,6 +93,7 @@ impl ApiError {
             Self::ContextLength(_) => "context_length_exceeded",
             Self::Unauthorized(_) => "invalid_api_key",
             Self::NotFound(_) => "not_found",
+            Self::NoState(_) => "conversation_not_found",
             Self::ModelNotFound(_) => "model_not_found",
             Self::BodyTooLarge { .. } => "request_too_large",
             Self::UpstreamUnreachable { .. } => "upstream_unreachable",
@@ -104,6 +110,7 @@ impl ApiError {
             Self::BadRequest { .. }
             | Self::ContextLength(_)
             | Self::NotFound(_)
+            | Self::NoState(_)
             | Self::BodyTooLarge { .. }
             | Self::ModelNotFound(_) => "invalid_request_error",
             Self::Unauthorized(_) => "authentication_error",

@@ -14,7 +14,8 @@
 //! - [`state`]: fold-state storage and per-conversation single-flight.
 //! - [`message`]: the message vocabulary: roles, pinned head, tool pairing.
 //! - [`metrics`]: Prometheus counters and latency histograms.
-//! - [`admin`]: `/foldgate/*` endpoints.
+//! - [`admin`]: `/foldgate/*` endpoints and the guard on conversation reads.
+//! - [`ui`]: the dashboard's embedded files (`/foldgate/ui`).
 //! - [`error`]: errors made by foldgate, rendered as OpenAI's error envelope.
 //! - [`tokens`]: token estimation, model windows, calibration.
 //! - [`fold`]: fold policy, cut planning and views (pure, no IO).
@@ -41,4 +42,5 @@ pub mod server;
 pub mod state;
 pub mod summarize;
 pub mod tokens;
+pub mod ui;
 pub mod upstream;

@@ -223,6 +223,13 @@ async fn unfolded_requests_pass_through_byte_exact() {
         )
         .await;
         assert!(reply.status.as_u16() < 500, "{path}: {}", reply.status);
+        // A conversation without a header is keyed by its fingerprint.
+        let folded_route = !path.ends_with("count_tokens") && !path.ends_with("compact");
+        assert_eq!(
+            reply.header("x-foldgate-conversation").starts_with("fp-"),
+            folded_route,
+            "{path}"
+        );
         let received = llm.mock.received();
         let last = received.last().unwrap();
         assert_eq!(last.uri, path);
@@ -326,6 +333,7 @@ async fn prompt_too_long_from_anthropic_folds_and_retries_once() {
     .await;
     reply.assert_ok();
     assert_eq!(reply.header("x-foldgate-fold"), "new");
+    assert_eq!(reply.header("x-foldgate-conversation"), "big");
     let upstream = llm.chat_requests();
     assert_eq!(upstream.len(), 2, "one rejected attempt, one folded retry");
     let retry = &upstream[1];

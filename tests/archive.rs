@@ -265,7 +265,8 @@ async fn the_archive_survives_a_restart_and_can_be_off() {
     assert_eq!(search(&fg, "durable", "", &[TENANT_A]).await.status, 404);
     chat(&fg, "not-kept", &planted()).await.assert_ok();
     stop(fg).await;
-    let conn = Connection::open(dir.path().join("f.db")).unwrap();
+    // The archive has a file of its own beside the state database.
+    let conn = Connection::open(dir.path().join("f.archive.db")).unwrap();
     let kept: i64 = conn
         .query_row(
             "SELECT count(*) FROM archive WHERE conversation = 'not-kept'",
@@ -287,7 +288,7 @@ async fn prune_deletes_old_archived_messages_only() {
     chat(&fg, "recent", &planted()).await.assert_ok();
     stop(fg).await;
 
-    let conn = Connection::open(&db).unwrap();
+    let conn = Connection::open(db.with_extension("archive.db")).unwrap();
     let count = |conversation: &str| -> i64 {
         conn.query_row(
             "SELECT count(*) FROM archive WHERE conversation = ?1",

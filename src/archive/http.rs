@@ -13,7 +13,14 @@ const DEFAULT_LIMIT: usize = 10;
 const MAX_LIMIT: usize = 100;
 
 /// The route's suffix after the conversation id.
-pub const SUFFIX: &str = "/archive";
+const SUFFIX: &str = "/archive";
+
+/// The (still percent-encoded) conversation id of an archive search path.
+pub fn id_of(path: &str) -> Option<&str> {
+    path.strip_prefix("/foldgate/conversations/")?
+        .strip_suffix(SUFFIX)
+        .filter(|id| !id.is_empty())
+}
 
 /// Searches conversation `id`'s archive: of `tenant` only, or of every
 /// tenant when `None` (the admin). `params` are the decoded query pairs:
@@ -42,7 +49,7 @@ pub async fn search(
     }
     let limit = limit.clamp(1, MAX_LIMIT);
     let archive = &app.archive;
-    let not_found = || ApiError::NotFound(format!("/foldgate/conversations/{id}{SUFFIX}"));
+    let not_found = || ApiError::NoState(id.to_string());
     if !archive.enabled() {
         return Err(not_found());
     }

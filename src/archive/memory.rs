@@ -58,8 +58,10 @@ impl MemoryArchive {
     }
 
     pub fn hits(&self, key: &ConvKey, query: &Query, limit: usize) -> Vec<Hit> {
-        let rows = self.rows.get(key).map(|r| r.to_vec()).unwrap_or_default();
-        query::rank(rows, query, limit)
+        self.rows
+            .get(key)
+            .map(|rows| query::rank(&rows, query, limit))
+            .unwrap_or_default()
     }
 
     pub fn count(&self, key: &ConvKey) -> u64 {

@@ -3,7 +3,7 @@
 //! the fold that removed it and when, and searchable. Nothing a client
 //! sent leaves reach: it moves from the view to the summary and here.
 //!
-//! - `sqlite`: a table in the state database with an FTS5 index (BM25 ranks).
+//! - `sqlite`: a database file of its own with an FTS5 index (BM25 ranks).
 //! - `redis`: one list per conversation, shared by replicas; a bounded scan
 //!   scored by [`query`].
 //! - `memory`: this process only, scored by [`query`] too.
@@ -149,9 +149,10 @@ impl Archive {
                 archive,
                 config.state.cache_bytes,
             )),
-            StateBackend::Sqlite => {
-                Self::Sqlite(sqlite::SqliteArchive::open(&config.state.path, archive)?)
-            }
+            StateBackend::Sqlite => Self::Sqlite(sqlite::SqliteArchive::open(
+                &archive.path_for(&config.state),
+                archive,
+            )?),
             StateBackend::Redis => Self::Redis(redis::RedisArchive::open(&config.state, archive)?),
         })
     }
@@ -257,8 +258,8 @@ impl Archive {
 }
 
 /// `foldgate prune`: deletes messages archived longer ago than
-/// `older_than` from the SQLite state database; returns how many.
+/// `older_than` from the SQLite archive; returns how many.
 pub fn prune(config: &Config, older_than: Duration) -> Result<usize, String> {
     let cutoff = now_unix().saturating_sub(i64::try_from(older_than.as_secs()).unwrap_or(i64::MAX));
-    sqlite::prune(&config.state.path, cutoff)
+    sqlite::prune(&config.archive.path_for(&config.state), cutoff)
 }

@@ -81,13 +81,16 @@ impl Query {
 /// query's words: the best `limit`, best first, the newer of equal scores
 /// first; rows matching no word are left out. An empty query lists the
 /// last `limit` rows, newest first.
-pub fn rank(rows: Vec<Row>, query: &Query, limit: usize) -> Vec<Hit> {
+pub fn rank(rows: &[Row], query: &Query, limit: usize) -> Vec<Hit> {
     if query.is_empty() {
         return rows
-            .into_iter()
+            .iter()
             .rev()
             .take(limit)
-            .map(|row| Hit { row, score: 0.0 })
+            .map(|row| Hit {
+                row: row.clone(),
+                score: 0.0,
+            })
             .collect();
     }
     let wanted = query.words();
@@ -120,11 +123,11 @@ pub fn rank(rows: Vec<Row>, query: &Query, limit: usize) -> Vec<Hit> {
             (w, ((n - df + 0.5) / (df + 0.5) + 1.0).ln())
         })
         .collect();
-    let mut hits: Vec<(usize, Hit)> = rows
-        .into_iter()
-        .zip(&stats)
+    // Scores first; only the rows that make the cut are cloned.
+    let mut scored: Vec<(usize, f64)> = stats
+        .iter()
         .enumerate()
-        .filter_map(|(order, (row, (tf, len)))| {
+        .filter_map(|(order, (tf, len))| {
             let norm = K1 * (1.0 - B + B * *len as f64 / avg);
             let score: f64 = tf
                 .iter()
@@ -133,11 +136,20 @@ pub fn rank(rows: Vec<Row>, query: &Query, limit: usize) -> Vec<Hit> {
                     idf.get(w).copied().unwrap_or(0.0) * f * (K1 + 1.0) / (f + norm)
                 })
                 .sum();
-            (score > 0.0).then_some((order, Hit { row, score }))
+            (score > 0.0).then_some((order, score))
         })
         .collect();
-    hits.sort_by(|(ao, a), (bo, b)| b.score.total_cmp(&a.score).then(bo.cmp(ao)));
-    hits.into_iter().take(limit).map(|(_, hit)| hit).collect()
+    scored.sort_by(|(ao, a), (bo, b)| b.total_cmp(a).then(bo.cmp(ao)));
+    scored
+        .into_iter()
+        .take(limit)
+        .filter_map(|(order, score)| {
+            rows.get(order).map(|row| Hit {
+                row: row.clone(),
+                score,
+            })
+        })
+        .collect()
 }
 
 /// Passages of `hits`, best first, within about `token_budget` tokens in
@@ -242,11 +254,11 @@ mod tests {
             row(3, "we talked about the weather"),
             row(4, "port forwarding is off"),
         ];
-        let hits = rank(rows.clone(), &Query::parse("database port"), 10);
+        let hits = rank(&rows, &Query::parse("database port"), 10);
         let order: Vec<usize> = hits.iter().map(|h| h.row.position).collect();
         assert_eq!(order, [1, 4]);
         assert!(hits[0].score > hits[1].score);
-        let listed = rank(rows, &Query::default(), 2);
+        let listed = rank(&rows, &Query::default(), 2);
         assert_eq!(
             listed.iter().map(|h| h.row.position).collect::<Vec<_>>(),
             [4, 3]

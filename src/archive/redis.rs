@@ -118,7 +118,7 @@ impl RedisArchive {
             .filter_map(|j| serde_json::from_str::<Row>(j).ok())
             .filter(|r| seen.insert((r.position, r.digest.clone())))
             .collect();
-        query::rank(rows, query, limit)
+        query::rank(&rows, query, limit)
     }
 
     pub async fn count(&self, key: &ConvKey) -> u64 {

@@ -1,5 +1,6 @@
-//! The SQLite archive: rows in the state database's `archive` table
-//! (migration 3 of `state::sqlite::db`), ranked by its FTS5 index with
+//! The SQLite archive: rows in the `archive` table of its own database
+//! file (`archive.path`, by default beside `state.path`, so its writes never
+//! hold the state database's write lock), ranked by an FTS5 index with
 //! BM25. Every query runs on one dedicated thread with its own connection;
 //! writes are queued to it and the fold does not wait for them. The queue
 //! is drained when the archive is dropped.
@@ -14,6 +15,44 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use xxhash_rust::xxh3::xxh3_64;
+
+/// Schema steps, applied in order (see `state::sqlite::db::open_with`).
+/// Append, never edit: a database carries the steps it has seen.
+const MIGRATIONS: &[&str] = &[
+    // 1: the rows, and an FTS5 index kept in step by triggers; `scope` is
+    // one token per tenant and conversation, so a search reads one
+    // conversation's postings.
+    "CREATE TABLE archive (
+        id INTEGER PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        conversation TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        tool_call_id TEXT,
+        fold TEXT NOT NULL,
+        api TEXT NOT NULL,
+        archived_at INTEGER NOT NULL,
+        digest TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        text TEXT NOT NULL,
+        message TEXT NOT NULL,
+        UNIQUE (tenant, conversation, position, digest)
+    );
+    CREATE INDEX archive_conversation ON archive (conversation, tenant);
+    CREATE INDEX archive_archived_at ON archive (archived_at);
+    CREATE VIRTUAL TABLE archive_fts USING fts5(scope, text, content = 'archive', content_rowid = 'id');
+    CREATE TRIGGER archive_fts_insert AFTER INSERT ON archive BEGIN
+        INSERT INTO archive_fts (rowid, scope, text) VALUES (new.id, new.scope, new.text);
+    END;
+    CREATE TRIGGER archive_fts_delete AFTER DELETE ON archive BEGIN
+        INSERT INTO archive_fts (archive_fts, rowid, scope, text) VALUES ('delete', old.id, old.scope, old.text);
+    END;",
+];
+
+/// Opens (creating and migrating) the archive database at `path`.
+fn open(path: &Path) -> Result<Connection, String> {
+    crate::state::sqlite::db::open_with(path, "archive.path", MIGRATIONS)
+}
 
 /// How long a search waits for the database before answering nothing.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -53,9 +92,9 @@ pub struct SqliteArchive {
 }
 
 impl SqliteArchive {
-    /// Opens (creating and migrating) the state database at `path`.
+    /// Opens (creating and migrating) the archive database at `path`.
     pub fn open(path: &Path, config: &ArchiveConfig) -> Result<Self, String> {
-        let conn = crate::state::sqlite::db::open(path)?;
+        let conn = open(path)?;
         let (tx, rx) = mpsc::channel();
         let ttl = i64::try_from(config.ttl.as_secs()).unwrap_or(i64::MAX);
         let max = i64::try_from(config.max_messages).unwrap_or(i64::MAX);
@@ -309,9 +348,12 @@ fn expire(conn: &Connection, cutoff: i64) -> rusqlite::Result<usize> {
     conn.execute("DELETE FROM archive WHERE archived_at < ?1", [cutoff])
 }
 
-/// `foldgate prune`: deletes rows archived before `cutoff` from the state
-/// database at `path`.
+/// `foldgate prune`: deletes rows archived before `cutoff` from the
+/// archive database at `path`, when there is one.
 pub fn prune(path: &Path, cutoff: i64) -> Result<usize, String> {
-    let conn = crate::state::sqlite::db::open(path)?;
-    expire(&conn, cutoff).map_err(|e| format!("state.path {}: {e}", path.display()))
+    if !path.exists() {
+        return Ok(0);
+    }
+    let conn = open(path)?;
+    expire(&conn, cutoff).map_err(|e| format!("archive.path {}: {e}", path.display()))
 }

@@ -238,7 +238,8 @@ impl Turn {
         let state = FoldState {
             api: self.data.api.as_str().to_string(),
             ..FoldState::after(&plan, summary, ledger, now_unix())
-        };
+        }
+        .with_summarizer(&outcome.model, outcome.latency, outcome.calls);
         let prepared = self.prepared(Some(&state), "new", None);
         tracing::info!(
             target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),

@@ -58,13 +58,16 @@ pub async fn handle(
 ) -> Result<Response<Body>, ApiError> {
     Metrics::inc(&app.metrics.chat_requests);
     let mut request = ChatRequest::read(app, api, &parts.headers, bytes).await?;
+    let conversation = request.conversation_header();
     let mut prepared = request.prepare(app, &parts.headers).await?;
     let mut retried = false;
     loop {
         let body = request.body(&mut prepared)?;
         let (head, incoming) = send(app, &request.provider, &parts, body).await?;
         if head.status != StatusCode::BAD_REQUEST {
-            return Ok(respond(app, head, incoming, &prepared, request.model));
+            let mut response = respond(app, head, incoming, &prepared, request.model);
+            annotate(response.headers_mut(), &prepared, conversation);
+            return Ok(response);
         }
         let error_body = read_bounded(incoming).await?;
         match context_error::detect(&error_body) {
@@ -84,7 +87,7 @@ pub async fn handle(
             }
             _ => {
                 let mut response = Response::from_parts(head, body::full(error_body));
-                prepared.annotate(response.headers_mut());
+                annotate(response.headers_mut(), &prepared, conversation);
                 return Ok(response);
             }
         }
@@ -116,7 +119,7 @@ async fn send(
 }
 
 /// The client's response: the upstream's head and streamed body, with
-/// `usage` read on the way for calibration and the `x-foldgate-*` headers.
+/// `usage` read on the way for calibration (the caller adds the headers).
 fn respond(
     app: &App,
     head: http::response::Parts,
@@ -133,12 +136,10 @@ fn respond(
         .observe_forwarded(prepared.label, prepared.tokens_in, prepared.tokens_out);
     let (tokens, raw) = (app.tokens.clone(), prepared.raw_tokens_out);
     let observe = Box::new(move |actual: u32| tokens.observe_usage(&model, raw, actual));
-    let mut response = Response::from_parts(
+    Response::from_parts(
         head,
         body::boxed(tap::UsageTap::new(incoming, sse, observe)),
-    );
-    prepared.annotate(response.headers_mut());
-    response
+    )
 }
 
 /// Reads an upstream error body, bounded.
@@ -153,18 +154,27 @@ async fn read_bounded(incoming: hyper::body::Incoming) -> Result<Bytes, ApiError
         })
 }
 
-impl Prepared {
-    /// Sets the `x-foldgate-*` response headers.
-    fn annotate(&self, headers: &mut http::HeaderMap) {
-        headers.insert("x-foldgate-fold", HeaderValue::from_static(self.label));
-        headers.insert("x-foldgate-tokens-in", HeaderValue::from(self.tokens_in));
-        headers.insert("x-foldgate-tokens-out", HeaderValue::from(self.tokens_out));
-        if let Some(w) = self
-            .warning
-            .as_deref()
-            .and_then(|w| HeaderValue::from_str(w).ok())
-        {
-            headers.insert("x-foldgate-warning", w);
-        }
+/// Sets the `x-foldgate-*` response headers: the fold label, tokens in
+/// and out, a warning, and the conversation id used (a header's value or
+/// a fingerprint), as the admin API names it.
+fn annotate(headers: &mut http::HeaderMap, prepared: &Prepared, conversation: Option<HeaderValue>) {
+    headers.insert("x-foldgate-fold", HeaderValue::from_static(prepared.label));
+    headers.insert(
+        "x-foldgate-tokens-in",
+        HeaderValue::from(prepared.tokens_in),
+    );
+    headers.insert(
+        "x-foldgate-tokens-out",
+        HeaderValue::from(prepared.tokens_out),
+    );
+    if let Some(w) = prepared
+        .warning
+        .as_deref()
+        .and_then(|w| HeaderValue::from_str(w).ok())
+    {
+        headers.insert("x-foldgate-warning", w);
+    }
+    if let Some(id) = conversation {
+        headers.insert("x-foldgate-conversation", id);
     }
 }

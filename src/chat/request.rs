@@ -129,6 +129,17 @@ impl ChatRequest {
         })
     }
 
+    /// The conversation id the request is keyed by (its header's value or
+    /// a fingerprint), as a response header value.
+    pub fn conversation_header(&self) -> Option<http::HeaderValue> {
+        let key = match &self.stage {
+            Stage::Raw { look, .. } => look.key.as_ref(),
+            Stage::Parsed { turn, .. } => turn.data.key.as_ref(),
+            Stage::Upgrading => None,
+        };
+        key.and_then(|k| http::HeaderValue::from_str(&k.conversation).ok())
+    }
+
     /// What to forward: the body untouched when the first look decided so,
     /// else the parsed pipeline's decision (folding inline if it must).
     pub async fn prepare(

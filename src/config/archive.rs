@@ -1,7 +1,9 @@
 //! `[archive]`: where the messages a fold removes from the view are kept,
 //! verbatim and searchable, and for how long.
 
+use super::StateConfig;
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// `[archive]`: every message a fold removes from the view is stored
@@ -22,6 +24,12 @@ pub struct ArchiveConfig {
     /// Messages kept per conversation; beyond it the oldest archived
     /// messages are dropped.
     pub max_messages: usize,
+    /// SQLite file of the archive (`state.backend = "sqlite"`); unset:
+    /// beside `state.path`, with the extension `.archive.db`
+    /// (`./foldgate.archive.db`). A file of its own, so archive writes
+    /// never hold the state database's write lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
 }
 
 impl Default for ArchiveConfig {
@@ -30,11 +38,19 @@ impl Default for ArchiveConfig {
             enabled: true,
             ttl: Duration::from_secs(7 * 24 * 3600),
             max_messages: 10_000,
+            path: None,
         }
     }
 }
 
 impl ArchiveConfig {
+    /// The archive's SQLite file: `path`, else beside `state.path`.
+    pub fn path_for(&self, state: &StateConfig) -> PathBuf {
+        self.path
+            .clone()
+            .unwrap_or_else(|| state.path.with_extension("archive.db"))
+    }
+
     /// Checks the section against the state's expiry; errors name the key.
     pub fn validate(&self, state_ttl: Duration) -> Result<(), String> {
         if self.max_messages == 0 {

@@ -57,7 +57,7 @@ pub mod view;
 pub use crate::message::pinned_len;
 pub use hash::{ChainHash, MessageId};
 pub use plan::{CannotFit, Decision, FoldPlan, ViewInfo, plan};
-pub use state::{FoldChain, FoldState, Reason};
+pub use state::{FoldChain, FoldState, Reason, SummarizerRun};
 pub use summary::Summary;
 pub use view::{ACK_TEXT, build_view, view_differs};
 

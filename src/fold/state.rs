@@ -93,10 +93,24 @@ pub struct FoldState {
     /// The API the conversation speaks: `chat`, `anthropic` or `responses`.
     #[serde(default = "chat_api")]
     pub api: String,
+    /// Who wrote the summary and what it took, when recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summarizer: Option<SummarizerRun>,
 }
 
 fn chat_api() -> String {
     "chat".to_string()
+}
+
+/// The summarizer's part in one fold, for the audit trail and dashboard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SummarizerRun {
+    /// The model that wrote the summary.
+    pub model: String,
+    /// Wall time of the whole fold's summarizer calls, in milliseconds.
+    pub latency_ms: u64,
+    /// HTTP calls made, retries and chunks included.
+    pub calls: u32,
 }
 
 impl FoldState {
@@ -125,7 +139,23 @@ impl FoldState {
             tokens_after: plan.tokens_after,
             reason: plan.reason,
             api: chat_api(),
+            summarizer: None,
         }
+    }
+
+    /// This state with the summarizer's model, latency and calls recorded.
+    pub fn with_summarizer(
+        mut self,
+        model: &str,
+        latency: std::time::Duration,
+        calls: u32,
+    ) -> Self {
+        self.summarizer = Some(SummarizerRun {
+            model: model.to_string(),
+            latency_ms: u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
+            calls,
+        });
+        self
     }
 
     /// How many messages the summary stands for.
@@ -278,6 +308,7 @@ mod tests {
             tokens_after: 0,
             reason: Reason::Token,
             api: "chat".into(),
+            summarizer: None,
         }
     }
 

@@ -20,17 +20,24 @@ use tower::{Layer, Service};
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Infallible>> + Send>>;
 
 /// Rejects requests without one of `server.api_keys` (when any are set).
-/// `/foldgate/health` stays open for load balancers and health checks.
+/// `/foldgate/health` stays open for load balancers and health checks, and
+/// the dashboard's static files for browsers (they hold no data; the
+/// page's own fetches carry the key). On `/foldgate/*` the admin token
+/// passes too (as a bearer credential, as the dashboard sends it); the
+/// admin routes check what it may read.
 #[derive(Clone)]
 pub struct AuthLayer {
     keys: Arc<Vec<Secret>>,
+    admin: Option<Arc<Secret>>,
 }
 
 impl AuthLayer {
-    /// A layer accepting these keys; an empty list accepts everyone.
-    pub fn new(keys: Vec<Secret>) -> Self {
+    /// A layer accepting these keys (and, on foldgate's own routes, the
+    /// admin token); an empty list accepts everyone.
+    pub fn new(keys: Vec<Secret>, admin: Option<Secret>) -> Self {
         Self {
             keys: Arc::new(keys),
+            admin: admin.map(Arc::new),
         }
     }
 }
@@ -41,6 +48,7 @@ impl<S> Layer<S> for AuthLayer {
         AuthService {
             inner,
             keys: self.keys.clone(),
+            admin: self.admin.clone(),
         }
     }
 }
@@ -50,6 +58,7 @@ impl<S> Layer<S> for AuthLayer {
 pub struct AuthService<S> {
     inner: S,
     keys: Arc<Vec<Secret>>,
+    admin: Option<Arc<Secret>>,
 }
 
 impl<S, B> Service<Request<B>> for AuthService<S>
@@ -66,11 +75,17 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        if self.keys.is_empty() || req.uri().path() == "/foldgate/health" {
+        let path = req.uri().path();
+        if self.keys.is_empty() || path == "/foldgate/health" || crate::ui::is_ui(path) {
             return Box::pin(self.inner.call(req));
         }
         let offered = headers::credential(req.headers());
-        let allowed = offered.is_some_and(|key| self.keys.iter().any(|k| k.matches(key)));
+        let admin = path
+            .starts_with("/foldgate/")
+            .then_some(self.admin.as_deref())
+            .flatten();
+        let allowed =
+            offered.is_some_and(|key| self.keys.iter().chain(admin).any(|k| k.matches(key)));
         if allowed {
             Box::pin(self.inner.call(req))
         } else {

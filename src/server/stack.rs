@@ -44,12 +44,14 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 ///    limit gets 503 with `Retry-After` at once; a slot is held until the
 ///    response body ends. Inside the access log so shed requests are
 ///    logged, above auth so an overload costs nothing more.
-/// 8. `AuthLayer` — `server.api_keys`; inside the access log so rejected
+/// 8. `AuthLayer` — `server.api_keys` (and the admin token on
+///    `/foldgate/*`); inside the access log so rejected
 ///    requests are logged too.
 /// 9. [`proxy::handle`] — admin routes and forwarding; adds the response
 ///    extensions above.
 pub fn build(app: Arc<App>) -> AppService {
     let keys = app.config.server.api_keys.clone();
+    let admin = app.config.server.admin_token.clone();
     let shed = app.config.server.max_concurrent_requests;
     let access_log = AccessLogLayer::new(app.metrics.clone());
     let handler = tower::service_fn(move |req: Request<Incoming>| {
@@ -78,7 +80,7 @@ pub fn build(app: Arc<App>) -> AppService {
         ]))
         .layer(access_log)
         .layer(ShedLayer::new(shed))
-        .layer(AuthLayer::new(keys))
+        .layer(AuthLayer::new(keys, admin))
         .service(handler)
         .map_response(|r: Response<_>| r.map(body::boxed));
     BoxCloneService::new(service)

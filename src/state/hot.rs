@@ -2,8 +2,8 @@
 //! backend last said about each conversation (a chain, or that it has
 //! none), and when it said it.
 
-use super::ConvKey;
 use super::memory::weight;
+use super::{ConvKey, ListQuery, Page};
 use crate::config::StateConfig;
 use crate::fold::FoldChain;
 use std::sync::Arc;
@@ -80,5 +80,16 @@ impl Hot {
             .filter(|(key, _)| key.conversation == conversation)
             .filter_map(|(key, slot)| slot.chain.map(|c| ((*key).clone(), c)))
             .collect()
+    }
+
+    /// A page of the chains held in memory (a fallback listing when the
+    /// backend does not answer). Renews no entry's idle timer.
+    pub fn list(&self, query: &ListQuery) -> Page {
+        let entries = self
+            .cache
+            .iter()
+            .filter(|(key, _)| query.admits(key))
+            .filter_map(|(key, slot)| slot.chain.map(|c| ((*key).clone(), c)));
+        Page::of(entries, query)
     }
 }

@@ -1,6 +1,6 @@
 //! The in-process store: a moka cache with idle expiry, bounded by weight.
 
-use super::{BoxFuture, ConvKey, Flights, FoldGuard, Store};
+use super::{BoxFuture, ConvKey, Flights, FoldGuard, ListQuery, Page, Store};
 use crate::config::StateConfig;
 use crate::fold::FoldChain;
 use std::sync::Arc;
@@ -69,6 +69,18 @@ impl Store for MemoryStore {
                 .filter(|(key, _)| key.conversation == conversation)
                 .map(|(key, chain)| ((*key).clone(), chain))
                 .collect()
+        })
+    }
+
+    fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Page> {
+        // Iterating renews no entry's idle timer (a `get` would).
+        Box::pin(async move {
+            let entries = self
+                .cache
+                .iter()
+                .filter(|(key, _)| query.admits(key))
+                .map(|(key, chain)| ((*key).clone(), chain));
+            Page::of(entries, query)
         })
     }
 

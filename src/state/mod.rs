@@ -11,14 +11,18 @@
 //! `foldgate prune`.
 
 mod hot;
+pub mod list;
 mod memory;
 pub mod redis;
 pub mod sqlite;
+pub mod turns;
 
+pub use list::{ListQuery, MAX_LIMIT};
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
 pub use sqlite::SqliteStore;
 pub use sqlite::db::Pruned;
+pub use turns::Turns;
 
 use crate::config::{StateBackend, StateConfig};
 use std::time::Duration;
@@ -63,8 +67,34 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn lock<'a>(&'a self, key: &'a ConvKey) -> BoxFuture<'a, FoldGuard>;
     /// Every tenant's chain for a conversation id (admin only).
     fn find<'a>(&'a self, conversation: &'a str) -> BoxFuture<'a, Vec<(ConvKey, Arc<FoldChain>)>>;
+    /// A page of stored conversations with their chains, in listing order
+    /// ([`list::page_of`]). Never renews a state's idle expiry.
+    fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Page>;
     /// Number of conversations stored (approximate; for metrics).
     fn count(&self) -> u64;
+}
+
+/// One page of a listing.
+#[derive(Debug, Default)]
+pub struct Page {
+    /// Conversations and their chains, in listing order.
+    pub conversations: Vec<(ConvKey, Arc<FoldChain>)>,
+    /// Where the next page starts, when there is one.
+    pub next: Option<ConvKey>,
+}
+
+impl Page {
+    /// The page of `entries` that `query` asks for ([`list::page_of`]).
+    pub fn of(
+        entries: impl IntoIterator<Item = (ConvKey, Arc<FoldChain>)>,
+        query: &ListQuery,
+    ) -> Self {
+        let (conversations, next) = list::page_of(entries, query);
+        Self {
+            conversations,
+            next,
+        }
+    }
 }
 
 /// Held while a fold runs; dropping it releases the conversation.

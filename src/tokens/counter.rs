@@ -1,6 +1,7 @@
 //! [`TokenCounter`]: the shared estimator, with its count cache, the model
 //! registry lookup and calibration.
 
+use super::cache::{CountCache, Key};
 use super::calibration::Calibrator;
 use super::encoding::{Encoding, base_name};
 use super::estimate::{CacheStats, Estimate, apply, default_reserve, saturate};
@@ -18,20 +19,34 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock};
 
 /// Bytes charged per cache entry against `tokens.cache_bytes`: the key and
-/// value (about 40 bytes) plus moka's per-entry bookkeeping.
-const CACHE_ENTRY_BYTES: u32 = 160;
+/// value (40 bytes) with the hash table's control byte and spare capacity.
+const CACHE_ENTRY_BYTES: u64 = 64;
 /// Unknown model names remembered for the once-per-model warning; names come
 /// from clients, so the set is bounded and later unknown names go unwarned.
 const MAX_WARNED: usize = 1024;
 
-/// What a cache entry counts: one message, or a request's tool definitions.
+/// What a cache entry counts: one message (by its structure, or by the
+/// JSON text the client sent), or a request's tool definitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Kind {
     Message,
     Definitions,
+    RawMessage,
 }
 
-type CacheKey = (Encoding, Kind, u128);
+impl Kind {
+    /// The cache key of a count in `encoding` of what `hash` identifies.
+    fn key(self, encoding: Encoding, hash: u128) -> Key {
+        let encoding = match encoding {
+            Encoding::O200kBase => 0,
+            Encoding::Cl100kBase => 1,
+        };
+        Key {
+            hash,
+            tag: (encoding << 2) | self as u8,
+        }
+    }
+}
 
 /// The token estimator: counts messages in each model's encoding, knows
 /// model windows, and learns a per-model correction from upstream usage.
@@ -40,11 +55,9 @@ pub struct TokenCounter {
     settings: TokensConfig,
     /// `[models."glob"]` entries, for windows, output limits and token scales.
     models: BTreeMap<String, ModelConfig>,
-    /// Raw counts by encoding and structural hash; `None` when `cache_bytes` is 0.
-    cache: Option<Cache<CacheKey, u32>>,
-    /// Counts and roles by encoding and a hash of the message's JSON text,
-    /// for the request path that does not build a `Value` tree.
-    raw_cache: Option<Cache<(Encoding, u128), RawCount>>,
+    /// Raw counts (and, for messages read as JSON text, their roles) by
+    /// encoding, kind and hash; `None` when `cache_bytes` is 0.
+    cache: Option<CountCache<(u32, Role)>>,
     /// Built-in table lookups by model name (the table is scanned once per name).
     built_ins: Cache<String, Option<(u32, Option<u32>)>>,
     hits: AtomicU64,
@@ -78,25 +91,13 @@ impl TokenCounter {
     /// A counter for `config`'s `[tokens]` settings and `[models]` entries.
     /// A `tokens.cache_bytes` of 0 disables the count cache.
     pub fn new(config: &Config) -> Self {
-        // The two caches split the byte budget.
-        let budget = config.tokens.cache_bytes / 2;
-        let cache = (budget > 0).then(|| {
-            Cache::builder()
-                .max_capacity(budget)
-                .weigher(|_: &CacheKey, _: &u32| CACHE_ENTRY_BYTES)
-                .build()
-        });
-        let raw_cache = (budget > 0).then(|| {
-            Cache::builder()
-                .max_capacity(budget)
-                .weigher(|_: &(Encoding, u128), _: &RawCount| CACHE_ENTRY_BYTES)
-                .build()
-        });
+        let entries = config.tokens.cache_bytes / CACHE_ENTRY_BYTES;
+        let cache =
+            (entries > 0).then(|| CountCache::new(usize::try_from(entries).unwrap_or(usize::MAX)));
         Self {
             settings: config.tokens.clone(),
             models: config.models.clone(),
             cache,
-            raw_cache,
             built_ins: Cache::new(4096),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -145,34 +146,29 @@ impl TokenCounter {
     }
 
     fn raw_with(&self, profile: &Profile, json: &str) -> Option<RawCount> {
-        let profile = *profile;
-        let key = (profile.rules.encoding, raw_message_id(json));
-        let cached = self.raw_cache.as_ref().and_then(|c| c.get(&key));
-        let found = match cached {
+        let id = raw_message_id(json);
+        let key = Kind::RawMessage.key(profile.rules.encoding, id);
+        let cached = self.cache.as_ref().and_then(|c| c.get(&key));
+        let (tokens, role) = match cached {
             Some(found) => found,
             None => {
                 let value: Value = serde_json::from_str(json).ok()?;
                 let role = Role::of(value.get("role")?.as_str()?);
-                let found = RawCount {
-                    id: key.1,
-                    tokens: self.scaled_message(
-                        &Profile {
-                            scale: 1.0,
-                            ..profile
-                        },
-                        &value,
-                    ),
-                    role,
+                let unscaled = Profile {
+                    scale: 1.0,
+                    ..*profile
                 };
-                if let Some(c) = &self.raw_cache {
+                let found = (self.scaled_message(&unscaled, &value), role);
+                if let Some(c) = &self.cache {
                     c.insert(key, found);
                 }
                 found
             }
         };
         Some(RawCount {
-            tokens: apply(u64::from(found.tokens), profile.scale),
-            ..found
+            tokens: apply(u64::from(tokens), profile.scale),
+            role,
+            id,
         })
     }
 
@@ -212,7 +208,7 @@ impl TokenCounter {
         let profile = self.profile(model);
         let encoding = profile.rules.encoding;
         let definitions = self.cached(
-            || (encoding, Kind::Definitions, definitions_hash(request)),
+            || Kind::Definitions.key(encoding, definitions_hash(request)),
             || definitions_tokens(encoding, request),
         );
         let overhead = apply(u64::from(REPLY_PRIMING) + definitions, profile.scale);
@@ -306,12 +302,9 @@ impl TokenCounter {
         }
     }
 
-    /// Entries in the count cache (after pending evictions are applied).
+    /// Entries in the count cache.
     pub fn cache_entry_count(&self) -> u64 {
-        self.cache.as_ref().map_or(0, |c| {
-            c.run_pending_tasks();
-            c.entry_count()
-        })
+        self.cache.as_ref().map_or(0, |c| c.len() as u64)
     }
 
     /// The encoding `model` is counted in.
@@ -342,7 +335,7 @@ impl TokenCounter {
 
     fn scaled_message(&self, profile: &Profile, message: &Value) -> u32 {
         let raw = self.cached(
-            || (profile.rules.encoding, Kind::Message, hash_value(message)),
+            || Kind::Message.key(profile.rules.encoding, hash_value(message)),
             || profile.rules.message(message),
         );
         apply(raw, profile.scale)
@@ -350,18 +343,18 @@ impl TokenCounter {
 
     /// A raw count from the cache, else from `count` (then cached). The key
     /// is only hashed when there is a cache.
-    fn cached(&self, key: impl FnOnce() -> CacheKey, count: impl FnOnce() -> u64) -> u64 {
+    fn cached(&self, key: impl FnOnce() -> Key, count: impl FnOnce() -> u64) -> u64 {
         let Some(cache) = &self.cache else {
             return count();
         };
         let key = key();
-        if let Some(n) = cache.get(&key) {
+        if let Some((n, _)) = cache.get(&key) {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return u64::from(n);
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
         let n = count();
-        cache.insert(key, saturate(n));
+        cache.insert(key, (saturate(n), Role::Other));
         n
     }
 

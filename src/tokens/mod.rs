@@ -14,6 +14,7 @@
 //! - `discovery`: parsers of providers' `/models`, llama.cpp's `/props`, Ollama's `/api/show`.
 //! - `report`: [`estimate_report`] for `foldgate estimate`.
 
+mod cache;
 mod calibration;
 mod counter;
 mod discovery;

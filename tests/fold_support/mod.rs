@@ -164,6 +164,7 @@ pub fn state_for(
         tokens_before: 0,
         tokens_after: 0,
         reason: Reason::Token,
+        summarizer: None,
         api: "chat".into(),
     }
 }

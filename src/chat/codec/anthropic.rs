@@ -11,7 +11,7 @@
 //!   caching and fewer than 4 breakpoints remain. Other blocks
 //!   (`cache_control` markers, `thinking`) pass through untouched.
 
-use super::{Decoded, Wire, bad, function_tool, model, take_array, text_of, tool_call, unit_id};
+use super::{Decoded, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use serde_json::{Map, Value, json};
@@ -43,46 +43,13 @@ pub(super) fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError
         None => return Err(bad("messages: field required", Some("messages"))),
     }
     let items = take_array(&mut fields, "messages");
-    let mut messages = Vec::with_capacity(items.len() + 1);
-    let mut ids = Vec::with_capacity(items.len() + 1);
-    let mut units = Vec::with_capacity(items.len() + 1);
-    if let Some(system) = fields.get("system").filter(|s| !text_of(s).is_empty()) {
-        messages.push(json!({"role": "system", "content": text_of(system)}));
-        ids.push(unit_id([&json!("system"), system]));
-        units.push(None);
-    }
+    let mut units = Units::default();
+    units.pin("system", fields.get("system"));
     for (i, item) in items.iter().enumerate() {
-        messages.push(engine_message(item));
-        ids.push(unit_id([item]));
-        units.push(Some(i..i + 1));
+        units.push(engine_message(item), &items, i..i + 1);
     }
-    let mut estimate_fields = Map::new();
-    estimate_fields.insert("model".into(), Value::String(model));
-    if let Some(Value::Array(tools)) = fields.get("tools") {
-        let tools: Vec<Value> = tools
-            .iter()
-            .filter_map(|t| {
-                let name = t.get("name")?;
-                Some(function_tool(
-                    name,
-                    t.get("description"),
-                    t.get("input_schema"),
-                ))
-            })
-            .collect();
-        estimate_fields.insert("tools".into(), Value::Array(tools));
-    }
-    if let Some(max) = fields.get("max_tokens") {
-        estimate_fields.insert("max_tokens".into(), max.clone());
-    }
-    Ok(Decoded {
-        fields,
-        messages,
-        ids: Some(ids),
-        wire: Some(Wire { items, units }),
-        estimate_fields: Some(estimate_fields),
-        opaque: None,
-    })
+    let estimate = estimate_fields(&fields, model, "input_schema", "max_tokens");
+    Ok(units.decoded(fields, items, estimate, None))
 }
 
 /// One Anthropic message as a chat-completions message.

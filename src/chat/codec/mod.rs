@@ -188,13 +188,28 @@ impl Wire {
 
 /// The identity of a unit of items: their serialized JSON, hashed.
 fn unit_id<'a>(items: impl IntoIterator<Item = &'a Value>) -> MessageId {
-    let mut h = Xxh3Default::new();
+    let mut h = HashWriter(Xxh3Default::new());
     for item in items {
-        let text = serde_json::to_vec(item).unwrap_or_default();
-        h.update(&(text.len() as u64).to_le_bytes());
-        h.update(&text);
+        // Serialised straight into the hash; a separator between items.
+        // Writing into a hasher cannot fail.
+        let _ = serde_json::to_writer(&mut h, item);
+        h.0.update(b"\x1e");
     }
-    h.digest128()
+    h.0.digest128()
+}
+
+/// Feeds what is written to an XXH3 hasher.
+struct HashWriter(Xxh3Default);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The body as a JSON object.
@@ -271,13 +286,86 @@ fn tool_call(id: &str, name: &str, arguments: String) -> Value {
     json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
 }
 
-/// A chat-completions function tool definition, for the estimate.
-fn function_tool(name: &Value, description: Option<&Value>, parameters: Option<&Value>) -> Value {
-    json!({"type": "function", "function": {
-        "name": name,
-        "description": description.cloned().unwrap_or(Value::Null),
-        "parameters": parameters.cloned().unwrap_or(Value::Null),
-    }})
+/// The fields the estimate reads, in chat-completions names: `model`,
+/// function `tools` (named, with their schema under `schema`) and the
+/// output limit found under `max`.
+fn estimate_fields(
+    fields: &Map<String, Value>,
+    model: String,
+    schema: &str,
+    max: &str,
+) -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert("model".into(), Value::String(model));
+    if let Some(Value::Array(tools)) = fields.get("tools") {
+        let tools = tools
+            .iter()
+            .filter_map(|t| {
+                let function = json!({
+                    "name": t.get("name")?,
+                    "description": t.get("description").cloned().unwrap_or(Value::Null),
+                    "parameters": t.get(schema).cloned().unwrap_or(Value::Null),
+                });
+                Some(json!({"type": "function", "function": function}))
+            })
+            .collect();
+        out.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(limit) = fields.get(max) {
+        out.insert("max_tokens".into(), limit.clone());
+    }
+    out
+}
+
+/// The engine's messages of a non-chat body as they are built: each with
+/// its identity and the items it stands for.
+#[derive(Default)]
+struct Units {
+    messages: Vec<Value>,
+    ids: Vec<MessageId>,
+    ranges: Vec<Option<Range<usize>>>,
+}
+
+impl Units {
+    /// A pinned top-level field (`system`, `instructions`), when it has text.
+    fn pin(&mut self, name: &str, field: Option<&Value>) {
+        let Some(field) = field else { return };
+        let text = text_of(field);
+        if !text.is_empty() {
+            self.messages
+                .push(json!({"role": "system", "content": text}));
+            self.ids.push(unit_id([&json!(name), field]));
+            self.ranges.push(None);
+        }
+    }
+
+    /// The engine message for `items[range]`.
+    fn push(&mut self, message: Value, items: &[Value], range: Range<usize>) {
+        self.messages.push(message);
+        self.ids.push(unit_id(&items[range.clone()]));
+        self.ranges.push(Some(range));
+    }
+
+    /// The decoded body.
+    fn decoded(
+        self,
+        fields: Map<String, Value>,
+        items: Vec<Value>,
+        estimate_fields: Map<String, Value>,
+        opaque: Option<&'static str>,
+    ) -> Decoded {
+        Decoded {
+            fields,
+            messages: self.messages,
+            ids: Some(self.ids),
+            wire: Some(Wire {
+                items,
+                units: self.ranges,
+            }),
+            estimate_fields: Some(estimate_fields),
+            opaque,
+        }
+    }
 }
 
 #[cfg(test)]

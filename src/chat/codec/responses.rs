@@ -11,7 +11,7 @@
 //!   upstream untouched.
 //! - The summary is a message item of its own, after the pinned items.
 
-use super::{Decoded, Wire, bad, function_tool, model, take_array, text_of, tool_call, unit_id};
+use super::{Decoded, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use crate::message::role;
@@ -36,50 +36,13 @@ pub(super) fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError
     if let Some(i) = items.iter().position(|item| !item.is_object()) {
         return Err(bad(&format!("input[{i}] must be an object"), Some("input")));
     }
-    let mut messages = Vec::with_capacity(items.len() + 1);
-    let mut ids = Vec::with_capacity(items.len() + 1);
-    let mut units = Vec::with_capacity(items.len() + 1);
-    if let Some(instructions) = fields
-        .get("instructions")
-        .filter(|v| !text_of(v).is_empty())
-    {
-        messages.push(json!({"role": "system", "content": text_of(instructions)}));
-        ids.push(unit_id([&json!("instructions"), instructions]));
-        units.push(None);
-    }
+    let mut units = Units::default();
+    units.pin("instructions", fields.get("instructions"));
     for range in unit_ranges(&items) {
-        let unit = &items[range.clone()];
-        messages.push(engine_message(unit));
-        ids.push(unit_id(unit));
-        units.push(Some(range));
+        units.push(engine_message(&items[range.clone()]), &items, range);
     }
-    let mut estimate_fields = Map::new();
-    estimate_fields.insert("model".into(), Value::String(model));
-    if let Some(Value::Array(tools)) = fields.get("tools") {
-        let tools: Vec<Value> = tools
-            .iter()
-            .filter_map(|t| {
-                let name = t.get("name")?;
-                Some(function_tool(
-                    name,
-                    t.get("description"),
-                    t.get("parameters"),
-                ))
-            })
-            .collect();
-        estimate_fields.insert("tools".into(), Value::Array(tools));
-    }
-    if let Some(max) = fields.get("max_output_tokens") {
-        estimate_fields.insert("max_tokens".into(), max.clone());
-    }
-    Ok(Decoded {
-        fields,
-        messages,
-        ids: Some(ids),
-        wire: Some(Wire { items, units }),
-        estimate_fields: Some(estimate_fields),
-        opaque,
-    })
+    let estimate = estimate_fields(&fields, model, "parameters", "max_output_tokens");
+    Ok(units.decoded(fields, items, estimate, opaque))
 }
 
 fn kind(item: &Value) -> &str {

@@ -11,7 +11,7 @@
 mod lock;
 
 use super::hot::Hot;
-use super::{BoxFuture, ConvKey, Flights, FoldGuard, Store};
+use super::{BoxFuture, ConvKey, Flights, FoldGuard, ListQuery, Page, Store};
 use crate::config::StateConfig;
 use crate::fold::FoldChain;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -199,11 +199,10 @@ impl Inner {
         }
     }
 
-    async fn find(
-        &self,
-        conversation: &str,
-    ) -> Result<Vec<(ConvKey, Arc<FoldChain>)>, Unavailable> {
-        let pattern = format!("foldgate:state:*:{}", glob_escape(conversation));
+    /// Every state key matching `pattern` (a Redis glob after
+    /// `foldgate:state:`), as conversation keys.
+    async fn scan(&self, pattern: &str) -> Result<Vec<ConvKey>, Unavailable> {
+        let pattern = format!("foldgate:state:{pattern}");
         let mut conn = self.conn();
         let mut cursor = 0u64;
         let mut found = Vec::new();
@@ -217,26 +216,72 @@ impl Inner {
                 .clone();
             let (next, keys): (u64, Vec<String>) =
                 self.op("SCAN", cmd.query_async(&mut conn)).await?;
-            for k in keys {
-                let rest = &k["foldgate:state:".len()..];
-                let Some((tenant, conv)) = rest.split_once(':') else {
-                    continue;
-                };
-                let key = ConvKey {
+            found.extend(keys.iter().filter_map(|k| {
+                let (tenant, conversation) = k.strip_prefix("foldgate:state:")?.split_once(':')?;
+                Some(ConvKey {
                     tenant: tenant.to_string(),
-                    conversation: conv.to_string(),
-                };
-                if conv == conversation {
-                    if let Some(chain) = self.fetch(&key).await? {
-                        found.push((key, Arc::new(chain)));
-                    }
-                }
-            }
+                    conversation: conversation.to_string(),
+                })
+            }));
             if next == 0 {
                 return Ok(found);
             }
             cursor = next;
         }
+    }
+
+    async fn find(
+        &self,
+        conversation: &str,
+    ) -> Result<Vec<(ConvKey, Arc<FoldChain>)>, Unavailable> {
+        let mut found = Vec::new();
+        for key in self
+            .scan(&format!("*:{}", glob_escape(conversation)))
+            .await?
+        {
+            if key.conversation == conversation {
+                if let Some(chain) = self.fetch(&key).await? {
+                    found.push((key, Arc::new(chain)));
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// A page of the shared states. Keys are scanned and sorted here (Redis
+    /// keeps no order), then only the page's states are read, with one
+    /// `MGET` that leaves their idle expiry alone.
+    async fn list(&self, query: &ListQuery) -> Result<Page, Unavailable> {
+        let pattern = match &query.tenant {
+            Some(tenant) => format!("{}:*", glob_escape(tenant)),
+            None => "*".to_string(),
+        };
+        let keys = self.scan(&pattern).await?.into_iter().map(|k| (k, ()));
+        let (keys, next) = super::list::page_of(keys, query);
+        let keys: Vec<ConvKey> = keys.into_iter().map(|(k, ())| k).collect();
+        if keys.is_empty() {
+            return Ok(Page {
+                conversations: Vec::new(),
+                next,
+            });
+        }
+        let mut conn = self.conn();
+        let cmd = redis::cmd("MGET")
+            .arg(keys.iter().map(state_key).collect::<Vec<_>>())
+            .clone();
+        let raw: Vec<Option<Vec<u8>>> = self.op("MGET", cmd.query_async(&mut conn)).await?;
+        let conversations = keys
+            .into_iter()
+            .zip(raw)
+            .filter_map(|(key, raw)| {
+                let chain = serde_json::from_slice::<FoldChain>(&raw?).ok()?;
+                Some((key, Arc::new(chain)))
+            })
+            .collect();
+        Ok(Page {
+            conversations,
+            next,
+        })
     }
 }
 
@@ -296,6 +341,15 @@ impl Store for RedisStore {
             match self.inner.find(conversation).await {
                 Ok(found) => found,
                 Err(_) => self.inner.hot.find(conversation),
+            }
+        })
+    }
+
+    fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Page> {
+        Box::pin(async move {
+            match self.inner.list(query).await {
+                Ok(page) => page,
+                Err(_) => self.inner.hot.list(query),
             }
         })
     }

@@ -2,10 +2,11 @@
 //! store's worker thread runs. Nothing here is called from async code.
 
 use crate::fold::FoldChain;
-use crate::state::ConvKey;
+use crate::state::{ConvKey, ListQuery, Page};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Schema steps, applied in order; `schema_version` records how many ran.
@@ -43,35 +44,6 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX folds_conversation ON folds (conversation, tenant);
     CREATE INDEX folds_created_at ON folds (created_at);",
-    // 3: the archive of folded messages (src/archive/sqlite.rs), searched
-    // through an FTS5 index kept in step by triggers; `scope` is one token
-    // per tenant and conversation, so a search reads one conversation's
-    // postings. Self-contained: it touches no table of the steps above.
-    "CREATE TABLE archive (
-        id INTEGER PRIMARY KEY,
-        tenant TEXT NOT NULL,
-        conversation TEXT NOT NULL,
-        position INTEGER NOT NULL,
-        role TEXT NOT NULL,
-        tool_call_id TEXT,
-        fold TEXT NOT NULL,
-        api TEXT NOT NULL,
-        archived_at INTEGER NOT NULL,
-        digest TEXT NOT NULL,
-        scope TEXT NOT NULL,
-        text TEXT NOT NULL,
-        message TEXT NOT NULL,
-        UNIQUE (tenant, conversation, position, digest)
-    );
-    CREATE INDEX archive_conversation ON archive (conversation, tenant);
-    CREATE INDEX archive_archived_at ON archive (archived_at);
-    CREATE VIRTUAL TABLE archive_fts USING fts5(scope, text, content = 'archive', content_rowid = 'id');
-    CREATE TRIGGER archive_fts_insert AFTER INSERT ON archive BEGIN
-        INSERT INTO archive_fts (rowid, scope, text) VALUES (new.id, new.scope, new.text);
-    END;
-    CREATE TRIGGER archive_fts_delete AFTER DELETE ON archive BEGIN
-        INSERT INTO archive_fts (archive_fts, rowid, scope, text) VALUES ('delete', old.id, old.scope, old.text);
-    END;",
 ];
 
 /// The schema version this build writes.
@@ -79,26 +51,39 @@ pub const VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Opens (creating it and its directory) and migrates the database.
 pub fn open(path: &Path) -> Result<Connection, String> {
+    open_with(path, "state.path", MIGRATIONS)
+}
+
+/// Opens (creating it and its directory) the SQLite file at `path`, the
+/// value of configuration key `key`, and applies `steps` as [`migrate`]
+/// does: shared by the state database and the archive's.
+pub fn open_with(path: &Path, key: &str, steps: &[&str]) -> Result<Connection, String> {
     let name = path.display();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
-            .map_err(|e| format!("state.path: cannot create {}: {e}", dir.display()))?;
+            .map_err(|e| format!("{key}: cannot create {}: {e}", dir.display()))?;
     }
-    let mut conn =
-        Connection::open(path).map_err(|e| format!("state.path: cannot open {name}: {e}"))?;
+    let mut conn = Connection::open(path).map_err(|e| format!("{key}: cannot open {name}: {e}"))?;
     conn.busy_timeout(Duration::from_secs(5))
-        .map_err(|e| format!("state.path {name}: {e}"))?;
+        .map_err(|e| format!("{key} {name}: {e}"))?;
     // WAL: readers (prune, admin) never block the writer; NORMAL sync is
     // durable across process crashes, which is all a cache needs.
     conn.pragma_update(None, "journal_mode", "WAL")
         .and_then(|()| conn.pragma_update(None, "synchronous", "NORMAL"))
-        .map_err(|e| format!("state.path {name}: {e}"))?;
-    migrate(&mut conn).map_err(|e| format!("state.path {name}: {e}"))?;
+        .map_err(|e| format!("{key} {name}: {e}"))?;
+    migrate_steps(&mut conn, steps, key).map_err(|e| format!("{key} {name}: {e}"))?;
     Ok(conn)
 }
 
 /// Brings the schema to [`VERSION`]; returns the version found before.
 pub fn migrate(conn: &mut Connection) -> Result<i64, String> {
+    migrate_steps(conn, MIGRATIONS, "state.path")
+}
+
+/// Applies the `steps` a database has not seen; returns the version
+/// (steps applied) found before.
+fn migrate_steps(conn: &mut Connection, steps: &[&str], key: &str) -> Result<i64, String> {
+    let version = i64::try_from(steps.len()).unwrap_or(i64::MAX);
     let tx = conn.transaction().map_err(|e| e.to_string())?;
     tx.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
         .map_err(|e| e.to_string())?;
@@ -107,12 +92,12 @@ pub fn migrate(conn: &mut Connection) -> Result<i64, String> {
         .optional()
         .map_err(|e| e.to_string())?;
     let found = found.unwrap_or(0);
-    if found > VERSION {
+    if found > version {
         return Err(format!(
-            "schema version {found} is newer than this foldgate's ({VERSION}); use a newer foldgate or another state.path"
+            "schema version {found} is newer than this foldgate's ({version}); use a newer foldgate or another {key}"
         ));
     }
-    for (i, step) in MIGRATIONS
+    for (i, step) in steps
         .iter()
         .enumerate()
         .skip(usize::try_from(found).unwrap_or(0))
@@ -124,7 +109,7 @@ pub fn migrate(conn: &mut Connection) -> Result<i64, String> {
         .map_err(|e| e.to_string())?;
     tx.execute(
         "INSERT INTO schema_version (version) VALUES (?1)",
-        [VERSION],
+        [version],
     )
     .map_err(|e| e.to_string())?;
     tx.commit().map_err(|e| e.to_string())?;
@@ -188,6 +173,54 @@ pub fn find(conn: &Connection, conversation: &str) -> rusqlite::Result<Vec<(Conv
     rows.filter_map(Result::transpose).collect()
 }
 
+/// A page of the decodable chains used after `idle_before`, in listing
+/// order.
+pub fn list(conn: &Connection, query: &ListQuery, idle_before: i64) -> rusqlite::Result<Page> {
+    let (after_tenant, after_conversation) = query
+        .after
+        .as_ref()
+        .map_or(("", ""), |k| (k.tenant.as_str(), k.conversation.as_str()));
+    let limit = query.limit();
+    let mut stmt = conn.prepare_cached(
+        "SELECT tenant, conversation, chain FROM conversations
+         WHERE (?1 IS NULL OR tenant = ?1) AND (tenant, conversation) > (?2, ?3) AND used_at >= ?4
+         ORDER BY tenant, conversation LIMIT ?5",
+    )?;
+    let rows = stmt.query_map(
+        params![
+            query.tenant,
+            after_tenant,
+            after_conversation,
+            idle_before,
+            // One more than a page tells whether another follows.
+            i64::try_from(limit + 1).unwrap_or(i64::MAX)
+        ],
+        |r| {
+            let key = ConvKey {
+                tenant: r.get(0)?,
+                conversation: r.get(1)?,
+            };
+            let chain = decode(&key, r.get_ref(2)?);
+            Ok((key, chain))
+        },
+    )?;
+    let mut page = Page::default();
+    let mut last = None;
+    for (seen, row) in rows.enumerate() {
+        let (key, chain) = row?;
+        if seen == limit {
+            // A row past the page: the page ends at the last row read.
+            page.next = last;
+            break;
+        }
+        if let Some(chain) = chain {
+            page.conversations.push((key.clone(), Arc::new(chain)));
+        }
+        last = Some(key);
+    }
+    Ok(page)
+}
+
 /// Stores the current chain and appends its folds to the audit trail.
 pub fn save(conn: &Connection, key: &ConvKey, chain: &FoldChain, now: i64) -> Result<(), String> {
     let json = serde_json::to_string(chain).map_err(|e| e.to_string())?;
@@ -200,7 +233,8 @@ pub fn save(conn: &Connection, key: &ConvKey, chain: &FoldChain, now: i64) -> Re
     let mut audit = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO folds (tenant, conversation, id, parent, depth, reason, covered, kept_user, hash,
-             tokens_before, tokens_after, created_at, summary) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+             tokens_before, tokens_after, summarizer_model, latency_ms, created_at, summary)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
         )
         .map_err(|e| e.to_string())?;
     for s in chain.states() {
@@ -218,6 +252,10 @@ pub fn save(conn: &Connection, key: &ConvKey, chain: &FoldChain, now: i64) -> Re
                 s.chain.to_hex(),
                 s.tokens_before,
                 s.tokens_after,
+                s.summarizer.as_ref().map(|r| r.model.as_str()),
+                s.summarizer
+                    .as_ref()
+                    .map(|r| i64::try_from(r.latency_ms).unwrap_or(i64::MAX)),
                 i64::try_from(s.created_at).unwrap_or(i64::MAX),
                 summary,
             ])

@@ -14,7 +14,7 @@ pub mod db;
 mod tests;
 
 use super::hot::Hot;
-use super::{BoxFuture, ConvKey, Flights, FoldGuard, Store};
+use super::{BoxFuture, ConvKey, Flights, FoldGuard, ListQuery, Page, Store};
 use crate::config::StateConfig;
 use crate::fold::FoldChain;
 use rusqlite::Connection;
@@ -40,6 +40,10 @@ enum Cmd {
     Find {
         conversation: String,
         reply: oneshot::Sender<Vec<(ConvKey, FoldChain)>>,
+    },
+    List {
+        query: ListQuery,
+        reply: oneshot::Sender<Page>,
     },
     Save {
         key: ConvKey,
@@ -92,6 +96,17 @@ impl SqliteStore {
 
     fn send(&self, cmd: Cmd) -> bool {
         self.tx.as_ref().is_some_and(|tx| tx.send(cmd).is_ok())
+    }
+
+    /// Sends a read to the database thread and waits for the answer, at
+    /// most [`READ_TIMEOUT`]; `None` when the thread is gone or late (the
+    /// caller answers from the in-process layer).
+    async fn ask<T>(&self, cmd: impl FnOnce(oneshot::Sender<T>) -> Cmd) -> Option<T> {
+        let (reply, rx) = oneshot::channel();
+        if !self.send(cmd(reply)) {
+            return None;
+        }
+        tokio::time::timeout(READ_TIMEOUT, rx).await.ok()?.ok()
     }
 
     /// Waits until every queued write is committed.
@@ -166,16 +181,26 @@ impl Store for SqliteStore {
 
     fn find<'a>(&'a self, conversation: &'a str) -> BoxFuture<'a, Vec<(ConvKey, Arc<FoldChain>)>> {
         Box::pin(async move {
-            let (reply, rx) = oneshot::channel();
-            if !self.send(Cmd::Find {
+            let cmd = |reply| Cmd::Find {
                 conversation: conversation.to_string(),
                 reply,
-            }) {
-                return self.hot.find(conversation);
+            };
+            match self.ask(cmd).await {
+                Some(found) => found.into_iter().map(|(k, c)| (k, Arc::new(c))).collect(),
+                None => self.hot.find(conversation),
             }
-            match tokio::time::timeout(READ_TIMEOUT, rx).await {
-                Ok(Ok(found)) => found.into_iter().map(|(k, c)| (k, Arc::new(c))).collect(),
-                _ => self.hot.find(conversation),
+        })
+    }
+
+    fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Page> {
+        Box::pin(async move {
+            let cmd = |reply| Cmd::List {
+                query: query.clone(),
+                reply,
+            };
+            match self.ask(cmd).await {
+                Some(page) => page,
+                None => self.hot.list(query),
             }
         })
     }
@@ -241,6 +266,14 @@ fn apply(conn: &mut Connection, batch: Vec<Cmd>, ttl: i64) {
                 reply,
             } => {
                 let _ = reply.send(db::find(&tx, &conversation).unwrap_or_default());
+            }
+            Cmd::List { query, reply } => {
+                let idle_before = now_unix().saturating_sub(ttl);
+                let page = db::list(&tx, &query, idle_before).unwrap_or_else(|e| {
+                    tracing::warn!(target: "foldgate::state", error = %e, "SQLite listing failed");
+                    Page::default()
+                });
+                let _ = reply.send(page);
             }
             Cmd::Save { key, chain, at } => {
                 if let Err(e) = db::save(&tx, &key, &chain, at) {

@@ -33,6 +33,7 @@ fn chain(depth: u32, created_at: u64) -> FoldChain {
         tokens_before: 3000,
         tokens_after: 900,
         reason: Reason::Token,
+        summarizer: None,
         api: "chat".into(),
     });
     chain
@@ -183,4 +184,74 @@ fn idle_states_expire_and_prune_keeps_recent_rows() {
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(kept, ["new"]);
+}
+
+#[test]
+fn listing_skips_undecodable_and_idle_rows_and_pages_past_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = db::open(&dir.path().join("s.db")).unwrap();
+    for c in ["a", "c", "e"] {
+        db::save(&conn, &key(c), &chain(1, 100), 1000).unwrap();
+    }
+    db::save(&conn, &key("d-idle"), &chain(1, 100), 10).unwrap();
+    conn.execute(
+        "INSERT INTO conversations VALUES ('t1', 'b-bad', '{not json', 1000, 1000)",
+        [],
+    )
+    .unwrap();
+    let mut query = crate::state::ListQuery {
+        tenant: Some("t1".into()),
+        after: None,
+        limit: 2,
+    };
+    let first = db::list(&conn, &query, 500).unwrap();
+    let ids = |p: &crate::state::Page| -> Vec<String> {
+        p.conversations
+            .iter()
+            .map(|(k, _)| k.conversation.clone())
+            .collect()
+    };
+    // The bad row takes a place in the page but is not shown; the cursor
+    // still moves past it.
+    assert_eq!(ids(&first), ["a"]);
+    assert_eq!(first.next, Some(key("b-bad")));
+    query.after = first.next;
+    let second = db::list(&conn, &query, 500).unwrap();
+    assert_eq!(ids(&second), ["c", "e"]);
+    assert_eq!(second.next, None);
+    query.tenant = Some("other".into());
+    query.after = None;
+    assert!(
+        db::list(&conn, &query, 500)
+            .unwrap()
+            .conversations
+            .is_empty()
+    );
+}
+
+#[test]
+fn the_audit_trail_records_the_summarizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = db::open(&dir.path().join("s.db")).unwrap();
+    let mut recorded = FoldChain::new();
+    let state = chain(1, 100).states()[0].clone().with_summarizer(
+        "mini-summarizer",
+        std::time::Duration::from_millis(1234),
+        2,
+    );
+    recorded.push(state);
+    db::save(&conn, &key("audited"), &recorded, 1000).unwrap();
+    let (model, latency): (String, i64) = conn
+        .query_row(
+            "SELECT summarizer_model, latency_ms FROM folds WHERE conversation = 'audited'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((model.as_str(), latency), ("mini-summarizer", 1234));
+    let back = db::load(&conn, &key("audited"), 0).unwrap().unwrap();
+    assert_eq!(
+        back.states()[0].summarizer.as_ref().map(|r| r.calls),
+        Some(2)
+    );
 }

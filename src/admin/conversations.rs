@@ -1,0 +1,134 @@
+//! `GET /foldgate/conversations` (a page of the conversations a credential
+//! may read) and `GET /foldgate/conversations/{id}` (one conversation's
+//! fold chain, summary, ledger, recent failures and turns).
+
+use super::access::Access;
+use crate::app::App;
+use crate::error::ApiError;
+use crate::fold::FoldChain;
+use crate::state::{ConvKey, ListQuery};
+use serde_json::{Value, json};
+
+/// Conversations per page when `limit` is not given.
+const DEFAULT_LIMIT: usize = 50;
+
+/// A page of conversations, oldest key first: `?limit=N` (1 to 500) and
+/// `?after=CURSOR` (the previous page's `next`).
+pub async fn list(app: &App, access: &Access, query: &str) -> Result<Value, ApiError> {
+    let mut list = ListQuery {
+        tenant: access.tenant().map(str::to_string),
+        after: None,
+        limit: DEFAULT_LIMIT,
+    };
+    for (name, value) in super::query_pairs(query) {
+        match name.as_str() {
+            "limit" => {
+                list.limit = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=crate::state::MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        bad(
+                            format!("limit must be 1 to {}", crate::state::MAX_LIMIT),
+                            "limit",
+                        )
+                    })?;
+            }
+            "after" => {
+                let key = ConvKey::from_cursor(&value).ok_or_else(|| {
+                    bad(
+                        "after must be a `next` cursor of a previous page".into(),
+                        "after",
+                    )
+                })?;
+                list.after = Some(key);
+            }
+            _ => {}
+        }
+    }
+    let page = app.store.list(&list).await;
+    let conversations: Vec<Value> = page
+        .conversations
+        .iter()
+        .map(|(key, chain)| overview(app, key, chain))
+        .collect();
+    Ok(json!({
+        "conversations": conversations,
+        "next": page.next.as_ref().map(ConvKey::to_cursor),
+    }))
+}
+
+fn bad(message: String, param: &'static str) -> ApiError {
+    ApiError::BadRequest {
+        message,
+        param: Some(param),
+    }
+}
+
+/// One line of the listing: the conversation and its latest fold.
+fn overview(app: &App, key: &ConvKey, chain: &FoldChain) -> Value {
+    let latest = chain.latest();
+    json!({
+        "tenant": key.tenant,
+        "conversation": key.conversation,
+        "folds": chain.len(),
+        "depth": latest.map(|s| s.depth),
+        "covered": latest.map(|s| s.covered),
+        "reason": latest.map(|s| s.reason.as_str()),
+        "last_fold_at": latest.map(|s| s.created_at),
+        "tokens_before": latest.map(|s| s.tokens_before),
+        "tokens_after": latest.map(|s| s.tokens_after),
+        "failures": failures(app, key),
+        "saved": app.turns.of(key).iter().map(|t| u64::from(t.tokens_in.saturating_sub(t.tokens_out))).sum::<u64>(),
+    })
+}
+
+/// The conversation's failed folds in a row, if its last fold failed.
+fn failures(app: &App, key: &ConvKey) -> Value {
+    match app.background.failures(key) {
+        Some((in_a_row, wait)) => json!({
+            "in_a_row": in_a_row,
+            "retry_in_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        }),
+        None => Value::Null,
+    }
+}
+
+/// The fold chains of conversation `id` that `access` may read (one per
+/// tenant for the admin), or a 404 that says there is none.
+pub async fn one(app: &App, access: &Access, id: &str) -> Result<Value, ApiError> {
+    let found = match access {
+        Access::Admin => app.store.find(id).await,
+        Access::Tenant(tenant) => {
+            let key = ConvKey {
+                tenant: tenant.clone(),
+                conversation: id.to_string(),
+            };
+            app.store
+                .load(&key)
+                .await
+                .map(|chain| (key, chain))
+                .into_iter()
+                .collect()
+        }
+    };
+    if found.is_empty() {
+        return Err(ApiError::NoState(id.to_string()));
+    }
+    let states: Vec<Value> = found
+        .iter()
+        .map(|(key, chain)| {
+            let latest = chain.latest();
+            json!({
+                "tenant": key.tenant,
+                "conversation": key.conversation,
+                "folds": chain.states(),
+                "current": latest.map(|s| s.summary.render(s.folded())),
+                "ledger": latest.map(|s| s.ledger.render()),
+                "failures": failures(app, key),
+                "turns": app.turns.of(key),
+            })
+        })
+        .collect();
+    Ok(json!({ "conversation": id, "states": states }))
+}

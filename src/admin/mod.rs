@@ -1,0 +1,171 @@
+//! `/foldgate/*`: foldgate's own endpoints on the proxy's listener.
+//!
+//! - `GET /foldgate/health`: liveness, always open.
+//! - `GET /foldgate/metrics`: Prometheus text.
+//! - `GET /foldgate/conversations`: a page of the conversations the
+//!   request may read ([`conversations::list`]).
+//! - `GET /foldgate/conversations/{id}`: a conversation's fold chain.
+//! - `GET /foldgate/conversations/{id}/archive?q=`: a search of its archived
+//!   messages ([`crate::archive::http`]).
+//! - `GET /foldgate/ui`: the dashboard ([`crate::ui`]); its data comes
+//!   from the two routes above.
+//!
+//! Conversation reads go through one guard, [`access::check`]: with
+//! `server.admin_token` every tenant's; otherwise only the tenant whose
+//! credential the request carries. Conversations of key-less clients are
+//! readable without a credential only from loopback, and only when no
+//! admin token is set.
+
+pub mod access;
+mod conversations;
+
+pub use access::may_read_keyless;
+
+use crate::app::App;
+use crate::archive::http as archive;
+use crate::body::{self, Body};
+use crate::chat::key;
+use crate::error::ApiError;
+use crate::metrics::Gauge;
+use http::{HeaderValue, Method, Request, Response, header};
+use hyper::body::Incoming;
+
+/// Routes an admin request.
+pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path();
+    match (req.method(), path) {
+        (&Method::GET | &Method::HEAD, "/foldgate/health") => {
+            json(serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
+        }
+        (&Method::GET, "/foldgate/metrics") => metrics(app),
+        (&Method::GET | &Method::HEAD, p) if crate::ui::is_ui(p) => crate::ui::serve(p),
+        (&Method::GET, "/foldgate/conversations") => {
+            let query = req.uri().query().unwrap_or("");
+            guarded(app, &req, |access| async move {
+                conversations::list(app, &access, query).await
+            })
+            .await
+        }
+        (&Method::GET, p) if archive::id_of(p).is_some() => {
+            let id = percent_decode(archive::id_of(p).unwrap_or_default(), false);
+            let query = req.uri().query().unwrap_or("");
+            guarded(app, &req, |access| async move {
+                archive::search(app, access.tenant(), &id, query_pairs(query)).await
+            })
+            .await
+        }
+        (&Method::GET, p) if p.starts_with("/foldgate/conversations/") => {
+            let id = percent_decode(&p["/foldgate/conversations/".len()..], false);
+            guarded(app, &req, |access| async move {
+                conversations::one(app, &access, &id).await
+            })
+            .await
+        }
+        (_, path) => ApiError::NotFound(path.to_string()).into_response(),
+    }
+}
+
+/// Answers `read` as JSON when the request's credential passes
+/// [`access::check`]; the guard's 401 otherwise.
+async fn guarded<F, Fut>(app: &App, req: &Request<Incoming>, read: F) -> Response<Body>
+where
+    F: FnOnce(access::Access) -> Fut,
+    Fut: Future<Output = Result<serde_json::Value, ApiError>>,
+{
+    let peer = req.extensions().get::<key::PeerAddr>().copied();
+    let result = match access::check(app, req.headers(), peer) {
+        Ok(access) => read(access).await,
+        Err(e) => Err(e),
+    };
+    result.map_or_else(ApiError::into_response, json)
+}
+
+fn metrics(app: &App) -> Response<Body> {
+    let stored = Gauge {
+        name: "foldgate_conversations",
+        help: "Conversations with a fold state in the hot cache.",
+        samples: vec![(String::new(), app.store.count() as f64)],
+    };
+    let calibration = Gauge {
+        name: "foldgate_token_calibration_factor",
+        help: "Actual over estimated prompt tokens, per model, applied to estimates.",
+        samples: app
+            .tokens
+            .calibration_factors()
+            .into_iter()
+            .map(|(model, factor)| {
+                (
+                    format!("{{model=\"{}\"}}", model.replace(['"', '\\', '\n'], "_")),
+                    factor,
+                )
+            })
+            .collect(),
+    };
+    let text = app.metrics.render(&[stored, calibration]);
+    let mut response = Response::new(body::full(text));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    response
+}
+
+/// Decodes `%XX` escapes (and, in a query, `+` as a space).
+fn percent_decode(segment: &str, query: bool) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(if query && bytes[i] == b'+' {
+            b' '
+        } else {
+            bytes[i]
+        });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn json(value: serde_json::Value) -> Response<Body> {
+    let mut response = Response::new(body::full(value.to_string()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The decoded `name=value` pairs of a query string.
+fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    query.split('&').filter(|p| !p.is_empty()).map(|pair| {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (percent_decode(name, true), percent_decode(value, true))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_pairs_decode_escapes_and_plus() {
+        let pairs: Vec<_> = query_pairs("limit=2&after=t%3Aa+b%2Bc&&flag").collect();
+        assert_eq!(
+            pairs,
+            [
+                ("limit".into(), "2".into()),
+                ("after".into(), "t:a b+c".into()),
+                ("flag".into(), String::new())
+            ]
+        );
+        assert_eq!(percent_decode("a+b%20c", false), "a+b c");
+    }
+}

@@ -1,0 +1,235 @@
+// foldgate dashboard: reads the admin API with the credential kept in this
+// tab's sessionStorage (or none: key-less conversations from loopback).
+// Everything from the server is inserted as text, never as HTML.
+'use strict';
+
+const KEY = 'foldgate.credential';
+const SVG = 'http://www.w3.org/2000/svg'; // a namespace name, never fetched
+const $ = (id) => document.getElementById(id);
+let cursor = null;
+let selected = null;
+let listed = [];
+
+class ApiFailure extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+function credential() { return sessionStorage.getItem(KEY) || ''; }
+
+// `#token=...` in the address: kept for this tab, then removed from the
+// address bar and history (a fragment never reaches the server).
+function takeFragmentToken() {
+  const m = /(?:^#|&)token=([^&]*)/.exec(location.hash);
+  if (m) {
+    sessionStorage.setItem(KEY, decodeURIComponent(m[1]));
+    history.replaceState(null, '', location.pathname + location.search);
+  }
+}
+
+async function api(path) {
+  const headers = {};
+  const c = credential();
+  if (c) headers.Authorization = 'Bearer ' + c;
+  const r = await fetch(path, { headers, cache: 'no-store' });
+  if (!r.ok) {
+    let message = r.status + ' ' + r.statusText;
+    try {
+      const body = await r.json();
+      if (body.error && body.error.message) message = body.error.message;
+    } catch (_) { /* not JSON */ }
+    throw new ApiFailure(r.status, message);
+  }
+  return r;
+}
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function row(cells) {
+  const tr = el('tr');
+  for (const c of cells) tr.append(c instanceof Node ? c : el('td', c));
+  return tr;
+}
+
+const fmt = (n) => (n === null || n === undefined ? '—' : Number(n).toLocaleString('en-US'));
+const when = (unix) => (unix ? new Date(unix * 1000).toISOString().replace('T', ' ').slice(0, 19) : '—');
+
+function status(text) { $('status').textContent = text || ''; }
+
+// ---- totals, from /foldgate/metrics ---------------------------------------
+
+function parseMetrics(text) {
+  const m = new Map();
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const i = line.lastIndexOf(' ');
+    m.set(line.slice(0, i), Number(line.slice(i + 1)));
+  }
+  return m;
+}
+
+function total(m, name) {
+  let sum = null;
+  for (const [k, v] of m) {
+    if (k === name || k.startsWith(name + '{')) sum = (sum || 0) + v;
+  }
+  return sum;
+}
+
+async function loadTotals() {
+  const m = parseMetrics(await (await api('/foldgate/metrics')).text());
+  const saved = total(m, 'foldgate_tokens_saved_total');
+  const listedSaved = listed.reduce((s, c) => s + (c.saved || 0), 0);
+  const calls = total(m, 'foldgate_summarizer_calls_total') || 0;
+  const ms = total(m, 'foldgate_summarizer_milliseconds_total') || 0;
+  const cards = [
+    [saved === null ? listedSaved : saved, saved === null ? 'tokens saved (listed, recent turns)' : 'tokens saved'],
+    [total(m, 'foldgate_folds_total'), 'folds'],
+    [total(m, 'foldgate_folds_reused_total'), 'reused summaries'],
+    [total(m, 'foldgate_fold_failures_total'), 'fold failures'],
+    [total(m, 'foldgate_chat_requests_total'), 'chat requests'],
+    [calls ? Math.round(ms / calls) + ' ms' : '—', 'summarizer latency (mean)'],
+  ];
+  const box = $('totals');
+  box.replaceChildren();
+  for (const [value, label] of cards) {
+    const card = el('div', null, 'card');
+    card.append(el('b', typeof value === 'string' ? value : fmt(value)), el('span', label));
+    box.append(card);
+  }
+}
+
+// ---- the conversation list ------------------------------------------------
+
+async function loadList(more) {
+  const q = new URLSearchParams({ limit: '50' });
+  if (more && cursor) q.set('after', cursor);
+  const page = await (await api('/foldgate/conversations?' + q)).json();
+  const body = $('conversations').tBodies[0];
+  if (!more) { body.replaceChildren(); listed = []; }
+  for (const c of page.conversations) {
+    listed.push(c);
+    const tr = row([
+      el('td', c.conversation, 'id'),
+      el('td', c.tenant, 'id'),
+      fmt(c.folds),
+      (c.reason || '—') + ' · ' + when(c.last_fold_at),
+      fmt(c.tokens_before) + ' → ' + fmt(c.tokens_after),
+      c.failures ? el('td', c.failures.in_a_row + ' in a row', 'failed') : '0',
+    ]);
+    tr.dataset.tenant = c.tenant;
+    tr.dataset.conversation = c.conversation;
+    tr.addEventListener('click', () => loadDetail(c.tenant, c.conversation));
+    body.append(tr);
+  }
+  cursor = page.next;
+  $('more').hidden = !cursor;
+  if (!listed.length) status('No folded conversation this credential may read yet.');
+}
+
+// ---- one conversation -----------------------------------------------------
+
+async function loadDetail(tenant, conversation) {
+  selected = { tenant, conversation };
+  for (const tr of $('conversations').tBodies[0].rows) {
+    tr.classList.toggle('selected', tr.dataset.tenant === tenant && tr.dataset.conversation === conversation);
+  }
+  const data = await (await api('/foldgate/conversations/' + encodeURIComponent(conversation))).json();
+  const state = data.states.find((s) => s.tenant === tenant) || data.states[0];
+  $('detail').hidden = false;
+  const latest = state.folds[state.folds.length - 1];
+  const speaks = latest && latest.api ? ', ' + latest.api + ' API' : '';
+  $('detail-title').textContent = 'Conversation ' + conversation + ' (tenant ' + state.tenant + speaks + ')';
+  const f = state.failures;
+  $('failures').textContent = f
+    ? 'Last ' + f.in_a_row + ' fold(s) failed; the next non-emergency fold waits ' + Math.ceil(f.retry_in_ms / 1000) + ' s.'
+    : 'No recent fold failure.';
+  $('failures').className = f ? 'failed' : '';
+  const body = $('timeline').tBodies[0];
+  body.replaceChildren();
+  state.folds.forEach((s, i) => {
+    const run = s.summarizer;
+    body.append(row([
+      String(i + 1), when(s.created_at), s.reason, fmt(s.depth), fmt(s.covered),
+      fmt(s.tokens_before) + ' → ' + fmt(s.tokens_after),
+      run ? run.model + (run.calls > 1 ? ' (' + run.calls + ' calls)' : '') : '—',
+      run ? fmt(run.latency_ms) + ' ms' : '—',
+    ]));
+  });
+  $('summary').textContent = state.current || '';
+  $('ledger').textContent = state.ledger || '(empty: the summary kept every specific)';
+  chart(state.turns, state.folds);
+}
+
+// Full-history tokens against forwarded tokens, turn by turn (the turns
+// this process recorded), or fold by fold when none were recorded.
+function chart(turns, folds) {
+  const svg = $('chart');
+  svg.replaceChildren();
+  const points = turns.length
+    ? turns.map((t) => ({ full: t.tokens_in, sent: t.tokens_out, fold: t.fold === 'new' }))
+    : folds.map((s) => ({ full: s.tokens_before, sent: s.tokens_after, fold: true }));
+  const W = 640, H = 220, L = 50, B = 20, T = 10;
+  const max = Math.max(1, ...points.map((p) => Math.max(p.full, p.sent)));
+  const x = (i) => L + (points.length > 1 ? (i * (W - L - 10)) / (points.length - 1) : (W - L) / 2);
+  const y = (v) => H - B - (v * (H - B - T)) / max;
+  const add = (tag, attrs, text) => {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    if (text) e.textContent = text;
+    svg.append(e);
+    return e;
+  };
+  add('line', { x1: L, y1: H - B, x2: W, y2: H - B, class: 'axis' });
+  add('line', { x1: L, y1: T, x2: L, y2: H - B, class: 'axis' });
+  add('text', { x: 2, y: T + 8 }, fmt(max));
+  add('text', { x: 2, y: H - B }, '0');
+  add('text', { x: L, y: H - 4 }, turns.length ? 'turns recorded by this process →' : 'folds →');
+  for (const key of ['full', 'sent']) {
+    add('polyline', { class: key, points: points.map((p, i) => x(i) + ',' + y(p[key])).join(' ') });
+  }
+  points.forEach((p, i) => { if (p.fold) add('circle', { cx: x(i), cy: y(p.sent), r: 4, class: 'fold' }); });
+}
+
+// ---- start ----------------------------------------------------------------
+
+async function refresh() {
+  status('');
+  try {
+    await loadList(false);
+    await loadTotals();
+    const first = listed[0];
+    const keep = selected && listed.find((c) => c.tenant === selected.tenant && c.conversation === selected.conversation);
+    const pick = keep || first;
+    if (pick) await loadDetail(pick.tenant, pick.conversation);
+  } catch (e) {
+    status(e instanceof ApiFailure && e.status === 401
+      ? 'Unauthorized: enter the admin token or your API key above. ' + e.message
+      : String(e.message || e));
+  }
+}
+
+function showWho() {
+  $('who').textContent = credential() ? 'credential set for this tab' : 'no credential (key-less, loopback only)';
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  takeFragmentToken();
+  showWho();
+  $('credential').addEventListener('submit', (event) => {
+    event.preventDefault();
+    const v = $('token').value.trim();
+    if (v) sessionStorage.setItem(KEY, v);
+    $('token').value = '';
+    showWho();
+    refresh();
+  });
+  $('forget').addEventListener('click', () => { sessionStorage.removeItem(KEY); showWho(); refresh(); });
+  $('more').addEventListener('click', () => loadList(true).catch((e) => status(e.message)));
+  refresh();
+  setInterval(refresh, 15000);
+});

@@ -310,19 +310,7 @@ async fn prune_deletes_old_archived_messages_only() {
     )
     .unwrap();
 
-    let file = dir.path().join("foldgate.toml");
-    std::fs::write(&file, &toml).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
-        .args(["prune", "--older-than", "30d", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = common::prune(dir.path(), &toml, "30d");
     assert!(
         text.contains(&format!("pruned {old} archived messages")),
         "{text}"

@@ -214,11 +214,12 @@ fn naive(batches: &[(usize, Vec<Row>)]) -> Vec<Duration> {
     times
 }
 
-fn bytes_per_message(backend: StateBackend, dir: &Path, redis: &Redis) -> Option<f64> {
+fn bytes_per_message(config: &Config, redis: &Redis) -> Option<f64> {
     let total = (CONVERSATIONS * MESSAGES) as f64;
-    match backend {
+    match config.state.backend {
         StateBackend::Sqlite => {
-            let conn = rusqlite::Connection::open(dir.join("archive.db")).unwrap();
+            let path = config.archive.path_for(&config.state);
+            let conn = rusqlite::Connection::open(path).unwrap();
             conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
                 .unwrap();
             let pages = conn
@@ -313,11 +314,12 @@ async fn main() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         redis.command(&["FLUSHALL"]);
-        let archive = Archive::open(&archive_config(backend, dir.path(), &redis)).unwrap();
+        let config = archive_config(backend, dir.path(), &redis);
+        let archive = Archive::open(&config).unwrap();
         let rate = fill(&archive, &batches).await;
         let (times, hit1) = searches(&archive).await;
         drop(archive);
-        let bytes = bytes_per_message(backend, dir.path(), &redis)
+        let bytes = bytes_per_message(&config, &redis)
             .map_or_else(|| "-".to_string(), |b| format!("{b:.0}"));
         println!(
             "| {name} | {:.3} | {:.3} | {hit1:.2} | {rate:.0} | {bytes} |",

@@ -24,12 +24,11 @@
 )]
 
 use foldgate::config::{Placement, Policy};
-use foldgate::fold::hash::ids_of;
-use foldgate::fold::ledger::Ledger;
-use foldgate::fold::summary::HEADING_PREFIX;
-use foldgate::fold::{
-    Budget, Decision, FoldChain, FoldState, Messages, Reason, Summary, build_view, pinned_len, plan,
-};
+use foldgate::fold::{Budget, Decision, FoldChain, FoldState, Reason, build_view, pinned_len};
+mod fold_support;
+
+use fold_support::decide_with;
+use fold_support::invariants::{check_view, count, label, record_fold};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 use serde_json::{Value, json};
@@ -124,43 +123,6 @@ fn build(pinned: u8, turns: &[Turn]) -> (Vec<Value>, Vec<usize>) {
     (ms, points)
 }
 
-/// 4 tokens of framing, 8 per tool call, and per text: the sum of its `~N`
-/// markers plus a quarter of its length.
-/// A message's label: the first word of its text.
-fn label(message: &Value) -> &str {
-    let content = &message["content"];
-    let text = content
-        .as_str()
-        .or_else(|| content[0]["text"].as_str())
-        .unwrap_or("");
-    text.split(' ').next().unwrap_or("")
-}
-
-fn count(message: &Value) -> u32 {
-    let content = match message.get("content") {
-        Some(Value::String(s)) => text_tokens(s),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .map(text_tokens)
-            .sum(),
-        _ => 0,
-    };
-    let calls = message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len) as u32;
-    4 + content + 8 * calls
-}
-
-fn text_tokens(text: &str) -> u32 {
-    let markers: u32 = text
-        .split_whitespace()
-        .filter_map(|w| w.strip_prefix('~').and_then(|n| n.parse::<u32>().ok()))
-        .sum();
-    markers + (text.len() / 4) as u32
-}
-
 // ---- settings ---------------------------------------------------------------
 
 #[derive(Debug, Clone)]
@@ -246,76 +208,6 @@ fn smallest_cut(ms: &[Value], base: Option<&FoldState>, s: &Setup) -> Option<u64
         .min()
 }
 
-// ---- invariants -------------------------------------------------------------
-
-/// Checks one view against the folded sets recorded per fake summary.
-fn check_view(
-    ms: &[Value],
-    index: &HashMap<String, usize>,
-    view: &[Value],
-    state: Option<&FoldState>,
-    folds: &HashMap<String, BTreeSet<usize>>,
-) {
-    let Some(state) = state else {
-        assert_eq!(view, ms, "no state, no change");
-        return;
-    };
-    let p = pinned_len(ms);
-    let folded = &folds[&state.summary.summary];
-    let mut present = Vec::new();
-    let mut summaries = 0;
-    for m in view {
-        match index
-            .get(label(m))
-            .filter(|&&i| i < ms.len() && ms[i] == *m)
-        {
-            Some(&i) => present.push(i),
-            None => {
-                let rendered = m.to_string();
-                if rendered.contains(HEADING_PREFIX) {
-                    summaries += 1;
-                    assert!(rendered.contains(&format!("\\n\\n{}", state.summary.summary)));
-                } else {
-                    assert_eq!(m["content"], "Noted.", "unknown message in view");
-                }
-            }
-        }
-    }
-    assert_eq!(summaries, 1, "exactly one summary in the view");
-    assert!(present.windows(2).all(|w| w[0] < w[1]), "order preserved");
-    let merged = (p > 0 && !present.contains(&(p - 1))).then(|| p - 1);
-    for i in 0..ms.len() {
-        let shown = present.binary_search(&i).is_ok() || merged == Some(i);
-        assert!(
-            shown != folded.contains(&i),
-            "message {i}: shown={shown}, folded={}",
-            folded.contains(&i)
-        );
-    }
-    if let Some(last_user) = ms.iter().rposition(|m| m["role"] == "user") {
-        assert!(present.contains(&last_user), "last user message kept");
-    }
-    assert_tool_pairs(view);
-}
-
-fn assert_tool_pairs(view: &[Value]) {
-    for (j, m) in view.iter().enumerate() {
-        if m["role"] != "tool" {
-            continue;
-        }
-        let owner = view[..j].iter().rposition(|a| {
-            a["tool_calls"]
-                .as_array()
-                .is_some_and(|cs| cs.iter().any(|c| c["id"] == m["tool_call_id"]))
-        });
-        let owner = owner.unwrap_or_else(|| panic!("tool result at {j} lost its call"));
-        assert!(
-            view[owner + 1..j].iter().all(|x| x["role"] == "tool"),
-            "pair split at {j}"
-        );
-    }
-}
-
 fn tokens(view: &[Value], s: &Setup) -> u64 {
     view.iter().map(|m| u64::from(count(m))).sum::<u64>() + u64::from(s.budget.overhead)
 }
@@ -337,22 +229,8 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) {
     let mut frozen: HashMap<String, Vec<Value>> = HashMap::new();
     for (step, &n) in points.iter().enumerate() {
         let ms = &history[..n];
-        let (ids, counts) = (ids_of(ms), ms.iter().map(count).collect::<Vec<u32>>());
-        let request = Messages {
-            values: ms,
-            ids: &ids,
-            counts: &counts,
-        };
-        let decide = |chain: &FoldChain| {
-            plan(
-                request,
-                Some(chain),
-                &s.policy,
-                &s.budget,
-                &count,
-                s.placement,
-            )
-        };
+        let decide =
+            |chain: &FoldChain| decide_with(ms, chain, &s.policy, &s.budget, s.placement, count);
         // The costly cross-checks (each rehashes the history) run every 4th step.
         let thorough = step % 4 == 0;
         let decision = decide(&chain);
@@ -384,28 +262,7 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) {
                 (c.view.base, view)
             }
             Decision::Fold(fold) => {
-                let mut set = fold
-                    .base
-                    .as_ref()
-                    .map(|b| folds[&b.summary.summary].clone())
-                    .unwrap_or_default();
-                for &i in &fold.fold {
-                    assert!(
-                        i >= fold.pinned && set.insert(i),
-                        "message {i} folded twice or pinned"
-                    );
-                }
-                let name = format!("S{}", folds.len());
-                folds.insert(name.clone(), set);
-                let state = FoldState::after(
-                    &fold,
-                    Summary {
-                        summary: name,
-                        ..Default::default()
-                    },
-                    Ledger::default(),
-                    step as u64,
-                );
+                let state = record_fold(&fold, &mut folds, step as u64);
                 chain.push(state.clone());
                 let view = build_view(ms, Some(&state), s.placement).unwrap();
                 let used = tokens(&view, s);

@@ -48,6 +48,12 @@ struct Shallow<'a> {
 /// chat request: the full parser then reports exactly what is wrong (or
 /// handles the oddity, such as duplicate keys).
 pub(super) fn parse(bytes: &[u8]) -> Option<RawChat<'_>> {
+    // serde reads a struct from a JSON array too, and skips the strings of
+    // unread fields without checking their UTF-8: neither body is JSON a
+    // chat request can be (found by fuzzing).
+    if bytes.trim_ascii_start().first() != Some(&b'{') || std::str::from_utf8(bytes).is_err() {
+        return None;
+    }
     let shallow: Shallow<'_> = serde_json::from_slice(bytes).ok()?;
     let model = match &shallow.model {
         Some(Value::String(m)) if !m.is_empty() => m.clone(),

@@ -15,6 +15,8 @@ pub mod codec;
 mod context_error;
 mod fast;
 mod fold_run;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod key;
 mod request;
 mod tap;

@@ -28,10 +28,16 @@ pub fn drop_inventions(summary: &mut Summary, source: &str) -> u32 {
         dropped += (before - items.len()) as u32;
     }
     let sentences = split_sentences(&summary.summary);
-    let kept: Vec<&str> = sentences.iter().copied().filter(|s| !invented(s)).collect();
+    let kept: Vec<&str> = sentences
+        .iter()
+        .filter(|(sentence, _)| !invented(sentence))
+        .map(|(_, span)| *span)
+        .collect();
     if kept.len() < sentences.len() {
         dropped += (sentences.len() - kept.len()) as u32;
-        summary.summary = kept.join(" ");
+        // The kept sentences keep their own separators: joined with spaces,
+        // lines merged into new "word number" identifiers (found by fuzzing).
+        summary.summary = kept.concat().trim_end().to_string();
     }
     dropped
 }
@@ -66,27 +72,38 @@ fn seen(artifact: &Artifact, source: &str) -> bool {
             .all(|digits| contains_token(source, digits.trim_matches(['.', ','])))
 }
 
-/// The narrative's sentences, each with its closing punctuation.
-fn split_sentences(text: &str) -> Vec<&str> {
-    let mut out = Vec::new();
+/// The narrative's sentences, each with its closing punctuation, beside
+/// its span: the sentence and the whitespace up to the next one.
+fn split_sentences(text: &str) -> Vec<(&str, &str)> {
+    let mut sentences = Vec::new();
     let mut start = 0;
     let bytes = text.as_bytes();
     for (i, &b) in bytes.iter().enumerate() {
         let ends = matches!(b, b'.' | b'!' | b'?' | b'\n')
             && bytes.get(i + 1).is_none_or(|n| n.is_ascii_whitespace());
         if ends {
-            let sentence = text[start..=i].trim();
-            if !sentence.is_empty() {
-                out.push(sentence);
-            }
+            sentences.extend(trimmed(text, start, i + 1));
             start = i + 1;
         }
     }
-    let rest = text[start..].trim();
-    if !rest.is_empty() {
-        out.push(rest);
-    }
-    out
+    sentences.extend(trimmed(text, start, text.len()));
+    let starts: Vec<usize> = sentences.iter().map(|&(at, _)| at).collect();
+    sentences
+        .iter()
+        .enumerate()
+        .map(|(k, &(at, sentence))| {
+            let end = starts.get(k + 1).copied().unwrap_or(text.len());
+            (sentence, &text[at..end])
+        })
+        .collect()
+}
+
+/// `text[from..to]` trimmed, with the offset where it starts; `None` when
+/// only whitespace is left.
+fn trimmed(text: &str, from: usize, to: usize) -> Option<(usize, &str)> {
+    let slice = &text[from..to];
+    let sentence = slice.trim();
+    (!sentence.is_empty()).then(|| (from + (slice.len() - slice.trim_start().len()), sentence))
 }
 
 #[cfg(test)]
@@ -124,9 +141,33 @@ mod tests {
 
     #[test]
     fn sentences_split_on_terminal_punctuation_only() {
+        let sentences = split_sentences("Use v1.2.3 now. Then stop!\nDone");
         assert_eq!(
-            split_sentences("Use v1.2.3 now. Then stop!\nDone"),
+            sentences.iter().map(|s| s.0).collect::<Vec<_>>(),
             vec!["Use v1.2.3 now.", "Then stop!", "Done"]
+        );
+        assert_eq!(
+            sentences.iter().map(|s| s.1).collect::<Vec<_>>(),
+            vec!["Use v1.2.3 now. ", "Then stop!\n", "Done"]
+        );
+    }
+
+    #[test]
+    fn dropping_sentences_keeps_the_others_line_breaks() {
+        // Found by fuzzing: kept lines were joined with spaces, so `sed` and
+        // `0` on their own lines became `sed 0`, an identifier a second
+        // check then dropped.
+        let mut s = Summary {
+            summary: "e buildNon tr op5s\n\n\nsed\n\n0\n\nz\n_____\n".into(),
+            ..Default::default()
+        };
+        let dropped = drop_inventions(&mut s, "");
+        assert_eq!(dropped, 1, "{s:?}");
+        assert_eq!(s.summary, "sed\n\n0\n\nz\n_____");
+        assert_eq!(
+            drop_inventions(&mut s.clone(), ""),
+            0,
+            "a second check drops nothing"
         );
     }
 }

@@ -152,7 +152,9 @@ fn scalar(value: &Value) -> Option<String> {
 /// `key: value` lines of an object whose values are all scalars.
 fn pairs(map: &Map<String, Value>) -> Option<Vec<String>> {
     map.iter()
-        .map(|(k, v)| scalar(v).map(|v| format!("{k}: {v}")))
+        // Trimmed like every other item, so a summary reads back from its
+        // own JSON unchanged (found by fuzzing: a key with a newline).
+        .map(|(k, v)| scalar(v).map(|v| format!("{}: {v}", k.trim()).trim().to_string()))
         .collect()
 }
 
@@ -296,6 +298,18 @@ mod tests {
             .unwrap();
         assert_eq!(s.summary, "line one\nline two");
         assert_eq!(s.facts, vec!["tab\there"]);
+    }
+
+    #[test]
+    fn flattened_pairs_are_trimmed_and_read_back_unchanged() {
+        let s = parse_summary(
+            "{\"summary\":{\"\\nsummary\":\"e build 1.2.3\"},\"facts\":[{\"k\":\"\"}]}",
+        )
+        .unwrap();
+        assert_eq!(s.summary, "summary: e build 1.2.3");
+        assert_eq!(s.facts, vec!["k:"]);
+        let again = parse_summary(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(again, s);
     }
 
     #[test]

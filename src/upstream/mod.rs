@@ -3,6 +3,7 @@
 
 mod client;
 pub mod headers;
+mod retry;
 
 pub use client::HttpClient;
 
@@ -168,7 +169,9 @@ impl Provider {
     }
 
     /// Sends `req` (whose URI is the client's) upstream and waits up to
-    /// `timeout` for the response head. The body streams both ways.
+    /// `timeout` for the response head. The body streams both ways. A body
+    /// whole in memory is sent once more when the upstream drops the
+    /// connection before answering (see `retry`).
     pub async fn send(
         &self,
         mut req: Request<Body>,
@@ -218,7 +221,8 @@ impl Provider {
         );
         // Let hyper pick the version: ALPN decides for TLS upstreams.
         *req.version_mut() = http::Version::HTTP_11;
-        match tokio::time::timeout(timeout, self.client.request(req)).await {
+        // One deadline for the head, a retry included.
+        match tokio::time::timeout(timeout, retry::send(&self.client, &self.name, req)).await {
             Err(_) => Err(ApiError::UpstreamTimeout {
                 provider: self.name.clone(),
                 after: timeout,
@@ -231,22 +235,17 @@ impl Provider {
     /// Turns a client error into the error the client sees.
     fn classify(&self, err: &hyper_util::client::legacy::Error) -> ApiError {
         let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
-        let mut detail = String::new();
         while let Some(e) = source {
             if e.is::<http_body_util::LengthLimitError>() {
                 return ApiError::BodyTooLarge {
                     limit: self.max_body_bytes,
                 };
             }
-            if !detail.is_empty() {
-                detail.push_str(": ");
-            }
-            detail.push_str(&e.to_string());
             source = e.source();
         }
         ApiError::UpstreamUnreachable {
             provider: self.name.clone(),
-            detail,
+            detail: retry::error_chain(err),
         }
     }
 }

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod invariants;
+
 use foldgate::config::{Placement, Policy};
 use foldgate::fold::hash::{chain_of, ids_of};
 use foldgate::fold::ledger::Ledger;
@@ -85,7 +87,19 @@ pub fn decide(
     budget: &Budget,
     placement: Placement,
 ) -> Decision {
-    let (ids, counts) = (ids_of(ms), counts_of(ms));
+    decide_with(ms, chain, policy, budget, placement, count)
+}
+
+/// Plans the request `ms` against `chain`, counting with `count`.
+pub fn decide_with(
+    ms: &[Value],
+    chain: &FoldChain,
+    policy: &Policy,
+    budget: &Budget,
+    placement: Placement,
+    count: fn(&Value) -> u32,
+) -> Decision {
+    let (ids, counts) = (ids_of(ms), ms.iter().map(count).collect::<Vec<u32>>());
     let request = Messages {
         values: ms,
         ids: &ids,

@@ -1,0 +1,362 @@
+//! The soak run: the foldgate process, the upstream, the workers, the
+//! readings and the checks (see `main.rs`). Also run, shortened, by
+//! `tests/soak_short.rs`.
+
+use crate::{traffic, upstream};
+use clap::Parser;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// RSS may grow at most this much between warm-up and the end. The soak's
+/// caches are small (8 MiB of token counts, 4 MiB of fold states) so they
+/// fill during warm-up and what grows after is what nothing bounds.
+const RSS_GROWTH_BOUND_KB: u64 = 64 * 1024;
+/// Open file descriptors may grow at most this much between warm-up and
+/// the end (idle pooled upstream connections come and go).
+const FD_GROWTH_BOUND: u64 = 32;
+/// Largest share of requests that may time out or fail to reach foldgate.
+const MAX_UNREACHABLE_SHARE: f64 = 0.005;
+
+/// The soak's command line.
+#[derive(Parser)]
+pub struct Args {
+    /// The foldgate binary to soak.
+    #[arg(long)]
+    pub foldgate: PathBuf,
+    /// How long traffic runs.
+    #[arg(long, default_value_t = 600)]
+    pub seconds: u64,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 8)]
+    pub workers: usize,
+    /// Seed of traffic and faults.
+    #[arg(long, default_value_t = 0x50a4)]
+    pub seed: u64,
+    /// Directory for foldgate's config, log and database (default: a new
+    /// temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// `tokens.cache_bytes` of foldgate (the fold-state cache gets half).
+    #[arg(long, default_value_t = 8 * 1024 * 1024)]
+    pub cache_bytes: u64,
+}
+
+/// RSS (KiB) and open file descriptors of a process.
+#[derive(Clone, Copy, Debug)]
+struct Usage {
+    rss_kb: u64,
+    fds: u64,
+}
+
+fn usage(pid: u32) -> Option<Usage> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss_kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
+    Some(Usage { rss_kb, fds })
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Kills the child if the soak stops early.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs the soak and prints its report: `Ok(true)` when every check
+/// passed.
+pub async fn run(args: Args) -> Result<bool, String> {
+    let temp = match &args.dir {
+        Some(_) => None,
+        None => Some(tempfile::tempdir().map_err(|e| e.to_string())?),
+    };
+    let dir = args
+        .dir
+        .clone()
+        .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()))
+        .ok_or("no directory")?;
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let injected = Arc::new(upstream::Injected::default());
+    let upstream_url = upstream::start(injected.clone(), args.seed)
+        .await
+        .map_err(|e| format!("upstream: {e}"))?;
+    let port = free_port().map_err(|e| e.to_string())?;
+    let base = format!("http://127.0.0.1:{port}");
+    let config = dir.join("soak.toml");
+    let log = dir.join("foldgate.log");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nupstream_timeout = \"10s\"\nshutdown_timeout = \"10s\"\n\n\
+             [providers.mock]\nbase_url = \"{upstream_url}/v1\"\nmodels = [\"*\"]\n\n\
+             [models.\"soak-*\"]\ncontext_window = 8192\n\n\
+             [tokens]\ncache_bytes = {}\n\n\
+             [state]\nbackend = \"sqlite\"\npath = \"{}\"\ncache_bytes = {}\n",
+            args.cache_bytes,
+            dir.join("soak.db").display(),
+            args.cache_bytes / 2
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let log_file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+    let mut command = Command::new(&args.foldgate);
+    // Only the soak's own config: `FOLDGATE_*` variables of the caller
+    // (`FOLDGATE_BIN` of scripts/soak, say) would be read as config keys.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("FOLDGATE_") {
+            command.env_remove(name);
+        }
+    }
+    let child = command
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("FOLDGATE_LOG", "warn")
+        .stdout(Stdio::from(
+            log_file.try_clone().map_err(|e| e.to_string())?,
+        ))
+        .stderr(Stdio::from(log_file))
+        .spawn()
+        .map_err(|e| format!("{}: {e}", args.foldgate.display()))?;
+    let mut guard = Guard(child);
+    let pid = guard.0.id();
+    if !healthy(&base, Duration::from_secs(30)).await {
+        return Err(format!(
+            "foldgate did not become healthy; log: {}",
+            log.display()
+        ));
+    }
+    let at_start = usage(pid).ok_or("cannot read /proc for foldgate")?;
+
+    println!(
+        "soak: foldgate pid {pid} on {base}, upstream {upstream_url}, {} s, {} workers, seed {:#x}, log {}",
+        args.seconds,
+        args.workers,
+        args.seed,
+        log.display()
+    );
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(args.seconds);
+    let warm_up = Duration::from_secs((args.seconds / 10).clamp(2, 60));
+    let workers: Vec<_> = (0..args.workers)
+        .map(|i| {
+            let seed = args.seed.wrapping_mul(31).wrapping_add(i as u64 + 1);
+            tokio::spawn(traffic::worker(base.clone(), i, seed, deadline))
+        })
+        .collect();
+    let mut warm = None;
+    let mut peak = at_start;
+    // RSS at each tenth of the run, to tell a plateau from a steady climb.
+    let mut timeline: Vec<u64> = Vec::new();
+    let mut alive = true;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Ok(Some(_)) = guard.0.try_wait() {
+            alive = false;
+            break;
+        }
+        if let Some(u) = usage(pid) {
+            peak.rss_kb = peak.rss_kb.max(u.rss_kb);
+            peak.fds = peak.fds.max(u.fds);
+            if warm.is_none() && started.elapsed() >= warm_up {
+                warm = Some(u);
+            }
+            let tenth = Duration::from_secs(args.seconds).as_secs_f64() / 10.0;
+            if started.elapsed().as_secs_f64() >= tenth * (timeline.len() + 1) as f64 {
+                timeline.push(u.rss_kb);
+            }
+        }
+    }
+    let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
+    for w in workers {
+        if let Ok(o) = w.await {
+            for (k, v) in o {
+                *outcomes.entry(k).or_default() += v;
+            }
+        }
+    }
+    // Let the clients' connections close before the last reading.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let alive = alive && matches!(guard.0.try_wait(), Ok(None));
+    let at_end = usage(pid);
+    let healthy_at_end = alive && healthy(&base, Duration::from_secs(5)).await;
+    let shutdown = if alive {
+        stop(&mut guard.0, Duration::from_secs(15)).await
+    } else {
+        None
+    };
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    let panics = log_text.matches("panicked").count();
+
+    let total: u64 = outcomes.values().sum();
+    let unreachable: u64 = outcomes
+        .iter()
+        .filter(|(k, _)| k.starts_with("client_timeout") || k.starts_with("transport_error"))
+        .map(|(_, v)| v)
+        .sum();
+    println!(
+        "\nrequests: {total} in {:.0} s ({:.1}/s)",
+        started.elapsed().as_secs_f64(),
+        total as f64 / args.seconds.max(1) as f64
+    );
+    println!("| outcome | count | share |\n|---|---:|---:|");
+    for (kind, n) in &outcomes {
+        println!(
+            "| {kind} | {n} | {:.2}% |",
+            100.0 * *n as f64 / total.max(1) as f64
+        );
+    }
+    let i = &injected;
+    println!(
+        "\nupstream: {} requests; injected: {} connection resets, {} 500s, {} aborted bodies, {} slow bodies; summaries: {} ({} not JSON)",
+        i.requests.load(Ordering::Relaxed),
+        i.resets.load(Ordering::Relaxed),
+        i.errors_500.load(Ordering::Relaxed),
+        i.aborted_bodies.load(Ordering::Relaxed),
+        i.slow_bodies.load(Ordering::Relaxed),
+        i.summaries.load(Ordering::Relaxed),
+        i.bad_summaries.load(Ordering::Relaxed),
+    );
+    let warm = warm.unwrap_or(at_start);
+    let show = |u: Option<Usage>| {
+        u.map_or("gone".into(), |u| {
+            format!("{:.1} MiB RSS, {} fds", u.rss_kb as f64 / 1024.0, u.fds)
+        })
+    };
+    println!("\n| foldgate | RSS MiB | open fds |\n|---|---:|---:|");
+    for (name, u) in [
+        ("start", Some(at_start)),
+        ("after warm-up", Some(warm)),
+        ("peak", Some(peak)),
+        ("end", at_end),
+    ] {
+        match u {
+            Some(u) => println!("| {name} | {:.1} | {} |", u.rss_kb as f64 / 1024.0, u.fds),
+            None => println!("| {name} | gone | gone |"),
+        }
+    }
+
+    let steps: Vec<String> = timeline
+        .iter()
+        .map(|kb| format!("{:.0}", *kb as f64 / 1024.0))
+        .collect();
+    println!("\nRSS MiB at each tenth of the run: {}", steps.join(", "));
+
+    let mut pass = true;
+    let mut check = |ok: bool, what: String| {
+        println!("{} {what}", if ok { "ok  " } else { "FAIL" });
+        pass &= ok;
+    };
+    println!();
+    check(alive, "foldgate stayed up".into());
+    check(
+        panics == 0,
+        format!("no panic in foldgate's log ({panics} found)"),
+    );
+    check(healthy_at_end, "healthy at the end".into());
+    check(
+        shutdown.is_some_and(|s| s.0),
+        format!(
+            "clean shutdown on SIGTERM ({})",
+            shutdown.map_or("not reached".into(), |s| format!(
+                "{:.1} s",
+                s.1.as_secs_f64()
+            ))
+        ),
+    );
+    check(
+        outcomes.get("ok").copied().unwrap_or(0) > 0,
+        "some requests succeeded".into(),
+    );
+    check(
+        (unreachable as f64) <= MAX_UNREACHABLE_SHARE * total as f64,
+        format!(
+            "timeouts and unreachable: {unreachable} of {total} (bound {:.1}%)",
+            MAX_UNREACHABLE_SHARE * 100.0
+        ),
+    );
+    match at_end {
+        Some(end) => {
+            check(
+                end.rss_kb <= warm.rss_kb + RSS_GROWTH_BOUND_KB,
+                format!(
+                    "RSS growth after warm-up {:+.1} MiB (bound {} MiB): {} -> {}",
+                    (end.rss_kb as f64 - warm.rss_kb as f64) / 1024.0,
+                    RSS_GROWTH_BOUND_KB / 1024,
+                    show(Some(warm)),
+                    show(Some(end))
+                ),
+            );
+            check(
+                end.fds <= warm.fds + FD_GROWTH_BOUND,
+                format!(
+                    "fd growth after warm-up {:+} (bound {FD_GROWTH_BOUND})",
+                    end.fds as i64 - warm.fds as i64
+                ),
+            );
+        }
+        None => check(false, "foldgate's usage readable at the end".into()),
+    }
+    Ok(pass)
+}
+
+/// Polls `/foldgate/health` until it answers 200 or `within` passes.
+async fn healthy(base: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Ok(Ok(mut stream)) = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::net::TcpStream::connect(base.trim_start_matches("http://")),
+        )
+        .await
+        {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let req = b"GET /foldgate/health HTTP/1.1\r\nhost: soak\r\nconnection: close\r\n\r\n";
+            let mut head = [0u8; 12];
+            if stream.write_all(req).await.is_ok()
+                && tokio::time::timeout(Duration::from_secs(2), stream.read_exact(&mut head))
+                    .await
+                    .is_ok_and(|r| r.is_ok())
+                && head.ends_with(b"200")
+            {
+                return true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
+/// SIGTERM, then waits up to `within`: (exited with status 0, time taken).
+async fn stop(child: &mut Child, within: Duration) -> Option<(bool, Duration)> {
+    let started = Instant::now();
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .ok()?;
+    while started.elapsed() < within {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some((status.success(), started.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Some((false, started.elapsed()))
+}

@@ -1,0 +1,162 @@
+//! The DESIGN.md §2 invariants of one view, shared by the fold property
+//! tests (`tests/fold_props.rs`) and the fold fuzz target
+//! (`fuzz/fuzz_targets/fold_plan.rs`).
+//! Messages are recognised by their label: the first word of their text.
+
+use foldgate::fold::ledger::Ledger;
+use foldgate::fold::summary::HEADING_PREFIX;
+use foldgate::fold::{FoldPlan, FoldState, Summary, pinned_len};
+use serde_json::Value;
+use std::collections::{BTreeSet, HashMap};
+
+/// A message's label: the first word of its text.
+pub fn label(message: &Value) -> &str {
+    let content = &message["content"];
+    let text = content
+        .as_str()
+        .or_else(|| content[0]["text"].as_str())
+        .unwrap_or("");
+    text.split(' ').next().unwrap_or("")
+}
+
+/// The test counter: 4 tokens of framing, 8 per tool call, and per text
+/// the sum of its `~N` markers plus a quarter of its length.
+pub fn count(message: &Value) -> u32 {
+    let content = match message.get("content") {
+        Some(Value::String(s)) => text_tokens(s),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(text_tokens)
+            .sum(),
+        _ => 0,
+    };
+    let calls = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len) as u32;
+    4 + content + 8 * calls
+}
+
+fn text_tokens(text: &str) -> u32 {
+    let markers: u32 = text
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix('~').and_then(|n| n.parse::<u32>().ok()))
+        .sum();
+    markers + (text.len() / 4) as u32
+}
+
+/// Records a fold under the fake summary `S<k>` (`k`: folds so far): its
+/// folded set is its base's plus the messages it folds, none of them
+/// pinned or folded before. Returns the new state.
+pub fn record_fold(
+    fold: &FoldPlan,
+    folds: &mut HashMap<String, BTreeSet<usize>>,
+    made_at: u64,
+) -> FoldState {
+    let mut set = fold
+        .base
+        .as_ref()
+        .map(|b| folds[&b.summary.summary].clone())
+        .unwrap_or_default();
+    for &i in &fold.fold {
+        assert!(
+            i >= fold.pinned && set.insert(i),
+            "message {i} folded twice or pinned"
+        );
+    }
+    let name = format!("S{}", folds.len());
+    folds.insert(name.clone(), set);
+    let summary = Summary {
+        summary: name,
+        ..Default::default()
+    };
+    FoldState::after(fold, summary, Ledger::default(), made_at)
+}
+
+/// Checks one view of the request `ms` against the folded sets recorded
+/// per fake summary (`folds`, keyed by the summary's narrative): exactly
+/// one summary, order kept, every message either shown or folded into the
+/// summary shown (never both), the pinned head and the last user message
+/// shown, and every tool result still right after its call.
+pub fn check_view(
+    ms: &[Value],
+    index: &HashMap<String, usize>,
+    view: &[Value],
+    state: Option<&FoldState>,
+    folds: &HashMap<String, BTreeSet<usize>>,
+) {
+    let Some(state) = state else {
+        assert_eq!(view, ms, "no state, no change");
+        return;
+    };
+    let p = pinned_len(ms);
+    let folded = &folds[&state.summary.summary];
+    let mut present = Vec::new();
+    let mut summaries = 0;
+    for m in view {
+        match index
+            .get(label(m))
+            .filter(|&&i| i < ms.len() && ms[i] == *m)
+        {
+            Some(&i) => present.push(i),
+            None => {
+                let rendered = m.to_string();
+                if rendered.contains(HEADING_PREFIX) {
+                    summaries += 1;
+                    assert!(rendered.contains(&format!("\\n\\n{}", state.summary.summary)));
+                } else {
+                    assert_eq!(m["content"], "Noted.", "unknown message in view");
+                }
+            }
+        }
+    }
+    assert_eq!(summaries, 1, "exactly one summary in the view");
+    assert!(present.windows(2).all(|w| w[0] < w[1]), "order preserved");
+    // With the summary merged into the last pinned message, that message
+    // is shown changed.
+    let merged = (p > 0 && !present.contains(&(p - 1))).then(|| p - 1);
+    for i in 0..ms.len() {
+        let shown = present.binary_search(&i).is_ok() || merged == Some(i);
+        assert!(
+            shown != folded.contains(&i),
+            "message {i}: shown={shown}, folded={}",
+            folded.contains(&i)
+        );
+        if i < p {
+            assert!(shown, "pinned message {i} kept");
+        }
+    }
+    if let Some(last_user) = ms.iter().rposition(|m| m["role"] == "user") {
+        assert!(present.contains(&last_user), "last user message kept");
+    }
+    assert_tool_pairs(ms, view);
+}
+
+/// Every tool result that follows its call in the request (only tool
+/// results between) follows it in the view too.
+pub fn assert_tool_pairs(ms: &[Value], view: &[Value]) {
+    for (j, m) in view.iter().enumerate() {
+        if m["role"] != "tool" {
+            continue;
+        }
+        let paired_in_request = ms
+            .iter()
+            .position(|x| x == m)
+            .is_some_and(|i| owner(ms, i).is_some());
+        if paired_in_request {
+            assert!(owner(view, j).is_some(), "tool result at {j} lost its call");
+        }
+    }
+}
+
+/// The assistant message whose `tool_calls` the tool result at `j`
+/// answers, when only tool results stand between them.
+fn owner(ms: &[Value], j: usize) -> Option<usize> {
+    let id = &ms[j]["tool_call_id"];
+    let start = ms[..j].iter().rposition(|x| x["role"] != "tool")?;
+    ms[start]["tool_calls"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["id"] == *id))
+        .then_some(start)
+}

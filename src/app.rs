@@ -3,6 +3,7 @@
 //! the summarizer, metrics and the background folds. Everything that
 //! handles requests sits above this module; the engines it holds sit below.
 
+use crate::archive::Archive;
 use crate::background::Background;
 use crate::config::Config;
 use crate::error::StartupError;
@@ -23,6 +24,8 @@ pub struct App {
     pub tokens: Arc<TokenCounter>,
     /// Fold states.
     pub store: Arc<dyn Store>,
+    /// The messages folds removed from the view.
+    pub archive: Archive,
     /// The summarizer calls.
     pub summarizer: Summarizer,
     /// Counters.
@@ -50,6 +53,7 @@ impl App {
             upstreams: Upstreams::new(config.clone()).map_err(StartupError::Upstream)?,
             tokens: Arc::new(TokenCounter::new(&config)),
             store: crate::state::open(&config.state).map_err(StartupError::State)?,
+            archive: Archive::open(&config).map_err(StartupError::State)?,
             summarizer: Summarizer::new(config.summarizer.clone()),
             metrics: Arc::new(Metrics::default()),
             background: Background::default(),

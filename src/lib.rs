@@ -2,6 +2,7 @@
 //! conversations into a summary before they overflow the context window.
 //!
 //! - [`app`]: the shared application state every request uses.
+//! - [`archive`]: every message a fold removed from the view, stored and searchable.
 //! - [`background`]: background fold jobs, one per conversation, and backoff.
 //! - [`config`]: figment configuration, validation, secrets.
 //! - [`discover`]: context windows read from providers at start-up (`tokens.discover`).
@@ -24,6 +25,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod archive;
 pub mod background;
 pub mod body;
 pub mod chat;

@@ -55,7 +55,7 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
-    /// Delete stored fold states unused, and audit rows made, longer ago than an age (SQLite).
+    /// Delete stored fold states unused, and audit rows and archived messages made, longer ago than an age (SQLite).
     Prune {
         /// Age, e.g. `30d`, `12h`.
         #[arg(long, value_parser = humantime_serde::re::humantime::parse_duration)]
@@ -158,9 +158,13 @@ fn prune(config: Option<PathBuf>, older_than: std::time::Duration) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    match foldgate::state::prune(&config.state, older_than) {
-        Ok(p) => out(&format!(
-            "pruned {} conversation states and {} fold audit rows from {}",
+    let pruned = foldgate::state::prune(&config.state, older_than).and_then(|p| {
+        let archived = foldgate::archive::prune(&config, older_than)?;
+        Ok((p, archived))
+    });
+    match pruned {
+        Ok((p, archived)) => out(&format!(
+            "pruned {} conversation states and {} fold audit rows from {}\npruned {archived} archived messages",
             p.states,
             p.folds,
             config.state.path.display()

@@ -162,19 +162,7 @@ async fn prune_removes_old_states_and_keeps_recent_ones() {
     .unwrap();
     drop(conn);
 
-    let file = dir.path().join("foldgate.toml");
-    std::fs::write(&file, &toml).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
-        .args(["prune", "--older-than", "30d", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = common::prune(dir.path(), &toml, "30d");
     assert!(
         text.contains("pruned 1 conversation states and 1 fold audit rows"),
         "{text}"

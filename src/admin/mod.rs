@@ -5,6 +5,8 @@
 //! - `GET /foldgate/conversations`: a page of the conversations the
 //!   request may read ([`conversations::list`]).
 //! - `GET /foldgate/conversations/{id}`: a conversation's fold chain.
+//! - `GET /foldgate/conversations/{id}/archive?q=`: a search of its archived
+//!   messages ([`crate::archive::http`]).
 //! - `GET /foldgate/ui`: the dashboard ([`crate::ui`]); its data comes
 //!   from the two routes above.
 //!
@@ -20,6 +22,7 @@ mod conversations;
 pub use access::may_read_keyless;
 
 use crate::app::App;
+use crate::archive::http as archive;
 use crate::body::{self, Body};
 use crate::chat::key;
 use crate::error::ApiError;
@@ -40,6 +43,14 @@ pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
             let query = req.uri().query().unwrap_or("");
             guarded(app, &req, |access| async move {
                 conversations::list(app, &access, query).await
+            })
+            .await
+        }
+        (&Method::GET, p) if archive::id_of(p).is_some() => {
+            let id = percent_decode(archive::id_of(p).unwrap_or_default(), false);
+            let query = req.uri().query().unwrap_or("");
+            guarded(app, &req, |access| async move {
+                archive::search(app, access.tenant(), &id, query_pairs(query)).await
             })
             .await
         }

@@ -251,7 +251,12 @@ impl Turn {
         if let Some(key) = &self.data.key {
             let mut next = chain.map(|c| (*c).clone()).unwrap_or_default();
             next.push(state);
-            app.store.save(key, Arc::new(next)).await;
+            let next = Arc::new(next);
+            app.store.save(key, next.clone()).await;
+            if let Some(state) = next.latest() {
+                app.archive
+                    .record(key, state, &plan.fold, messages, &self.data.ids);
+            }
         }
         Ok(prepared)
     }

@@ -2,11 +2,13 @@
 //! (`FOLDGATE_` prefix, `__` for nesting), then [`Config::validate`] checks
 //! what types cannot.
 
+mod archive;
 mod describe;
 mod policy;
 mod secret;
 mod sections;
 
+pub use archive::ArchiveConfig;
 pub use describe::read_key;
 pub use policy::{Mode, Policy, PolicyOverrides, resolve as resolve_policy};
 pub use secret::Secret;
@@ -42,6 +44,8 @@ pub struct Config {
     pub tokens: TokensConfig,
     /// Fold state storage.
     pub state: StateConfig,
+    /// The archive of folded messages.
+    pub archive: ArchiveConfig,
     /// Log format.
     pub log: LogConfig,
     /// The file this configuration was read from (`None`: built-in
@@ -207,6 +211,7 @@ impl Config {
         }
         self.policy.validate("policy")?;
         self.state.validate()?;
+        self.archive.validate(self.state.ttl)?;
         for (pattern, m) in &self.models {
             m.policy.validate(&format!("models.\"{pattern}\""))?;
             if m.context_window == Some(0) {

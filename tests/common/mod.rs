@@ -97,6 +97,25 @@ impl Drop for Foldgate {
     }
 }
 
+/// Runs `foldgate prune --older-than AGE` with `toml` as its configuration
+/// file (written into `dir`); asserts it succeeds and returns its output.
+pub fn prune(dir: &std::path::Path, toml: &str, older_than: &str) -> String {
+    let file = dir.join("foldgate.toml");
+    std::fs::write(&file, toml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
+        .args(["prune", "--older-than", older_than, "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// A loopback port nothing listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -286,7 +286,7 @@ impl Inner {
 }
 
 /// Escapes Redis glob metacharacters.
-fn glob_escape(s: &str) -> String {
+pub(crate) fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {

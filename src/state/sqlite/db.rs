@@ -51,26 +51,39 @@ pub const VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Opens (creating it and its directory) and migrates the database.
 pub fn open(path: &Path) -> Result<Connection, String> {
+    open_with(path, "state.path", MIGRATIONS)
+}
+
+/// Opens (creating it and its directory) the SQLite file at `path`, the
+/// value of configuration key `key`, and applies `steps` as [`migrate`]
+/// does: shared by the state database and the archive's.
+pub fn open_with(path: &Path, key: &str, steps: &[&str]) -> Result<Connection, String> {
     let name = path.display();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
-            .map_err(|e| format!("state.path: cannot create {}: {e}", dir.display()))?;
+            .map_err(|e| format!("{key}: cannot create {}: {e}", dir.display()))?;
     }
-    let mut conn =
-        Connection::open(path).map_err(|e| format!("state.path: cannot open {name}: {e}"))?;
+    let mut conn = Connection::open(path).map_err(|e| format!("{key}: cannot open {name}: {e}"))?;
     conn.busy_timeout(Duration::from_secs(5))
-        .map_err(|e| format!("state.path {name}: {e}"))?;
+        .map_err(|e| format!("{key} {name}: {e}"))?;
     // WAL: readers (prune, admin) never block the writer; NORMAL sync is
     // durable across process crashes, which is all a cache needs.
     conn.pragma_update(None, "journal_mode", "WAL")
         .and_then(|()| conn.pragma_update(None, "synchronous", "NORMAL"))
-        .map_err(|e| format!("state.path {name}: {e}"))?;
-    migrate(&mut conn).map_err(|e| format!("state.path {name}: {e}"))?;
+        .map_err(|e| format!("{key} {name}: {e}"))?;
+    migrate_steps(&mut conn, steps, key).map_err(|e| format!("{key} {name}: {e}"))?;
     Ok(conn)
 }
 
 /// Brings the schema to [`VERSION`]; returns the version found before.
 pub fn migrate(conn: &mut Connection) -> Result<i64, String> {
+    migrate_steps(conn, MIGRATIONS, "state.path")
+}
+
+/// Applies the `steps` a database has not seen; returns the version
+/// (steps applied) found before.
+fn migrate_steps(conn: &mut Connection, steps: &[&str], key: &str) -> Result<i64, String> {
+    let version = i64::try_from(steps.len()).unwrap_or(i64::MAX);
     let tx = conn.transaction().map_err(|e| e.to_string())?;
     tx.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
         .map_err(|e| e.to_string())?;
@@ -79,12 +92,12 @@ pub fn migrate(conn: &mut Connection) -> Result<i64, String> {
         .optional()
         .map_err(|e| e.to_string())?;
     let found = found.unwrap_or(0);
-    if found > VERSION {
+    if found > version {
         return Err(format!(
-            "schema version {found} is newer than this foldgate's ({VERSION}); use a newer foldgate or another state.path"
+            "schema version {found} is newer than this foldgate's ({version}); use a newer foldgate or another {key}"
         ));
     }
-    for (i, step) in MIGRATIONS
+    for (i, step) in steps
         .iter()
         .enumerate()
         .skip(usize::try_from(found).unwrap_or(0))
@@ -96,7 +109,7 @@ pub fn migrate(conn: &mut Connection) -> Result<i64, String> {
         .map_err(|e| e.to_string())?;
     tx.execute(
         "INSERT INTO schema_version (version) VALUES (?1)",
-        [VERSION],
+        [version],
     )
     .map_err(|e| e.to_string())?;
     tx.commit().map_err(|e| e.to_string())?;

@@ -1,0 +1,265 @@
+//! The archive tier: every message a fold removes from the view, stored
+//! verbatim with its tenant, conversation, position, role, tool call id,
+//! the fold that removed it and when, and searchable. Nothing a client
+//! sent leaves reach: it moves from the view to the summary and here.
+//!
+//! - `sqlite`: a database file of its own with an FTS5 index (BM25 ranks).
+//! - `redis`: one list per conversation, shared by replicas; a bounded scan
+//!   scored by [`query`].
+//! - `memory`: this process only, scored by [`query`] too.
+//! - [`query`]: what a search asks for, scan scoring, excerpts.
+//! - [`http`]: `GET /foldgate/conversations/{id}/archive`.
+//!
+//! The backend follows `state.backend`. Writes never wait: SQLite queues
+//! them to its own thread, Redis writes in a task of its own.
+
+pub mod http;
+mod memory;
+pub mod query;
+mod redis;
+pub mod sqlite;
+
+use crate::config::{Config, StateBackend};
+use crate::fold::FoldState;
+use crate::fold::extract::message_text;
+use crate::message::{self, MessageId};
+use crate::state::ConvKey;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::time::Duration;
+
+/// One archived message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// The message's index in the request's messages (for Anthropic and
+    /// Responses conversations, in foldgate's normalized messages).
+    pub position: usize,
+    /// Its role (`user`, `assistant`, `tool`, …).
+    pub role: String,
+    /// A tool result's `tool_call_id`, or an assistant message's tool call
+    /// ids, comma-separated.
+    pub tool_call_id: Option<String>,
+    /// The id of the fold state that removed it from the view.
+    pub fold: String,
+    /// The conversation's API: `chat`, `anthropic` or `responses`.
+    pub api: String,
+    /// Unix seconds when it was archived.
+    pub archived_at: i64,
+    /// Hex of the message's identity (XXH3-128 of its JSON text): the same
+    /// message archived twice (a rebuild folds it again) is stored once.
+    pub digest: String,
+    /// The searchable text ([`message_text`]).
+    pub text: String,
+    /// The message, as JSON text (chat-completions form).
+    pub message: String,
+}
+
+impl Row {
+    /// The row for `message` at `position` (identity `id`), removed from the
+    /// view by fold state `fold` of a conversation speaking `api`, at `now`.
+    pub fn of(
+        position: usize,
+        message: &Value,
+        id: MessageId,
+        fold: &str,
+        api: &str,
+        now: i64,
+    ) -> Self {
+        let tool_call_id = message::tool_call_id(message)
+            .map(str::to_string)
+            .or_else(|| {
+                let ids: Vec<&str> = message::tool_call_ids(message)?.collect();
+                (!ids.is_empty()).then(|| ids.join(","))
+            });
+        Self {
+            position,
+            role: message::role(message).unwrap_or("unknown").to_string(),
+            tool_call_id,
+            fold: fold.to_string(),
+            api: api.to_string(),
+            archived_at: now,
+            digest: format!("{id:032x}"),
+            text: message_text(message),
+            message: message.to_string(),
+        }
+    }
+}
+
+/// A search result: a row and its score (higher is better).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hit {
+    pub row: Row,
+    pub score: f64,
+}
+
+impl Hit {
+    /// The hit as the admin search shows it: the metadata and the message.
+    pub fn to_json(&self) -> Value {
+        let r = &self.row;
+        serde_json::json!({
+            "position": r.position,
+            "role": r.role,
+            "tool_call_id": r.tool_call_id,
+            "fold": r.fold,
+            "api": r.api,
+            "archived_at": r.archived_at,
+            "score": self.score,
+            "message": serde_json::from_str::<Value>(&r.message).unwrap_or(Value::Null),
+        })
+    }
+}
+
+/// A passage of an archived message, for a model that recalls it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Excerpt {
+    /// The message's position in the conversation (its turn).
+    pub position: usize,
+    /// Its role.
+    pub role: String,
+    /// The passage around the first match, `…` where cut.
+    pub text: String,
+}
+
+/// The archive of this process, over the state's backend, or off.
+#[derive(Debug)]
+pub enum Archive {
+    /// `archive.enabled = false`.
+    Off,
+    Memory(memory::MemoryArchive),
+    Sqlite(sqlite::SqliteArchive),
+    Redis(redis::RedisArchive),
+}
+
+/// Unix seconds now.
+fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+impl Archive {
+    /// Opens the archive in the state's backend (Redis inside the runtime).
+    pub fn open(config: &Config) -> Result<Self, String> {
+        let archive = &config.archive;
+        if !archive.enabled {
+            return Ok(Self::Off);
+        }
+        Ok(match config.state.backend {
+            StateBackend::Memory => Self::Memory(memory::MemoryArchive::new(
+                archive,
+                config.state.cache_bytes,
+            )),
+            StateBackend::Sqlite => Self::Sqlite(sqlite::SqliteArchive::open(
+                &archive.path_for(&config.state),
+                archive,
+            )?),
+            StateBackend::Redis => Self::Redis(redis::RedisArchive::open(&config.state, archive)?),
+        })
+    }
+
+    /// Whether messages are archived.
+    pub fn enabled(&self) -> bool {
+        !matches!(self, Self::Off)
+    }
+
+    /// Archives the messages `state` folded: `messages[i]` for each `i` in
+    /// `folded` (with `ids[i]`, its identity). Returns at once; the write
+    /// is queued.
+    pub fn record(
+        &self,
+        key: &ConvKey,
+        state: &FoldState,
+        folded: &[usize],
+        messages: &[Value],
+        ids: &[MessageId],
+    ) {
+        if !self.enabled() {
+            return;
+        }
+        let now = now_unix();
+        let rows: Vec<Row> = folded
+            .iter()
+            .filter_map(|&i| {
+                Some(Row::of(
+                    i,
+                    messages.get(i)?,
+                    *ids.get(i)?,
+                    &state.id,
+                    &state.api,
+                    now,
+                ))
+            })
+            .collect();
+        self.store(key, rows);
+    }
+
+    /// Stores rows made elsewhere (a message a compression removes from
+    /// the view, a benchmark's); returns at once, the write is queued. A
+    /// row already stored (same position and digest) is kept once.
+    pub fn store(&self, key: &ConvKey, rows: Vec<Row>) {
+        if rows.is_empty() {
+            return;
+        }
+        match self {
+            Self::Off => {}
+            Self::Memory(m) => m.record(key, rows),
+            Self::Sqlite(s) => s.record(key, rows),
+            Self::Redis(r) => r.record(key, rows),
+        }
+    }
+
+    /// The best `limit` matches of `query` in the conversation's archive,
+    /// best first; with an empty query, the `limit` messages archived
+    /// last, newest first.
+    pub async fn hits(&self, key: &ConvKey, query: &str, limit: usize) -> Vec<Hit> {
+        let query = query::Query::parse(query);
+        match self {
+            Self::Off => Vec::new(),
+            Self::Memory(m) => m.hits(key, &query, limit),
+            Self::Sqlite(s) => s.hits(key, &query, limit).await,
+            Self::Redis(r) => r.hits(key, &query, limit).await,
+        }
+    }
+
+    /// Passages of the best matches of `query` in the conversation's
+    /// archive, best first, within about `token_budget` tokens in all: what
+    /// a recall tool hands the model.
+    pub async fn search(&self, key: &ConvKey, query: &str, token_budget: u32) -> Vec<Excerpt> {
+        let hits = self.hits(key, query, query::RECALL_HITS).await;
+        query::excerpts(&hits, &query::Query::parse(query), token_budget)
+    }
+
+    /// Messages archived for the conversation.
+    pub async fn count(&self, key: &ConvKey) -> u64 {
+        match self {
+            Self::Off => 0,
+            Self::Memory(m) => m.count(key),
+            Self::Sqlite(s) => s.count(key).await,
+            Self::Redis(r) => r.count(key).await,
+        }
+    }
+
+    /// The tenants with an archive for this conversation id (admin only).
+    pub async fn tenants(&self, conversation: &str) -> Vec<String> {
+        match self {
+            Self::Off => Vec::new(),
+            Self::Memory(m) => m.tenants(conversation),
+            Self::Sqlite(s) => s.tenants(conversation).await,
+            Self::Redis(r) => r.tenants(conversation).await,
+        }
+    }
+
+    /// Waits until every queued write is stored (SQLite; tests and shutdown).
+    pub async fn flush(&self) {
+        if let Self::Sqlite(s) = self {
+            s.flush().await;
+        }
+    }
+}
+
+/// `foldgate prune`: deletes messages archived longer ago than
+/// `older_than` from the SQLite archive; returns how many.
+pub fn prune(config: &Config, older_than: Duration) -> Result<usize, String> {
+    let cutoff = now_unix().saturating_sub(i64::try_from(older_than.as_secs()).unwrap_or(i64::MAX));
+    sqlite::prune(&config.archive.path_for(&config.state), cutoff)
+}

@@ -1,0 +1,68 @@
+//! `[archive]`: where the messages a fold removes from the view are kept,
+//! verbatim and searchable, and for how long.
+
+use super::StateConfig;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `[archive]`: every message a fold removes from the view is stored
+/// verbatim, per tenant and conversation, in the state backend's store
+/// (SQLite file, Redis or memory).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ArchiveConfig {
+    /// Store folded messages (user content, on disk with SQLite). Off: no
+    /// message is stored and the archive search answers 404.
+    pub enabled: bool,
+    /// How long an archived message is kept: SQLite deletes rows this long
+    /// after they were archived; Redis and memory drop a conversation's
+    /// whole archive this long after its last fold. At least `state.ttl`,
+    /// so a summary never outlives the messages it replaced.
+    #[serde(with = "humantime_serde")]
+    pub ttl: Duration,
+    /// Messages kept per conversation; beyond it the oldest archived
+    /// messages are dropped.
+    pub max_messages: usize,
+    /// SQLite file of the archive (`state.backend = "sqlite"`); unset:
+    /// beside `state.path`, with the extension `.archive.db`
+    /// (`./foldgate.archive.db`). A file of its own, so archive writes
+    /// never hold the state database's write lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+}
+
+impl Default for ArchiveConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            ttl: Duration::from_secs(7 * 24 * 3600),
+            max_messages: 10_000,
+            path: None,
+        }
+    }
+}
+
+impl ArchiveConfig {
+    /// The archive's SQLite file: `path`, else beside `state.path`.
+    pub fn path_for(&self, state: &StateConfig) -> PathBuf {
+        self.path
+            .clone()
+            .unwrap_or_else(|| state.path.with_extension("archive.db"))
+    }
+
+    /// Checks the section against the state's expiry; errors name the key.
+    pub fn validate(&self, state_ttl: Duration) -> Result<(), String> {
+        if self.max_messages == 0 {
+            return Err("archive.max_messages must be above 0".into());
+        }
+        if self.enabled && self.ttl < state_ttl {
+            return Err(format!(
+                "archive.ttl ({}) must be at least state.ttl ({}): a summary must not outlive the messages it replaced",
+                humantime_serde::re::humantime::format_duration(self.ttl),
+                humantime_serde::re::humantime::format_duration(state_ttl),
+            ));
+        }
+        Ok(())
+    }
+}

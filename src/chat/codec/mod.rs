@@ -111,7 +111,6 @@ impl Api {
     ) -> Result<Bytes, ApiError> {
         match (self, wire) {
             (Self::Anthropic, Some(wire)) => anthropic::encode(fields, wire, items),
-
             (Self::Responses, Some(wire)) => {
                 fields.insert("input".into(), Value::Array(responses::encode(wire, items)));
             }

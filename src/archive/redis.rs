@@ -11,7 +11,7 @@ use super::query::{self, Query};
 use super::{Hit, Row};
 use crate::config::{ArchiveConfig, StateConfig};
 use crate::state::ConvKey;
-use crate::state::redis::glob_escape;
+use crate::state::redis::{glob_escape, scan_keys};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::collections::HashSet;
 use std::future::Future;
@@ -130,38 +130,17 @@ impl RedisArchive {
     }
 
     pub async fn tenants(&self, conversation: &str) -> Vec<String> {
-        let pattern = format!("{PREFIX}*:{}", glob_escape(conversation));
+        let pattern = format!("*:{}", glob_escape(conversation));
         let mut conn = self.conn.clone();
-        let mut tenants = Vec::new();
-        let mut cursor = 0u64;
-        // Bounded: a keyspace scan ends after at most this many rounds.
-        for _ in 0..10_000 {
-            let cmd = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .clone();
-            let Some((next, keys)) = self
-                .op::<(u64, Vec<String>)>("SCAN", cmd.query_async(&mut conn))
-                .await
-            else {
-                break;
-            };
-            for k in keys {
-                let Some((tenant, conv)) = k[PREFIX.len()..].split_once(':') else {
-                    continue;
-                };
-                if conv == conversation {
-                    tenants.push(tenant.to_string());
-                }
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
+        let keys = self
+            .op("SCAN", scan_keys(&mut conn, PREFIX, &pattern))
+            .await
+            .unwrap_or_default();
+        let mut tenants: Vec<String> = keys
+            .into_iter()
+            .filter(|k| k.conversation == conversation)
+            .map(|k| k.tenant)
+            .collect();
         tenants.sort();
         tenants.dedup();
         tenants

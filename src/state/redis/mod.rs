@@ -202,32 +202,9 @@ impl Inner {
     /// Every state key matching `pattern` (a Redis glob after
     /// `foldgate:state:`), as conversation keys.
     async fn scan(&self, pattern: &str) -> Result<Vec<ConvKey>, Unavailable> {
-        let pattern = format!("foldgate:state:{pattern}");
         let mut conn = self.conn();
-        let mut cursor = 0u64;
-        let mut found = Vec::new();
-        loop {
-            let cmd = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .clone();
-            let (next, keys): (u64, Vec<String>) =
-                self.op("SCAN", cmd.query_async(&mut conn)).await?;
-            found.extend(keys.iter().filter_map(|k| {
-                let (tenant, conversation) = k.strip_prefix("foldgate:state:")?.split_once(':')?;
-                Some(ConvKey {
-                    tenant: tenant.to_string(),
-                    conversation: conversation.to_string(),
-                })
-            }));
-            if next == 0 {
-                return Ok(found);
-            }
-            cursor = next;
-        }
+        self.op("SCAN", scan_keys(&mut conn, "foldgate:state:", pattern))
+            .await
     }
 
     async fn find(
@@ -286,6 +263,42 @@ impl Inner {
 }
 
 /// Escapes Redis glob metacharacters.
+/// Every key `PREFIX{tenant}:{conversation}` matching `pattern` (a Redis
+/// glob after the prefix), as conversation keys; shared by the state store
+/// and the archive. Bounded: a keyspace scan ends after at most 10,000
+/// rounds of 1,000 keys.
+pub(crate) async fn scan_keys(
+    conn: &mut redis::aio::ConnectionManager,
+    prefix: &str,
+    pattern: &str,
+) -> redis::RedisResult<Vec<ConvKey>> {
+    let pattern = format!("{prefix}{pattern}");
+    let mut cursor = 0u64;
+    let mut found = Vec::new();
+    for _ in 0..10_000 {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        found.extend(keys.iter().filter_map(|k| {
+            let (tenant, conversation) = k.strip_prefix(prefix)?.split_once(':')?;
+            Some(ConvKey {
+                tenant: tenant.to_string(),
+                conversation: conversation.to_string(),
+            })
+        }));
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    Ok(found)
+}
+
 pub(crate) fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {

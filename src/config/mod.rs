@@ -8,7 +8,7 @@ mod policy;
 mod secret;
 mod sections;
 
-pub use archive::ArchiveConfig;
+pub use archive::{ArchiveConfig, RecallMode};
 pub use describe::read_key;
 pub use policy::{Mode, Policy, PolicyOverrides, resolve as resolve_policy};
 pub use secret::Secret;

@@ -180,6 +180,7 @@ pub fn state_for(
         reason: Reason::Token,
         summarizer: None,
         api: "chat".into(),
+        recall: false,
     }
 }
 

@@ -49,7 +49,13 @@ impl Upstream {
         let seen = chats.clone();
         let mock = Mock::start(move |r: Recorded| {
             let seen = seen.clone();
-            async move { answer(model, &seen, &r.json()) }
+            async move {
+                let body = r.json();
+                if r.uri.ends_with("/messages") {
+                    return anthropic(model, &seen, &body);
+                }
+                answer(model, &seen, &body)
+            }
         })
         .await;
         Self { mock, chats }
@@ -505,4 +511,259 @@ async fn a_failing_recall_round_falls_back_to_the_first_request_without_the_tool
     );
     assert!(chats[2].get("tools").is_none());
     assert_eq!(chats[2]["messages"], chats[0]["messages"]);
+}
+
+/// The same model on Anthropic's Messages API: it checks the API's
+/// pairing rules on every request, then answers in blocks.
+fn anthropic(
+    model: Model,
+    seen: &Mutex<Vec<Value>>,
+    body: &Value,
+) -> Response<foldgate::body::Body> {
+    seen.lock().unwrap().push(body.clone());
+    if let Some(violation) = common::agents::anthropic_violation(body) {
+        return mock::json(
+            StatusCode::BAD_REQUEST,
+            &json!({"type": "error", "error": {"type": "invalid_request_error", "message": violation}}),
+        );
+    }
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let asked = messages
+        .last()
+        .is_some_and(|m| m.to_string().contains("favourite colour"));
+    let sees_fact = body["messages"].to_string().contains("teal");
+    let has_tool = body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|t| t["name"] == "foldgate_recall");
+    let recall = has_tool
+        && match model {
+            Model::Recalling | Model::Mixed => asked && !sees_fact,
+            Model::Stubborn => true,
+        };
+    let mut blocks = Vec::new();
+    let text = if recall {
+        "Let me look that up."
+    } else if sees_fact {
+        "The favourite colour is teal."
+    } else {
+        "I cannot see that."
+    };
+    blocks.push(json!({"type": "text", "text": text}));
+    if recall {
+        blocks.push(
+            json!({"type": "tool_use", "id": format!("toolu_{}", messages.len()),
+            "name": "foldgate_recall", "input": {"query": "favourite colour"}}),
+        );
+    }
+    if recall && model == Model::Mixed {
+        blocks.push(json!({"type": "tool_use", "id": "toolu_client", "name": "read_file", "input": {"path": "notes.md"}}));
+    }
+    let stop = if recall { "tool_use" } else { "end_turn" };
+    let usage = json!({"input_tokens": prompt_tokens(body), "output_tokens": 7});
+    if body["stream"] != json!(true) {
+        return mock::json(
+            StatusCode::OK,
+            &json!({"id": "msg_r", "type": "message", "role": "assistant", "model": body["model"],
+                "content": blocks, "stop_reason": stop, "usage": usage}),
+        );
+    }
+    let (tx, resp) = mock::stream("text/event-stream");
+    tokio::spawn(async move {
+        let ev = |v: Value| {
+            Bytes::from(format!(
+                "event: {}\ndata: {v}\n\n",
+                v["type"].as_str().unwrap()
+            ))
+        };
+        let mut events = vec![ev(
+            json!({"type": "message_start", "message": {"id": "msg_s", "type": "message",
+            "role": "assistant", "content": [], "model": "m", "stop_reason": null,
+            "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 1}}}),
+        )];
+        for (i, block) in blocks.iter().enumerate() {
+            if block["type"] == "text" {
+                events.push(ev(json!({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}})));
+                for word in block["text"].as_str().unwrap().split_inclusive(' ') {
+                    events.push(ev(json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": word}})));
+                }
+            } else {
+                events.push(ev(
+                    json!({"type": "content_block_start", "index": i, "content_block":
+                    {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}),
+                ));
+                let input = block["input"].to_string();
+                let (a, b) = input.split_at(input.len() / 2);
+                for piece in [a, b] {
+                    events.push(ev(json!({"type": "content_block_delta", "index": i,
+                        "delta": {"type": "input_json_delta", "partial_json": piece}})));
+                }
+            }
+            events.push(ev(json!({"type": "content_block_stop", "index": i})));
+        }
+        events.push(ev(
+            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
+            "usage": {"output_tokens": 7}}),
+        ));
+        events.push(ev(json!({"type": "message_stop"})));
+        for e in events {
+            if tx.send(e).await.is_err() {
+                return;
+            }
+        }
+    });
+    resp
+}
+
+/// The conversation as an Anthropic Messages body.
+fn anthropic_body(stream: bool) -> Value {
+    let convo = conversation();
+    let system = convo.messages[0]["content"].clone();
+    let messages: Vec<Value> = convo.messages[1..]
+        .iter()
+        .map(|m| json!({"role": m["role"], "content": [{"type": "text", "text": m["content"]}]}))
+        .collect();
+    json!({"model": "tiny-model", "max_tokens": 100, "system": system, "messages": messages, "stream": stream})
+}
+
+async fn ask_anthropic(fg: &Foldgate, body: &Value) -> Reply {
+    post_json(
+        &format!("{}/v1/messages", fg.url),
+        &[
+            ("x-conversation-id", "recall"),
+            ("x-api-key", "sk-ant-tenant"),
+        ],
+        body,
+    )
+    .await
+}
+
+/// The event stream's text deltas, and its events by type.
+fn anthropic_events(body: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(body)
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn anthropic_messages_recall_whole_and_streamed() {
+    for stream in [false, true] {
+        let upstream = Upstream::start(Model::Recalling).await;
+        let fg = Foldgate::start(&upstream.config("")).await;
+        let reply = ask_anthropic(&fg, &anthropic_body(stream)).await;
+        reply.assert_ok();
+        assert_eq!(reply.header("x-foldgate-fold"), "new");
+        assert!(!reply.body.windows(15).any(|w| w == b"foldgate_recall"));
+        let chats = upstream.chats();
+        assert_eq!(chats.len(), 2, "one recall round");
+        assert!(
+            chats[0]["system"]
+                .to_string()
+                .contains("call the foldgate_recall tool")
+        );
+        let last = chats[1]["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        assert_eq!(last["content"][0]["type"], "tool_result");
+        assert!(last.to_string().contains("teal"));
+        let (input, output) = summed_usage(&chats);
+        if stream {
+            let events = anthropic_events(&reply.body);
+            let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+            assert_eq!(kinds.iter().filter(|k| **k == "message_start").count(), 1);
+            assert_eq!(kinds.iter().filter(|k| **k == "message_stop").count(), 1);
+            assert_eq!(kinds.first(), Some(&"message_start"));
+            assert_eq!(kinds.last(), Some(&"message_stop"));
+            let starts: Vec<u64> = events
+                .iter()
+                .filter(|e| e["type"] == "content_block_start")
+                .map(|e| e["index"].as_u64().unwrap())
+                .collect();
+            assert_eq!(
+                starts,
+                [0, 1],
+                "the second round's block follows the first's"
+            );
+            let text: String = events
+                .iter()
+                .filter_map(|e| e["delta"]["text"].as_str())
+                .collect();
+            assert_eq!(text, "Let me look that up.The favourite colour is teal.");
+            let delta = events
+                .iter()
+                .find(|e| e["type"] == "message_delta")
+                .unwrap();
+            assert_eq!(delta["delta"]["stop_reason"], "end_turn");
+            assert_eq!(delta["usage"]["input_tokens"], input);
+            assert_eq!(delta["usage"]["output_tokens"], output);
+        } else {
+            let answer = reply.json();
+            assert_eq!(
+                answer["content"],
+                json!([{"type": "text", "text": "The favourite colour is teal."}])
+            );
+            assert_eq!(answer["stop_reason"], "end_turn");
+            assert_eq!(answer["usage"]["input_tokens"], input);
+            assert_eq!(answer["usage"]["output_tokens"], output);
+        }
+    }
+}
+
+#[tokio::test]
+async fn anthropic_recall_stops_after_its_rounds_and_keeps_client_tool_use() {
+    for stream in [false, true] {
+        let upstream = Upstream::start(Model::Stubborn).await;
+        let fg = Foldgate::start(&upstream.config("[archive]\nrecall_rounds = 1\n")).await;
+        let reply = ask_anthropic(&fg, &anthropic_body(stream)).await;
+        reply.assert_ok();
+        let chats = upstream.chats();
+        assert_eq!(chats.len(), 2, "one recall round, then the last answer");
+        assert!(
+            !reply.body.windows(15).any(|w| w == b"foldgate_recall"),
+            "the stray call is removed"
+        );
+        let stop = if stream {
+            let events = anthropic_events(&reply.body);
+            events
+                .iter()
+                .find(|e| e["type"] == "message_delta")
+                .unwrap()["delta"]["stop_reason"]
+                .clone()
+        } else {
+            reply.json()["stop_reason"].clone()
+        };
+        assert_eq!(stop, "end_turn");
+
+        let upstream = Upstream::start(Model::Mixed).await;
+        let fg = Foldgate::start(&upstream.config("")).await;
+        let mut body = anthropic_body(stream);
+        body["tools"] = json!([{"name": "read_file", "input_schema": {"type": "object"}}]);
+        let reply = ask_anthropic(&fg, &body).await;
+        reply.assert_ok();
+        assert_eq!(upstream.chats().len(), 1);
+        assert!(!reply.body.windows(15).any(|w| w == b"foldgate_recall"));
+        let text = String::from_utf8_lossy(&reply.body).to_string();
+        assert!(text.contains("toolu_client"), "{text}");
+        if stream {
+            let events = anthropic_events(&reply.body);
+            let starts: Vec<u64> = events
+                .iter()
+                .filter(|e| e["type"] == "content_block_start")
+                .map(|e| e["index"].as_u64().unwrap())
+                .collect();
+            assert_eq!(
+                starts,
+                [0, 1],
+                "the client's tool_use renumbered after the removed one"
+            );
+        } else {
+            assert_eq!(reply.json()["stop_reason"], "tool_use");
+        }
+    }
 }

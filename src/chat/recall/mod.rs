@@ -17,9 +17,12 @@
 //! - A round the upstream fails is retried once as the first request
 //!   without the tool; that answer is the client's, whatever it is.
 //!
-//! Chat completions only for now ([`speaks`]).
+//! Chat completions ([`chat`]) and Anthropic Messages ([`anthropic`]);
+//! not yet the Responses API ([`speaks`]).
 
-mod answer;
+mod anthropic;
+mod calls;
+mod chat;
 mod stream;
 
 use super::codec::Api;
@@ -31,27 +34,81 @@ use crate::body::{self, Body};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::state::ConvKey;
+use crate::tokens::UsageScanner;
 use crate::upstream::Provider;
-use answer::Call;
 use bytes::Bytes;
+use calls::{Calls, Turn};
 use http::request::Parts;
 use http::{HeaderValue, Response, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
 /// Largest whole answer read to look for recall calls.
 const MAX_ANSWER: usize = 16 << 20;
 
+/// What the tool says it does, to the model.
+const DESCRIPTION: &str = "Look up earlier messages of this conversation that were folded out of view \
+                           (they are archived verbatim). Returns the best-matching passages with their \
+                           turn and role. Use it when you need an exact detail the summary lacks.";
+
+/// The tool's parameters, as a JSON schema.
+fn parameters() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "query": {
+                "type": "string",
+                "description": "Words, identifiers, paths or a tool call id to search for"
+            }
+        },
+        "required": ["query"]
+    })
+}
+
+/// Whether the request's `tools` has one that `name` calls the recall tool.
+fn has_tool(fields: &Map<String, Value>, name: fn(&Value) -> Option<&str>) -> bool {
+    fields
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|tools| {
+            tools
+                .iter()
+                .any(|t| name(t) == Some(crate::archive::RECALL_TOOL))
+        })
+}
+
+/// Appends `tool` to the request's `tools`.
+fn push_tool(fields: &mut Map<String, Value>, tool: Value) {
+    match fields.get_mut("tools") {
+        Some(Value::Array(tools)) => tools.push(tool),
+        _ => {
+            fields.insert("tools".into(), Value::Array(vec![tool]));
+        }
+    }
+}
+
+/// Takes the recall tool (named by `name`) out of the request's `tools`;
+/// `tools` goes when it was the only one.
+fn remove_tool(fields: &mut Map<String, Value>, name: fn(&Value) -> Option<&str>) {
+    if let Some(Value::Array(tools)) = fields.get_mut("tools") {
+        tools.retain(|t| name(t) != Some(crate::archive::RECALL_TOOL));
+        if tools.is_empty() {
+            fields.remove("tools");
+        }
+    }
+}
+
 /// Whether foldgate can run the recall tool on this API.
 pub(super) fn speaks(api: Api) -> bool {
-    api == Api::Chat
+    matches!(api, Api::Chat | Api::Anthropic)
 }
 
 /// One request's recall rounds: foldgate's copy of the forwarded request
 /// (the recall tool in it) and what the rounds so far added up to.
 pub(super) struct Session {
+    api: Api,
     app: Arc<App>,
     provider: Arc<Provider>,
     /// The client's request head, asking for an uncompressed answer.
@@ -78,16 +135,23 @@ impl Session {
         prepared: &mut Prepared,
         parts: &Parts,
     ) -> Option<Self> {
-        let offered = prepared.view.is_some()
-            && request.recall()
-            && request.fields().is_some_and(answer::offerable);
+        let api = request.api;
+        let offerable = |fields: &Map<String, Value>| match api {
+            Api::Anthropic => anthropic::offerable(fields),
+            _ => chat::offerable(fields),
+        };
+        let offered =
+            prepared.view.is_some() && request.recall() && request.fields().is_some_and(offerable);
         if !offered {
             return None;
         }
         let key = request.key()?.clone();
         let mut fields = request.view_fields(prepared)?;
-        answer::add_tool(&mut fields);
-        let first_len = messages(&fields).map_or(0, Vec::len);
+        match api {
+            Api::Anthropic => anthropic::add_tool(&mut fields),
+            _ => chat::add_tool(&mut fields),
+        }
+        let first_len = messages_mut(&mut fields).map_or(0, |m| m.len());
         let mut parts = parts.clone();
         parts.headers.insert(
             header::ACCEPT_ENCODING,
@@ -95,6 +159,7 @@ impl Session {
         );
         Metrics::inc(&app.metrics.recall_offers);
         Some(Self {
+            api,
             app: app.clone(),
             provider: request.provider.clone(),
             parts,
@@ -149,99 +214,123 @@ impl Session {
                 .await
                 .map(|c| c.to_bytes())
                 .map_err(|e| self.unreachable(format!("reading an answer: {e}")))?;
+            if let Some(observe) = self.observe.take() {
+                let mut scanner = UsageScanner::new(false);
+                scanner.feed(&bytes);
+                if let Some(tokens) = scanner.finish() {
+                    observe(tokens);
+                }
+            }
             let parsed = serde_json::from_slice::<Value>(&bytes).ok();
             let Some(mut answer) = parsed.filter(|_| head.status.is_success()) else {
                 return Ok(with_body(head, bytes));
             };
-            self.report_prompt(answer.get("usage"));
-            let message = answer.pointer("/choices/0/message").unwrap_or(&Value::Null);
-            let calls = answer::Calls::of_message(message);
-            if self.wants_recall(&calls) {
-                let content = message.get("content").and_then(Value::as_str).unwrap_or("");
-                let content = content.to_string();
-                (head, incoming) = self
-                    .next_round(&content, calls.recalls(), answer.get("usage"))
-                    .await?;
+            let calls = self.calls(&answer);
+            if !self.last() && calls.recall_only() {
+                let calls = calls.recalls();
+                let message = match self.api {
+                    Api::Anthropic => anthropic::answer_message(&answer),
+                    _ => chat::answer_message(&answer, &calls),
+                };
+                let usage = answer.get("usage").cloned();
+                let turn = Turn {
+                    message,
+                    calls,
+                    usage,
+                    shown: 0,
+                };
+                (head, incoming) = self.next_round(turn).await?;
                 continue;
             }
-            answer::hide_in_answer(&mut answer);
-            self.sum_usage(answer.as_object_mut());
+            match self.api {
+                Api::Anthropic => anthropic::hide(&mut answer),
+                _ => chat::hide(&mut answer),
+            }
+            if let Some(answer) = answer.as_object_mut().filter(|_| !self.usage.is_null()) {
+                let last = answer.get("usage").cloned().unwrap_or_default();
+                answer.insert("usage".into(), calls::summed(&self.usage, &last));
+            }
             let bytes =
                 serde_json::to_vec(&answer).map_err(|e| ApiError::Internal(e.to_string()))?;
             return Ok(with_body(head, Bytes::from(bytes)));
         }
     }
 
-    /// Whether foldgate answers this round's calls: they are all recall
-    /// calls, and the round offered the tool.
-    fn wants_recall(&self, calls: &answer::Calls) -> bool {
-        !self.last() && !calls.recall_indices().is_empty() && !calls.any_client()
+    /// The tool calls of a whole answer.
+    fn calls(&self, answer: &Value) -> Calls {
+        match self.api {
+            Api::Anthropic => anthropic::calls(answer),
+            _ => chat::calls(answer),
+        }
     }
 
-    /// Whether the current round's request goes without the tool.
+    /// A reader for the current round's streamed events; `shown` content
+    /// blocks went to the client in earlier rounds.
+    fn stream_round(&self, shown: u64) -> Box<dyn stream::Round> {
+        match self.api {
+            Api::Anthropic => Box::new(anthropic::Round::new(self.last(), self.rounds > 0, shown)),
+            _ => Box::new(chat::Round::new(self.last())),
+        }
+    }
+
+    /// The event that ends a stream foldgate cannot finish.
+    fn error_event(&self, message: &str) -> Bytes {
+        match self.api {
+            Api::Anthropic => stream::named_event(
+                "error",
+                &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+            ),
+            _ => {
+                stream::data_event(&json!({"error": {"message": message, "type": "server_error"}}))
+            }
+        }
+    }
+
+    /// Whether the current round's request can no longer offer recall.
     fn last(&self) -> bool {
         self.rounds >= self.app.config.archive.recall_rounds
     }
 
-    /// Reports the prompt tokens of the first round's `usage`; called at
-    /// the end of every round, only the first one counts.
-    fn report_prompt(&mut self, usage: Option<&Value>) {
-        let tokens = usage
-            .and_then(|u| u.get("prompt_tokens"))
-            .and_then(Value::as_u64)
-            .and_then(|n| u32::try_from(n).ok());
-        if let (Some(tokens), Some(observe)) = (tokens, self.observe.take()) {
-            observe(tokens);
-        }
-        self.observe = None;
-    }
-
-    /// Puts the earlier rounds' usage into the final answer's `usage`.
-    fn sum_usage(&self, answer: Option<&mut Map<String, Value>>) {
-        let Some(answer) = answer.filter(|_| !self.usage.is_null()) else {
-            return;
-        };
-        let mut total = self.usage.clone();
-        if let Some(last) = answer.get("usage") {
-            answer::add_usage(&mut total, last);
-        }
-        answer.insert("usage".into(), total);
-    }
-
-    /// Answers `calls` from the archive, appends the assistant's message
-    /// (`content` and the calls) and the results to the request, and asks
-    /// the upstream again; without the tool once the rounds are spent.
+    /// Answers the turn's recall calls from the archive, appends the
+    /// turn's message and the results to the request, and asks the
+    /// upstream again; once the rounds are spent, without the tool where
+    /// the API allows (Anthropic needs it defined while its history has a
+    /// `tool_use`; a call it still makes is then removed).
     async fn next_round(
         &mut self,
-        content: &str,
-        calls: Vec<Call>,
-        usage: Option<&Value>,
+        turn: Turn,
     ) -> Result<(http::response::Parts, Incoming), ApiError> {
-        if let Some(usage) = usage {
-            answer::add_usage(&mut self.usage, usage);
+        if let Some(usage) = &turn.usage {
+            calls::add_usage(&mut self.usage, usage);
         }
         let budget = self.app.config.archive.recall_tokens;
         // This request's fold may have just queued what it archived.
         self.app.archive.flush().await;
-        let mut added = vec![answer::assistant_message(content, &calls)];
-        for call in &calls {
+        let mut texts = Vec::with_capacity(turn.calls.len());
+        for call in &turn.calls {
             let excerpts = match call.query() {
                 Some(query) => Some(self.app.archive.search(&self.key, &query, budget).await),
                 None => None,
             };
-            tracing::debug!(conversation = %self.key.conversation, query = call.query(), hits = excerpts.as_ref().map(Vec::len), "recall");
-            added.push(call.result(excerpts.as_deref()));
+            tracing::debug!(conversation = %self.key.conversation, query = call.query(),
+                hits = excerpts.as_ref().map(Vec::len), "recall");
+            texts.push(call.result_text(excerpts.as_deref()));
         }
-        self.app
-            .metrics
-            .recall_calls
-            .fetch_add(calls.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.app.metrics.recall_calls.fetch_add(
+            turn.calls.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let results = match self.api {
+            Api::Anthropic => anthropic::results(&turn.calls, texts),
+            _ => chat::results(&turn.calls, texts),
+        };
         if let Some(messages) = messages_mut(&mut self.fields) {
-            messages.extend(added);
+            messages.push(turn.message);
+            messages.extend(results);
         }
         self.rounds += 1;
-        if self.last() {
-            answer::remove_tool(&mut self.fields);
+        if self.last() && self.api == Api::Chat {
+            chat::remove_tool(&mut self.fields);
         }
         match self.send().await {
             Ok((head, incoming)) if head.status.is_success() => Ok((head, incoming)),
@@ -260,7 +349,10 @@ impl Session {
         if let Some(messages) = messages_mut(&mut self.fields) {
             messages.truncate(self.first_len);
         }
-        answer::remove_tool(&mut self.fields);
+        match self.api {
+            Api::Anthropic => anthropic::remove_tool(&mut self.fields),
+            _ => chat::remove_tool(&mut self.fields),
+        }
         self.rounds = self.app.config.archive.recall_rounds;
         self.send().await
     }
@@ -275,10 +367,6 @@ impl Session {
             detail,
         }
     }
-}
-
-fn messages(fields: &Map<String, Value>) -> Option<&Vec<Value>> {
-    fields.get("messages").and_then(Value::as_array)
 }
 
 fn messages_mut(fields: &mut Map<String, Value>) -> Option<&mut Vec<Value>> {

@@ -767,3 +767,52 @@ async fn anthropic_recall_stops_after_its_rounds_and_keeps_client_tool_use() {
         }
     }
 }
+
+/// The official `openai` and `anthropic` packages, whole and streamed
+/// through their own accumulators: each gets the recalled answer, no
+/// recall call, and usage summed over the two rounds it took.
+#[tokio::test]
+async fn official_clients_get_the_recalled_answer() {
+    let upstream = Upstream::start(Model::Recalling).await;
+    let fg = Foldgate::start(&upstream.config("")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("log.json");
+    let script = format!("{}/tests/e2e/recall_clients.py", env!("CARGO_MANIFEST_DIR"));
+    let output = tokio::process::Command::new("python3")
+        .arg(&script)
+        .arg(&fg.url)
+        .arg(&out)
+        .output()
+        .await
+        .expect("python3 must be installed (.ci/run installs the client packages)");
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let log: Vec<Value> = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let chats = upstream.chats();
+    assert_eq!(log.len(), 4);
+    assert_eq!(chats.len(), 8, "two rounds per client request");
+    for (i, entry) in log.iter().enumerate() {
+        let client = entry["client"].as_str().unwrap();
+        // A stream shows the text written before the recall call.
+        let text = if client.ends_with("stream") {
+            "Let me look that up.The favourite colour is teal."
+        } else {
+            "The favourite colour is teal."
+        };
+        assert_eq!(entry["text"], text, "{client}");
+        assert_eq!(entry["tool_calls"], Value::Null, "{client}");
+        let finish = if client.starts_with("openai") {
+            "stop"
+        } else {
+            "end_turn"
+        };
+        assert_eq!(entry["finish"], finish, "{client}");
+        let (input, output) = summed_usage(&chats[2 * i..2 * i + 2]);
+        assert_eq!(entry["input"], input, "{client}");
+        assert_eq!(entry["output"], output, "{client}");
+    }
+}

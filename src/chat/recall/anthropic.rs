@@ -7,7 +7,7 @@
 //! numbered after the blocks already shown, and the last `message_delta`
 //! carrying the usage of every round, summed.
 
-use super::calls::{Call, Calls, Turn, summed};
+use super::calls::{Call, Calls, Carry, Turn, summed};
 use super::stream::{self, Chunk};
 use crate::archive::RECALL_TOOL;
 use bytes::Bytes;
@@ -323,10 +323,13 @@ impl stream::Round for Round {
         self.held.as_ref()?;
         let content: Vec<Value> = self.blocks.into_values().collect();
         Some(Turn {
-            message: json!({"role": "assistant", "content": content}),
+            messages: vec![json!({"role": "assistant", "content": content})],
             calls: self.calls.recalls(),
             usage: Some(self.usage),
-            shown: self.shown.len() as u64,
+            carry: Carry {
+                shown: self.offset + self.shown.len() as u64,
+                ..Carry::default()
+            },
         })
     }
 }
@@ -404,15 +407,15 @@ mod tests {
         let turn = Box::new(round)
             .end()
             .unwrap_or_else(|| unreachable!("held"));
-        assert_eq!(turn.shown, 1);
+        assert_eq!(turn.carry.shown, 1);
         assert_eq!(turn.calls[0].id, "toolu_1");
         assert_eq!(turn.calls[0].query().as_deref(), Some("port"));
         assert_eq!(
-            turn.message["content"][0],
+            turn.messages[0]["content"][0],
             json!({"type": "text", "text": "Let me look."})
         );
         assert_eq!(
-            turn.message["content"][1]["input"],
+            turn.messages[0]["content"][1]["input"],
             json!({"query": "port"})
         );
         assert_eq!(

@@ -2,7 +2,7 @@
 //! get it, the model's recall calls in a whole or streamed answer, and
 //! hiding them from the client.
 
-use super::calls::{Call, Calls, Turn, summed};
+use super::calls::{Call, Calls, Carry, Turn, summed};
 use super::stream::{self, Chunk};
 use crate::archive::RECALL_TOOL;
 use bytes::Bytes;
@@ -191,10 +191,10 @@ impl stream::Round for Round {
         self.held.as_ref()?;
         let calls = self.calls.recalls();
         Some(Turn {
-            message: assistant_message(&self.content, &calls),
+            messages: vec![assistant_message(&self.content, &calls)],
             calls,
             usage: self.usage,
-            shown: 0,
+            carry: Carry::default(),
         })
     }
 }
@@ -386,7 +386,7 @@ mod tests {
                 .is_empty()
         );
         let turn = Box::new(r).end().unwrap_or_else(|| unreachable!("held"));
-        assert_eq!(turn.message["content"], "Let me");
+        assert_eq!(turn.messages[0]["content"], "Let me");
         assert_eq!(turn.calls[0].query().as_deref(), Some("x"));
     }
 

@@ -7,7 +7,7 @@
 //! events ([`Round`]); the splitting and the rounds are here.
 
 use super::Session;
-use super::calls::Turn;
+use super::calls::{Carry, Turn};
 use crate::body::BoxError;
 use crate::tokens::UsageScanner;
 use bytes::{Bytes, BytesMut};
@@ -37,13 +37,13 @@ pub(super) trait Round: Send {
 /// Streams the rounds into `tx` until one ends without recall calls, the
 /// client goes away, or the upstream fails.
 pub(super) async fn run(mut session: Session, mut incoming: Incoming, tx: Tx) {
-    let mut shown = 0;
+    let mut carry = Carry::default();
     loop {
-        let round = session.stream_round(shown);
+        let round = session.stream_round(carry);
         let Some(turn) = stream_round(&mut session, round, incoming, &tx).await else {
             return;
         };
-        shown += turn.shown;
+        carry = turn.carry.clone();
         incoming = match session.next_round(turn).await {
             Ok((head, body)) if head.status.is_success() => body,
             Ok((head, body)) => {

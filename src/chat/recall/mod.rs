@@ -81,6 +81,15 @@ fn has_tool(fields: &Map<String, Value>, name: fn(&Value) -> Option<&str>) -> bo
         })
 }
 
+/// The recall tool in `api`'s shape.
+fn tool(api: Api) -> Value {
+    match api {
+        Api::Chat => chat::tool(),
+        Api::Anthropic => anthropic::tool(),
+        Api::Responses => responses::tool(),
+    }
+}
+
 /// Appends `tool` to the request's `tools`.
 fn push_tool(fields: &mut Map<String, Value>, tool: Value) {
     match fields.get_mut("tools") {
@@ -158,11 +167,7 @@ impl Session {
         }
         let key = request.key()?.clone();
         let mut fields = request.view_fields(prepared)?;
-        match api {
-            Api::Chat => chat::add_tool(&mut fields),
-            Api::Anthropic => anthropic::add_tool(&mut fields),
-            Api::Responses => responses::add_tool(&mut fields),
-        }
+        push_tool(&mut fields, tool(api));
         let first_len = conversation(api, &mut fields).map_or(0, |m| m.len());
         let mut parts = parts.clone();
         parts.headers.insert(
@@ -377,11 +382,12 @@ impl Session {
     }
 
     fn remove_tool(&mut self) {
-        match self.api {
-            Api::Chat => chat::remove_tool(&mut self.fields),
-            Api::Anthropic => anthropic::remove_tool(&mut self.fields),
-            Api::Responses => responses::remove_tool(&mut self.fields),
-        }
+        let name = match self.api {
+            Api::Chat => chat::name_of,
+            Api::Anthropic => anthropic::name_of,
+            Api::Responses => responses::name_of,
+        };
+        remove_tool(&mut self.fields, name);
     }
 
     async fn send(&mut self) -> Result<(http::response::Parts, Incoming), ApiError> {

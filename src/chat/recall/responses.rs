@@ -10,14 +10,14 @@
 //! id, with the usage of every round summed.
 
 use super::calls::{Call, Calls, Carry, Turn, summed};
-use super::stream::{self, Chunk};
+use super::stream::{self, Hold};
 use crate::archive::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
 /// The function tool foldgate adds to a request.
-fn tool() -> Value {
+pub fn tool() -> Value {
     json!({
         "type": "function",
         "name": RECALL_TOOL,
@@ -36,18 +36,9 @@ pub fn offerable(fields: &Map<String, Value>) -> bool {
     free && !super::has_tool(fields, name_of)
 }
 
-fn name_of(item: &Value) -> Option<&str> {
+/// A tool's name.
+pub fn name_of(item: &Value) -> Option<&str> {
     item.get("name").and_then(Value::as_str)
-}
-
-/// Adds the tool to the request.
-pub fn add_tool(fields: &mut Map<String, Value>) {
-    super::push_tool(fields, tool());
-}
-
-/// Takes the tool out of the request.
-pub fn remove_tool(fields: &mut Map<String, Value>) {
-    super::remove_tool(fields, name_of);
 }
 
 fn is_call(item: &Value) -> bool {
@@ -139,11 +130,7 @@ pub struct Round {
     carry: Carry,
     /// Output items shown before this round.
     offset: u64,
-    /// Events held since the first recall call item, with their data.
-    held: Option<Vec<Chunk>>,
-    /// Recall and client calls in one answer, or a stray: recall items
-    /// are removed.
-    mixed: bool,
+    hold: Hold,
     calls: Calls,
     /// The round's finished output items, by output index.
     items: BTreeMap<u64, Value>,
@@ -159,14 +146,37 @@ impl Round {
             later,
             offset: carry.shown,
             carry,
-            held: None,
-            mixed: false,
+            hold: Hold::default(),
             calls: Calls::default(),
             items: BTreeMap::new(),
             usage: None,
         }
     }
 
+    /// The final response as the client gets it: every item shown in any
+    /// round, the first round's id, and the usage of every round.
+    fn complete(&self, response: &mut Value, prior: &Value) {
+        response["output"] = Value::Array(self.carry.items.clone());
+        if let Some(id) = &self.carry.response_id {
+            response["id"] = Value::String(id.clone());
+        }
+        if let Some(usage) = response
+            .get_mut("usage")
+            .filter(|u| u.is_object() && !prior.is_null())
+        {
+            *usage = summed(prior, usage);
+        }
+    }
+}
+
+fn kind(event: &Value) -> &str {
+    event
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+impl stream::Round for Round {
     /// Gathers the event's calls, items, usage and the response id.
     fn read(&mut self, event: &Value) {
         let index = event.get("output_index").and_then(Value::as_u64);
@@ -215,7 +225,7 @@ impl Round {
         if self.later && matches!(kind.as_str(), "response.created" | "response.in_progress") {
             return None;
         }
-        let hidden = if self.mixed { recall } else { &[] };
+        let hidden = if self.hold.mixed { recall } else { &[] };
         if let Some(i) = event.get("output_index").and_then(Value::as_u64) {
             if hidden.contains(&i) {
                 return None;
@@ -239,56 +249,22 @@ impl Round {
         Some(stream::named_event(&kind, &event))
     }
 
-    /// The final response as the client gets it: every item shown in any
-    /// round, the first round's id, and the usage of every round.
-    fn complete(&self, response: &mut Value, prior: &Value) {
-        response["output"] = Value::Array(self.carry.items.clone());
-        if let Some(id) = &self.carry.response_id {
-            response["id"] = Value::String(id.clone());
-        }
-        if let Some(usage) = response
-            .get_mut("usage")
-            .filter(|u| u.is_object() && !prior.is_null())
-        {
-            *usage = summed(prior, usage);
-        }
+    fn calls(&self) -> &Calls {
+        &self.calls
     }
-}
 
-fn kind(event: &Value) -> &str {
-    event
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
+    fn last(&self) -> bool {
+        self.last
+    }
 
-impl stream::Round for Round {
-    fn event(&mut self, raw: Bytes, prior: &Value) -> Vec<Bytes> {
-        let event = stream::chunk_of(&raw);
-        if let Some(event) = &event {
-            self.read(event);
-        }
-        let mut out = Vec::new();
-        let recall = self.calls.recall_indices();
-        if !recall.is_empty() && !self.mixed {
-            if self.last || self.calls.any_client() {
-                self.mixed = true;
-                for (raw, event) in self.held.take().unwrap_or_default() {
-                    out.extend(self.outgoing(raw, event, &recall, prior));
-                }
-            } else if self.held.is_none() {
-                self.held = Some(Vec::new());
-            }
-        }
-        match &mut self.held {
-            Some(held) => held.push((raw, event)),
-            None => out.extend(self.outgoing(raw, event, &recall, prior)),
-        }
-        out
+    fn hold(&mut self) -> &mut Hold {
+        &mut self.hold
     }
 
     fn end(self: Box<Self>) -> Option<Turn> {
-        self.held.as_ref()?;
+        if !self.hold.holding() {
+            return None;
+        }
         Some(Turn {
             messages: self.items.into_values().collect(),
             calls: self.calls.recalls(),

@@ -137,11 +137,9 @@ impl Turn {
     }
 
     /// Whether this conversation's model may recall archived messages: the
-    /// recall tool is on, the API takes it, and the conversation is keyed.
+    /// recall tool is on and the conversation is keyed.
     pub fn recall(&self) -> bool {
-        self.app.config.archive.recall_on()
-            && super::recall::speaks(self.data.api)
-            && self.data.key.is_some()
+        self.app.config.archive.recall_on() && self.data.key.is_some()
     }
 
     /// After the upstream said the prompt is too long: plan again against

@@ -12,8 +12,9 @@
 //!   client with the recall calls removed (the client's calls renumbered);
 //!   foldgate runs no search for it, so the client's calls are never held
 //!   back or replayed.
-//! - After the last round the tool is taken out of the request and the
-//!   upstream is asked once more; a recall call it still makes is removed.
+//! - After the last round the upstream is asked once more, without the
+//!   tool where the API allows (Anthropic wants it defined while the
+//!   history has a `tool_use`); a recall call it still makes is removed.
 //! - A round the upstream fails is retried once as the first request
 //!   without the tool; that answer is the client's, whatever it is.
 //!
@@ -109,11 +110,6 @@ fn remove_tool(fields: &mut Map<String, Value>, name: fn(&Value) -> Option<&str>
             fields.remove("tools");
         }
     }
-}
-
-/// Whether foldgate can run the recall tool on this API.
-pub(super) fn speaks(api: Api) -> bool {
-    matches!(api, Api::Chat | Api::Anthropic | Api::Responses)
 }
 
 /// The request field holding the conversation.

@@ -38,19 +38,10 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
     }
     if let Some(api) = chat::Api::of(&parts.method, parts.uri.path()) {
         let bytes = read_body(incoming, limit).await?;
-        // The key the conversation header names (no fingerprint: the
-        // answer names the conversation when it has one).
-        let asked = chat::key::conversation_key(&parts.headers, || None, &app.config.conversation);
-        let tenant = asked
-            .as_ref()
-            .map_or_else(|| chat::key::tenant(&parts.headers), |k| k.tenant.clone());
         let response = chat::handle(app, api, parts, bytes).await?;
-        record_turn(
-            app,
-            tenant,
-            asked.map(|k| k.conversation),
-            response.headers(),
-        );
+        if let Some(key) = response.extensions().get::<ConvKey>() {
+            app.turns.record(key.clone(), response.headers());
+        }
         return Ok(response);
     }
     let (provider, body) = if is_json_post(&parts.method, &parts.headers) {
@@ -77,27 +68,6 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
     headers::to_client(&mut parts.headers);
     parts.extensions.insert(UpstreamLatency(latency));
     Ok(Response::from_parts(parts, body::boxed(incoming)))
-}
-
-/// Records the turn of an intercepted chat answer for the dashboard, under
-/// the conversation id the answer names (`x-foldgate-conversation`), else
-/// the one the request's header named; without either there is no
-/// conversation to chart.
-fn record_turn(app: &App, tenant: String, asked: Option<String>, answer: &HeaderMap) {
-    let named = answer
-        .get("x-foldgate-conversation")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty())
-        .map(str::to_string);
-    if let Some(conversation) = named.or(asked) {
-        app.turns.record(
-            ConvKey {
-                tenant,
-                conversation,
-            },
-            answer,
-        );
-    }
 }
 
 /// Reads a whole request body, bounded by `limit`.

@@ -62,6 +62,7 @@ pub async fn handle(
     Metrics::inc(&app.metrics.chat_requests);
     let mut request = ChatRequest::read(app, api, &parts.headers, bytes).await?;
     let conversation = request.conversation_header();
+    let key = request.key().cloned();
     let mut prepared = request.prepare(app, &parts.headers).await?;
     let mut retried = false;
     loop {
@@ -81,7 +82,7 @@ pub async fn handle(
                 }
                 _ => respond(app, head, incoming, &prepared, request.model),
             };
-            annotate(response.headers_mut(), &prepared, conversation);
+            annotate(&mut response, &prepared, conversation, key);
             return Ok(response);
         }
         let error_body = read_bounded(incoming).await?;
@@ -102,7 +103,7 @@ pub async fn handle(
             }
             _ => {
                 let mut response = Response::from_parts(head, body::full(error_body));
-                annotate(response.headers_mut(), &prepared, conversation);
+                annotate(&mut response, &prepared, conversation, key);
                 return Ok(response);
             }
         }
@@ -181,8 +182,19 @@ async fn read_bounded(incoming: hyper::body::Incoming) -> Result<Bytes, ApiError
 
 /// Sets the `x-foldgate-*` response headers: the fold label, tokens in
 /// and out, a warning, and the conversation id used (a header's value or
-/// a fingerprint), as the admin API names it.
-fn annotate(headers: &mut http::HeaderMap, prepared: &Prepared, conversation: Option<HeaderValue>) {
+/// a fingerprint), as the admin API names it; the conversation's key goes
+/// in the extensions, for the dashboard's turn chart (so the credential is
+/// not hashed again).
+fn annotate(
+    response: &mut Response<Body>,
+    prepared: &Prepared,
+    conversation: Option<HeaderValue>,
+    key: Option<crate::state::ConvKey>,
+) {
+    if let Some(key) = key {
+        response.extensions_mut().insert(key);
+    }
+    let headers = response.headers_mut();
     headers.insert("x-foldgate-fold", HeaderValue::from_static(prepared.label));
     headers.insert(
         "x-foldgate-tokens-in",

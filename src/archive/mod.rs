@@ -48,7 +48,7 @@ pub struct Row {
     /// Hex of the message's identity (XXH3-128 of its JSON text): the same
     /// message archived twice (a rebuild folds it again) is stored once.
     pub digest: String,
-    /// The searchable text ([`message_text`]).
+    /// The searchable text: the tool call id(s), then [`message_text`].
     pub text: String,
     /// The message, as JSON text (chat-completions form).
     pub message: String,
@@ -71,6 +71,11 @@ impl Row {
                 let ids: Vec<&str> = message::tool_call_ids(message)?.collect();
                 (!ids.is_empty()).then(|| ids.join(","))
             });
+        // The call ids lead the text, so a search for one finds it.
+        let text = match &tool_call_id {
+            Some(ids) => format!("{ids}\n{}", message_text(message)),
+            None => message_text(message),
+        };
         Self {
             position,
             role: message::role(message).unwrap_or("unknown").to_string(),
@@ -79,7 +84,7 @@ impl Row {
             api: api.to_string(),
             archived_at: now,
             digest: format!("{id:032x}"),
-            text: message_text(message),
+            text,
             message: message.to_string(),
         }
     }

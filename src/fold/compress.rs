@@ -110,8 +110,7 @@ pub fn stub_items(message: &Value) -> Vec<String> {
 }
 
 /// The stub standing for `messages[i]`, which has `tokens` tokens; `None`
-/// when the message is not a tool result or an assistant answer, or when
-/// the stub would not be shorter than its content.
+/// when the message is not a tool result or an assistant answer.
 pub fn stub(messages: &[Value], i: usize, tokens: u32) -> Option<Value> {
     let message = messages.get(i)?;
     let role = Role::of_message(message)?;
@@ -155,9 +154,6 @@ pub fn stub(messages: &[Value], i: usize, tokens: u32) -> Option<Value> {
         "\nThe full text is archived: call foldgate_recall with the query \"{}\" to read it.",
         query.replace('"', "'")
     ));
-    if out.len() >= text.len() {
-        return None;
-    }
     let mut stubbed = message.clone();
     stubbed
         .as_object_mut()?
@@ -174,8 +170,8 @@ pub struct Compression {
 
 impl Compression {
     /// Compresses the [`select`]ed messages of `messages` (`raw`: each
-    /// one's uncalibrated tokens); `count` gives a stub's tokens in the
-    /// same unit.
+    /// one's uncalibrated tokens) whose stub is smaller; `count` gives a
+    /// stub's tokens in the same unit.
     pub fn of(
         messages: &[Value],
         raw: &[u32],
@@ -189,7 +185,8 @@ impl Compression {
             .filter_map(|i| {
                 let stub = stub(messages, i, raw[i])?;
                 let tokens = count(&stub);
-                Some((i, stub, tokens))
+                // A stub that saves nothing is not worth the recall.
+                (tokens < raw[i]).then_some((i, stub, tokens))
             })
             .collect();
         Self { stubs }
@@ -228,9 +225,9 @@ impl Compression {
     }
 
     /// `counts` with each compressed message's count replaced by its
-    /// stub's, through `unit` (e.g. calibration).
+    /// stub's, every count through `unit` (e.g. calibration).
     pub fn counts(&self, counts: &[u32], unit: impl Fn(u32) -> u32) -> Vec<u32> {
-        let mut out = counts.to_vec();
+        let mut out: Vec<u32> = counts.iter().map(|&c| unit(c)).collect();
         for (i, _, tokens) in &self.stubs {
             if let Some(c) = out.get_mut(*i) {
                 *c = unit(*tokens);
@@ -363,8 +360,18 @@ mod tests {
         );
         assert!(text.contains("query \"call_7\""), "{text}");
         assert_eq!(stub(&ms, 1, 420), Some(s), "the same bytes every time");
-        // A short message is not worth a stub.
-        let short = vec![json!({"role": "tool", "tool_call_id": "c", "content": "ok"})];
-        assert_eq!(stub(&short, 0, 1), None);
+        // A stub that is not smaller than its message is not used.
+        let count = |m: &Value| m["content"].as_str().map_or(0, |t| t.len() as u32 / 4);
+        let all = Compress {
+            min_tokens: 0,
+            after_turns: 1,
+            batch: 1,
+            ..Compress::default()
+        };
+        let mut ms = ms;
+        ms.push(json!({"role": "user", "content": "next"}));
+        let raw = [10, 420, 1];
+        assert_eq!(Compression::of(&ms, &raw, &all, 1, &count).len(), 1);
+        assert!(Compression::of(&ms, &[10, 20, 1], &all, 1, &count).is_empty());
     }
 }

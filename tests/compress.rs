@@ -17,6 +17,7 @@ mod common;
 
 use common::agents::{anthropic_violation, responses_violation};
 use common::llm::{Llm, assert_tool_pairs, content_text, tags};
+use common::redis::Redis;
 use common::tooloop::ToolLoop;
 use common::{Foldgate, Reply, metric, post_json, send};
 use foldgate::fold::compress::STUB_PREFIX;
@@ -316,6 +317,46 @@ async fn compressed_messages_are_archived_and_found_by_call_id() {
             assert_eq!(hit["fold"], "compress");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stub_shown_on_every_turn_is_archived_once_in_redis() {
+    let redis = Redis::start();
+    let llm = Llm::start().await;
+    let state = format!(
+        "[state]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"\n",
+        redis.url()
+    );
+    let fg = Foldgate::start(&config(&llm, &state)).await;
+    let mut l = ToolLoop::new("fix the failing build");
+    let mut stubbed = BTreeSet::new();
+    for _ in 0..14 {
+        l.step(LONG);
+        send_loop(&fg, "redis-once", &l, "big-model").await;
+        let view = forwarded(&llm);
+        stubbed.extend((0..view.len()).filter(|&i| is_stub(&view[i])));
+    }
+    assert!(stubbed.len() >= 6, "{stubbed:?}");
+    // Writes land in a task of their own: wait until they have.
+    let want = format!(":{}", stubbed.len());
+    let started = Instant::now();
+    let len = loop {
+        let keys = redis.command(&["KEYS", "foldgate:archive:*"]).unwrap();
+        let len = keys
+            .lines()
+            .find(|k| k.ends_with(":redis-once"))
+            .and_then(|k| redis.command(&["LLEN", k]))
+            .unwrap_or_default();
+        if len.trim() == want || started.elapsed() > Duration::from_secs(5) {
+            break len;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        len.trim(),
+        want,
+        "each stubbed message stored once, not per turn"
+    );
 }
 
 #[tokio::test]

@@ -163,8 +163,8 @@ impl Turn {
     }
 
     /// Stores the messages `prepared`'s view shows as stubs in the archive
-    /// (idempotent: a message already stored at its position is kept
-    /// once) and counts them.
+    /// (each once per process; the backends keep a message stored at its
+    /// position once anyway) and counts them.
     pub(super) fn archive_compressed(&self, prepared: &Prepared) {
         let (Some(items), Some(key)) = (&prepared.view, &self.data.key) else {
             return;
@@ -173,38 +173,39 @@ impl Turn {
             return;
         }
         let data = &self.data;
-        let now = i64::try_from(now_unix()).unwrap_or(i64::MAX);
-        let mut saved = 0u64;
-        let rows: Vec<Row> = items
+        let stubbed: Vec<usize> = items
             .iter()
             .filter_map(|item| match item {
                 Item::Stub(i, _) => Some(*i),
                 _ => None,
             })
-            .filter_map(|i| {
-                let stub = data.compression.tokens_of(i)?;
-                let full = data.estimate.messages.get(i).copied()?;
-                saved += u64::from(
-                    data.estimate
-                        .calibrated(u64::from(full.saturating_sub(stub))),
-                );
-                let (message, id) = (data.messages.get(i)?, *data.ids.get(i)?);
-                Some(Row::of(
-                    i,
-                    message,
-                    id,
-                    ARCHIVE_FOLD,
-                    data.api.as_str(),
-                    now,
-                ))
-            })
             .collect();
+        let saved: u64 = stubbed
+            .iter()
+            .filter_map(|&i| {
+                let full = data.estimate.messages.get(i)?;
+                let stub = data.compression.tokens_of(i)?;
+                Some(u64::from(full.saturating_sub(stub)))
+            })
+            .sum();
         let m = &self.app.metrics;
         m.compressed_messages
-            .fetch_add(rows.len() as u64, Ordering::Relaxed);
+            .fetch_add(stubbed.len() as u64, Ordering::Relaxed);
         m.compressed_tokens_saved
-            .fetch_add(saved, Ordering::Relaxed);
-        self.app.archive.store(key, rows);
+            .fetch_add(data.estimate.calibrated(saved).into(), Ordering::Relaxed);
+        let now = i64::try_from(now_unix()).unwrap_or(i64::MAX);
+        let positions = stubbed.iter().filter_map(|&i| Some((i, *data.ids.get(i)?)));
+        self.app.archive.store_compressed(key, positions, |i| {
+            let (message, id) = (data.messages.get(i)?, *data.ids.get(i)?);
+            Some(Row::of(
+                i,
+                message,
+                id,
+                ARCHIVE_FOLD,
+                data.api.as_str(),
+                now,
+            ))
+        });
     }
 
     /// Forwards the current view without the fold the triggers asked for:

@@ -311,26 +311,40 @@ impl Config {
 
     /// The resolved policy for `model` on `provider`.
     pub fn policy_for(&self, provider: &str, model: &str) -> Policy {
-        let provider = self.providers.get(provider).map(|p| &p.policy);
-        let model = self.model_config(model).map(|m| &m.policy);
-        let levels: Vec<&PolicyOverrides> = [Some(&self.policy), provider, model]
-            .into_iter()
-            .flatten()
-            .collect();
-        resolve_policy(&levels)
+        resolve_policy(&self.levels(provider, model, &self.policy, |p| &p.policy, |m| &m.policy))
     }
 
     /// The resolved compression settings for `model` on `provider`:
     /// `[compress]`, then `[providers.NAME.compress]`, then
     /// `[models."glob".compress]`.
     pub fn compress_for(&self, provider: &str, model: &str) -> Compress {
-        let provider = self.providers.get(provider).map(|p| &p.compress);
-        let model = self.model_config(model).map(|m| &m.compress);
-        let levels: Vec<&CompressOverrides> = [Some(&self.compress), provider, model]
+        let levels = self.levels(
+            provider,
+            model,
+            &self.compress,
+            |p| &p.compress,
+            |m| &m.compress,
+        );
+        resolve_compress(&levels)
+    }
+
+    /// The levels that set a group of knobs for `model` on `provider`,
+    /// least specific first: the global section, the provider's, the
+    /// model's (its most specific glob).
+    fn levels<'c, T>(
+        &'c self,
+        provider: &str,
+        model: &str,
+        global: &'c T,
+        of_provider: fn(&ProviderConfig) -> &T,
+        of_model: fn(&ModelConfig) -> &T,
+    ) -> Vec<&'c T> {
+        let provider = self.providers.get(provider).map(of_provider);
+        let model = self.model_config(model).map(of_model);
+        [Some(global), provider, model]
             .into_iter()
             .flatten()
-            .collect();
-        resolve_compress(&levels)
+            .collect()
     }
 }
 

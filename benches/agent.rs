@@ -1,0 +1,180 @@
+//! A scripted 60-step coding-agent loop with large tool outputs, replayed
+//! through a real foldgate (mock upstream and mock summarizer) three ways:
+//! summary only (`[compress] enabled = false`), compression only (folds
+//! only in an emergency: `trigger_ratio = 1.0`) and both (the defaults).
+//!
+//! Prints, per mode: prompt tokens forwarded (the sum of
+//! `x-foldgate-tokens-out` over the turns) and bytes forwarded, the
+//! largest prompt, summarizer calls, messages shown as stubs, and prompt
+//! prefix stability:
+//!
+//! - *stable turns*: turns whose forwarded `messages` start with every
+//!   message of the previous turn's, byte for byte (what a provider's
+//!   prompt cache serves entirely from cache but the new messages);
+//! - *cacheable share*: over turns 2..60, the longest common byte prefix
+//!   of a turn's serialized `messages` with the previous turn's, divided
+//!   by the turn's size, summed over turns (bytes a prefix cache could
+//!   serve / bytes sent).
+//!
+//! Run: `cargo bench --bench agent`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a benchmark fails loudly; the no-panic rule is for the request path"
+)]
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::llm::Llm;
+use common::tooloop::ToolLoop;
+use common::{Foldgate, post_json};
+use foldgate::fold::compress::STUB_PREFIX;
+use serde_json::Value;
+
+const STEPS: usize = 60;
+/// Lines of each tool output (~1,400 tokens).
+const LINES: usize = 100;
+/// The model's window: the whole loop (~90k tokens) does not fit.
+const WINDOW: u32 = 32_000;
+
+struct Mode {
+    name: &'static str,
+    toml: &'static str,
+    /// The model's window.
+    window: u32,
+}
+
+const MODES: [Mode; 4] = [
+    Mode {
+        name: "baseline: neither (a 1M window, nothing folds)",
+        toml: "[compress]\nenabled = false\n",
+        window: 1_000_000,
+    },
+    Mode {
+        name: "summary only",
+        toml: "[compress]\nenabled = false\n",
+        window: WINDOW,
+    },
+    Mode {
+        name: "compression only",
+        toml: "[policy]\ntrigger_ratio = 1.0\nreset_ratio = 0.7\nmode = \"inline\"\n",
+        window: WINDOW,
+    },
+    Mode {
+        name: "both",
+        toml: "",
+        window: WINDOW,
+    },
+];
+
+#[derive(Default)]
+struct Figures {
+    tokens: u64,
+    bytes: u64,
+    largest: u32,
+    summarizer_calls: usize,
+    stubs: usize,
+    stable: usize,
+    common_bytes: u64,
+    later_bytes: u64,
+}
+
+async fn replay(mode: &Mode) -> Figures {
+    let llm = Llm::start().await;
+    let policy = if mode.toml.contains("[policy]") {
+        String::new()
+    } else {
+        "[policy]\nmode = \"inline\"\n".to_string()
+    };
+    let toml = format!(
+        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"agent-*\"]\ncontext_window = {}\n\
+         [summarizer]\ntimeout = \"10s\"\n{policy}{}",
+        llm.url(),
+        mode.window,
+        mode.toml
+    );
+    let fg = Foldgate::start(&toml).await;
+    let mut l = ToolLoop::new("port the billing service to the new queue and make the tests pass");
+    let mut f = Figures::default();
+    let mut previous: Option<(Vec<Value>, String)> = None;
+    for step in 0..STEPS {
+        l.step(LINES);
+        if step % 20 == 19 {
+            l.user("also keep the old endpoint working");
+        }
+        let reply = post_json(
+            &format!("{}/v1/chat/completions", fg.url),
+            &[
+                ("x-conversation-id", "bench"),
+                ("authorization", "Bearer sk-bench"),
+            ],
+            &l.body("agent-model"),
+        )
+        .await;
+        reply.assert_ok();
+        let tokens = reply.tokens_out();
+        f.tokens += u64::from(tokens);
+        f.largest = f.largest.max(tokens);
+        let body = llm.chat_requests().last().cloned().unwrap();
+        let messages = body["messages"].as_array().cloned().unwrap();
+        let text = serde_json::to_string(&messages).unwrap();
+        f.bytes += serde_json::to_vec(&body).unwrap().len() as u64;
+        f.stubs += messages
+            .iter()
+            .filter(|m| {
+                m["content"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with(STUB_PREFIX))
+            })
+            .count();
+        if let Some((before, before_text)) = &previous {
+            if messages.len() >= before.len() && messages[..before.len()] == before[..] {
+                f.stable += 1;
+            }
+            let common = text
+                .bytes()
+                .zip(before_text.bytes())
+                .take_while(|(a, b)| a == b)
+                .count();
+            f.common_bytes += common as u64;
+            f.later_bytes += text.len() as u64;
+        }
+        previous = Some((messages, text));
+    }
+    f.summarizer_calls = llm.summarizer_calls();
+    f
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        println!(
+            "## A {STEPS}-step agent loop, tool outputs of ~1,400 tokens, a {WINDOW}-token window\n"
+        );
+        println!(
+            "| mode | prompt tokens forwarded | MB forwarded | largest prompt | summarizer calls | stubs shown | stable turns | cacheable share |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+        for mode in &MODES {
+            let f = replay(mode).await;
+            println!(
+                "| {} | {} | {:.2} | {} | {} | {} | {}/{} | {:.1}% |",
+                mode.name,
+                f.tokens,
+                f.bytes as f64 / 1e6,
+                f.largest,
+                f.summarizer_calls,
+                f.stubs,
+                f.stable,
+                STEPS - 1,
+                100.0 * f.common_bytes as f64 / f.later_bytes.max(1) as f64,
+            );
+        }
+    });
+}

@@ -31,8 +31,11 @@ mod common;
 use common::llm::Llm;
 use common::tooloop::ToolLoop;
 use common::{Foldgate, post_json};
+use foldgate::config::Compress;
+use foldgate::fold::Compression;
 use foldgate::fold::compress::STUB_PREFIX;
 use serde_json::Value;
+use std::time::{Duration, Instant};
 
 const STEPS: usize = 60;
 /// Lines of each tool output (~1,400 tokens).
@@ -72,6 +75,9 @@ const MODES: [Mode; 4] = [
 
 #[derive(Default)]
 struct Figures {
+    /// Client-observed time of all turns (mock upstream and summarizer
+    /// answer at once).
+    elapsed: Duration,
     tokens: u64,
     bytes: u64,
     largest: u32,
@@ -105,6 +111,7 @@ async fn replay(mode: &Mode) -> Figures {
         if step % 20 == 19 {
             l.user("also keep the old endpoint working");
         }
+        let started = Instant::now();
         let reply = post_json(
             &format!("{}/v1/chat/completions", fg.url),
             &[
@@ -114,6 +121,7 @@ async fn replay(mode: &Mode) -> Figures {
             &l.body("agent-model"),
         )
         .await;
+        f.elapsed += started.elapsed();
         reply.assert_ok();
         let tokens = reply.tokens_out();
         f.tokens += u64::from(tokens);
@@ -158,13 +166,13 @@ fn main() {
             "## A {STEPS}-step agent loop, tool outputs of ~1,400 tokens, a {WINDOW}-token window\n"
         );
         println!(
-            "| mode | prompt tokens forwarded | MB forwarded | largest prompt | summarizer calls | stubs shown | stable turns | cacheable share |"
+            "| mode | prompt tokens forwarded | MB forwarded | largest prompt | summarizer calls | stubs shown | stable turns | cacheable share | ms per turn |"
         );
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for mode in &MODES {
             let f = replay(mode).await;
             println!(
-                "| {} | {} | {:.2} | {} | {} | {} | {}/{} | {:.1}% |",
+                "| {} | {} | {:.2} | {} | {} | {} | {}/{} | {:.1}% | {:.2} |",
                 mode.name,
                 f.tokens,
                 f.bytes as f64 / 1e6,
@@ -174,7 +182,40 @@ fn main() {
                 f.stable,
                 STEPS - 1,
                 100.0 * f.common_bytes as f64 / f.later_bytes.max(1) as f64,
+                f.elapsed.as_secs_f64() * 1e3 / STEPS as f64,
             );
         }
+        stub_cost();
     });
+}
+
+/// What choosing and rendering the stubs of the loop's last turn costs on
+/// its own (the pure function, a byte-length counter).
+fn stub_cost() {
+    let mut l = ToolLoop::new("port the billing service");
+    for _ in 0..STEPS {
+        l.step(LINES);
+    }
+    let raw: Vec<u32> = l
+        .messages
+        .iter()
+        .map(|m| (m.to_string().len() / 4) as u32)
+        .collect();
+    let count = |m: &Value| (m.to_string().len() / 4) as u32;
+    let settings = Compress::default();
+    let rounds = 50;
+    let started = Instant::now();
+    let mut stubs = 0;
+    for _ in 0..rounds {
+        stubs = Compression::of(&l.messages, &raw, &settings, 6, &count).len();
+    }
+    let each = started.elapsed().as_secs_f64() * 1e3 / f64::from(rounds);
+    println!(
+        "\nchoosing and rendering {stubs} stubs of a {STEPS}-step history ({:.1} MB): {each:.2} ms",
+        l.messages
+            .iter()
+            .map(|m| m.to_string().len())
+            .sum::<usize>() as f64
+            / 1e6
+    );
 }

@@ -385,18 +385,27 @@ async fn nothing_is_compressed_without_an_archive_or_when_a_model_turns_it_off()
     assert_eq!(metric(&m, "foldgate_compressed_messages_total"), 0.0);
 }
 
-/// A Messages loop: `steps` tool uses, each answered by a long result.
+/// A Messages loop: `steps` tool uses, each answered by a long result;
+/// the first step makes a second, parallel call (`toolu_0b`).
 fn anthropic_loop(steps: usize) -> Value {
     let output = "compiling module with the parser tokenizer and cache layer\n".repeat(2 * LONG);
     let mut messages = vec![json!({"role": "user", "content": "[m1] task: fix the build"})];
     for s in 0..steps {
         let id = format!("toolu_{s}");
-        messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": format!("step {s}")},
-            {"type": "tool_use", "id": id, "name": "bash", "input": {"cmd": format!("make {s}")}}]}));
-        messages.push(
-            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id,
-            "content": format!("make {s}: port 6{s:03}\n{output}")}]}),
-        );
+        let mut uses = vec![
+            json!({"type": "text", "text": format!("step {s}")}),
+            json!({"type": "tool_use", "id": id, "name": "bash", "input": {"cmd": format!("make {s}")}}),
+        ];
+        let mut results = vec![json!({"type": "tool_result", "tool_use_id": id,
+            "content": format!("make {s}: port 6{s:03}\n{output}")})];
+        if s == 0 {
+            uses.push(json!({"type": "tool_use", "id": "toolu_0b", "name": "bash", "input": {"cmd": "ls"}}));
+            results.push(
+                json!({"type": "tool_result", "tool_use_id": "toolu_0b", "content": "a.txt"}),
+            );
+        }
+        messages.push(json!({"role": "assistant", "content": uses}));
+        messages.push(json!({"role": "user", "content": results}));
     }
     json!({"model": "big-claude", "max_tokens": 100, "system": "You are an agent.", "messages": messages})
 }
@@ -434,7 +443,7 @@ async fn anthropic_and_responses_stubs_keep_their_wire_pairing() {
         .await;
         reply.assert_ok();
         let sent = llm.chat_requests().last().unwrap().clone();
-        let (results, violation): (Vec<Value>, _) = if path == "/v1/messages" {
+        let (mut results, violation): (Vec<Value>, _) = if path == "/v1/messages" {
             let blocks = sent["messages"]
                 .as_array()
                 .unwrap()
@@ -455,6 +464,16 @@ async fn anthropic_and_responses_stubs_keep_their_wire_pairing() {
             (outputs, responses_violation(&sent))
         };
         assert_eq!(violation, None, "{path}");
+        let sibling = results.iter().position(|r| r["id"] == "toolu_0b");
+        if let Some(at) = sibling {
+            // The second result of a compressed message points to the stub.
+            let pointer = results.remove(at);
+            assert_eq!(
+                pointer["text"],
+                "[foldgate: compressed with the tool result before it]"
+            );
+        }
+        assert_eq!(sibling.is_some(), path == "/v1/messages");
         assert_eq!(results.len(), 10, "{path}: every result stays, paired");
         let stubs: Vec<&Value> = results
             .iter()

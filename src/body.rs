@@ -29,3 +29,29 @@ where
 {
     body.map_err(Into::into).boxed_unsync()
 }
+
+/// A body fed by a task through the returned sender: each `Ok` is a data
+/// frame; an `Err` ends the body with that error. Dropping the sender ends
+/// it cleanly; the sender's `send` fails once the client has gone.
+pub fn channel(capacity: usize) -> (tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>, Body) {
+    let (tx, rx) = tokio::sync::mpsc::channel(capacity);
+    (tx, Channel { rx }.boxed_unsync())
+}
+
+struct Channel {
+    rx: tokio::sync::mpsc::Receiver<Result<Bytes, BoxError>>,
+}
+
+impl http_body::Body for Channel {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|next| next.map(|r| r.map(http_body::Frame::data)))
+    }
+}

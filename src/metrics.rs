@@ -49,6 +49,10 @@ pub struct Metrics {
     /// Prompt tokens the stubs saved (the messages' tokens minus their
     /// stubs'), summed over requests.
     pub compressed_tokens_saved: AtomicU64,
+    /// Requests forwarded with the recall tool.
+    pub recall_offers: AtomicU64,
+    /// Recall calls foldgate answered from the archive.
+    pub recall_calls: AtomicU64,
     /// Durations: foldgate's overhead, upstream and summarizer latency.
     pub latency: Latencies,
 }
@@ -161,6 +165,16 @@ impl Metrics {
             "foldgate_reactive_folds_total",
             "Folds after an upstream context-length error.",
             get(&self.reactive_folds),
+        );
+        counter(
+            "foldgate_recall_offers_total",
+            "Requests forwarded with the foldgate_recall tool.",
+            get(&self.recall_offers),
+        );
+        counter(
+            "foldgate_recall_calls_total",
+            "Recall calls answered from the archive.",
+            get(&self.recall_calls),
         );
         counter(
             "foldgate_cannot_fit_total",

@@ -150,7 +150,8 @@ async fn short_conversations_pass_through_byte_exact() {
 #[tokio::test]
 async fn folded_request_changes_only_messages() {
     let llm = Llm::start().await;
-    let fg = Foldgate::start(&config(&llm, "")).await;
+    // The recall tool (on by default) adds `tools`: tests/recall.rs.
+    let fg = Foldgate::start(&config(&llm, "[archive]\nrecall = \"off\"\n")).await;
     let convo = folding_history();
     let mut body = convo.body();
     body["a_vendor_field"] = json!({"keep": [1, 2]});

@@ -243,6 +243,7 @@ impl Turn {
         let ledger = self.fit_summary(&plan, &mut summary, &to_fold);
         let state = FoldState {
             api: self.data.api.as_str().to_string(),
+            recall: self.recall(),
             ..FoldState::after(&plan, summary, ledger, now_unix())
         }
         .with_summarizer(&outcome.model, outcome.latency, outcome.calls);
@@ -282,7 +283,13 @@ impl Turn {
         let folded_count = plan.covered - usize::from(plan.kept_user.is_some());
         let previous_summary = base.map(|b| b.summary.render(b.folded()));
         let previous = base.map(|b| b.ledger.clone()).unwrap_or_default();
-        let reserve = self.budget.summary_reserve;
+        // The recall hint closes the summary: its room comes first.
+        let hint = if self.recall() {
+            count(&crate::archive::recall_hint())
+        } else {
+            0
+        };
+        let reserve = self.budget.summary_reserve.saturating_sub(hint);
         let mut attempts = 0;
         let LedgerUpdate { ledger, evicted } = loop {
             attempts += 1;

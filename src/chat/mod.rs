@@ -18,6 +18,7 @@ mod fold_run;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod key;
+mod recall;
 mod request;
 mod tap;
 mod turn;
@@ -64,10 +65,22 @@ pub async fn handle(
     let mut prepared = request.prepare(app, &parts.headers).await?;
     let mut retried = false;
     loop {
-        let body = request.body(&mut prepared)?;
-        let (head, incoming) = send(app, &request.provider, &parts, body).await?;
+        let recall = recall::Session::offer(app, &mut request, &mut prepared, &parts);
+        let (head, incoming) = match &recall {
+            Some(session) => send(app, &request.provider, session.parts(), session.body()?).await?,
+            None => {
+                let body = request.body(&mut prepared)?;
+                send(app, &request.provider, &parts, body).await?
+            }
+        };
         if head.status != StatusCode::BAD_REQUEST {
-            let mut response = respond(app, head, incoming, &prepared, request.model);
+            let mut response = match recall {
+                Some(session) if head.status.is_success() => {
+                    let observe = observed(app, &prepared, request.model);
+                    session.respond(head, incoming, observe).await?
+                }
+                _ => respond(app, head, incoming, &prepared, request.model),
+            };
             annotate(response.headers_mut(), &prepared, conversation);
             return Ok(response);
         }
@@ -98,7 +111,7 @@ pub async fn handle(
 
 /// Sends one attempt upstream; the response head is cleaned for the client
 /// and carries the upstream's latency.
-async fn send(
+pub(super) async fn send(
     app: &App,
     provider: &Provider,
     parts: &Parts,
@@ -129,19 +142,29 @@ fn respond(
     prepared: &Prepared,
     model: String,
 ) -> Response<Body> {
-    let sse = head
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    app.metrics
-        .observe_forwarded(prepared.label, prepared.tokens_in, prepared.tokens_out);
-    let (tokens, raw) = (app.tokens.clone(), prepared.raw_tokens_out);
-    let observe = Box::new(move |actual: u32| tokens.observe_usage(&model, raw, actual));
+    let sse = is_sse(&head.headers);
+    let observe = observed(app, prepared, model);
     Response::from_parts(
         head,
         body::boxed(tap::UsageTap::new(incoming, sse, observe)),
     )
+}
+
+/// Counts the forwarded request and returns what calibrates the token
+/// estimate against the prompt tokens the upstream reports for it.
+fn observed(app: &App, prepared: &Prepared, model: String) -> tap::OnUsage {
+    app.metrics
+        .observe_forwarded(prepared.label, prepared.tokens_in, prepared.tokens_out);
+    let (tokens, raw) = (app.tokens.clone(), prepared.raw_tokens_out);
+    Box::new(move |actual: u32| tokens.observe_usage(&model, raw, actual))
+}
+
+/// Whether a response is an event stream.
+fn is_sse(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
 /// Reads an upstream error body, bounded.

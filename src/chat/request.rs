@@ -132,12 +132,8 @@ impl ChatRequest {
     /// The conversation id the request is keyed by (its header's value or
     /// a fingerprint), as a response header value.
     pub fn conversation_header(&self) -> Option<http::HeaderValue> {
-        let key = match &self.stage {
-            Stage::Raw { look, .. } => look.key.as_ref(),
-            Stage::Parsed { turn, .. } => turn.data.key.as_ref(),
-            Stage::Upgrading => None,
-        };
-        key.and_then(|k| http::HeaderValue::from_str(&k.conversation).ok())
+        self.key()
+            .and_then(|k| http::HeaderValue::from_str(&k.conversation).ok())
     }
 
     /// What to forward: the body untouched when the first look decided so,
@@ -184,6 +180,41 @@ impl ChatRequest {
         };
         self.api
             .encode(fields, turn.messages().values, wire.as_ref(), view)
+    }
+
+    /// The request to forward for `prepared` as fields, when its view
+    /// differs from the client's messages (`None`: forward the bytes).
+    pub fn view_fields(&mut self, prepared: &mut Prepared) -> Option<Map<String, Value>> {
+        let (Some(view), Stage::Parsed { fields, wire, turn }) =
+            (prepared.view.take(), &mut self.stage)
+        else {
+            return None;
+        };
+        self.api
+            .fill(fields, turn.messages().values, wire.as_ref(), view);
+        Some(fields.clone())
+    }
+
+    /// The decoded body's fields, once parsed.
+    pub fn fields(&self) -> Option<&Map<String, Value>> {
+        match &self.stage {
+            Stage::Parsed { fields, .. } => Some(fields),
+            _ => None,
+        }
+    }
+
+    /// Whether the conversation's model may recall archived messages.
+    pub fn recall(&self) -> bool {
+        matches!(&self.stage, Stage::Parsed { turn, .. } if turn.recall())
+    }
+
+    /// The conversation's key, when it has one.
+    pub fn key(&self) -> Option<&crate::state::ConvKey> {
+        match &self.stage {
+            Stage::Raw { look, .. } => look.key.as_ref(),
+            Stage::Parsed { turn, .. } => turn.data.key.as_ref(),
+            Stage::Upgrading => None,
+        }
     }
 
     /// The decoded form, built on first use.

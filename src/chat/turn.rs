@@ -147,6 +147,14 @@ impl Turn {
         }
     }
 
+    /// Whether this conversation's model may recall archived messages: the
+    /// recall tool is on, the API takes it, and the conversation is keyed.
+    pub fn recall(&self) -> bool {
+        self.app.config.archive.recall_on()
+            && super::recall::speaks(self.data.api)
+            && self.data.key.is_some()
+    }
+
     /// After the upstream said the prompt is too long: plan again against
     /// a window no larger than `window`, which forces an emergency fold.
     pub fn shrink_window(&mut self, window: u32) {

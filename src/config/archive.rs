@@ -30,6 +30,23 @@ pub struct ArchiveConfig {
     /// never hold the state database's write lock.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
+    /// `auto`: a conversation whose view hides archived messages is offered
+    /// the `foldgate_recall` tool, and foldgate answers its calls itself;
+    /// `off`: never.
+    pub recall: RecallMode,
+    /// Recall rounds per request: after this many, the upstream is asked
+    /// once more without the tool.
+    pub recall_rounds: u32,
+    /// Tokens of archived excerpts one recall call returns, at most.
+    pub recall_tokens: u32,
+}
+
+/// `archive.recall`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecallMode {
+    Auto,
+    Off,
 }
 
 impl Default for ArchiveConfig {
@@ -39,6 +56,9 @@ impl Default for ArchiveConfig {
             ttl: Duration::from_secs(7 * 24 * 3600),
             max_messages: 10_000,
             path: None,
+            recall: RecallMode::Auto,
+            recall_rounds: 3,
+            recall_tokens: 2000,
         }
     }
 }
@@ -51,10 +71,18 @@ impl ArchiveConfig {
             .unwrap_or_else(|| state.path.with_extension("archive.db"))
     }
 
+    /// Whether conversations are offered the recall tool.
+    pub fn recall_on(&self) -> bool {
+        self.enabled && self.recall == RecallMode::Auto && self.recall_rounds > 0
+    }
+
     /// Checks the section against the state's expiry; errors name the key.
     pub fn validate(&self, state_ttl: Duration) -> Result<(), String> {
         if self.max_messages == 0 {
             return Err("archive.max_messages must be above 0".into());
+        }
+        if self.recall_tokens < 100 {
+            return Err("archive.recall_tokens must be at least 100".into());
         }
         if self.enabled && self.ttl < state_ttl {
             return Err(format!(

@@ -9,7 +9,7 @@ mod policy;
 mod secret;
 mod sections;
 
-pub use archive::ArchiveConfig;
+pub use archive::{ArchiveConfig, RecallMode};
 pub use compress::{Compress, CompressOverrides, resolve as resolve_compress};
 pub use describe::read_key;
 pub use policy::{Mode, Policy, PolicyOverrides, resolve as resolve_policy};

@@ -96,6 +96,10 @@ pub struct FoldState {
     /// Who wrote the summary and what it took, when recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summarizer: Option<SummarizerRun>,
+    /// Whether the summary tells the model that the folded messages can
+    /// be looked up with the recall tool (the fold was made with recall on).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recall: bool,
 }
 
 fn chat_api() -> String {
@@ -140,6 +144,7 @@ impl FoldState {
             reason: plan.reason,
             api: chat_api(),
             summarizer: None,
+            recall: false,
         }
     }
 
@@ -171,6 +176,10 @@ impl FoldState {
         if !ledger.is_empty() {
             text.push_str("\n\n");
             text.push_str(&ledger);
+        }
+        if self.recall {
+            text.push_str("\n\n");
+            text.push_str(&crate::archive::recall_hint());
         }
         text
     }
@@ -308,6 +317,7 @@ mod tests {
             tokens_after: 0,
             reason: Reason::Token,
             api: "chat".into(),
+            recall: false,
             summarizer: None,
         }
     }

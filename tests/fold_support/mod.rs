@@ -195,6 +195,7 @@ pub fn state_for(
         reason: Reason::Token,
         summarizer: None,
         api: "chat".into(),
+        recall: false,
     }
 }
 

@@ -109,6 +109,20 @@ impl Api {
         wire: Option<&Wire>,
         items: Vec<Item>,
     ) -> Result<Bytes, ApiError> {
+        self.fill(fields, messages, wire, items);
+        serde_json::to_vec(fields)
+            .map(Bytes::from)
+            .map_err(|e| ApiError::Internal(e.to_string()))
+    }
+
+    /// [`Api::encode`] without the serialization: `fields` with the view in.
+    pub(super) fn fill(
+        self,
+        fields: &mut Map<String, Value>,
+        messages: &[Value],
+        wire: Option<&Wire>,
+        items: Vec<Item>,
+    ) {
         match (self, wire) {
             (Self::Anthropic, Some(wire)) => anthropic::encode(fields, wire, items),
             (Self::Responses, Some(wire)) => {
@@ -119,9 +133,6 @@ impl Api {
                 fields.insert("messages".into(), Value::Array(view));
             }
         }
-        serde_json::to_vec(fields)
-            .map(Bytes::from)
-            .map_err(|e| ApiError::Internal(e.to_string()))
     }
 }
 

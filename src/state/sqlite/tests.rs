@@ -35,6 +35,7 @@ fn chain(depth: u32, created_at: u64) -> FoldChain {
         reason: Reason::Token,
         summarizer: None,
         api: "chat".into(),
+        recall: false,
     });
     chain
 }

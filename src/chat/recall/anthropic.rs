@@ -1,0 +1,493 @@
+//! Recall on Anthropic Messages: the tool, the requests that may get it,
+//! the model's `tool_use` blocks in a whole or streamed answer, and hiding
+//! them from the client.
+//!
+//! A streamed answer is one message to the client whatever the rounds: the
+//! first round's `message_start` only, every later round's content blocks
+//! numbered after the blocks already shown, and the last `message_delta`
+//! carrying the usage of every round, summed.
+
+use super::calls::{Call, Calls, Turn, summed};
+use super::stream::{self, Chunk};
+use crate::archive::RECALL_TOOL;
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The tool foldgate adds to a request.
+fn tool() -> Value {
+    json!({
+        "name": RECALL_TOOL,
+        "description": super::DESCRIPTION,
+        "input_schema": super::parameters(),
+    })
+}
+
+/// Whether a request may get the tool: the model free to pick its tools
+/// (`tool_choice` unset or `auto`), and no tool of that name.
+pub fn offerable(fields: &Map<String, Value>) -> bool {
+    let free = match fields.get("tool_choice") {
+        None | Some(Value::Null) => true,
+        Some(choice) => choice.get("type").and_then(Value::as_str) == Some("auto"),
+    };
+    free && !super::has_tool(fields, name_of)
+}
+
+fn name_of(tool: &Value) -> Option<&str> {
+    tool.get("name").and_then(Value::as_str)
+}
+
+/// Adds the tool to the request.
+pub fn add_tool(fields: &mut Map<String, Value>) {
+    super::push_tool(fields, tool());
+}
+
+/// Takes the tool out of the request.
+pub fn remove_tool(fields: &mut Map<String, Value>) {
+    super::remove_tool(fields, name_of);
+}
+
+/// The calls of a whole answer: its `tool_use` blocks, by block index.
+pub fn calls(answer: &Value) -> Calls {
+    let mut calls = Calls::default();
+    for (i, block) in blocks(answer).iter().enumerate() {
+        if block.get("type").and_then(Value::as_str) == Some("tool_use") {
+            let i = i as u64;
+            calls.id(
+                i,
+                block.get("id").and_then(Value::as_str).unwrap_or_default(),
+            );
+            calls.name(i, name_of(block).unwrap_or_default());
+            calls.arguments(
+                i,
+                &block.get("input").map(Value::to_string).unwrap_or_default(),
+            );
+        }
+    }
+    calls
+}
+
+fn blocks(answer: &Value) -> &[Value] {
+    answer
+        .get("content")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// The assistant message of a whole answer, as foldgate appends it: its
+/// content blocks as they came (thinking blocks keep their signatures).
+pub fn answer_message(answer: &Value) -> Value {
+    json!({"role": "assistant", "content": blocks(answer)})
+}
+
+/// The message answering `calls`: one user message of `tool_result`s.
+pub fn results(calls: &[Call], texts: Vec<String>) -> Vec<Value> {
+    let blocks: Vec<Value> = calls
+        .iter()
+        .zip(texts)
+        .map(|(c, text)| json!({"type": "tool_result", "tool_use_id": c.id, "content": text}))
+        .collect();
+    vec![json!({"role": "user", "content": blocks})]
+}
+
+fn is_recall_block(block: &Value) -> bool {
+    block.get("type").and_then(Value::as_str) == Some("tool_use")
+        && name_of(block) == Some(RECALL_TOOL)
+}
+
+/// Removes recall `tool_use` blocks from a whole answer; with no
+/// `tool_use` left, a `tool_use` stop becomes `end_turn`.
+pub fn hide(answer: &mut Value) {
+    let Some(Value::Array(blocks)) = answer.get_mut("content") else {
+        return;
+    };
+    blocks.retain(|b| !is_recall_block(b));
+    let any_call = blocks
+        .iter()
+        .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"));
+    if !any_call {
+        stream::replace_str(answer, "/stop_reason", "tool_use", "end_turn");
+    }
+}
+
+/// One streamed round of Messages events.
+pub struct Round {
+    /// The round's request could not offer recall again: any recall call
+    /// is a stray, removed.
+    last: bool,
+    /// A later round: its `message_start` is not the client's.
+    later: bool,
+    /// Content blocks the client was shown in earlier rounds.
+    offset: u64,
+    /// Events held since the first recall block, with their data.
+    held: Option<Vec<Chunk>>,
+    /// Recall and client calls in one answer, or a stray: recall blocks
+    /// are removed.
+    mixed: bool,
+    calls: Calls,
+    /// The round's content blocks, assembled from their deltas.
+    blocks: BTreeMap<u64, Value>,
+    /// Streamed `tool_use` inputs, until their block stops.
+    inputs: BTreeMap<u64, String>,
+    /// The round's usage: `message_start`'s, updated by `message_delta`.
+    usage: Value,
+    /// Blocks shown to the client in this round.
+    shown: BTreeSet<u64>,
+}
+
+impl Round {
+    /// A round; `later` when it is not the first, `offset` the blocks
+    /// shown in the rounds before.
+    pub fn new(last: bool, later: bool, offset: u64) -> Self {
+        Self {
+            last,
+            later,
+            offset,
+            held: None,
+            mixed: false,
+            calls: Calls::default(),
+            blocks: BTreeMap::new(),
+            inputs: BTreeMap::new(),
+            usage: Value::Null,
+            shown: BTreeSet::new(),
+        }
+    }
+
+    /// Gathers the event's blocks, calls and usage.
+    fn read(&mut self, event: &Value) {
+        let index = event.get("index").and_then(Value::as_u64);
+        match (kind(event), index) {
+            ("message_start", _) => update(&mut self.usage, event.pointer("/message/usage")),
+            ("message_delta", _) => update(&mut self.usage, event.get("usage")),
+            ("content_block_start", Some(i)) => {
+                let block = event.get("content_block").cloned().unwrap_or_default();
+                if block.get("type").and_then(Value::as_str) == Some("tool_use") {
+                    self.calls.id(
+                        i,
+                        block.get("id").and_then(Value::as_str).unwrap_or_default(),
+                    );
+                    self.calls.name(i, name_of(&block).unwrap_or_default());
+                }
+                self.blocks.insert(i, block);
+            }
+            ("content_block_delta", Some(i)) => {
+                let delta = event.get("delta").unwrap_or(&Value::Null);
+                if let Some(json) = delta.get("partial_json").and_then(Value::as_str) {
+                    self.inputs.entry(i).or_default().push_str(json);
+                    self.calls.arguments(i, json);
+                }
+                if let Some(block) = self.blocks.get_mut(&i) {
+                    apply(block, delta);
+                }
+            }
+            ("content_block_stop", Some(i)) => {
+                if let (Some(input), Some(block)) =
+                    (self.inputs.remove(&i), self.blocks.get_mut(&i))
+                {
+                    block["input"] = serde_json::from_str(&input).unwrap_or_else(|_| json!({}));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The event as the client gets it, if at all: recall blocks removed
+    /// once the answer is mixed, blocks numbered after earlier rounds',
+    /// usage summed over the rounds in the last `message_delta`.
+    fn outgoing(
+        &mut self,
+        raw: Bytes,
+        event: Option<Value>,
+        recall: &[u64],
+        prior: &Value,
+    ) -> Option<Bytes> {
+        let Some(mut event) = event else {
+            return Some(raw);
+        };
+        let kind = kind(&event).to_string();
+        let mut changed = false;
+        if let Some(i) = event.get("index").and_then(Value::as_u64) {
+            let hidden = if self.mixed { recall } else { &[] };
+            if hidden.contains(&i) {
+                return None;
+            }
+            if kind == "content_block_start" {
+                self.shown.insert(i);
+            }
+            let to = self.offset + i - stream::below(hidden, i);
+            if to != i {
+                event["index"] = Value::from(to);
+                changed = true;
+            }
+        }
+        if kind == "message_delta" {
+            if self.mixed && !self.calls.any_client() {
+                changed |=
+                    stream::replace_str(&mut event, "/delta/stop_reason", "tool_use", "end_turn");
+            }
+            if !prior.is_null() {
+                event["usage"] = summed(prior, &self.usage);
+                changed = true;
+            }
+        }
+        Some(if changed {
+            stream::named_event(&kind, &event)
+        } else {
+            raw
+        })
+    }
+}
+
+fn kind(event: &Value) -> &str {
+    event
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// Sets each field of `from` in `usage` (a later count replaces an earlier).
+fn update(usage: &mut Value, from: Option<&Value>) {
+    let Some(Value::Object(from)) = from else {
+        return;
+    };
+    if !usage.is_object() {
+        *usage = json!({});
+    }
+    if let Some(usage) = usage.as_object_mut() {
+        for (k, v) in from {
+            usage.insert(k.clone(), v.clone());
+        }
+    }
+}
+
+/// Applies a content block delta to the block it belongs to.
+fn apply(block: &mut Value, delta: &Value) {
+    let append = |block: &mut Value, field: &str, piece: &str| {
+        let mut text = block
+            .get(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        text.push_str(piece);
+        block[field] = Value::String(text);
+    };
+    match kind(delta) {
+        "text_delta" => append(block, "text", delta["text"].as_str().unwrap_or_default()),
+        "thinking_delta" => append(
+            block,
+            "thinking",
+            delta["thinking"].as_str().unwrap_or_default(),
+        ),
+        "signature_delta" => block["signature"] = delta["signature"].clone(),
+        "citations_delta" => {
+            if !block.get("citations").is_some_and(Value::is_array) {
+                block["citations"] = json!([]);
+            }
+            if let Some(list) = block["citations"].as_array_mut() {
+                list.push(delta["citation"].clone());
+            }
+        }
+        _ => {}
+    }
+}
+
+impl stream::Round for Round {
+    fn event(&mut self, raw: Bytes, prior: &Value) -> Vec<Bytes> {
+        let event = stream::chunk_of(&raw);
+        if let Some(event) = &event {
+            self.read(event);
+            if self.later && kind(event) == "message_start" {
+                return Vec::new();
+            }
+        }
+        let mut out = Vec::new();
+        let recall = self.calls.recall_indices();
+        if !recall.is_empty() && !self.mixed {
+            if self.last || self.calls.any_client() {
+                self.mixed = true;
+                for (raw, event) in self.held.take().unwrap_or_default() {
+                    out.extend(self.outgoing(raw, event, &recall, prior));
+                }
+            } else if self.held.is_none() {
+                self.held = Some(Vec::new());
+            }
+        }
+        match &mut self.held {
+            Some(held) => held.push((raw, event)),
+            None => out.extend(self.outgoing(raw, event, &recall, prior)),
+        }
+        out
+    }
+
+    fn end(self: Box<Self>) -> Option<Turn> {
+        self.held.as_ref()?;
+        let content: Vec<Value> = self.blocks.into_values().collect();
+        Some(Turn {
+            message: json!({"role": "assistant", "content": content}),
+            calls: self.calls.recalls(),
+            usage: Some(self.usage),
+            shown: self.shown.len() as u64,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat::recall::stream::Round as _;
+
+    fn ev(v: Value) -> Bytes {
+        let name = kind(&v).to_string();
+        stream::named_event(&name, &v)
+    }
+
+    fn start(usage: u64) -> Bytes {
+        ev(
+            json!({"type": "message_start", "message": {"id": "msg", "content": [],
+            "usage": {"input_tokens": usage, "output_tokens": 1}}}),
+        )
+    }
+
+    fn text_block(i: u64, text: &str) -> Vec<Bytes> {
+        vec![
+            ev(
+                json!({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}),
+            ),
+            ev(
+                json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": text}}),
+            ),
+            ev(json!({"type": "content_block_stop", "index": i})),
+        ]
+    }
+
+    fn tool_block(i: u64, id: &str, name: &str, input: &str) -> Vec<Bytes> {
+        vec![
+            ev(json!({"type": "content_block_start", "index": i,
+                "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}})),
+            ev(json!({"type": "content_block_delta", "index": i,
+                "delta": {"type": "input_json_delta", "partial_json": input}})),
+            ev(json!({"type": "content_block_stop", "index": i})),
+        ]
+    }
+
+    fn finish(reason: &str, output: u64) -> Vec<Bytes> {
+        vec![
+            ev(
+                json!({"type": "message_delta", "delta": {"stop_reason": reason}, "usage": {"output_tokens": output}}),
+            ),
+            ev(json!({"type": "message_stop"})),
+        ]
+    }
+
+    fn feed(round: &mut Round, events: Vec<Bytes>, prior: &Value) -> Vec<Value> {
+        events
+            .into_iter()
+            .flat_map(|e| round.event(e, prior))
+            .filter_map(|b| stream::chunk_of(&b))
+            .collect()
+    }
+
+    #[test]
+    fn a_recall_round_shows_its_text_and_holds_the_rest() {
+        let mut round = Round::new(false, false, 0);
+        let mut events = vec![start(100)];
+        events.extend(text_block(0, "Let me look."));
+        events.extend(tool_block(
+            1,
+            "toolu_1",
+            "foldgate_recall",
+            "{\"query\": \"port\"}",
+        ));
+        events.extend(finish("tool_use", 20));
+        let shown = feed(&mut round, events, &Value::Null);
+        assert_eq!(shown.len(), 4, "message_start and the text block");
+        let turn = Box::new(round)
+            .end()
+            .unwrap_or_else(|| unreachable!("held"));
+        assert_eq!(turn.shown, 1);
+        assert_eq!(turn.calls[0].id, "toolu_1");
+        assert_eq!(turn.calls[0].query().as_deref(), Some("port"));
+        assert_eq!(
+            turn.message["content"][0],
+            json!({"type": "text", "text": "Let me look."})
+        );
+        assert_eq!(
+            turn.message["content"][1]["input"],
+            json!({"query": "port"})
+        );
+        assert_eq!(
+            turn.usage,
+            Some(json!({"input_tokens": 100, "output_tokens": 20}))
+        );
+    }
+
+    #[test]
+    fn a_later_round_continues_the_same_message() {
+        let mut round = Round::new(false, true, 1);
+        let prior = json!({"input_tokens": 100, "output_tokens": 20});
+        let mut events = vec![start(150)];
+        events.extend(text_block(0, "Port 8080."));
+        events.extend(finish("end_turn", 9));
+        let shown = feed(&mut round, events, &prior);
+        assert!(shown.iter().all(|e| kind(e) != "message_start"));
+        assert_eq!(
+            shown[0]["index"], 1,
+            "numbered after the block shown before"
+        );
+        let delta = shown
+            .iter()
+            .find(|e| kind(e) == "message_delta")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            delta["usage"],
+            json!({"input_tokens": 250, "output_tokens": 29})
+        );
+        assert!(Box::new(round).end().is_none());
+    }
+
+    #[test]
+    fn recall_and_client_tool_use_give_the_client_its_own() {
+        let mut round = Round::new(false, false, 0);
+        let mut events = vec![start(100)];
+        events.extend(tool_block(
+            0,
+            "toolu_r",
+            "foldgate_recall",
+            "{\"query\": \"x\"}",
+        ));
+        events.extend(tool_block(1, "toolu_c", "read_file", "{\"path\": \"a\"}"));
+        events.extend(finish("tool_use", 20));
+        let shown = feed(&mut round, events, &Value::Null);
+        let starts: Vec<&Value> = shown
+            .iter()
+            .filter(|e| kind(e) == "content_block_start")
+            .collect();
+        assert_eq!(starts.len(), 1);
+        assert_eq!(starts[0]["index"], 0);
+        assert_eq!(starts[0]["content_block"]["id"], "toolu_c");
+        assert!(
+            shown
+                .iter()
+                .any(|e| e["delta"]["stop_reason"] == "tool_use")
+        );
+        assert!(Box::new(round).end().is_none());
+    }
+
+    #[test]
+    fn whole_answers_hide_recall_blocks() {
+        let mut answer = json!({"stop_reason": "tool_use", "content": [
+            {"type": "text", "text": "Checking."},
+            {"type": "tool_use", "id": "t", "name": "foldgate_recall", "input": {"query": "port"}}]});
+        let calls = calls(&answer);
+        assert!(calls.recall_only());
+        assert_eq!(calls.recalls()[0].query().as_deref(), Some("port"));
+        hide(&mut answer);
+        assert_eq!(answer["content"].as_array().map(Vec::len), Some(1));
+        assert_eq!(answer["stop_reason"], "end_turn");
+        let fields = |v: Value| v.as_object().cloned().unwrap_or_default();
+        assert!(offerable(&fields(json!({"tool_choice": {"type": "auto"}}))));
+        assert!(!offerable(&fields(json!({"tool_choice": {"type": "any"}}))));
+        assert!(!offerable(&fields(json!({"tools": [tool()]}))));
+    }
+}

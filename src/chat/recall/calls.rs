@@ -1,0 +1,214 @@
+//! What every API's recall shares: a recall call, the text answering it,
+//! the calls of one answer gathered by index, the turn a round ends with,
+//! and usage summed over rounds.
+
+use crate::archive::{Excerpt, RECALL_TOOL};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// One recall call the model made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub id: String,
+    /// Its arguments, as JSON text.
+    pub arguments: String,
+}
+
+impl Call {
+    /// The query the call asks for, or `None` when its arguments are not
+    /// `{"query": "…"}`.
+    pub fn query(&self) -> Option<String> {
+        let args: Value = serde_json::from_str(&self.arguments).ok()?;
+        let query = args.get("query")?.as_str()?.trim();
+        (!query.is_empty()).then(|| query.to_string())
+    }
+
+    /// What the call hands the model: the passages best first, each with
+    /// its turn and role; or why there are none.
+    pub fn result_text(&self, excerpts: Option<&[Excerpt]>) -> String {
+        let (Some(query), Some(excerpts)) = (self.query(), excerpts) else {
+            return format!(
+                "{RECALL_TOOL} takes JSON arguments {{\"query\": \"words to search for\"}}."
+            );
+        };
+        if excerpts.is_empty() {
+            return format!("No archived message of this conversation matches {query:?}.");
+        }
+        let mut out = format!("Archived messages matching {query:?}, best first:");
+        for e in excerpts {
+            out.push_str(&format!(
+                "\n\n[turn {}, {}]\n{}",
+                e.position, e.role, e.text
+            ));
+        }
+        out
+    }
+}
+
+/// The tool calls of one answer, gathered by index (a streamed call
+/// arrives in pieces).
+#[derive(Debug, Default)]
+pub struct Calls {
+    by_index: BTreeMap<u64, (Call, String)>,
+}
+
+impl Calls {
+    fn at(&mut self, index: u64) -> &mut (Call, String) {
+        self.by_index.entry(index).or_insert_with(|| {
+            let call = Call {
+                id: String::new(),
+                arguments: String::new(),
+            };
+            (call, String::new())
+        })
+    }
+
+    /// Sets the call's id.
+    pub fn id(&mut self, index: u64, id: &str) {
+        self.at(index).0.id = id.to_string();
+    }
+
+    /// Adds to the call's tool name.
+    pub fn name(&mut self, index: u64, name: &str) {
+        self.at(index).1.push_str(name);
+    }
+
+    /// Adds to the call's arguments.
+    pub fn arguments(&mut self, index: u64, piece: &str) {
+        self.at(index).0.arguments.push_str(piece);
+    }
+
+    /// Indices of the recall calls.
+    pub fn recall_indices(&self) -> Vec<u64> {
+        self.by_index
+            .iter()
+            .filter(|(_, (_, name))| name == RECALL_TOOL)
+            .map(|(&i, _)| i)
+            .collect()
+    }
+
+    /// Whether any call is to one of the client's tools.
+    pub fn any_client(&self) -> bool {
+        self.by_index.values().any(|(_, name)| name != RECALL_TOOL)
+    }
+
+    /// The recall calls, in order.
+    pub fn recalls(&self) -> Vec<Call> {
+        self.by_index
+            .values()
+            .filter(|(_, name)| name == RECALL_TOOL)
+            .map(|(call, _)| call.clone())
+            .collect()
+    }
+
+    /// Whether foldgate answers these calls: there are recall calls, and
+    /// only recall calls.
+    pub fn recall_only(&self) -> bool {
+        !self.recall_indices().is_empty() && !self.any_client()
+    }
+}
+
+/// A round that ended with recall calls only: what foldgate appends to
+/// its copy of the request before it answers them.
+#[derive(Debug)]
+pub struct Turn {
+    /// The assistant's message, as the API takes it back.
+    pub message: Value,
+    pub calls: Vec<Call>,
+    /// The round's usage, when reported.
+    pub usage: Option<Value>,
+    /// Content blocks the client was shown in the round (Anthropic numbers
+    /// the next round's after them).
+    pub shown: u64,
+}
+
+/// Adds `more` to `total`, field by field: numbers are summed, objects
+/// merged the same way (token details included), anything else kept.
+pub fn add_usage(total: &mut Value, more: &Value) {
+    match (total, more) {
+        (Value::Object(t), Value::Object(m)) => {
+            for (k, v) in m {
+                match t.get_mut(k) {
+                    Some(slot) => add_usage(slot, v),
+                    None => {
+                        t.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (t @ Value::Number(_), Value::Number(m)) => {
+            if let (Some(a), Some(b)) = (t.as_u64(), m.as_u64()) {
+                *t = Value::from(a.saturating_add(b));
+            } else if let (Some(a), Some(b)) = (t.as_f64(), m.as_f64()) {
+                *t = Value::from(a + b);
+            }
+        }
+        (t @ Value::Null, m) => *t = m.clone(),
+        _ => {}
+    }
+}
+
+/// `total` plus `more`, without touching either.
+pub fn summed(total: &Value, more: &Value) -> Value {
+    let mut sum = total.clone();
+    add_usage(&mut sum, more);
+    sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pieces_gather_into_calls() {
+        let mut calls = Calls::default();
+        calls.id(0, "c1");
+        calls.name(0, "foldgate_recall");
+        calls.arguments(0, "{\"query\":");
+        calls.arguments(0, "\"port\"}");
+        assert!(calls.recall_only());
+        let recalls = calls.recalls();
+        assert_eq!(recalls[0].id, "c1");
+        assert_eq!(recalls[0].query().as_deref(), Some("port"));
+        calls.name(1, "ls");
+        assert!(calls.any_client() && !calls.recall_only());
+    }
+
+    #[test]
+    fn a_bad_argument_gets_an_explanation_not_a_search() {
+        let bad = Call {
+            id: "c".into(),
+            arguments: "{\"q\": 1}".into(),
+        };
+        assert_eq!(bad.query(), None);
+        assert!(bad.result_text(Some(&[])).contains("\"query\""));
+        let good = Call {
+            id: "c".into(),
+            arguments: "{\"query\": \"port\"}".into(),
+        };
+        assert!(
+            good.result_text(Some(&[]))
+                .starts_with("No archived message")
+        );
+    }
+
+    #[test]
+    fn usage_sums_field_by_field() {
+        let mut total = json!({"prompt_tokens": 10, "completion_tokens": 2,
+                               "prompt_tokens_details": {"cached_tokens": 4}});
+        add_usage(
+            &mut total,
+            &json!({"prompt_tokens": 12, "completion_tokens": 3,
+                                      "prompt_tokens_details": {"cached_tokens": 1}, "extra": 1}),
+        );
+        assert_eq!(total["prompt_tokens"], 22);
+        assert_eq!(total["completion_tokens"], 5);
+        assert_eq!(total["prompt_tokens_details"]["cached_tokens"], 5);
+        assert_eq!(total["extra"], 1);
+        assert_eq!(
+            summed(&Value::Null, &json!({"total_tokens": 3}))["total_tokens"],
+            3
+        );
+    }
+}

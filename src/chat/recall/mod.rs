@@ -1,0 +1,381 @@
+//! The recall tool, run by foldgate: a conversation whose view hides
+//! archived messages gets one more function tool, `foldgate_recall`. When
+//! the model calls it, foldgate searches the conversation's archive,
+//! appends the call and its result to its own copy of the request and asks
+//! the upstream again, at most `archive.recall_rounds` times; the client
+//! sees only the final answer, with usage summed over the rounds.
+//!
+//! - A whole answer is read before it is returned (bounded).
+//! - A stream passes through unbuffered until a tool-call delta names the
+//!   recall tool; only then is the rest of that round held ([`stream`]).
+//! - An answer that calls the recall tool *and* client tools goes to the
+//!   client with the recall calls removed (the client's calls renumbered);
+//!   foldgate runs no search for it, so the client's calls are never held
+//!   back or replayed.
+//! - After the last round the tool is taken out of the request and the
+//!   upstream is asked once more; a recall call it still makes is removed.
+//! - A round the upstream fails is retried once as the first request
+//!   without the tool; that answer is the client's, whatever it is.
+//!
+//! Chat completions ([`chat`]) and Anthropic Messages ([`anthropic`]);
+//! not yet the Responses API ([`speaks`]).
+
+mod anthropic;
+mod calls;
+mod chat;
+mod stream;
+
+use super::codec::Api;
+use super::request::ChatRequest;
+use super::tap::OnUsage;
+use super::turn::Prepared;
+use crate::app::App;
+use crate::body::{self, Body};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::state::ConvKey;
+use crate::tokens::UsageScanner;
+use crate::upstream::Provider;
+use bytes::Bytes;
+use calls::{Calls, Turn};
+use http::request::Parts;
+use http::{HeaderValue, Response, header};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
+/// Largest whole answer read to look for recall calls.
+const MAX_ANSWER: usize = 16 << 20;
+
+/// What the tool says it does, to the model.
+const DESCRIPTION: &str = "Look up earlier messages of this conversation that were folded out of view \
+                           (they are archived verbatim). Returns the best-matching passages with their \
+                           turn and role. Use it when you need an exact detail the summary lacks.";
+
+/// The tool's parameters, as a JSON schema.
+fn parameters() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "query": {
+                "type": "string",
+                "description": "Words, identifiers, paths or a tool call id to search for"
+            }
+        },
+        "required": ["query"]
+    })
+}
+
+/// Whether the request's `tools` has one that `name` calls the recall tool.
+fn has_tool(fields: &Map<String, Value>, name: fn(&Value) -> Option<&str>) -> bool {
+    fields
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|tools| {
+            tools
+                .iter()
+                .any(|t| name(t) == Some(crate::archive::RECALL_TOOL))
+        })
+}
+
+/// Appends `tool` to the request's `tools`.
+fn push_tool(fields: &mut Map<String, Value>, tool: Value) {
+    match fields.get_mut("tools") {
+        Some(Value::Array(tools)) => tools.push(tool),
+        _ => {
+            fields.insert("tools".into(), Value::Array(vec![tool]));
+        }
+    }
+}
+
+/// Takes the recall tool (named by `name`) out of the request's `tools`;
+/// `tools` goes when it was the only one.
+fn remove_tool(fields: &mut Map<String, Value>, name: fn(&Value) -> Option<&str>) {
+    if let Some(Value::Array(tools)) = fields.get_mut("tools") {
+        tools.retain(|t| name(t) != Some(crate::archive::RECALL_TOOL));
+        if tools.is_empty() {
+            fields.remove("tools");
+        }
+    }
+}
+
+/// Whether foldgate can run the recall tool on this API.
+pub(super) fn speaks(api: Api) -> bool {
+    matches!(api, Api::Chat | Api::Anthropic)
+}
+
+/// One request's recall rounds: foldgate's copy of the forwarded request
+/// (the recall tool in it) and what the rounds so far added up to.
+pub(super) struct Session {
+    api: Api,
+    app: Arc<App>,
+    provider: Arc<Provider>,
+    /// The client's request head, asking for an uncompressed answer.
+    parts: Parts,
+    key: ConvKey,
+    fields: Map<String, Value>,
+    /// Messages in the first round's request (a fallback returns to them).
+    first_len: usize,
+    /// Recall rounds answered so far.
+    rounds: u32,
+    /// Usage of the rounds before the current one, summed (`null`: none).
+    usage: Value,
+    /// Reports the first round's prompt tokens for calibration.
+    observe: Option<OnUsage>,
+}
+
+impl Session {
+    /// Offers the recall tool when the request's view hides archived
+    /// messages, the conversation may recall, and the request leaves the
+    /// model free to choose its tools; takes the view from `prepared`.
+    pub fn offer(
+        app: &Arc<App>,
+        request: &mut ChatRequest,
+        prepared: &mut Prepared,
+        parts: &Parts,
+    ) -> Option<Self> {
+        let api = request.api;
+        let offerable = |fields: &Map<String, Value>| match api {
+            Api::Anthropic => anthropic::offerable(fields),
+            _ => chat::offerable(fields),
+        };
+        let offered =
+            prepared.view.is_some() && request.recall() && request.fields().is_some_and(offerable);
+        if !offered {
+            return None;
+        }
+        let key = request.key()?.clone();
+        let mut fields = request.view_fields(prepared)?;
+        match api {
+            Api::Anthropic => anthropic::add_tool(&mut fields),
+            _ => chat::add_tool(&mut fields),
+        }
+        let first_len = messages_mut(&mut fields).map_or(0, |m| m.len());
+        let mut parts = parts.clone();
+        parts.headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+        Metrics::inc(&app.metrics.recall_offers);
+        Some(Self {
+            api,
+            app: app.clone(),
+            provider: request.provider.clone(),
+            parts,
+            key,
+            fields,
+            first_len,
+            rounds: 0,
+            usage: Value::Null,
+            observe: None,
+        })
+    }
+
+    /// The request head to send.
+    pub fn parts(&self) -> &Parts {
+        &self.parts
+    }
+
+    /// The request body to send now.
+    pub fn body(&self) -> Result<Bytes, ApiError> {
+        serde_json::to_vec(&self.fields)
+            .map(Bytes::from)
+            .map_err(|e| ApiError::Internal(e.to_string()))
+    }
+
+    /// The client's response to the first round's successful answer: read
+    /// whole, or streamed by a task of its own.
+    pub async fn respond(
+        mut self,
+        head: http::response::Parts,
+        incoming: Incoming,
+        observe: OnUsage,
+    ) -> Result<Response<Body>, ApiError> {
+        self.observe = Some(observe);
+        if super::is_sse(&head.headers) {
+            let (tx, body) = body::channel(16);
+            tokio::spawn(stream::run(self, incoming, tx));
+            return Ok(Response::from_parts(head, body));
+        }
+        self.whole(head, incoming).await
+    }
+
+    /// Whole answers: read each round's, answer its recall calls, and
+    /// return the first answer that has none to answer.
+    async fn whole(
+        mut self,
+        mut head: http::response::Parts,
+        mut incoming: Incoming,
+    ) -> Result<Response<Body>, ApiError> {
+        loop {
+            let bytes = Limited::new(incoming, MAX_ANSWER)
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .map_err(|e| self.unreachable(format!("reading an answer: {e}")))?;
+            if let Some(observe) = self.observe.take() {
+                let mut scanner = UsageScanner::new(false);
+                scanner.feed(&bytes);
+                if let Some(tokens) = scanner.finish() {
+                    observe(tokens);
+                }
+            }
+            let parsed = serde_json::from_slice::<Value>(&bytes).ok();
+            let Some(mut answer) = parsed.filter(|_| head.status.is_success()) else {
+                return Ok(with_body(head, bytes));
+            };
+            let calls = self.calls(&answer);
+            if !self.last() && calls.recall_only() {
+                let calls = calls.recalls();
+                let message = match self.api {
+                    Api::Anthropic => anthropic::answer_message(&answer),
+                    _ => chat::answer_message(&answer, &calls),
+                };
+                let usage = answer.get("usage").cloned();
+                let turn = Turn {
+                    message,
+                    calls,
+                    usage,
+                    shown: 0,
+                };
+                (head, incoming) = self.next_round(turn).await?;
+                continue;
+            }
+            match self.api {
+                Api::Anthropic => anthropic::hide(&mut answer),
+                _ => chat::hide(&mut answer),
+            }
+            if let Some(answer) = answer.as_object_mut().filter(|_| !self.usage.is_null()) {
+                let last = answer.get("usage").cloned().unwrap_or_default();
+                answer.insert("usage".into(), calls::summed(&self.usage, &last));
+            }
+            let bytes =
+                serde_json::to_vec(&answer).map_err(|e| ApiError::Internal(e.to_string()))?;
+            return Ok(with_body(head, Bytes::from(bytes)));
+        }
+    }
+
+    /// The tool calls of a whole answer.
+    fn calls(&self, answer: &Value) -> Calls {
+        match self.api {
+            Api::Anthropic => anthropic::calls(answer),
+            _ => chat::calls(answer),
+        }
+    }
+
+    /// A reader for the current round's streamed events; `shown` content
+    /// blocks went to the client in earlier rounds.
+    fn stream_round(&self, shown: u64) -> Box<dyn stream::Round> {
+        match self.api {
+            Api::Anthropic => Box::new(anthropic::Round::new(self.last(), self.rounds > 0, shown)),
+            _ => Box::new(chat::Round::new(self.last())),
+        }
+    }
+
+    /// The event that ends a stream foldgate cannot finish.
+    fn error_event(&self, message: &str) -> Bytes {
+        match self.api {
+            Api::Anthropic => stream::named_event(
+                "error",
+                &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+            ),
+            _ => {
+                stream::data_event(&json!({"error": {"message": message, "type": "server_error"}}))
+            }
+        }
+    }
+
+    /// Whether the current round's request can no longer offer recall.
+    fn last(&self) -> bool {
+        self.rounds >= self.app.config.archive.recall_rounds
+    }
+
+    /// Answers the turn's recall calls from the archive, appends the
+    /// turn's message and the results to the request, and asks the
+    /// upstream again; once the rounds are spent, without the tool where
+    /// the API allows (Anthropic needs it defined while its history has a
+    /// `tool_use`; a call it still makes is then removed).
+    async fn next_round(
+        &mut self,
+        turn: Turn,
+    ) -> Result<(http::response::Parts, Incoming), ApiError> {
+        if let Some(usage) = &turn.usage {
+            calls::add_usage(&mut self.usage, usage);
+        }
+        let budget = self.app.config.archive.recall_tokens;
+        // This request's fold may have just queued what it archived.
+        self.app.archive.flush().await;
+        let mut texts = Vec::with_capacity(turn.calls.len());
+        for call in &turn.calls {
+            let excerpts = match call.query() {
+                Some(query) => Some(self.app.archive.search(&self.key, &query, budget).await),
+                None => None,
+            };
+            tracing::debug!(conversation = %self.key.conversation, query = call.query(),
+                hits = excerpts.as_ref().map(Vec::len), "recall");
+            texts.push(call.result_text(excerpts.as_deref()));
+        }
+        self.app.metrics.recall_calls.fetch_add(
+            turn.calls.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let results = match self.api {
+            Api::Anthropic => anthropic::results(&turn.calls, texts),
+            _ => chat::results(&turn.calls, texts),
+        };
+        if let Some(messages) = messages_mut(&mut self.fields) {
+            messages.push(turn.message);
+            messages.extend(results);
+        }
+        self.rounds += 1;
+        if self.last() && self.api == Api::Chat {
+            chat::remove_tool(&mut self.fields);
+        }
+        match self.send().await {
+            Ok((head, incoming)) if head.status.is_success() => Ok((head, incoming)),
+            failed => {
+                let why = failed.map_or_else(|e| e.to_string(), |(h, _)| h.status.to_string());
+                tracing::warn!(conversation = %self.key.conversation, round = self.rounds, error = %why,
+                    "a recall round failed; asking once more without the tool");
+                self.fallback().await
+            }
+        }
+    }
+
+    /// The first request again, without the tool: the answer a failed
+    /// recall round leaves the client.
+    async fn fallback(&mut self) -> Result<(http::response::Parts, Incoming), ApiError> {
+        if let Some(messages) = messages_mut(&mut self.fields) {
+            messages.truncate(self.first_len);
+        }
+        match self.api {
+            Api::Anthropic => anthropic::remove_tool(&mut self.fields),
+            _ => chat::remove_tool(&mut self.fields),
+        }
+        self.rounds = self.app.config.archive.recall_rounds;
+        self.send().await
+    }
+
+    async fn send(&mut self) -> Result<(http::response::Parts, Incoming), ApiError> {
+        super::send(&self.app, &self.provider, &self.parts, self.body()?).await
+    }
+
+    fn unreachable(&self, detail: String) -> ApiError {
+        ApiError::UpstreamUnreachable {
+            provider: self.provider.name.clone(),
+            detail,
+        }
+    }
+}
+
+fn messages_mut(fields: &mut Map<String, Value>) -> Option<&mut Vec<Value>> {
+    fields.get_mut("messages").and_then(Value::as_array_mut)
+}
+
+/// A response of `head` carrying `bytes`, its length set.
+fn with_body(mut head: http::response::Parts, bytes: Bytes) -> Response<Body> {
+    head.headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    Response::from_parts(head, body::full(bytes))
+}

@@ -1,0 +1,214 @@
+//! Recall on a streamed answer. Each round's events go to the client as
+//! they arrive until a delta names the recall tool; from there the round
+//! is held. If the round ends with only recall calls, foldgate answers
+//! them and streams the next round into the same response; if a client
+//! tool call shows up too, what was held is released with the recall
+//! calls removed, and the rest passes filtered. Each API reads its own
+//! events ([`Round`]); the splitting and the rounds are here.
+
+use super::Session;
+use super::calls::Turn;
+use crate::body::BoxError;
+use crate::tokens::UsageScanner;
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::Value;
+use tokio::sync::mpsc::Sender;
+
+/// Largest event held while looking for its end; a longer one passes raw.
+const MAX_EVENT: usize = 4 << 20;
+
+type Tx = Sender<Result<Bytes, BoxError>>;
+
+/// An event as it came, with its JSON data when it has some.
+pub type Chunk = (Bytes, Option<Value>);
+
+/// One API's reading of one round's events.
+pub(super) trait Round: Send {
+    /// Takes one whole event; returns what goes to the client now. `prior`
+    /// is the earlier rounds' usage, summed into what the client sees.
+    fn event(&mut self, raw: Bytes, prior: &Value) -> Vec<Bytes>;
+    /// At the end of the round's stream: the turn foldgate answers, when
+    /// the round held recall calls only.
+    fn end(self: Box<Self>) -> Option<Turn>;
+}
+
+/// Streams the rounds into `tx` until one ends without recall calls, the
+/// client goes away, or the upstream fails.
+pub(super) async fn run(mut session: Session, mut incoming: Incoming, tx: Tx) {
+    let mut shown = 0;
+    loop {
+        let round = session.stream_round(shown);
+        let Some(turn) = stream_round(&mut session, round, incoming, &tx).await else {
+            return;
+        };
+        shown += turn.shown;
+        incoming = match session.next_round(turn).await {
+            Ok((head, body)) if head.status.is_success() => body,
+            Ok((head, body)) => {
+                let detail = body
+                    .collect()
+                    .await
+                    .map(|c| c.to_bytes())
+                    .unwrap_or_default();
+                let message = String::from_utf8_lossy(&detail);
+                let why = format!("upstream answered {}: {message}", head.status);
+                let _ = tx.send(Ok(session.error_event(&why))).await;
+                return;
+            }
+            Err(e) => {
+                let _ = tx.send(Ok(session.error_event(&e.to_string()))).await;
+                return;
+            }
+        };
+    }
+}
+
+/// Streams one round through `round`. Returns the turn when the round
+/// ended holding recall calls only; `None` when the client's response is
+/// complete or cannot go on.
+async fn stream_round(
+    session: &mut Session,
+    mut round: Box<dyn Round>,
+    mut incoming: Incoming,
+    tx: &Tx,
+) -> Option<Turn> {
+    let mut scanner = session.observe.is_some().then(|| UsageScanner::new(true));
+    let mut events = Events::default();
+    while let Some(frame) = incoming.frame().await {
+        let data = match frame {
+            Ok(frame) => match frame.into_data() {
+                Ok(data) => data,
+                Err(_) => continue,
+            },
+            Err(e) => {
+                let _ = tx.send(Err(e.into())).await;
+                return None;
+            }
+        };
+        if let Some(scanner) = &mut scanner {
+            scanner.feed(&data);
+        }
+        for raw in events.push(&data) {
+            for bytes in round.event(raw, &session.usage) {
+                tx.send(Ok(bytes)).await.ok()?;
+            }
+        }
+    }
+    if let (Some(tokens), Some(observe)) = (
+        scanner.and_then(UsageScanner::finish),
+        session.observe.take(),
+    ) {
+        observe(tokens);
+    }
+    session.observe = None;
+    let rest = events.rest();
+    if !rest.is_empty() {
+        tx.send(Ok(rest)).await.ok()?;
+    }
+    round.end()
+}
+
+/// The JSON object of a `data:` event (`None`: `[DONE]`, comments, pings
+/// without data).
+pub fn chunk_of(raw: &[u8]) -> Option<Value> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let data = text.lines().find_map(|l| l.strip_prefix("data:"))?.trim();
+    serde_json::from_str::<Value>(data)
+        .ok()
+        .filter(Value::is_object)
+}
+
+/// An SSE event carrying `value` as its data.
+pub fn data_event(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+/// An SSE event named `name` carrying `value`.
+pub fn named_event(name: &str, value: &Value) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {value}\n\n"))
+}
+
+/// Sets the string at `pointer` to `to` when it is `from`; returns
+/// whether it did.
+pub fn replace_str(value: &mut Value, pointer: &str, from: &str, to: &str) -> bool {
+    match value.pointer_mut(pointer) {
+        Some(slot) if slot.as_str() == Some(from) => {
+            *slot = Value::String(to.to_string());
+            true
+        }
+        _ => false,
+    }
+}
+
+/// How many of the (removed) indices `hidden` come before `index`.
+pub fn below(hidden: &[u64], index: u64) -> u64 {
+    hidden.iter().filter(|&&h| h < index).count() as u64
+}
+
+/// Splits a byte stream into SSE events (each ending with a blank line).
+#[derive(Default)]
+struct Events {
+    buf: BytesMut,
+}
+
+impl Events {
+    /// Adds `data`; returns the events it completed, whole.
+    fn push(&mut self, data: &[u8]) -> Vec<Bytes> {
+        self.buf.extend_from_slice(data);
+        let mut out = Vec::new();
+        while let Some(end) = boundary(&self.buf) {
+            out.push(self.buf.split_to(end).freeze());
+        }
+        if self.buf.len() > MAX_EVENT {
+            out.push(self.buf.split().freeze());
+        }
+        out
+    }
+
+    /// What is left after the last complete event.
+    fn rest(self) -> Bytes {
+        self.buf.freeze()
+    }
+}
+
+/// The end of the first event in `buf`, blank line included.
+fn boundary(buf: &[u8]) -> Option<usize> {
+    let lf = find(buf, b"\n\n").map(|i| i + 2);
+    let crlf = find(buf, b"\r\n\r\n").map(|i| i + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn events_split_across_chunks_and_line_endings() {
+        let mut e = Events::default();
+        assert!(e.push(b"data: 1\n").is_empty());
+        assert_eq!(
+            e.push(b"\ndata: 2\r\n\r\ndata: 3"),
+            ["data: 1\n\n", "data: 2\r\n\r\n"]
+        );
+        assert_eq!(e.rest(), "data: 3");
+    }
+
+    #[test]
+    fn chunks_are_the_json_data_of_events() {
+        let named = named_event("message_stop", &json!({"type": "message_stop"}));
+        assert_eq!(chunk_of(&named), Some(json!({"type": "message_stop"})));
+        assert_eq!(chunk_of(b"data: [DONE]\n\n"), None);
+        assert_eq!(chunk_of(b": keep-alive\n\n"), None);
+        assert_eq!(below(&[0, 3], 4), 2);
+    }
+}

@@ -34,6 +34,7 @@ use common::{Foldgate, post_json};
 use foldgate::config::Compress;
 use foldgate::fold::Compression;
 use foldgate::fold::compress::STUB_PREFIX;
+use foldgate::fold::compress::StubCache;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -190,7 +191,8 @@ fn main() {
 }
 
 /// What choosing and rendering the stubs of the loop's last turn costs on
-/// its own (the pure function, a byte-length counter).
+/// its own (a byte-length counter): rendered anew, and from the cache of
+/// rendered stubs the server keeps.
 fn stub_cost() {
     let mut l = ToolLoop::new("port the billing service");
     for _ in 0..STEPS {
@@ -201,17 +203,33 @@ fn stub_cost() {
         .iter()
         .map(|m| (m.to_string().len() / 4) as u32)
         .collect();
+    let ids = foldgate::message::ids_of(&l.messages);
     let count = |m: &Value| (m.to_string().len() / 4) as u32;
     let settings = Compress::default();
+    let cache = StubCache::new(32 << 20);
     let rounds = 50;
-    let started = Instant::now();
-    let mut stubs = 0;
-    for _ in 0..rounds {
-        stubs = Compression::of(&l.messages, &raw, &settings, 6, &count).len();
-    }
-    let each = started.elapsed().as_secs_f64() * 1e3 / f64::from(rounds);
+    let time = |f: &dyn Fn() -> usize| {
+        let started = Instant::now();
+        let mut stubs = 0;
+        for _ in 0..rounds {
+            stubs = f();
+        }
+        (
+            stubs,
+            started.elapsed().as_secs_f64() * 1e3 / f64::from(rounds),
+        )
+    };
+    let (stubs, fresh) =
+        time(&|| Compression::of(&l.messages, &raw, &settings, 6, true, &count).len());
+    let (_, cached) = time(&|| {
+        Compression::with(&l.messages, &raw, &settings, 6, &mut |i| {
+            cache.get(&l.messages, i, (ids[i], raw[i]), ("m", true), &count)
+        })
+        .len()
+    });
     println!(
-        "\nchoosing and rendering {stubs} stubs of a {STEPS}-step history ({:.1} MB): {each:.2} ms",
+        "\nchoosing and rendering the {stubs} stubs of a {STEPS}-step history ({:.1} MB): \
+         {fresh:.2} ms rendered anew, {cached:.3} ms from the cache",
         l.messages
             .iter()
             .map(|m| m.to_string().len())

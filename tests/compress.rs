@@ -496,6 +496,13 @@ async fn anthropic_and_responses_stubs_keep_their_wire_pairing() {
             );
             assert!(text.contains(&format!("port 6{s:03}")), "{path}: {text}");
             assert!(text.contains(&format!("`{id}`")), "{path}: {text}");
+            // Recall runs on Messages, not yet on Responses: a stub names
+            // the tool only where the model has it.
+            assert_eq!(
+                text.contains("foldgate_recall"),
+                path == "/v1/messages",
+                "{path}: {text}"
+            );
         }
         // The newest results and everything else stay as sent.
         assert!(

@@ -289,7 +289,14 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) -> usize {
             );
         }
         chosen = selected;
-        let compression = Compression::of(ms, &raw, &s.compress, s.policy.preserve_recent, &count);
+        let compression = Compression::of(
+            ms,
+            &raw,
+            &s.compress,
+            s.policy.preserve_recent,
+            true,
+            &count,
+        );
         let counts = compression.counts(&raw, |c| c);
         let decide = |chain: &FoldChain| {
             decide_counted(ms, &counts, chain, &s.policy, &s.budget, s.placement, count)

@@ -120,7 +120,13 @@ impl Turn {
         }
         let policy = config.policy_for(provider, &model);
         let compression = compression_for(
-            &app, provider, &model, &key, &policy, &messages, &estimate, api,
+            &app,
+            (provider, &model),
+            key.as_ref(),
+            &policy,
+            (&messages, &ids),
+            &estimate,
+            api,
         );
         let data = TurnData {
             counts: compression.counts(&estimate.messages, |c| estimate.calibrated(u64::from(c))),
@@ -150,9 +156,7 @@ impl Turn {
     /// Whether this conversation's model may recall archived messages: the
     /// recall tool is on, the API takes it, and the conversation is keyed.
     pub fn recall(&self) -> bool {
-        self.app.config.archive.recall_on()
-            && super::recall::speaks(self.data.api)
-            && self.data.key.is_some()
+        recall_for(&self.app, self.data.api, self.data.key.as_ref())
     }
 
     /// After the upstream said the prompt is too long: plan again against
@@ -367,18 +371,23 @@ impl Turn {
     }
 }
 
+/// Whether a conversation's model may recall archived messages: the
+/// recall tool is on, the API takes it, and the conversation is keyed.
+fn recall_for(app: &App, api: Api, key: Option<&ConvKey>) -> bool {
+    app.config.archive.recall_on() && super::recall::speaks(api) && key.is_some()
+}
+
 /// The request's older-turn compression: off without an archive or a
 /// conversation key (nothing may leave the view without a tier below it),
 /// and for assistant answers on the Anthropic and Responses APIs (only tool
-/// results keep their wire pairing there).
-#[expect(clippy::too_many_arguments, reason = "the request's facts, once")]
+/// results keep their wire pairing there). Stubs come from the process's
+/// cache.
 fn compression_for(
     app: &App,
-    provider: &str,
-    model: &str,
-    key: &Option<ConvKey>,
+    (provider, model): (&str, &str),
+    key: Option<&ConvKey>,
     policy: &Policy,
-    messages: &[Value],
+    (messages, ids): (&[Value], &[MessageId]),
     estimate: &Estimate,
     api: Api,
 ) -> Compression {
@@ -387,14 +396,13 @@ fn compression_for(
     if !settings.active() || !app.archive.enabled() || key.is_none() {
         return Compression::default();
     }
+    let recall = recall_for(app, api, key);
     let count = |m: &Value| app.tokens.message_tokens(model, m);
-    Compression::of(
-        messages,
-        &estimate.messages,
-        &settings,
-        policy.preserve_recent,
-        &count,
-    )
+    let raw = &estimate.messages;
+    Compression::with(messages, raw, &settings, policy.preserve_recent, &mut |i| {
+        let me = (*ids.get(i)?, *raw.get(i)?);
+        app.stubs.get(messages, i, me, (model, recall), &count)
+    })
 }
 
 /// The clock, in Unix seconds.

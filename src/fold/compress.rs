@@ -33,9 +33,12 @@
 
 use super::extract::{extract, message_text};
 use super::view::Item;
+use crate::archive::RECALL_TOOL;
 use crate::config::Compress;
-use crate::message::{Role, pinned_count, tool_call_id};
+use crate::message::{MessageId, Role, pinned_count, tool_call_id};
 use serde_json::Value;
+use std::sync::Arc;
+use xxhash_rust::xxh3::Xxh3Default;
 
 /// Every stub's text starts with this.
 pub const STUB_PREFIX: &str = "[foldgate: compressed ";
@@ -109,9 +112,11 @@ pub fn stub_items(message: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The stub standing for `messages[i]`, which has `tokens` tokens; `None`
-/// when the message is not a tool result or an assistant answer.
-pub fn stub(messages: &[Value], i: usize, tokens: u32) -> Option<Value> {
+/// The stub standing for `messages[i]`, which has `tokens` tokens; with
+/// `recall`, it tells the model how to recall the message (else only that
+/// it is archived). `None` when the message is not a tool result or an
+/// assistant answer.
+pub fn stub(messages: &[Value], i: usize, tokens: u32, recall: bool) -> Option<Value> {
     let message = messages.get(i)?;
     let role = Role::of_message(message)?;
     let text = content_text(message);
@@ -119,7 +124,7 @@ pub fn stub(messages: &[Value], i: usize, tokens: u32) -> Option<Value> {
     let (what, query) = match role {
         Role::Tool => {
             let id = tool_call_id(message);
-            let name = id.and_then(|id| tool_name(&messages[..i], id));
+            let name = tool_name(messages, i);
             let what = match (name, id) {
                 (Some(name), Some(id)) => format!("tool result of `{name}`, call `{id}`"),
                 (None, Some(id)) => format!("tool result, call `{id}`"),
@@ -150,10 +155,14 @@ pub fn stub(messages: &[Value], i: usize, tokens: u32) -> Option<Value> {
             out.push_str(item);
         }
     }
-    out.push_str(&format!(
-        "\nThe full text is archived: call foldgate_recall with the query \"{}\" to read it.",
-        query.replace('"', "'")
-    ));
+    if recall {
+        out.push_str(&format!(
+            "\nThe full text is archived: call {RECALL_TOOL} with the query \"{}\" to read it.",
+            query.replace('"', "'")
+        ));
+    } else {
+        out.push_str("\nThe full text is archived.");
+    }
     let mut stubbed = message.clone();
     stubbed
         .as_object_mut()?
@@ -171,20 +180,36 @@ pub struct Compression {
 impl Compression {
     /// Compresses the [`select`]ed messages of `messages` (`raw`: each
     /// one's uncalibrated tokens) whose stub is smaller; `count` gives a
-    /// stub's tokens in the same unit.
+    /// stub's tokens in the same unit; `recall`: see [`stub`].
     pub fn of(
         messages: &[Value],
         raw: &[u32],
         settings: &Compress,
         preserve_recent: usize,
+        recall: bool,
         count: &dyn Fn(&Value) -> u32,
+    ) -> Self {
+        Self::with(messages, raw, settings, preserve_recent, &mut |i| {
+            let stub = stub(messages, i, *raw.get(i)?, recall)?;
+            let tokens = count(&stub);
+            Some((stub, tokens))
+        })
+    }
+
+    /// [`Compression::of`] with the stubs and their tokens from `make`
+    /// (e.g. a cache of [`stub`]'s results).
+    pub fn with(
+        messages: &[Value],
+        raw: &[u32],
+        settings: &Compress,
+        preserve_recent: usize,
+        make: &mut dyn FnMut(usize) -> Option<(Value, u32)>,
     ) -> Self {
         let roles: Vec<Option<Role>> = messages.iter().map(Role::of_message).collect();
         let stubs = select(&roles, raw, settings, preserve_recent)
             .into_iter()
             .filter_map(|i| {
-                let stub = stub(messages, i, raw[i])?;
-                let tokens = count(&stub);
+                let (stub, tokens) = make(i)?;
                 // A stub that saves nothing is not worth the recall.
                 (tokens < raw[i]).then_some((i, stub, tokens))
             })
@@ -254,6 +279,67 @@ impl Compression {
     }
 }
 
+/// Stubs already rendered, with their tokens. A stub is a pure function
+/// of its message, the call it answers, its token count, the recall line
+/// and the model that counts it, so a conversation's stubs, shown on every
+/// later request, are rendered once per process. Bounded by bytes.
+pub struct StubCache(moka::sync::Cache<u128, Arc<(Value, u32)>>);
+
+impl std::fmt::Debug for StubCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("StubCache")
+            .field(&self.0.entry_count())
+            .finish()
+    }
+}
+
+impl StubCache {
+    /// A cache of about `bytes` of stubs.
+    pub fn new(bytes: u64) -> Self {
+        Self(
+            moka::sync::Cache::builder()
+                .max_capacity(bytes)
+                .weigher(|_, v: &Arc<(Value, u32)>| {
+                    // A stub's text dominates its size.
+                    let text =
+                        v.0.get("content")
+                            .and_then(Value::as_str)
+                            .map_or(0, str::len);
+                    u32::try_from(text + 128).unwrap_or(u32::MAX)
+                })
+                .build(),
+        )
+    }
+
+    /// The stub of `messages[i]` (identity `id`, `tokens` tokens), counted
+    /// by `count` for `model`: from the cache, else made and kept.
+    pub fn get(
+        &self,
+        messages: &[Value],
+        i: usize,
+        (id, tokens): (MessageId, u32),
+        (model, recall): (&str, bool),
+        count: &dyn Fn(&Value) -> u32,
+    ) -> Option<(Value, u32)> {
+        let mut h = Xxh3Default::new();
+        h.update(&id.to_le_bytes());
+        h.update(&tokens.to_le_bytes());
+        h.update(&[u8::from(recall)]);
+        for part in [model, tool_name(messages, i).unwrap_or("")] {
+            h.update(part.as_bytes());
+            h.update(b"\0");
+        }
+        let key = h.digest128();
+        if let Some(hit) = self.0.get(&key) {
+            return Some(hit.as_ref().clone());
+        }
+        let stub = stub(messages, i, tokens, recall)?;
+        let counted = count(&stub);
+        self.0.insert(key, Arc::new((stub.clone(), counted)));
+        Some((stub, counted))
+    }
+}
+
 /// The text a stub describes: the content (an assistant's tool calls stay
 /// beside the stub, so they are not described).
 fn content_text(message: &Value) -> String {
@@ -277,9 +363,11 @@ fn first_line(text: &str) -> String {
     }
 }
 
-/// The name of the tool call `id` among the assistant messages `before`.
-fn tool_name<'m>(before: &'m [Value], id: &str) -> Option<&'m str> {
-    before.iter().rev().find_map(|m| {
+/// The name of the tool call that the tool result `messages[i]` answers,
+/// from the assistant messages before it.
+pub fn tool_name(messages: &[Value], i: usize) -> Option<&str> {
+    let id = tool_call_id(messages.get(i)?)?;
+    messages[..i].iter().rev().find_map(|m| {
         m.get("tool_calls")?
             .as_array()?
             .iter()
@@ -343,7 +431,7 @@ mod tests {
                 {"id": "call_7", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}),
             json!({"role": "tool", "tool_call_id": "call_7", "name": "bash", "content": long}),
         ];
-        let s = stub(&ms, 1, 420).unwrap();
+        let s = stub(&ms, 1, 420, true).unwrap();
         assert_eq!(s["role"], "tool");
         assert_eq!(s["tool_call_id"], "call_7");
         assert_eq!(s["name"], "bash");
@@ -359,7 +447,13 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("query \"call_7\""), "{text}");
-        assert_eq!(stub(&ms, 1, 420), Some(s), "the same bytes every time");
+        assert_eq!(
+            stub(&ms, 1, 420, true),
+            Some(s),
+            "the same bytes every time"
+        );
+        let quiet = stub(&ms, 1, 420, false).unwrap();
+        assert!(!quiet.to_string().contains("foldgate_recall"), "{quiet}");
         // A stub that is not smaller than its message is not used.
         let count = |m: &Value| m["content"].as_str().map_or(0, |t| t.len() as u32 / 4);
         let all = Compress {
@@ -371,7 +465,7 @@ mod tests {
         let mut ms = ms;
         ms.push(json!({"role": "user", "content": "next"}));
         let raw = [10, 420, 1];
-        assert_eq!(Compression::of(&ms, &raw, &all, 1, &count).len(), 1);
-        assert!(Compression::of(&ms, &[10, 20, 1], &all, 1, &count).is_empty());
+        assert_eq!(Compression::of(&ms, &raw, &all, 1, true, &count).len(), 1);
+        assert!(Compression::of(&ms, &[10, 20, 1], &all, 1, true, &count).is_empty());
     }
 }

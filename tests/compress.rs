@@ -383,6 +383,21 @@ async fn nothing_is_compressed_without_an_archive_or_when_a_model_turns_it_off()
     );
     let m = off.metrics().await;
     assert_eq!(metric(&m, "foldgate_compressed_messages_total"), 0.0);
+    // Without the recall tool, a stub names no tool the model lacks.
+    let quiet = Foldgate::start(&config(&llm, "[archive]\nrecall = \"off\"\n")).await;
+    send_loop(&quiet, "quiet", &l, "big-model").await;
+    let stubs: Vec<String> = forwarded(&llm)
+        .iter()
+        .filter(|m| is_stub(m))
+        .map(content_text)
+        .collect();
+    assert!(!stubs.is_empty());
+    for text in stubs {
+        assert!(
+            text.ends_with("The full text is archived.") && !text.contains("foldgate_recall"),
+            "{text}"
+        );
+    }
 }
 
 /// A Messages loop: `steps` tool uses, each answered by a long result;
@@ -496,13 +511,7 @@ async fn anthropic_and_responses_stubs_keep_their_wire_pairing() {
             );
             assert!(text.contains(&format!("port 6{s:03}")), "{path}: {text}");
             assert!(text.contains(&format!("`{id}`")), "{path}: {text}");
-            // Recall runs on Messages, not yet on Responses: a stub names
-            // the tool only where the model has it.
-            assert_eq!(
-                text.contains("foldgate_recall"),
-                path == "/v1/messages",
-                "{path}: {text}"
-            );
+            assert!(text.contains("foldgate_recall"), "{path}: {text}");
         }
         // The newest results and everything else stay as sent.
         assert!(

@@ -54,6 +54,9 @@ impl Upstream {
                 if r.uri.ends_with("/messages") {
                     return anthropic(model, &seen, &body);
                 }
+                if r.uri.ends_with("/responses") {
+                    return responses(model, &seen, &body);
+                }
                 answer(model, &seen, &body)
             }
         })
@@ -768,8 +771,8 @@ async fn anthropic_recall_stops_after_its_rounds_and_keeps_client_tool_use() {
     }
 }
 
-/// The official `openai` and `anthropic` packages, whole and streamed
-/// through their own accumulators: each gets the recalled answer, no
+/// The official `openai` (chat completions, Responses) and `anthropic`
+/// packages, whole and streamed through their own accumulators: each gets the recalled answer, no
 /// recall call, and usage summed over the two rounds it took.
 #[tokio::test]
 async fn official_clients_get_the_recalled_answer() {
@@ -793,8 +796,8 @@ async fn official_clients_get_the_recalled_answer() {
     );
     let log: Vec<Value> = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let chats = upstream.chats();
-    assert_eq!(log.len(), 4);
-    assert_eq!(chats.len(), 8, "two rounds per client request");
+    assert_eq!(log.len(), 6);
+    assert_eq!(chats.len(), 12, "two rounds per client request");
     for (i, entry) in log.iter().enumerate() {
         let client = entry["client"].as_str().unwrap();
         // A stream shows the text written before the recall call.
@@ -805,14 +808,231 @@ async fn official_clients_get_the_recalled_answer() {
         };
         assert_eq!(entry["text"], text, "{client}");
         assert_eq!(entry["tool_calls"], Value::Null, "{client}");
-        let finish = if client.starts_with("openai") {
-            "stop"
-        } else {
-            "end_turn"
+        let finish = match client.split('-').next() {
+            Some("openai") => "stop",
+            Some("responses") => "completed",
+            _ => "end_turn",
         };
         assert_eq!(entry["finish"], finish, "{client}");
         let (input, output) = summed_usage(&chats[2 * i..2 * i + 2]);
         assert_eq!(entry["input"], input, "{client}");
         assert_eq!(entry["output"], output, "{client}");
+    }
+}
+
+/// The same model on the Responses API: it checks the API's pairing rules
+/// on every request, then answers in output items.
+fn responses(
+    model: Model,
+    seen: &Mutex<Vec<Value>>,
+    body: &Value,
+) -> Response<foldgate::body::Body> {
+    seen.lock().unwrap().push(body.clone());
+    let input = body["input"].as_array().cloned().unwrap_or_default();
+    let outputs: Vec<&Value> = input
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .collect();
+    for output in &outputs {
+        let called = input
+            .iter()
+            .any(|i| i["type"] == "function_call" && i["call_id"] == output["call_id"]);
+        assert!(called, "an output without its call: {output}");
+    }
+    let asked = input
+        .last()
+        .is_some_and(|m| m.to_string().contains("favourite colour"));
+    let sees_fact = body["input"].to_string().contains("teal");
+    let has_tool = body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|t| t["name"] == "foldgate_recall");
+    let recall = has_tool
+        && match model {
+            Model::Recalling | Model::Mixed => asked && !sees_fact,
+            Model::Stubborn => true,
+        };
+    let text = if recall {
+        "Let me look that up."
+    } else if sees_fact {
+        "The favourite colour is teal."
+    } else {
+        "I cannot see that."
+    };
+    let n = input.len();
+    let mut items = vec![
+        json!({"type": "message", "id": format!("msg_{n}"), "status": "completed", "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}]}),
+    ];
+    if recall {
+        items.push(json!({"type": "function_call", "id": format!("fc_{n}"), "call_id": format!("call_{n}"),
+            "name": "foldgate_recall", "arguments": "{\"query\": \"favourite colour\"}", "status": "completed"}));
+    }
+    if recall && model == Model::Mixed {
+        items.push(
+            json!({"type": "function_call", "id": "fc_client", "call_id": "call_client",
+            "name": "read_file", "arguments": "{\"path\": \"notes.md\"}", "status": "completed"}),
+        );
+    }
+    let usage = json!({"input_tokens": prompt_tokens(body), "output_tokens": 7, "total_tokens": prompt_tokens(body) + 7});
+    let response = |output: Value, status: &str| {
+        json!({"id": format!("resp_{n}"), "object": "response", "created_at": 1, "status": status,
+            "model": body["model"], "output": output, "usage": usage, "tools": [], "tool_choice": "auto",
+            "parallel_tool_calls": true})
+    };
+    if body["stream"] != json!(true) {
+        return mock::json(StatusCode::OK, &response(json!(items), "completed"));
+    }
+    let created = response(json!([]), "in_progress");
+    let completed = response(json!(items), "completed");
+    let (tx, resp) = mock::stream("text/event-stream");
+    tokio::spawn(async move {
+        let mut events = vec![
+            json!({"type": "response.created", "response": created}),
+            json!({"type": "response.in_progress", "response": created}),
+        ];
+        for (i, item) in items.iter().enumerate() {
+            if item["type"] == "message" {
+                let mut open = item.clone();
+                open["content"] = json!([]);
+                open["status"] = json!("in_progress");
+                events.push(
+                    json!({"type": "response.output_item.added", "output_index": i, "item": open}),
+                );
+                events.push(json!({"type": "response.content_part.added", "output_index": i, "item_id": item["id"],
+                    "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}));
+                for word in text.split_inclusive(' ') {
+                    events.push(json!({"type": "response.output_text.delta", "output_index": i, "item_id": item["id"],
+                        "content_index": 0, "delta": word}));
+                }
+                events.push(json!({"type": "response.output_text.done", "output_index": i, "item_id": item["id"],
+                    "content_index": 0, "text": text}));
+                events.push(json!({"type": "response.content_part.done", "output_index": i, "item_id": item["id"],
+                    "content_index": 0, "part": item["content"][0]}));
+            } else {
+                let mut open = item.clone();
+                open["arguments"] = json!("");
+                open["status"] = json!("in_progress");
+                events.push(
+                    json!({"type": "response.output_item.added", "output_index": i, "item": open}),
+                );
+                let args = item["arguments"].as_str().unwrap();
+                let (a, b) = args.split_at(args.len() / 2);
+                for piece in [a, b] {
+                    events.push(
+                        json!({"type": "response.function_call_arguments.delta", "output_index": i,
+                        "item_id": item["id"], "delta": piece}),
+                    );
+                }
+                events.push(
+                    json!({"type": "response.function_call_arguments.done", "output_index": i,
+                    "item_id": item["id"], "arguments": args}),
+                );
+            }
+            events.push(
+                json!({"type": "response.output_item.done", "output_index": i, "item": item}),
+            );
+        }
+        events.push(json!({"type": "response.completed", "response": completed}));
+        for (seq, mut e) in events.into_iter().enumerate() {
+            e["sequence_number"] = json!(seq);
+            let event = Bytes::from(format!(
+                "event: {}\ndata: {e}\n\n",
+                e["type"].as_str().unwrap()
+            ));
+            if tx.send(event).await.is_err() {
+                return;
+            }
+        }
+    });
+    resp
+}
+
+/// The conversation as a Responses body.
+fn responses_body(stream: bool) -> Value {
+    let convo = conversation();
+    let input: Vec<Value> = convo.messages[1..]
+        .iter()
+        .map(|m| json!({"role": m["role"], "content": m["content"]}))
+        .collect();
+    json!({"model": "tiny-model", "instructions": convo.messages[0]["content"], "input": input,
+           "stream": stream, "store": false})
+}
+
+#[tokio::test]
+async fn responses_recall_whole_and_streamed() {
+    for stream in [false, true] {
+        let upstream = Upstream::start(Model::Recalling).await;
+        let fg = Foldgate::start(&upstream.config("")).await;
+        let reply = post_json(
+            &format!("{}/v1/responses", fg.url),
+            &[
+                ("x-conversation-id", "recall"),
+                ("authorization", "Bearer sk-tenant-a"),
+            ],
+            &responses_body(stream),
+        )
+        .await;
+        reply.assert_ok();
+        assert_eq!(reply.header("x-foldgate-fold"), "new");
+        assert!(!reply.body.windows(15).any(|w| w == b"foldgate_recall"));
+        let chats = upstream.chats();
+        assert_eq!(chats.len(), 2, "one recall round");
+        assert!(
+            chats[0]["input"]
+                .to_string()
+                .contains("call the foldgate_recall tool")
+        );
+        let last = chats[1]["input"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        assert_eq!(last["type"], "function_call_output");
+        assert!(last["output"].as_str().unwrap().contains("teal"));
+        let (input, output) = summed_usage(&chats);
+        let response = if stream {
+            let events = anthropic_events(&reply.body);
+            let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+            assert_eq!(
+                kinds.iter().filter(|k| **k == "response.created").count(),
+                1
+            );
+            assert_eq!(
+                kinds.iter().filter(|k| **k == "response.completed").count(),
+                1
+            );
+            assert_eq!(kinds.last(), Some(&"response.completed"));
+            let sequence: Vec<u64> = events
+                .iter()
+                .map(|e| e["sequence_number"].as_u64().unwrap())
+                .collect();
+            assert_eq!(sequence, (0..events.len() as u64).collect::<Vec<_>>());
+            let added: Vec<u64> = events
+                .iter()
+                .filter(|e| e["type"] == "response.output_item.added")
+                .map(|e| e["output_index"].as_u64().unwrap())
+                .collect();
+            assert_eq!(added, [0, 1], "the second round's item follows the first's");
+            events.last().unwrap()["response"].clone()
+        } else {
+            reply.json()
+        };
+        let texts: Vec<&str> = response["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["content"][0]["text"].as_str().unwrap())
+            .collect();
+        let expected: &[&str] = if stream {
+            &["Let me look that up.", "The favourite colour is teal."]
+        } else {
+            &["The favourite colour is teal."]
+        };
+        assert_eq!(texts, expected);
+        assert_eq!(response["usage"]["input_tokens"], input);
+        assert_eq!(response["usage"]["output_tokens"], output);
     }
 }

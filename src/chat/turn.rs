@@ -154,9 +154,9 @@ impl Turn {
     }
 
     /// Whether this conversation's model may recall archived messages: the
-    /// recall tool is on, the API takes it, and the conversation is keyed.
+    /// recall tool is on and the conversation is keyed.
     pub fn recall(&self) -> bool {
-        recall_for(&self.app, self.data.api, self.data.key.as_ref())
+        recall_for(&self.app, self.data.key.as_ref())
     }
 
     /// After the upstream said the prompt is too long: plan again against
@@ -372,9 +372,9 @@ impl Turn {
 }
 
 /// Whether a conversation's model may recall archived messages: the
-/// recall tool is on, the API takes it, and the conversation is keyed.
-fn recall_for(app: &App, api: Api, key: Option<&ConvKey>) -> bool {
-    app.config.archive.recall_on() && super::recall::speaks(api) && key.is_some()
+/// recall tool is on and the conversation is keyed.
+fn recall_for(app: &App, key: Option<&ConvKey>) -> bool {
+    app.config.archive.recall_on() && key.is_some()
 }
 
 /// The request's older-turn compression: off without an archive or a
@@ -396,7 +396,7 @@ fn compression_for(
     if !settings.active() || !app.archive.enabled() || key.is_none() {
         return Compression::default();
     }
-    let recall = recall_for(app, api, key);
+    let recall = recall_for(app, key);
     let count = |m: &Value| app.tokens.message_tokens(model, m);
     let raw = &estimate.messages;
     Compression::with(messages, raw, &settings, policy.preserve_recent, &mut |i| {

@@ -1,5 +1,6 @@
 """Asks foldgate about a fact only its archive holds, with the official
-`openai` and `anthropic` packages, whole and streamed (through the SDKs'
+`openai` (chat completions and Responses) and `anthropic` packages, whole
+and streamed (through the SDKs'
 own stream accumulators, which check event order and indices). foldgate's
 upstream is a scripted model that calls `foldgate_recall` when it cannot
 see the fact. Writes what each client got to the JSON file named by
@@ -37,6 +38,16 @@ log.append({"client": "openai-stream", "text": final.choices[0].message.content,
             "tool_calls": final.choices[0].message.tool_calls,
             "finish": final.choices[0].finish_reason, "input": final.usage.prompt_tokens,
             "output": final.usage.completion_tokens})
+
+items = [{"role": r, "content": c} for r, c in turns]
+whole = oai.responses.create(model="tiny-model", instructions=system, input=items, store=False)
+with oai.responses.stream(model="tiny-model", instructions=system, input=items, store=False) as stream:
+    final = stream.get_final_response()
+for name, response in [("responses", whole), ("responses-stream", final)]:
+    log.append({"client": name, "text": response.output_text,
+                "tool_calls": [i.name for i in response.output if i.type == "function_call"] or None,
+                "finish": response.status, "input": response.usage.input_tokens,
+                "output": response.usage.output_tokens})
 
 ant = anthropic.Anthropic(base_url=base_url, api_key="sk-ant-e2e", max_retries=0,
                           default_headers={"x-conversation-id": "recall-anthropic"})

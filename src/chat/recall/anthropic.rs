@@ -7,15 +7,15 @@
 //! numbered after the blocks already shown, and the last `message_delta`
 //! carrying the usage of every round, summed.
 
-use super::calls::{Call, Calls, Turn, summed};
-use super::stream::{self, Chunk};
+use super::calls::{Call, Calls, Carry, Turn, summed};
+use super::stream::{self, Hold};
 use crate::archive::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The tool foldgate adds to a request.
-fn tool() -> Value {
+pub fn tool() -> Value {
     json!({
         "name": RECALL_TOOL,
         "description": super::DESCRIPTION,
@@ -33,18 +33,9 @@ pub fn offerable(fields: &Map<String, Value>) -> bool {
     free && !super::has_tool(fields, name_of)
 }
 
-fn name_of(tool: &Value) -> Option<&str> {
+/// A tool's name.
+pub fn name_of(tool: &Value) -> Option<&str> {
     tool.get("name").and_then(Value::as_str)
-}
-
-/// Adds the tool to the request.
-pub fn add_tool(fields: &mut Map<String, Value>) {
-    super::push_tool(fields, tool());
-}
-
-/// Takes the tool out of the request.
-pub fn remove_tool(fields: &mut Map<String, Value>) {
-    super::remove_tool(fields, name_of);
 }
 
 /// The calls of a whole answer: its `tool_use` blocks, by block index.
@@ -119,11 +110,7 @@ pub struct Round {
     later: bool,
     /// Content blocks the client was shown in earlier rounds.
     offset: u64,
-    /// Events held since the first recall block, with their data.
-    held: Option<Vec<Chunk>>,
-    /// Recall and client calls in one answer, or a stray: recall blocks
-    /// are removed.
-    mixed: bool,
+    hold: Hold,
     calls: Calls,
     /// The round's content blocks, assembled from their deltas.
     blocks: BTreeMap<u64, Value>,
@@ -143,98 +130,13 @@ impl Round {
             last,
             later,
             offset,
-            held: None,
-            mixed: false,
+            hold: Hold::default(),
             calls: Calls::default(),
             blocks: BTreeMap::new(),
             inputs: BTreeMap::new(),
             usage: Value::Null,
             shown: BTreeSet::new(),
         }
-    }
-
-    /// Gathers the event's blocks, calls and usage.
-    fn read(&mut self, event: &Value) {
-        let index = event.get("index").and_then(Value::as_u64);
-        match (kind(event), index) {
-            ("message_start", _) => update(&mut self.usage, event.pointer("/message/usage")),
-            ("message_delta", _) => update(&mut self.usage, event.get("usage")),
-            ("content_block_start", Some(i)) => {
-                let block = event.get("content_block").cloned().unwrap_or_default();
-                if block.get("type").and_then(Value::as_str) == Some("tool_use") {
-                    self.calls.id(
-                        i,
-                        block.get("id").and_then(Value::as_str).unwrap_or_default(),
-                    );
-                    self.calls.name(i, name_of(&block).unwrap_or_default());
-                }
-                self.blocks.insert(i, block);
-            }
-            ("content_block_delta", Some(i)) => {
-                let delta = event.get("delta").unwrap_or(&Value::Null);
-                if let Some(json) = delta.get("partial_json").and_then(Value::as_str) {
-                    self.inputs.entry(i).or_default().push_str(json);
-                    self.calls.arguments(i, json);
-                }
-                if let Some(block) = self.blocks.get_mut(&i) {
-                    apply(block, delta);
-                }
-            }
-            ("content_block_stop", Some(i)) => {
-                if let (Some(input), Some(block)) =
-                    (self.inputs.remove(&i), self.blocks.get_mut(&i))
-                {
-                    block["input"] = serde_json::from_str(&input).unwrap_or_else(|_| json!({}));
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// The event as the client gets it, if at all: recall blocks removed
-    /// once the answer is mixed, blocks numbered after earlier rounds',
-    /// usage summed over the rounds in the last `message_delta`.
-    fn outgoing(
-        &mut self,
-        raw: Bytes,
-        event: Option<Value>,
-        recall: &[u64],
-        prior: &Value,
-    ) -> Option<Bytes> {
-        let Some(mut event) = event else {
-            return Some(raw);
-        };
-        let kind = kind(&event).to_string();
-        let mut changed = false;
-        if let Some(i) = event.get("index").and_then(Value::as_u64) {
-            let hidden = if self.mixed { recall } else { &[] };
-            if hidden.contains(&i) {
-                return None;
-            }
-            if kind == "content_block_start" {
-                self.shown.insert(i);
-            }
-            let to = self.offset + i - stream::below(hidden, i);
-            if to != i {
-                event["index"] = Value::from(to);
-                changed = true;
-            }
-        }
-        if kind == "message_delta" {
-            if self.mixed && !self.calls.any_client() {
-                changed |=
-                    stream::replace_str(&mut event, "/delta/stop_reason", "tool_use", "end_turn");
-            }
-            if !prior.is_null() {
-                event["usage"] = summed(prior, &self.usage);
-                changed = true;
-            }
-        }
-        Some(if changed {
-            stream::named_event(&kind, &event)
-        } else {
-            raw
-        })
     }
 }
 
@@ -292,41 +194,118 @@ fn apply(block: &mut Value, delta: &Value) {
 }
 
 impl stream::Round for Round {
-    fn event(&mut self, raw: Bytes, prior: &Value) -> Vec<Bytes> {
-        let event = stream::chunk_of(&raw);
-        if let Some(event) = &event {
-            self.read(event);
-            if self.later && kind(event) == "message_start" {
-                return Vec::new();
-            }
-        }
-        let mut out = Vec::new();
-        let recall = self.calls.recall_indices();
-        if !recall.is_empty() && !self.mixed {
-            if self.last || self.calls.any_client() {
-                self.mixed = true;
-                for (raw, event) in self.held.take().unwrap_or_default() {
-                    out.extend(self.outgoing(raw, event, &recall, prior));
+    /// Gathers the event's blocks, calls and usage.
+    fn read(&mut self, event: &Value) {
+        let index = event.get("index").and_then(Value::as_u64);
+        match (kind(event), index) {
+            ("message_start", _) => update(&mut self.usage, event.pointer("/message/usage")),
+            ("message_delta", _) => update(&mut self.usage, event.get("usage")),
+            ("content_block_start", Some(i)) => {
+                let block = event.get("content_block").cloned().unwrap_or_default();
+                if block.get("type").and_then(Value::as_str) == Some("tool_use") {
+                    self.calls.id(
+                        i,
+                        block.get("id").and_then(Value::as_str).unwrap_or_default(),
+                    );
+                    self.calls.name(i, name_of(&block).unwrap_or_default());
                 }
-            } else if self.held.is_none() {
-                self.held = Some(Vec::new());
+                self.blocks.insert(i, block);
+            }
+            ("content_block_delta", Some(i)) => {
+                let delta = event.get("delta").unwrap_or(&Value::Null);
+                if let Some(json) = delta.get("partial_json").and_then(Value::as_str) {
+                    self.inputs.entry(i).or_default().push_str(json);
+                    self.calls.arguments(i, json);
+                }
+                if let Some(block) = self.blocks.get_mut(&i) {
+                    apply(block, delta);
+                }
+            }
+            ("content_block_stop", Some(i)) => {
+                if let (Some(input), Some(block)) =
+                    (self.inputs.remove(&i), self.blocks.get_mut(&i))
+                {
+                    block["input"] = serde_json::from_str(&input).unwrap_or_else(|_| json!({}));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The event as the client gets it, if at all: recall blocks removed
+    /// once the answer is mixed, blocks numbered after earlier rounds',
+    /// usage summed over the rounds in the last `message_delta`.
+    fn outgoing(
+        &mut self,
+        raw: Bytes,
+        event: Option<Value>,
+        recall: &[u64],
+        prior: &Value,
+    ) -> Option<Bytes> {
+        let Some(mut event) = event else {
+            return Some(raw);
+        };
+        let kind = kind(&event).to_string();
+        if self.later && kind == "message_start" {
+            return None;
+        }
+        let mut changed = false;
+        if let Some(i) = event.get("index").and_then(Value::as_u64) {
+            let hidden = if self.hold.mixed { recall } else { &[] };
+            if hidden.contains(&i) {
+                return None;
+            }
+            if kind == "content_block_start" {
+                self.shown.insert(i);
+            }
+            let to = self.offset + i - stream::below(hidden, i);
+            if to != i {
+                event["index"] = Value::from(to);
+                changed = true;
             }
         }
-        match &mut self.held {
-            Some(held) => held.push((raw, event)),
-            None => out.extend(self.outgoing(raw, event, &recall, prior)),
+        if kind == "message_delta" {
+            if self.hold.mixed && !self.calls.any_client() {
+                changed |=
+                    stream::replace_str(&mut event, "/delta/stop_reason", "tool_use", "end_turn");
+            }
+            if !prior.is_null() {
+                event["usage"] = summed(prior, &self.usage);
+                changed = true;
+            }
         }
-        out
+        Some(if changed {
+            stream::named_event(&kind, &event)
+        } else {
+            raw
+        })
+    }
+
+    fn calls(&self) -> &Calls {
+        &self.calls
+    }
+
+    fn last(&self) -> bool {
+        self.last
+    }
+
+    fn hold(&mut self) -> &mut Hold {
+        &mut self.hold
     }
 
     fn end(self: Box<Self>) -> Option<Turn> {
-        self.held.as_ref()?;
+        if !self.hold.holding() {
+            return None;
+        }
         let content: Vec<Value> = self.blocks.into_values().collect();
         Some(Turn {
-            message: json!({"role": "assistant", "content": content}),
+            messages: vec![json!({"role": "assistant", "content": content})],
             calls: self.calls.recalls(),
             usage: Some(self.usage),
-            shown: self.shown.len() as u64,
+            carry: Carry {
+                shown: self.offset + self.shown.len() as u64,
+                ..Carry::default()
+            },
         })
     }
 }
@@ -404,15 +383,15 @@ mod tests {
         let turn = Box::new(round)
             .end()
             .unwrap_or_else(|| unreachable!("held"));
-        assert_eq!(turn.shown, 1);
+        assert_eq!(turn.carry.shown, 1);
         assert_eq!(turn.calls[0].id, "toolu_1");
         assert_eq!(turn.calls[0].query().as_deref(), Some("port"));
         assert_eq!(
-            turn.message["content"][0],
+            turn.messages[0]["content"][0],
             json!({"type": "text", "text": "Let me look."})
         );
         assert_eq!(
-            turn.message["content"][1]["input"],
+            turn.messages[0]["content"][1]["input"],
             json!({"query": "port"})
         );
         assert_eq!(

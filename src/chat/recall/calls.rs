@@ -112,14 +112,28 @@ impl Calls {
 /// its copy of the request before it answers them.
 #[derive(Debug)]
 pub struct Turn {
-    /// The assistant's message, as the API takes it back.
-    pub message: Value,
+    /// The assistant's message (or Responses output items), as the API
+    /// takes them back.
+    pub messages: Vec<Value>,
     pub calls: Vec<Call>,
     /// The round's usage, when reported.
     pub usage: Option<Value>,
-    /// Content blocks the client was shown in the round (Anthropic numbers
-    /// the next round's after them).
+    /// What the next streamed round continues from.
+    pub carry: Carry,
+}
+
+/// What one streamed response has shown the client so far, for the next
+/// round to continue it.
+#[derive(Debug, Clone, Default)]
+pub struct Carry {
+    /// Content blocks (Anthropic) or output items (Responses) shown.
     pub shown: u64,
+    /// Responses: the output items shown, for the final `response.completed`.
+    pub items: Vec<Value>,
+    /// Responses: the next `sequence_number`.
+    pub sequence: u64,
+    /// Responses: the first round's response id, which the client holds.
+    pub response_id: Option<String>,
 }
 
 /// Adds `more` to `total`, field by field: numbers are summed, objects

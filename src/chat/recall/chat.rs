@@ -2,14 +2,14 @@
 //! get it, the model's recall calls in a whole or streamed answer, and
 //! hiding them from the client.
 
-use super::calls::{Call, Calls, Turn, summed};
-use super::stream::{self, Chunk};
+use super::calls::{Call, Calls, Carry, Turn, summed};
+use super::stream::{self, Hold};
 use crate::archive::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 /// The function tool foldgate adds to a request.
-fn tool() -> Value {
+pub fn tool() -> Value {
     json!({
         "type": "function",
         "function": {
@@ -33,18 +33,9 @@ pub fn offerable(fields: &Map<String, Value>) -> bool {
     one_choice && free && !super::has_tool(fields, name_of)
 }
 
-fn name_of(tool: &Value) -> Option<&str> {
+/// A tool's name.
+pub fn name_of(tool: &Value) -> Option<&str> {
     tool.pointer("/function/name").and_then(Value::as_str)
-}
-
-/// Adds the tool to the request.
-pub fn add_tool(fields: &mut Map<String, Value>) {
-    super::push_tool(fields, tool());
-}
-
-/// Takes the tool out of the request.
-pub fn remove_tool(fields: &mut Map<String, Value>) {
-    super::remove_tool(fields, name_of);
 }
 
 /// The calls of a whole answer's first choice.
@@ -142,11 +133,7 @@ pub struct Round {
     /// The round's request went without the tool: any recall call is a
     /// stray, removed.
     last: bool,
-    /// Events held since the first recall delta, with their chunk.
-    held: Option<Vec<Chunk>>,
-    /// Recall and client calls in one answer, or a stray: recall deltas
-    /// are removed.
-    mixed: bool,
+    hold: Hold,
     calls: Calls,
     content: String,
     usage: Option<Value>,
@@ -163,43 +150,6 @@ impl Round {
 }
 
 impl stream::Round for Round {
-    fn event(&mut self, raw: Bytes, prior: &Value) -> Vec<Bytes> {
-        let chunk = stream::chunk_of(&raw);
-        if let Some(chunk) = &chunk {
-            self.read(chunk);
-        }
-        let mut out = Vec::new();
-        let recall = self.calls.recall_indices();
-        if !recall.is_empty() && !self.mixed {
-            if self.last || self.calls.any_client() {
-                self.mixed = true;
-                for (raw, chunk) in self.held.take().unwrap_or_default() {
-                    out.push(self.outgoing(raw, chunk, &recall, prior));
-                }
-            } else if self.held.is_none() {
-                self.held = Some(Vec::new());
-            }
-        }
-        match &mut self.held {
-            Some(held) => held.push((raw, chunk)),
-            None => out.push(self.outgoing(raw, chunk, &recall, prior)),
-        }
-        out
-    }
-
-    fn end(self: Box<Self>) -> Option<Turn> {
-        self.held.as_ref()?;
-        let calls = self.calls.recalls();
-        Some(Turn {
-            message: assistant_message(&self.content, &calls),
-            calls,
-            usage: self.usage,
-            shown: 0,
-        })
-    }
-}
-
-impl Round {
     /// Gathers the chunk's text, tool-call deltas and usage.
     fn read(&mut self, chunk: &Value) {
         let delta = chunk.pointer("/choices/0/delta");
@@ -218,14 +168,33 @@ impl Round {
         }
     }
 
-    /// The event as the client gets it: recall deltas removed once the
-    /// answer is mixed, and usage summed over the rounds.
-    fn outgoing(&self, raw: Bytes, chunk: Option<Value>, recall: &[u64], prior: &Value) -> Bytes {
+    fn calls(&self) -> &Calls {
+        &self.calls
+    }
+
+    fn last(&self) -> bool {
+        self.last
+    }
+
+    fn hold(&mut self) -> &mut Hold {
+        &mut self.hold
+    }
+
+    /// Recall deltas removed once the answer is mixed (the client's calls
+    /// renumbered), and usage summed over the rounds.
+    fn outgoing(
+        &mut self,
+        raw: Bytes,
+        chunk: Option<Value>,
+        recall: &[u64],
+        prior: &Value,
+    ) -> Option<Bytes> {
         let Some(mut chunk) = chunk else {
-            return raw;
+            return Some(raw);
         };
-        let mut changed = self.mixed && hide_in_chunk(&mut chunk, recall);
-        if self.mixed && !self.calls.any_client() {
+        let mixed = self.hold.mixed;
+        let mut changed = mixed && hide_in_chunk(&mut chunk, recall);
+        if mixed && !self.calls.any_client() {
             changed |=
                 stream::replace_str(&mut chunk, "/choices/0/finish_reason", "tool_calls", "stop");
         }
@@ -236,11 +205,24 @@ impl Round {
             *usage = summed(prior, usage);
             changed = true;
         }
-        if changed {
+        Some(if changed {
             stream::data_event(&chunk)
         } else {
             raw
+        })
+    }
+
+    fn end(self: Box<Self>) -> Option<Turn> {
+        if !self.hold.holding() {
+            return None;
         }
+        let calls = self.calls.recalls();
+        Some(Turn {
+            messages: vec![assistant_message(&self.content, &calls)],
+            calls,
+            usage: self.usage,
+            carry: Carry::default(),
+        })
     }
 }
 
@@ -319,16 +301,16 @@ mod tests {
     #[test]
     fn the_tool_comes_and_goes_without_touching_the_clients() {
         let mut f = fields(json!({"tools": [{"type": "function", "function": {"name": "ls"}}]}));
-        add_tool(&mut f);
+        super::super::push_tool(&mut f, tool());
         assert_eq!(f["tools"].as_array().map(Vec::len), Some(2));
-        remove_tool(&mut f);
+        super::super::remove_tool(&mut f, name_of);
         assert_eq!(
             f["tools"],
             json!([{"type": "function", "function": {"name": "ls"}}])
         );
         let mut bare = Map::new();
-        add_tool(&mut bare);
-        remove_tool(&mut bare);
+        super::super::push_tool(&mut bare, tool());
+        super::super::remove_tool(&mut bare, name_of);
         assert!(bare.is_empty());
     }
 
@@ -386,7 +368,7 @@ mod tests {
                 .is_empty()
         );
         let turn = Box::new(r).end().unwrap_or_else(|| unreachable!("held"));
-        assert_eq!(turn.message["content"], "Let me");
+        assert_eq!(turn.messages[0]["content"], "Let me");
         assert_eq!(turn.calls[0].query().as_deref(), Some("x"));
     }
 

@@ -12,17 +12,20 @@
 //!   client with the recall calls removed (the client's calls renumbered);
 //!   foldgate runs no search for it, so the client's calls are never held
 //!   back or replayed.
-//! - After the last round the tool is taken out of the request and the
-//!   upstream is asked once more; a recall call it still makes is removed.
+//! - After the last round the upstream is asked once more, without the
+//!   tool where the API allows (Anthropic wants it defined while the
+//!   history has a `tool_use`); a recall call it still makes is removed.
 //! - A round the upstream fails is retried once as the first request
 //!   without the tool; that answer is the client's, whatever it is.
 //!
-//! Chat completions ([`chat`]) and Anthropic Messages ([`anthropic`]);
-//! not yet the Responses API ([`speaks`]).
+//! Each API reads and writes its own shapes: chat completions ([`chat`]),
+//! Anthropic Messages ([`anthropic`]) and the Responses API
+//! ([`responses`]).
 
 mod anthropic;
 mod calls;
 mod chat;
+mod responses;
 mod stream;
 
 use super::codec::Api;
@@ -37,7 +40,7 @@ use crate::state::ConvKey;
 use crate::tokens::UsageScanner;
 use crate::upstream::Provider;
 use bytes::Bytes;
-use calls::{Calls, Turn};
+use calls::{Calls, Carry, Turn};
 use http::request::Parts;
 use http::{HeaderValue, Response, header};
 use http_body_util::{BodyExt, Limited};
@@ -79,6 +82,15 @@ fn has_tool(fields: &Map<String, Value>, name: fn(&Value) -> Option<&str>) -> bo
         })
 }
 
+/// The recall tool in `api`'s shape.
+fn tool(api: Api) -> Value {
+    match api {
+        Api::Chat => chat::tool(),
+        Api::Anthropic => anthropic::tool(),
+        Api::Responses => responses::tool(),
+    }
+}
+
 /// Appends `tool` to the request's `tools`.
 fn push_tool(fields: &mut Map<String, Value>, tool: Value) {
     match fields.get_mut("tools") {
@@ -100,9 +112,12 @@ fn remove_tool(fields: &mut Map<String, Value>, name: fn(&Value) -> Option<&str>
     }
 }
 
-/// Whether foldgate can run the recall tool on this API.
-pub(super) fn speaks(api: Api) -> bool {
-    matches!(api, Api::Chat | Api::Anthropic)
+/// The request field holding the conversation.
+fn conversation_field(api: Api) -> &'static str {
+    match api {
+        Api::Responses => "input",
+        Api::Chat | Api::Anthropic => "messages",
+    }
 }
 
 /// One request's recall rounds: foldgate's copy of the forwarded request
@@ -137,8 +152,9 @@ impl Session {
     ) -> Option<Self> {
         let api = request.api;
         let offerable = |fields: &Map<String, Value>| match api {
+            Api::Chat => chat::offerable(fields),
             Api::Anthropic => anthropic::offerable(fields),
-            _ => chat::offerable(fields),
+            Api::Responses => responses::offerable(fields),
         };
         let offered =
             prepared.view.is_some() && request.recall() && request.fields().is_some_and(offerable);
@@ -147,11 +163,8 @@ impl Session {
         }
         let key = request.key()?.clone();
         let mut fields = request.view_fields(prepared)?;
-        match api {
-            Api::Anthropic => anthropic::add_tool(&mut fields),
-            _ => chat::add_tool(&mut fields),
-        }
-        let first_len = messages_mut(&mut fields).map_or(0, |m| m.len());
+        push_tool(&mut fields, tool(api));
+        let first_len = conversation(api, &mut fields).map_or(0, |m| m.len());
         let mut parts = parts.clone();
         parts.headers.insert(
             header::ACCEPT_ENCODING,
@@ -228,23 +241,25 @@ impl Session {
             let calls = self.calls(&answer);
             if !self.last() && calls.recall_only() {
                 let calls = calls.recalls();
-                let message = match self.api {
-                    Api::Anthropic => anthropic::answer_message(&answer),
-                    _ => chat::answer_message(&answer, &calls),
+                let messages = match self.api {
+                    Api::Chat => vec![chat::answer_message(&answer, &calls)],
+                    Api::Anthropic => vec![anthropic::answer_message(&answer)],
+                    Api::Responses => responses::answer_items(&answer),
                 };
                 let usage = answer.get("usage").cloned();
                 let turn = Turn {
-                    message,
+                    messages,
                     calls,
                     usage,
-                    shown: 0,
+                    carry: Carry::default(),
                 };
                 (head, incoming) = self.next_round(turn).await?;
                 continue;
             }
             match self.api {
+                Api::Chat => chat::hide(&mut answer),
                 Api::Anthropic => anthropic::hide(&mut answer),
-                _ => chat::hide(&mut answer),
+                Api::Responses => responses::hide(&mut answer),
             }
             if let Some(answer) = answer.as_object_mut().filter(|_| !self.usage.is_null()) {
                 let last = answer.get("usage").cloned().unwrap_or_default();
@@ -259,17 +274,20 @@ impl Session {
     /// The tool calls of a whole answer.
     fn calls(&self, answer: &Value) -> Calls {
         match self.api {
+            Api::Chat => chat::calls(answer),
             Api::Anthropic => anthropic::calls(answer),
-            _ => chat::calls(answer),
+            Api::Responses => responses::calls(answer),
         }
     }
 
-    /// A reader for the current round's streamed events; `shown` content
-    /// blocks went to the client in earlier rounds.
-    fn stream_round(&self, shown: u64) -> Box<dyn stream::Round> {
+    /// A reader for the current round's streamed events, continuing what
+    /// `carry` says the earlier rounds showed.
+    fn stream_round(&self, carry: Carry) -> Box<dyn stream::Round> {
+        let (last, later) = (self.last(), self.rounds > 0);
         match self.api {
-            Api::Anthropic => Box::new(anthropic::Round::new(self.last(), self.rounds > 0, shown)),
-            _ => Box::new(chat::Round::new(self.last())),
+            Api::Chat => Box::new(chat::Round::new(last)),
+            Api::Anthropic => Box::new(anthropic::Round::new(last, later, carry.shown)),
+            Api::Responses => Box::new(responses::Round::new(last, later, carry)),
         }
     }
 
@@ -280,7 +298,11 @@ impl Session {
                 "error",
                 &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
             ),
-            _ => {
+            Api::Responses => stream::named_event(
+                "error",
+                &json!({"type": "error", "code": "server_error", "message": message}),
+            ),
+            Api::Chat => {
                 stream::data_event(&json!({"error": {"message": message, "type": "server_error"}}))
             }
         }
@@ -321,16 +343,17 @@ impl Session {
             std::sync::atomic::Ordering::Relaxed,
         );
         let results = match self.api {
+            Api::Chat => chat::results(&turn.calls, texts),
             Api::Anthropic => anthropic::results(&turn.calls, texts),
-            _ => chat::results(&turn.calls, texts),
+            Api::Responses => responses::results(&turn.calls, texts),
         };
-        if let Some(messages) = messages_mut(&mut self.fields) {
-            messages.push(turn.message);
+        if let Some(messages) = conversation(self.api, &mut self.fields) {
+            messages.extend(turn.messages);
             messages.extend(results);
         }
         self.rounds += 1;
-        if self.last() && self.api == Api::Chat {
-            chat::remove_tool(&mut self.fields);
+        if self.last() && self.api != Api::Anthropic {
+            self.remove_tool();
         }
         match self.send().await {
             Ok((head, incoming)) if head.status.is_success() => Ok((head, incoming)),
@@ -346,15 +369,21 @@ impl Session {
     /// The first request again, without the tool: the answer a failed
     /// recall round leaves the client.
     async fn fallback(&mut self) -> Result<(http::response::Parts, Incoming), ApiError> {
-        if let Some(messages) = messages_mut(&mut self.fields) {
+        if let Some(messages) = conversation(self.api, &mut self.fields) {
             messages.truncate(self.first_len);
         }
-        match self.api {
-            Api::Anthropic => anthropic::remove_tool(&mut self.fields),
-            _ => chat::remove_tool(&mut self.fields),
-        }
+        self.remove_tool();
         self.rounds = self.app.config.archive.recall_rounds;
         self.send().await
+    }
+
+    fn remove_tool(&mut self) {
+        let name = match self.api {
+            Api::Chat => chat::name_of,
+            Api::Anthropic => anthropic::name_of,
+            Api::Responses => responses::name_of,
+        };
+        remove_tool(&mut self.fields, name);
     }
 
     async fn send(&mut self) -> Result<(http::response::Parts, Incoming), ApiError> {
@@ -369,8 +398,11 @@ impl Session {
     }
 }
 
-fn messages_mut(fields: &mut Map<String, Value>) -> Option<&mut Vec<Value>> {
-    fields.get_mut("messages").and_then(Value::as_array_mut)
+/// The request's conversation (messages, or Responses input items).
+fn conversation(api: Api, fields: &mut Map<String, Value>) -> Option<&mut Vec<Value>> {
+    fields
+        .get_mut(conversation_field(api))
+        .and_then(Value::as_array_mut)
 }
 
 /// A response of `head` carrying `bytes`, its length set.

@@ -7,7 +7,7 @@
 //! events ([`Round`]); the splitting and the rounds are here.
 
 use super::Session;
-use super::calls::Turn;
+use super::calls::{Calls, Carry, Turn};
 use crate::body::BoxError;
 use crate::tokens::UsageScanner;
 use bytes::{Bytes, BytesMut};
@@ -24,26 +24,84 @@ type Tx = Sender<Result<Bytes, BoxError>>;
 /// An event as it came, with its JSON data when it has some.
 pub type Chunk = (Bytes, Option<Value>);
 
+/// Whether a round is holding its events back, and why not.
+#[derive(Debug, Default)]
+pub struct Hold {
+    /// Events held since the first recall call, with their data.
+    held: Option<Vec<Chunk>>,
+    /// Recall and client calls in one answer, or a stray recall call in a
+    /// round that could not offer the tool: recall calls are removed.
+    pub mixed: bool,
+}
+
+impl Hold {
+    /// Whether the round holds recall calls only (so far).
+    pub fn holding(&self) -> bool {
+        self.held.is_some()
+    }
+}
+
 /// One API's reading of one round's events.
 pub(super) trait Round: Send {
-    /// Takes one whole event; returns what goes to the client now. `prior`
-    /// is the earlier rounds' usage, summed into what the client sees.
-    fn event(&mut self, raw: Bytes, prior: &Value) -> Vec<Bytes>;
+    /// Gathers what the event tells: text, calls, usage.
+    fn read(&mut self, event: &Value);
+    /// The round's calls so far.
+    fn calls(&self) -> &Calls;
+    /// Whether the round's request could not offer recall again.
+    fn last(&self) -> bool;
+    fn hold(&mut self) -> &mut Hold;
+    /// The event as the client gets it, if at all: recall calls removed
+    /// once the answer is mixed, numbering and usage carried over from
+    /// earlier rounds (`prior`: their usage, summed).
+    fn outgoing(
+        &mut self,
+        raw: Bytes,
+        event: Option<Value>,
+        recall: &[u64],
+        prior: &Value,
+    ) -> Option<Bytes>;
     /// At the end of the round's stream: the turn foldgate answers, when
     /// the round held recall calls only.
     fn end(self: Box<Self>) -> Option<Turn>;
+
+    /// Takes one whole event; returns what goes to the client now. Events
+    /// pass until one shows a recall call; from there they are held, until
+    /// a client call (or a stray recall call) releases them filtered.
+    fn event(&mut self, raw: Bytes, prior: &Value) -> Vec<Bytes> {
+        let event = chunk_of(&raw);
+        if let Some(event) = &event {
+            self.read(event);
+        }
+        let recall = self.calls().recall_indices();
+        let mut out = Vec::new();
+        if !recall.is_empty() && !self.hold().mixed {
+            if self.last() || self.calls().any_client() {
+                self.hold().mixed = true;
+                for (raw, event) in self.hold().held.take().unwrap_or_default() {
+                    out.extend(self.outgoing(raw, event, &recall, prior));
+                }
+            } else if self.hold().held.is_none() {
+                self.hold().held = Some(Vec::new());
+            }
+        }
+        match &mut self.hold().held {
+            Some(held) => held.push((raw, event)),
+            None => out.extend(self.outgoing(raw, event, &recall, prior)),
+        }
+        out
+    }
 }
 
 /// Streams the rounds into `tx` until one ends without recall calls, the
 /// client goes away, or the upstream fails.
 pub(super) async fn run(mut session: Session, mut incoming: Incoming, tx: Tx) {
-    let mut shown = 0;
+    let mut carry = Carry::default();
     loop {
-        let round = session.stream_round(shown);
+        let round = session.stream_round(carry);
         let Some(turn) = stream_round(&mut session, round, incoming, &tx).await else {
             return;
         };
-        shown += turn.shown;
+        carry = turn.carry.clone();
         incoming = match session.next_round(turn).await {
             Ok((head, body)) if head.status.is_success() => body,
             Ok((head, body)) => {

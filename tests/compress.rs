@@ -400,6 +400,59 @@ async fn nothing_is_compressed_without_an_archive_or_when_a_model_turns_it_off()
     }
 }
 
+#[tokio::test]
+async fn assistant_answers_are_compressed_only_when_a_model_asks_for_it() {
+    let llm = Llm::start().await;
+    let extra = "[models.\"chatty-*\"]\ncontext_window = 200000\n\
+                 [models.\"chatty-*\".compress]\nassistant = true\n";
+    let fg = Foldgate::start(&config(&llm, extra)).await;
+    let report =
+        "the parser, the tokenizer and the cache layer were compared once more\n".repeat(40);
+    let mut messages = vec![json!({"role": "system", "content": "You are a reviewer."})];
+    for t in 0..10 {
+        messages.push(json!({"role": "user", "content": format!("[m{t}] review part {t}")}));
+        let mut answer = json!({"role": "assistant",
+            "content": format!("Review of part {t}: see src/part{t}.rs\n{report}")});
+        if t % 2 == 0 {
+            answer["tool_calls"] = json!([{"id": format!("call_{t}"), "type": "function",
+                "function": {"name": "open", "arguments": format!("{{\"path\":\"src/part{t}.rs\"}}")}}]);
+            messages.push(answer);
+            messages.push(
+                json!({"role": "tool", "tool_call_id": format!("call_{t}"), "content": "ok"}),
+            );
+        } else {
+            messages.push(answer);
+        }
+    }
+    for (model, stubbed) in [("big-model", false), ("chatty-model", true)] {
+        let reply = post_json(
+            &format!("{}/v1/chat/completions", fg.url),
+            &[("x-conversation-id", model), TENANT],
+            &json!({"model": model, "messages": messages}),
+        )
+        .await;
+        reply.assert_ok();
+        let view = forwarded(&llm);
+        assert_eq!(view.len(), messages.len());
+        let stubs: Vec<usize> = (0..view.len()).filter(|&i| is_stub(&view[i])).collect();
+        assert_eq!(!stubs.is_empty(), stubbed, "{model}: {stubs:?}");
+        for &i in &stubs {
+            assert_eq!(view[i]["role"], "assistant");
+            assert_eq!(
+                view[i].get("tool_calls"),
+                messages[i].get("tool_calls"),
+                "calls kept"
+            );
+            let text = content_text(&view[i]);
+            assert!(
+                text.contains("compressed assistant answer") && text.contains("src/part"),
+                "{text}"
+            );
+        }
+        assert_tool_pairs(&view);
+    }
+}
+
 /// A Messages loop: `steps` tool uses, each answered by a long result;
 /// the first step makes a second, parallel call (`toolu_0b`).
 fn anthropic_loop(steps: usize) -> Value {

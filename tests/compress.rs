@@ -575,3 +575,57 @@ async fn anthropic_and_responses_stubs_keep_their_wire_pairing() {
         );
     }
 }
+
+#[tokio::test]
+async fn replay_shows_the_stubs_and_tokens_the_proxy_sends() {
+    let llm = Llm::start().await;
+    let toml = config(&llm, "");
+    let dir = tempfile::tempdir().unwrap();
+    let (config_path, recording) = (dir.path().join("f.toml"), dir.path().join("loop.jsonl"));
+    std::fs::write(&config_path, &toml).unwrap();
+    let mut l = ToolLoop::new("fix the failing build");
+    let mut lines = Vec::new();
+    for _ in 0..12 {
+        l.step(LONG);
+        lines.push(l.body("big-model").to_string());
+    }
+    std::fs::write(&recording, lines.join("\n")).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
+        .arg("replay")
+        .arg(&recording)
+        .arg("--config")
+        .arg(&config_path)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // line messages tokens_in tokens_out ratio fold reason folded covered stubs
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim_start().starts_with("line"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), lines.len(), "{stdout}");
+    let fg = Foldgate::start(&toml).await;
+    let mut stubbed = 0;
+    for (row, line) in rows.iter().zip(&lines) {
+        let body: Value = serde_json::from_str(line).unwrap();
+        let reply = post_json(
+            &format!("{}/v1/chat/completions", fg.url),
+            &[("x-conversation-id", "replayed"), TENANT],
+            &body,
+        )
+        .await;
+        reply.assert_ok();
+        let stubs = forwarded(&llm).iter().filter(|m| is_stub(m)).count();
+        assert_eq!(row[9], stubs.to_string(), "{stdout}");
+        assert_eq!(row[3], reply.tokens_out().to_string(), "{stdout}");
+        stubbed += stubs;
+    }
+    assert!(stubbed > 0, "{stdout}");
+}

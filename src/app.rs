@@ -4,6 +4,10 @@
 //! handles requests sits above this module; the engines it holds sit below.
 
 use crate::archive::Archive;
+use crate::fold::compress::StubCache;
+
+/// Bytes of rendered compression stubs kept (a stub is about 1 KB).
+const STUB_CACHE_BYTES: u64 = 32 * 1024 * 1024;
 use crate::background::Background;
 use crate::config::Config;
 use crate::error::StartupError;
@@ -34,6 +38,8 @@ pub struct App {
     pub background: Background,
     /// Recent turns per conversation, for the dashboard.
     pub turns: Turns,
+    /// Compression stubs already rendered.
+    pub stubs: StubCache,
 }
 
 impl std::fmt::Debug for App {
@@ -58,6 +64,7 @@ impl App {
             metrics: Arc::new(Metrics::default()),
             background: Background::default(),
             turns: Turns::new(config.state.ttl),
+            stubs: StubCache::new(STUB_CACHE_BYTES),
             config,
         })
     }

@@ -44,6 +44,11 @@ pub struct Metrics {
     /// Prompt tokens not sent upstream: the client's messages minus the
     /// forwarded view, summed over requests forwarded with a fold.
     pub tokens_saved: AtomicU64,
+    /// Messages forwarded as compression stubs, summed over requests.
+    pub compressed_messages: AtomicU64,
+    /// Prompt tokens the stubs saved (the messages' tokens minus their
+    /// stubs'), summed over requests.
+    pub compressed_tokens_saved: AtomicU64,
     /// Requests forwarded with the recall tool.
     pub recall_offers: AtomicU64,
     /// Recall calls foldgate answered from the archive.
@@ -140,6 +145,16 @@ impl Metrics {
             "foldgate_folds_reused_total",
             "Requests forwarded with a reused summary.",
             get(&self.folds_reused),
+        );
+        counter(
+            "foldgate_compressed_messages_total",
+            "Messages forwarded as compression stubs, summed over requests.",
+            get(&self.compressed_messages),
+        );
+        counter(
+            "foldgate_compressed_tokens_saved_total",
+            "Prompt tokens compression stubs saved, summed over requests.",
+            get(&self.compressed_tokens_saved),
         );
         counter(
             "foldgate_fold_failures_total",

@@ -6,12 +6,14 @@
 //! mock summarizer (no network, no tokens spent): a placeholder narrative
 //! of half the summary budget (a summarizer may write up to two thirds of
 //! it, the ledger takes the rest) plus the real ledger of the folded
-//! messages. So the figures show where folds happen and what is forwarded,
-//! for tuning ratios before spending tokens.
+//! messages. Older-turn compression applies as the proxy applies it to a
+//! keyed conversation (`stubs`: messages shown compressed). So the figures
+//! show where folds happen and what is forwarded, for tuning ratios before
+//! spending tokens.
 
 use crate::config::{Config, Mode, Policy};
 use crate::fold::ledger::Ledger;
-use crate::fold::{self, Budget, Decision, FoldChain, FoldState, Messages, Summary};
+use crate::fold::{self, Budget, Compression, Decision, FoldChain, FoldState, Messages, Summary};
 use crate::message::ids_of;
 use crate::tokens::TokenCounter;
 use serde_json::{Map, Value, json};
@@ -55,6 +57,8 @@ pub struct Row {
     pub folded: usize,
     /// Messages after the pinned head the view's summary stands for.
     pub covered: usize,
+    /// Messages the view shows compressed to stubs.
+    pub stubs: usize,
 }
 
 /// The whole replay: the settings it ran with and one row per request.
@@ -105,6 +109,19 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
         let policy = config.policy_for(provider, model);
         let estimate = counter.estimate(model, &request);
         let budget = Budget::for_request(config, &policy, &estimate, now_unix());
+        // Compression as the proxy makes it for a keyed conversation.
+        let compression = if config.archive.enabled {
+            Compression::of(
+                messages,
+                &estimate.messages,
+                &config.compress_for(provider, model),
+                policy.preserve_recent,
+                config.archive.recall_on(),
+                &|m: &Value| counter.message_tokens(model, m),
+            )
+        } else {
+            Compression::default()
+        };
         let turn = Turn {
             config,
             counter: &counter,
@@ -113,11 +130,7 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
             budget: &budget,
             messages,
             ids: &ids_of(messages),
-            counts: &estimate
-                .messages
-                .iter()
-                .map(|&c| estimate.calibrated(u64::from(c)))
-                .collect::<Vec<_>>(),
+            counts: &compression.counts(&estimate.messages, |c| estimate.calibrated(u64::from(c))),
         };
         let mut row = Row {
             line,
@@ -129,6 +142,7 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
             reason: None,
             folded: 0,
             covered: 0,
+            stubs: 0,
         };
         let decision = turn.plan(&chain);
         if let Decision::Fold(plan) = &decision {
@@ -152,6 +166,8 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
             .best_match(messages)
             .filter(|_| row.fold != "none")
             .map_or(0, |s| s.covered);
+        let shown = fold::pinned_len(messages) + row.covered;
+        row.stubs = compression.indices().filter(|&i| i >= shown).count();
         first.get_or_insert_with(|| (model.to_string(), provider.to_string(), policy, budget));
         rows.push(row);
     }
@@ -280,7 +296,7 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "{:>5} {:>8} {:>10} {:>10} {:>6}  {:<10} {:<9} {:>6} {:>7}",
+            "{:>5} {:>8} {:>10} {:>10} {:>6}  {:<10} {:<9} {:>6} {:>7} {:>5}",
             "line",
             "messages",
             "tokens_in",
@@ -289,12 +305,13 @@ impl fmt::Display for Report {
             "fold",
             "reason",
             "folded",
-            "covered"
+            "covered",
+            "stubs"
         )?;
         for r in &self.rows {
             writeln!(
                 f,
-                "{:>5} {:>8} {:>10} {:>10} {:>5.1}%  {:<10} {:<9} {:>6} {:>7}",
+                "{:>5} {:>8} {:>10} {:>10} {:>5.1}%  {:<10} {:<9} {:>6} {:>7} {:>5}",
                 r.line,
                 r.messages,
                 r.tokens_in,
@@ -303,7 +320,8 @@ impl fmt::Display for Report {
                 r.fold,
                 r.reason.unwrap_or("-"),
                 r.folded,
-                r.covered
+                r.covered,
+                r.stubs
             )?;
         }
         let sum = |f: fn(&Row) -> u32| self.rows.iter().map(|r| u64::from(f(r))).sum::<u64>();

@@ -10,7 +10,14 @@
 //!   target whenever some valid cut fits that (checked against a brute force);
 //! - plans and views are deterministic, a stored state reproduces the bytes
 //!   it produced when it was made, and an edited history never reuses a
-//!   state spanning the edit.
+//!   state spanning the edit;
+//! - with older-turn compression (random `[compress]` settings): a message
+//!   compressed in the view is one compression chose (the request path
+//!   archives exactly those), outside the pinned head and the preserved
+//!   tail, never a user message; its stub keeps its pairing and carries its
+//!   specifics; the chosen set only grows, by whole batches; a stub renders
+//!   to the same bytes on every request, and between batches a reused
+//!   state's view keeps its bytes.
 //!
 //! Runs are seeded with a fixed seed for reproducible CI; explore others with
 //! `PROPTEST_RNG_SEED=<u64> cargo test --test fold_props` and more cases with
@@ -23,12 +30,16 @@
     reason = "tests fail loudly; the no-panic rule is for the request path"
 )]
 
-use foldgate::config::{Placement, Policy};
-use foldgate::fold::{Budget, Decision, FoldChain, FoldState, Reason, build_view, pinned_len};
+use foldgate::config::{Compress, Placement, Policy};
+use foldgate::fold::compress::select;
+use foldgate::fold::{
+    Budget, Compression, Decision, FoldChain, FoldState, Reason, build_view_with, pinned_len,
+};
+use foldgate::message::Role;
 mod fold_support;
 
-use fold_support::decide_with;
-use fold_support::invariants::{check_view, count, label, record_fold};
+use fold_support::decide_counted;
+use fold_support::invariants::{check_view_with, count, label, record_fold};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 use serde_json::{Value, json};
@@ -75,6 +86,12 @@ fn text(label: &str, tokens: u32) -> String {
     format!("{label} ~{tokens}")
 }
 
+/// [`text`] with the marker on a line of its own: a stub of the message
+/// shows its first line only, so it costs less than the message.
+fn lines(label: &str, tokens: u32) -> String {
+    format!("{label}\n~{tokens}")
+}
+
 /// Builds the history and the request points (lengths at which the client
 /// sends a request: after a user message or after a complete tool round).
 fn build(pinned: u8, turns: &[Turn]) -> (Vec<Value>, Vec<usize>) {
@@ -107,14 +124,14 @@ fn build(pinned: u8, turns: &[Turn]) -> (Vec<Value>, Vec<usize>) {
             for (id, &tokens) in ids.iter().zip(results) {
                 let label = format!("m{}-{id}", ms.len());
                 ms.push(
-                    json!({"role": "tool", "tool_call_id": id, "content": text(&label, tokens)}),
+                    json!({"role": "tool", "tool_call_id": id, "content": lines(&label, tokens)}),
                 );
             }
             points.push(ms.len());
         }
         if let Some(tokens) = turn.answer {
             let label = format!("m{}-a{t}", ms.len());
-            ms.push(json!({"role": "assistant", "content": text(&label, tokens), "x-extra": t}));
+            ms.push(json!({"role": "assistant", "content": lines(&label, tokens), "x-extra": t}));
         }
         if ms.len() > 300 {
             break;
@@ -130,6 +147,7 @@ struct Setup {
     policy: Policy,
     budget: Budget,
     placement: Placement,
+    compress: Compress,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -148,7 +166,23 @@ fn setup() -> impl Strategy<Value = Setup> {
         Just(Placement::Merge),
         Just(Placement::User)
     ];
-    (policy, budget, placement).prop_map(|(p, b, placement)| Setup {
+    let compress = (
+        prop::bool::weighted(0.7),
+        any::<bool>(),
+        0u32..700,
+        1usize..5,
+        1usize..5,
+    )
+        .prop_map(
+            |(enabled, assistant, min_tokens, after_turns, batch)| Compress {
+                enabled,
+                assistant,
+                min_tokens,
+                after_turns,
+                batch,
+            },
+        );
+    (policy, budget, placement, compress).prop_map(|(p, b, placement, compress)| Setup {
         policy: Policy {
             trigger_ratio: p.0,
             reset_ratio: p.1.min(p.0),
@@ -167,6 +201,7 @@ fn setup() -> impl Strategy<Value = Setup> {
             now_unix: 0,
         },
         placement,
+        compress,
     })
 }
 
@@ -214,7 +249,9 @@ fn tokens(view: &[Value], s: &Setup) -> u64 {
 
 // ---- the simulation ---------------------------------------------------------
 
-fn simulate(pinned: u8, turns: &[Turn], s: &Setup) {
+/// Replays the conversation request by request; returns how many
+/// messages the views showed compressed, summed over the requests.
+fn simulate(pinned: u8, turns: &[Turn], s: &Setup) -> usize {
     let (history, points) = build(pinned, turns);
     let index: HashMap<String, usize> = history
         .iter()
@@ -226,11 +263,44 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) {
     let reset_limit = ((s.policy.reset_ratio * window as f64).floor() as u64).min(window_limit);
     let mut chain = FoldChain::new();
     let mut folds: HashMap<String, BTreeSet<usize>> = HashMap::new();
-    let mut frozen: HashMap<String, Vec<Value>> = HashMap::new();
+    let mut frozen: HashMap<(String, Vec<usize>), Vec<Value>> = HashMap::new();
+    let mut stub_bytes: HashMap<usize, Vec<u8>> = HashMap::new();
+    let mut chosen: Vec<usize> = Vec::new();
+    let mut shown_stubs = 0;
     for (step, &n) in points.iter().enumerate() {
         let ms = &history[..n];
-        let decide =
-            |chain: &FoldChain| decide_with(ms, chain, &s.policy, &s.budget, s.placement, count);
+        let raw: Vec<u32> = ms.iter().map(count).collect();
+        let roles: Vec<Option<Role>> = ms.iter().map(Role::of_message).collect();
+        let p = pinned_len(ms);
+        let selected = select(&roles, &raw, &s.compress, s.policy.preserve_recent);
+        assert!(
+            selected.starts_with(&chosen)
+                && (selected.len() - chosen.len()) % s.compress.batch == 0,
+            "the chosen set grows by whole batches: {chosen:?} then {selected:?}"
+        );
+        for &i in &selected {
+            assert!(
+                i >= p && i + s.policy.preserve_recent.max(1) <= n,
+                "{i} pinned or in the tail"
+            );
+            assert!(
+                matches!(roles[i], Some(Role::Tool | Role::Assistant)),
+                "{i} is no answer or result"
+            );
+        }
+        chosen = selected;
+        let compression = Compression::of(
+            ms,
+            &raw,
+            &s.compress,
+            s.policy.preserve_recent,
+            true,
+            &count,
+        );
+        let counts = compression.counts(&raw, |c| c);
+        let decide = |chain: &FoldChain| {
+            decide_counted(ms, &counts, chain, &s.policy, &s.budget, s.placement, count)
+        };
         // The costly cross-checks (each rehashes the history) run every 4th step.
         let thorough = step % 4 == 0;
         let decision = decide(&chain);
@@ -249,7 +319,8 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) {
                         "skipped a fitting cut: {smallest:?}"
                     );
                 }
-                let view = build_view(ms, info.base.as_ref(), s.placement).unwrap();
+                let view =
+                    build_view_with(ms, info.base.as_ref(), s.placement, &compression).unwrap();
                 (info.base, view)
             }
             Decision::CannotFit(c) => {
@@ -258,13 +329,14 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) {
                     smallest.is_none_or(|t| t > window_limit),
                     "a fitting cut existed: {smallest:?}"
                 );
-                let view = build_view(ms, c.view.base.as_ref(), s.placement).unwrap();
+                let view =
+                    build_view_with(ms, c.view.base.as_ref(), s.placement, &compression).unwrap();
                 (c.view.base, view)
             }
             Decision::Fold(fold) => {
                 let state = record_fold(&fold, &mut folds, step as u64);
                 chain.push(state.clone());
-                let view = build_view(ms, Some(&state), s.placement).unwrap();
+                let view = build_view_with(ms, Some(&state), s.placement, &compression).unwrap();
                 let used = tokens(&view, s);
                 assert!(
                     used <= u64::from(fold.tokens_after),
@@ -282,10 +354,16 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) {
                 (Some(state), view)
             }
         };
-        check_view(ms, &index, &view, state.as_ref(), &folds);
+        let stubbed = check_view_with(ms, &index, &view, state.as_ref(), &folds, &compression);
+        shown_stubs += stubbed.len();
+        for &i in &stubbed {
+            let bytes = serde_json::to_vec(compression.stub_of(i).unwrap()).unwrap();
+            let first = stub_bytes.entry(i).or_insert_with(|| bytes.clone());
+            assert_eq!(*first, bytes, "stub of {i} renders to the same bytes");
+        }
         if thorough {
             let bytes = serde_json::to_vec(&view).unwrap();
-            let again = build_view(ms, state.as_ref(), s.placement).unwrap();
+            let again = build_view_with(ms, state.as_ref(), s.placement, &compression).unwrap();
             assert_eq!(
                 bytes,
                 serde_json::to_vec(&again).unwrap(),
@@ -293,9 +371,10 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) {
             );
         }
         if let Some(state) = &state {
-            // Frozen bytes: a reused state's view starts with the view it made.
+            // Frozen bytes: a reused state's view starts with the view it
+            // made, as long as no new batch of stubs landed.
             let first = frozen
-                .entry(state.id.clone())
+                .entry((state.id.clone(), chosen.clone()))
                 .or_insert_with(|| view.clone());
             let len = first.len() - 1; // the last message then may have grown since
             let same = if thorough {
@@ -313,6 +392,7 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) {
         let stored = serde_json::to_string(&chain).unwrap();
         chain = serde_json::from_str(&stored).unwrap();
     }
+    shown_stubs
 }
 
 /// Editing one message disqualifies every state whose span contains it.
@@ -364,4 +444,36 @@ proptest! {
     ) {
         simulate(pinned, &turns, &setup);
     }
+}
+
+/// The compression properties above are not vacuous: an agent loop with
+/// long tool results under a large window shows stubs.
+#[test]
+fn an_agent_loop_shows_stubs() {
+    let turn = Turn {
+        users: vec![20],
+        exchanges: vec![vec![400]; 30],
+        answer: Some(40),
+        flags: 0,
+    };
+    let setup = Setup {
+        policy: Policy {
+            preserve_recent: 4,
+            ..Policy::default()
+        },
+        budget: Budget {
+            context_window: 100_000,
+            output_reserve: 1000,
+            overhead: 0,
+            summary_reserve: 200,
+            now_unix: 0,
+        },
+        placement: Placement::System,
+        compress: Compress {
+            min_tokens: 300,
+            ..Compress::default()
+        },
+    };
+    let stubs = simulate(1, &[turn.clone(), turn], &setup);
+    assert!(stubs > 100, "{stubs} stubs shown");
 }

@@ -59,7 +59,7 @@ pub struct Row {
     /// Hex of the message's identity (XXH3-128 of its JSON text): the same
     /// message archived twice (a rebuild folds it again) is stored once.
     pub digest: String,
-    /// The searchable text ([`message_text`]).
+    /// The searchable text: the tool call id(s), then [`message_text`].
     pub text: String,
     /// The message, as JSON text (chat-completions form).
     pub message: String,
@@ -82,6 +82,11 @@ impl Row {
                 let ids: Vec<&str> = message::tool_call_ids(message)?.collect();
                 (!ids.is_empty()).then(|| ids.join(","))
             });
+        // The call ids lead the text, so a search for one finds it.
+        let text = match &tool_call_id {
+            Some(ids) => format!("{ids}\n{}", message_text(message)),
+            None => message_text(message),
+        };
         Self {
             position,
             role: message::role(message).unwrap_or("unknown").to_string(),
@@ -90,7 +95,7 @@ impl Row {
             api: api.to_string(),
             archived_at: now,
             digest: format!("{id:032x}"),
-            text: message_text(message),
+            text,
             message: message.to_string(),
         }
     }
@@ -133,7 +138,21 @@ pub struct Excerpt {
 
 /// The archive of this process, over the state's backend, or off.
 #[derive(Debug)]
-pub enum Archive {
+pub struct Archive {
+    backend: Backend,
+    /// Messages this process stored for a compression, by
+    /// [`Archive::stored_key`]: a conversation's stubs are in every later
+    /// view, and are stored once, not on every request.
+    compressed: moka::sync::Cache<u128, ()>,
+}
+
+/// Compressed messages remembered as stored (a forgotten one is stored
+/// again, which the backends keep once).
+const COMPRESSED_REMEMBERED: u64 = 200_000;
+
+/// Where the archive lives.
+#[derive(Debug)]
+enum Backend {
     /// `archive.enabled = false`.
     Off,
     Memory(memory::MemoryArchive),
@@ -152,9 +171,69 @@ impl Archive {
     /// Opens the archive in the state's backend (Redis inside the runtime).
     pub fn open(config: &Config) -> Result<Self, String> {
         let archive = &config.archive;
-        if !archive.enabled {
-            return Ok(Self::Off);
+        let backend = if !archive.enabled {
+            Backend::Off
+        } else {
+            Backend::open(config)?
+        };
+        Ok(Self {
+            backend,
+            compressed: moka::sync::Cache::new(COMPRESSED_REMEMBERED),
+        })
+    }
+
+    /// Whether messages are archived.
+    pub fn enabled(&self) -> bool {
+        !matches!(self.backend, Backend::Off)
+    }
+
+    /// Stores the rows of messages a compression shows as stubs, except
+    /// those this process already stored (`id`: each row's message
+    /// identity); `rows` makes a row for a position and is called only for
+    /// the new ones. Returns at once, the write is queued.
+    pub fn store_compressed(
+        &self,
+        key: &ConvKey,
+        positions: impl IntoIterator<Item = (usize, MessageId)>,
+        mut rows: impl FnMut(usize) -> Option<Row>,
+    ) {
+        if !self.enabled() {
+            return;
         }
+        let new: Vec<Row> = positions
+            .into_iter()
+            .filter(|&(position, id)| {
+                let k = Self::stored_key(key, position, id);
+                let fresh = !self.compressed.contains_key(&k);
+                self.compressed.insert(k, ());
+                fresh
+            })
+            .filter_map(|(position, _)| rows(position))
+            .collect();
+        self.store(key, new);
+    }
+
+    /// The remembered identity of a stored compressed message.
+    fn stored_key(key: &ConvKey, position: usize, id: MessageId) -> u128 {
+        let mut h = xxhash_rust::xxh3::Xxh3Default::new();
+        for part in [
+            key.tenant.as_bytes(),
+            b"\0",
+            key.conversation.as_bytes(),
+            b"\0",
+        ] {
+            h.update(part);
+        }
+        h.update(&position.to_le_bytes());
+        h.update(&id.to_le_bytes());
+        h.digest128()
+    }
+}
+
+impl Backend {
+    /// The state backend's archive (Redis inside the runtime).
+    fn open(config: &Config) -> Result<Self, String> {
+        let archive = &config.archive;
         Ok(match config.state.backend {
             StateBackend::Memory => Self::Memory(memory::MemoryArchive::new(
                 archive,
@@ -167,12 +246,9 @@ impl Archive {
             StateBackend::Redis => Self::Redis(redis::RedisArchive::open(&config.state, archive)?),
         })
     }
+}
 
-    /// Whether messages are archived.
-    pub fn enabled(&self) -> bool {
-        !matches!(self, Self::Off)
-    }
-
+impl Archive {
     /// Archives the messages `state` folded: `messages[i]` for each `i` in
     /// `folded` (with `ids[i]`, its identity). Returns at once; the write
     /// is queued.
@@ -211,11 +287,11 @@ impl Archive {
         if rows.is_empty() {
             return;
         }
-        match self {
-            Self::Off => {}
-            Self::Memory(m) => m.record(key, rows),
-            Self::Sqlite(s) => s.record(key, rows),
-            Self::Redis(r) => r.record(key, rows),
+        match &self.backend {
+            Backend::Off => {}
+            Backend::Memory(m) => m.record(key, rows),
+            Backend::Sqlite(s) => s.record(key, rows),
+            Backend::Redis(r) => r.record(key, rows),
         }
     }
 
@@ -224,11 +300,11 @@ impl Archive {
     /// last, newest first.
     pub async fn hits(&self, key: &ConvKey, query: &str, limit: usize) -> Vec<Hit> {
         let query = query::Query::parse(query);
-        match self {
-            Self::Off => Vec::new(),
-            Self::Memory(m) => m.hits(key, &query, limit),
-            Self::Sqlite(s) => s.hits(key, &query, limit).await,
-            Self::Redis(r) => r.hits(key, &query, limit).await,
+        match &self.backend {
+            Backend::Off => Vec::new(),
+            Backend::Memory(m) => m.hits(key, &query, limit),
+            Backend::Sqlite(s) => s.hits(key, &query, limit).await,
+            Backend::Redis(r) => r.hits(key, &query, limit).await,
         }
     }
 
@@ -242,27 +318,27 @@ impl Archive {
 
     /// Messages archived for the conversation.
     pub async fn count(&self, key: &ConvKey) -> u64 {
-        match self {
-            Self::Off => 0,
-            Self::Memory(m) => m.count(key),
-            Self::Sqlite(s) => s.count(key).await,
-            Self::Redis(r) => r.count(key).await,
+        match &self.backend {
+            Backend::Off => 0,
+            Backend::Memory(m) => m.count(key),
+            Backend::Sqlite(s) => s.count(key).await,
+            Backend::Redis(r) => r.count(key).await,
         }
     }
 
     /// The tenants with an archive for this conversation id (admin only).
     pub async fn tenants(&self, conversation: &str) -> Vec<String> {
-        match self {
-            Self::Off => Vec::new(),
-            Self::Memory(m) => m.tenants(conversation),
-            Self::Sqlite(s) => s.tenants(conversation).await,
-            Self::Redis(r) => r.tenants(conversation).await,
+        match &self.backend {
+            Backend::Off => Vec::new(),
+            Backend::Memory(m) => m.tenants(conversation),
+            Backend::Sqlite(s) => s.tenants(conversation).await,
+            Backend::Redis(r) => r.tenants(conversation).await,
         }
     }
 
     /// Waits until every queued write is stored (SQLite; tests and shutdown).
     pub async fn flush(&self) {
-        if let Self::Sqlite(s) = self {
+        if let Backend::Sqlite(s) = &self.backend {
             s.flush().await;
         }
     }

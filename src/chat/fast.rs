@@ -8,8 +8,8 @@ use super::turn::{Prepared, now_unix};
 use crate::app::App;
 use crate::config::Mode;
 use crate::error::ApiError;
-use crate::fold::FoldChain;
 use crate::fold::trigger::{Observed, evaluate};
+use crate::fold::{FoldChain, compress};
 use crate::message::{MessageId, Role, pinned_count};
 use crate::state::ConvKey;
 use crate::tokens::Estimate;
@@ -152,7 +152,21 @@ pub(super) async fn route(
     let prefold = policy.mode == Mode::Background
         && key.is_some()
         && seen.view_tokens as f64 >= policy.prefold_ratio * f64::from(budget.context_window);
-    if prefold || evaluate(&seen, &policy, &budget).is_some() {
+    // Older turns to compress need the full path too (one rule: `select`).
+    let compress = || {
+        let settings = app.config.compress_for(provider, &raw.model);
+        let roles: Vec<Option<Role>> = roles.iter().copied().map(Some).collect();
+        app.archive.enabled()
+            && key.is_some()
+            && !compress::select(
+                &roles,
+                &estimate.messages,
+                &settings,
+                policy.preserve_recent,
+            )
+            .is_empty()
+    };
+    if prefold || evaluate(&seen, &policy, &budget).is_some() || compress() {
         return Ok(full(key, ids, estimate, None));
     }
     let prepared = Prepared::untouched(&estimate);

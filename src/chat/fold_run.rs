@@ -38,9 +38,15 @@ impl Started {
 
 impl Turn {
     /// Decides, folds if this request must wait for it, and returns what
-    /// to forward. `chain` is the conversation's fold chain as the request
-    /// loaded it.
+    /// to forward; the messages the view compresses are archived first.
+    /// `chain` is the conversation's fold chain as the request loaded it.
     pub async fn prepare(&self, chain: Option<Arc<FoldChain>>) -> Result<Prepared, ApiError> {
+        let prepared = self.decide_and_fold(chain).await?;
+        self.archive_compressed(&prepared);
+        Ok(prepared)
+    }
+
+    async fn decide_and_fold(&self, chain: Option<Arc<FoldChain>>) -> Result<Prepared, ApiError> {
         let decision = self.decide(chain.as_deref(), &self.data.policy);
         let background = self.data.policy.mode == Mode::Background && self.data.key.is_some();
         let postponed = self.backing_off();

@@ -5,11 +5,14 @@
 use super::codec::Api;
 use super::fast::Look;
 use crate::app::App;
+use crate::archive::Row;
 use crate::config::{Placement, Policy};
 use crate::error::ApiError;
+use crate::fold::compress::ARCHIVE_FOLD;
 use crate::fold::view::Item;
 use crate::fold::{
-    self, Budget, CannotFit, Decision, FoldChain, FoldState, MessageId, Messages, ViewInfo,
+    self, Budget, CannotFit, Compression, Decision, FoldChain, FoldState, MessageId, Messages,
+    ViewInfo,
 };
 use crate::metrics::Metrics;
 use crate::state::ConvKey;
@@ -18,6 +21,7 @@ use crate::tokens::Estimate;
 use http::HeaderMap;
 use serde_json::{Map, Value};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// What to forward, and what the response headers report.
 #[derive(Debug)]
@@ -35,6 +39,8 @@ pub struct Prepared {
     pub raw_tokens_out: u32,
     /// A note for `x-foldgate-warning` (e.g. the summarizer failed).
     pub warning: Option<String>,
+    /// Messages the view shows compressed to stubs.
+    pub compressed: usize,
 }
 
 impl Prepared {
@@ -47,6 +53,7 @@ impl Prepared {
             tokens_out: estimate.input_tokens,
             raw_tokens_out: estimate.raw_input_tokens,
             warning: None,
+            compressed: 0,
         }
     }
 }
@@ -68,8 +75,11 @@ pub(super) struct TurnData {
     pub messages: Vec<Value>,
     /// Each message's identity, as the first look hashed it.
     pub ids: Vec<MessageId>,
-    /// Each message's calibrated tokens, from the estimate.
+    /// Each message's calibrated tokens, from the estimate; a compressed
+    /// message's are its stub's (planning sees the compressed view).
     pub counts: Vec<u32>,
+    /// The messages the view shows as stubs (older-turn compression).
+    pub compression: Compression,
     pub policy: Policy,
     pub estimate: Estimate,
     pub credentials: Credentials,
@@ -108,8 +118,20 @@ impl Turn {
                 auth.insert(name, v.clone());
             }
         }
+        let policy = config.policy_for(provider, &model);
+        let compression = compression_for(
+            &app,
+            (provider, &model),
+            key.as_ref(),
+            &policy,
+            (&messages, &ids),
+            &estimate,
+            api,
+        );
         let data = TurnData {
-            policy: config.policy_for(provider, &model),
+            counts: compression.counts(&estimate.messages, |c| estimate.calibrated(u64::from(c))),
+            compression,
+            policy,
             model,
             provider: provider.to_string(),
             key,
@@ -117,11 +139,6 @@ impl Turn {
                 headers: auth,
                 drop_client_auth: !config.server.api_keys.is_empty(),
             },
-            counts: estimate
-                .messages
-                .iter()
-                .map(|&c| estimate.calibrated(u64::from(c)))
-                .collect(),
             messages,
             ids,
             estimate,
@@ -139,7 +156,7 @@ impl Turn {
     /// Whether this conversation's model may recall archived messages: the
     /// recall tool is on and the conversation is keyed.
     pub fn recall(&self) -> bool {
-        self.app.config.archive.recall_on() && self.data.key.is_some()
+        recall_for(&self.app, self.data.key.as_ref())
     }
 
     /// After the upstream said the prompt is too long: plan again against
@@ -155,6 +172,52 @@ impl Turn {
             .key
             .as_ref()
             .is_some_and(|k| background.backing_off(k))
+    }
+
+    /// Stores the messages `prepared`'s view shows as stubs in the archive
+    /// (each once per process; the backends keep a message stored at its
+    /// position once anyway) and counts them.
+    pub(super) fn archive_compressed(&self, prepared: &Prepared) {
+        let (Some(items), Some(key)) = (&prepared.view, &self.data.key) else {
+            return;
+        };
+        if prepared.compressed == 0 {
+            return;
+        }
+        let data = &self.data;
+        let stubbed: Vec<usize> = items
+            .iter()
+            .filter_map(|item| match item {
+                Item::Stub(i, _) => Some(*i),
+                _ => None,
+            })
+            .collect();
+        let saved: u64 = stubbed
+            .iter()
+            .filter_map(|&i| {
+                let full = data.estimate.messages.get(i)?;
+                let stub = data.compression.tokens_of(i)?;
+                Some(u64::from(full.saturating_sub(stub)))
+            })
+            .sum();
+        let m = &self.app.metrics;
+        m.compressed_messages
+            .fetch_add(stubbed.len() as u64, Ordering::Relaxed);
+        m.compressed_tokens_saved
+            .fetch_add(data.estimate.calibrated(saved).into(), Ordering::Relaxed);
+        let now = i64::try_from(now_unix()).unwrap_or(i64::MAX);
+        let positions = stubbed.iter().filter_map(|&i| Some((i, *data.ids.get(i)?)));
+        self.app.archive.store_compressed(key, positions, |i| {
+            let (message, id) = (data.messages.get(i)?, *data.ids.get(i)?);
+            Some(Row::of(
+                i,
+                message,
+                id,
+                ARCHIVE_FOLD,
+                data.api.as_str(),
+                now,
+            ))
+        });
     }
 
     /// Forwards the current view without the fold the triggers asked for:
@@ -261,20 +324,39 @@ impl Turn {
         warning: Option<&str>,
     ) -> Prepared {
         let estimate = &self.data.estimate;
-        let (view, raw_out) = match state {
-            None => (None, u64::from(estimate.raw_input_tokens)),
-            Some(state) => {
-                let placement = self.data.placement;
-                let items = fold::view::layout_planned(self.messages(), state, placement);
+        let compression = &self.data.compression;
+        let placement = self.data.placement;
+        let items = match state {
+            None if compression.is_empty() => None,
+            None => Some(fold::view::layout(&self.data.messages, None, placement)),
+            Some(state) => Some(fold::view::layout_planned(
+                self.messages(),
+                state,
+                placement,
+            )),
+        };
+        let (view, raw_out, compressed) = match items {
+            None => (None, u64::from(estimate.raw_input_tokens), 0),
+            Some(items) => {
+                let items = compression.apply(items);
+                let mut compressed = 0;
                 let counted: u64 = items
                     .iter()
                     .map(|item| match item {
                         Item::Original(i) => estimate.messages.get(*i).copied().unwrap_or(0),
+                        Item::Stub(i, _) => {
+                            compressed += 1;
+                            compression.tokens_of(*i).unwrap_or(0)
+                        }
                         Item::New(v) => self.app.tokens.message_tokens(&self.data.model, v),
                     })
                     .map(u64::from)
                     .sum();
-                (Some(items), u64::from(estimate.overhead) + counted)
+                (
+                    Some(items),
+                    u64::from(estimate.overhead) + counted,
+                    compressed,
+                )
             }
         };
         Prepared {
@@ -284,8 +366,43 @@ impl Turn {
             tokens_out: estimate.calibrated(raw_out),
             raw_tokens_out: u32::try_from(raw_out).unwrap_or(u32::MAX),
             warning: warning.map(str::to_string),
+            compressed,
         }
     }
+}
+
+/// Whether a conversation's model may recall archived messages: the
+/// recall tool is on and the conversation is keyed.
+fn recall_for(app: &App, key: Option<&ConvKey>) -> bool {
+    app.config.archive.recall_on() && key.is_some()
+}
+
+/// The request's older-turn compression: off without an archive or a
+/// conversation key (nothing may leave the view without a tier below it),
+/// and for assistant answers on the Anthropic and Responses APIs (only tool
+/// results keep their wire pairing there). Stubs come from the process's
+/// cache.
+fn compression_for(
+    app: &App,
+    (provider, model): (&str, &str),
+    key: Option<&ConvKey>,
+    policy: &Policy,
+    (messages, ids): (&[Value], &[MessageId]),
+    estimate: &Estimate,
+    api: Api,
+) -> Compression {
+    let mut settings = app.config.compress_for(provider, model);
+    settings.assistant &= api == Api::Chat;
+    if !settings.active() || !app.archive.enabled() || key.is_none() {
+        return Compression::default();
+    }
+    let recall = recall_for(app, key);
+    let count = |m: &Value| app.tokens.message_tokens(model, m);
+    let raw = &estimate.messages;
+    Compression::with(messages, raw, &settings, policy.preserve_recent, &mut |i| {
+        let me = (*ids.get(i)?, *raw.get(i)?);
+        app.stubs.get(messages, i, me, (model, recall), &count)
+    })
 }
 
 /// The clock, in Unix seconds.

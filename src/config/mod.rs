@@ -3,12 +3,14 @@
 //! what types cannot.
 
 mod archive;
+mod compress;
 mod describe;
 mod policy;
 mod secret;
 mod sections;
 
 pub use archive::{ArchiveConfig, RecallMode};
+pub use compress::{Compress, CompressOverrides, resolve as resolve_compress};
 pub use describe::read_key;
 pub use policy::{Mode, Policy, PolicyOverrides, resolve as resolve_policy};
 pub use secret::Secret;
@@ -46,6 +48,8 @@ pub struct Config {
     pub state: StateConfig,
     /// The archive of folded messages.
     pub archive: ArchiveConfig,
+    /// Older-turn compression defaults for every model.
+    pub compress: CompressOverrides,
     /// Log format.
     pub log: LogConfig,
     /// The file this configuration was read from (`None`: built-in
@@ -160,6 +164,7 @@ impl Config {
                     api: ProviderApi::default(),
                     ca_file: None,
                     policy: PolicyOverrides::default(),
+                    compress: CompressOverrides::default(),
                 },
             );
         }
@@ -203,6 +208,7 @@ impl Config {
                 ));
             }
             p.policy.validate(&format!("providers.{name}.policy"))?;
+            p.compress.validate(&format!("providers.{name}.compress"))?;
         }
         if let Some(name) = &self.summarizer.provider {
             if !self.providers.contains_key(name) {
@@ -210,10 +216,13 @@ impl Config {
             }
         }
         self.policy.validate("policy")?;
+        self.compress.validate("compress")?;
         self.state.validate()?;
         self.archive.validate(self.state.ttl)?;
         for (pattern, m) in &self.models {
             m.policy.validate(&format!("models.\"{pattern}\""))?;
+            m.compress
+                .validate(&format!("models.\"{pattern}\".compress"))?;
             if m.context_window == Some(0) {
                 return Err(format!(
                     "models.\"{pattern}\".context_window must be above 0"
@@ -302,13 +311,40 @@ impl Config {
 
     /// The resolved policy for `model` on `provider`.
     pub fn policy_for(&self, provider: &str, model: &str) -> Policy {
-        let provider = self.providers.get(provider).map(|p| &p.policy);
-        let model = self.model_config(model).map(|m| &m.policy);
-        let levels: Vec<&PolicyOverrides> = [Some(&self.policy), provider, model]
+        resolve_policy(&self.levels(provider, model, &self.policy, |p| &p.policy, |m| &m.policy))
+    }
+
+    /// The resolved compression settings for `model` on `provider`:
+    /// `[compress]`, then `[providers.NAME.compress]`, then
+    /// `[models."glob".compress]`.
+    pub fn compress_for(&self, provider: &str, model: &str) -> Compress {
+        let levels = self.levels(
+            provider,
+            model,
+            &self.compress,
+            |p| &p.compress,
+            |m| &m.compress,
+        );
+        resolve_compress(&levels)
+    }
+
+    /// The levels that set a group of knobs for `model` on `provider`,
+    /// least specific first: the global section, the provider's, the
+    /// model's (its most specific glob).
+    fn levels<'c, T>(
+        &'c self,
+        provider: &str,
+        model: &str,
+        global: &'c T,
+        of_provider: fn(&ProviderConfig) -> &T,
+        of_model: fn(&ModelConfig) -> &T,
+    ) -> Vec<&'c T> {
+        let provider = self.providers.get(provider).map(of_provider);
+        let model = self.model_config(model).map(of_model);
+        [Some(global), provider, model]
             .into_iter()
             .flatten()
-            .collect();
-        resolve_policy(&levels)
+            .collect()
     }
 }
 

@@ -1,6 +1,7 @@
 //! The configuration sections. Every field's doc comment is the user's
 //! reference for that key; `config.toml` at the repository root mirrors it.
 
+use super::compress::CompressOverrides;
 use super::policy::PolicyOverrides;
 use super::secret::Secret;
 use serde::{Deserialize, Serialize};
@@ -99,6 +100,9 @@ pub struct ProviderConfig {
     /// Policy overrides for this provider's models.
     #[serde(default)]
     pub policy: PolicyOverrides,
+    /// Compression overrides for this provider's models.
+    #[serde(default)]
+    pub compress: CompressOverrides,
 }
 
 /// How a provider takes its API key.
@@ -130,6 +134,13 @@ pub struct ModelConfig {
     /// Policy knobs, written inline beside the keys above.
     #[serde(flatten)]
     pub policy: PolicyOverrides,
+    /// `[models."GLOB".compress]`: compression overrides for the model.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub compress: CompressOverrides,
+}
+
+fn is_default(c: &CompressOverrides) -> bool {
+    *c == CompressOverrides::default()
 }
 
 impl TryFrom<BTreeMap<String, serde_json::Value>> for ModelConfig {
@@ -147,6 +158,7 @@ impl TryFrom<BTreeMap<String, serde_json::Value>> for ModelConfig {
         let context_window = take(&mut map, "context_window")?;
         let max_output_tokens = take(&mut map, "max_output_tokens")?;
         let token_scale = take(&mut map, "token_scale")?;
+        let compress = take(&mut map, "compress")?.unwrap_or_default();
         let rest = serde_json::Value::Object(map.into_iter().collect());
         let policy = serde_json::from_value(rest).map_err(|e| e.to_string())?;
         Ok(Self {
@@ -154,6 +166,7 @@ impl TryFrom<BTreeMap<String, serde_json::Value>> for ModelConfig {
             max_output_tokens,
             token_scale,
             policy,
+            compress,
         })
     }
 }

@@ -182,3 +182,36 @@ fn windows_too_small_for_a_fold_are_warned_about() {
             .unwrap();
     assert!(fewer.small_window_warnings().is_empty());
 }
+
+#[test]
+fn compress_loads_at_every_level_and_rejects_unknown_keys() {
+    let c = Config::from_toml(
+        "[compress]\nmin_tokens = 300\nbatch = 2\n\
+         [providers.local]\nbase_url = \"http://127.0.0.1:1/v1\"\nmodels = [\"llama*\"]\n\
+         [providers.local.compress]\nafter_turns = 5\n\
+         [models.\"llama-big*\"]\ncontext_window = 4096\n\
+         [models.\"llama-big*\".compress]\nenabled = false\nassistant = true\n",
+    )
+    .unwrap();
+    let d = c.compress_for("openai", "gpt-4o");
+    assert_eq!(
+        (d.enabled, d.assistant, d.min_tokens, d.batch, d.after_turns),
+        (true, false, 300, 2, 3)
+    );
+    let p = c.compress_for("local", "llama-3");
+    assert_eq!((p.after_turns, p.batch), (5, 2));
+    let m = c.compress_for("local", "llama-big-1");
+    assert_eq!((m.enabled, m.assistant, m.after_turns), (false, true, 5));
+    for (toml, key) in [
+        ("[compress]\nbatc = 2\n", "batc"),
+        ("[models.\"x*\".compress]\nmin_token = 2\n", "min_token"),
+        ("[compress]\nbatch = 0\n", "compress.batch"),
+        (
+            "[models.\"x*\".compress]\nafter_turns = 0\n",
+            "models.\"x*\".compress.after_turns",
+        ),
+    ] {
+        let err = Config::from_toml(toml).unwrap_err().to_string();
+        assert!(err.contains(key), "{toml:?} gave {err}");
+    }
+}

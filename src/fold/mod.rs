@@ -44,6 +44,7 @@
 //!    [`view_differs`] / [`ViewInfo::changed`] tell the proxy it can forward
 //!    the client's original bytes.
 
+pub mod compress;
 pub mod cut;
 pub mod extract;
 pub mod hash;
@@ -55,11 +56,12 @@ pub mod trigger;
 pub mod view;
 
 pub use crate::message::pinned_len;
+pub use compress::Compression;
 pub use hash::{ChainHash, MessageId};
 pub use plan::{CannotFit, Decision, FoldPlan, ViewInfo, plan};
 pub use state::{FoldChain, FoldState, Reason, SummarizerRun};
 pub use summary::Summary;
-pub use view::{ACK_TEXT, build_view, view_differs};
+pub use view::{ACK_TEXT, build_view, build_view_with, view_differs};
 
 use crate::config::{Config, Policy};
 use crate::tokens::Estimate;

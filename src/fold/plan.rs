@@ -265,7 +265,7 @@ fn layout_tokens<C: CountTokens + ?Sized>(items: &[Item], counts: &[u32], counte
         .iter()
         .map(|item| match item {
             Item::Original(i) => u64::from(counts[*i]),
-            Item::New(v) => u64::from(counter.message_tokens(v)),
+            Item::New(v) | Item::Stub(_, v) => u64::from(counter.message_tokens(v)),
         })
         .sum()
 }

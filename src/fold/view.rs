@@ -17,6 +17,7 @@
 //! messages, the state and the placement, so equal inputs give equal bytes.
 
 use super::FoldError;
+use super::compress::Compression;
 use super::state::FoldState;
 use crate::config::Placement;
 use crate::message::{Role, is_role, pinned_len};
@@ -31,11 +32,14 @@ pub fn ack_message() -> Value {
     json!({"role": "assistant", "content": ACK_TEXT})
 }
 
-/// One entry of a view: a request message by index, or one foldgate made.
+/// One entry of a view: a request message by index, one foldgate made, or
+/// a request message compressed to a stub (its index and the stub, in the
+/// engine's chat-completions form; a codec keeps the wire pairing).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Item {
     Original(usize),
     New(Value),
+    Stub(usize, Value),
 }
 
 /// [`layout`] for a state that planning matched or made from these
@@ -127,13 +131,30 @@ pub fn build_view(
     Ok(materialize(messages, layout(messages, state, placement)))
 }
 
+/// [`build_view`] with the messages `compression` selected shown as their
+/// stubs.
+pub fn build_view_with(
+    messages: &[Value],
+    state: Option<&FoldState>,
+    placement: Placement,
+    compression: &Compression,
+) -> Result<Vec<Value>, FoldError> {
+    if let Some(s) = state {
+        if !s.matches(messages) {
+            return Err(FoldError::StateMismatch { id: s.id.clone() });
+        }
+    }
+    let items = compression.apply(layout(messages, state, placement));
+    Ok(materialize(messages, items))
+}
+
 /// Turns a layout into messages.
 pub(crate) fn materialize(messages: &[Value], items: Vec<Item>) -> Vec<Value> {
     items
         .into_iter()
         .map(|item| match item {
             Item::Original(i) => messages[i].clone(),
-            Item::New(v) => v,
+            Item::New(v) | Item::Stub(_, v) => v,
         })
         .collect()
 }

@@ -10,6 +10,7 @@ pub mod convo;
 pub mod llm;
 pub mod mock;
 pub mod redis;
+pub mod tooloop;
 
 use bytes::Bytes;
 use foldgate::body::{self, Body};

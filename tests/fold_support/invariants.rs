@@ -3,10 +3,13 @@
 //! (`fuzz/fuzz_targets/fold_plan.rs`).
 //! Messages are recognised by their label: the first word of their text.
 
+use foldgate::fold::Compression;
+use foldgate::fold::compress::{STUB_ITEMS, STUB_PREFIX};
+use foldgate::fold::extract::{contains_token, extract, message_text};
 use foldgate::fold::ledger::Ledger;
 use foldgate::fold::summary::HEADING_PREFIX;
 use foldgate::fold::{FoldPlan, FoldState, Summary, pinned_len};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashMap};
 
 /// A message's label: the first word of its text.
@@ -86,18 +89,46 @@ pub fn check_view(
     state: Option<&FoldState>,
     folds: &HashMap<String, BTreeSet<usize>>,
 ) {
+    check_view_with(ms, index, view, state, folds, &Compression::default());
+}
+
+/// [`check_view`] of a view that may show messages compressed: a stub
+/// stands for its message (shown, not folded) and must be one that
+/// `compression` chose; it keeps the message's role and pairing (`role`,
+/// `tool_call_id`, `tool_calls`), carries the specifics of its message
+/// (the first [`STUB_ITEMS`] the extractor finds) and follows its call.
+/// Returns the indices shown as stubs.
+pub fn check_view_with(
+    ms: &[Value],
+    index: &HashMap<String, usize>,
+    view: &[Value],
+    state: Option<&FoldState>,
+    folds: &HashMap<String, BTreeSet<usize>>,
+    compression: &Compression,
+) -> Vec<usize> {
+    let stubbed = check_stubs(ms, view, compression);
     let Some(state) = state else {
-        assert_eq!(view, ms, "no state, no change");
-        return;
+        let unstubbed: Vec<Value> = view
+            .iter()
+            .enumerate()
+            .map(|(j, m)| match stubbed.iter().find(|(at, _)| *at == j) {
+                Some((_, i)) => ms[*i].clone(),
+                None => m.clone(),
+            })
+            .collect();
+        assert_eq!(unstubbed, ms, "no state: no change but stubs");
+        return stubbed.into_iter().map(|(_, i)| i).collect();
     };
     let p = pinned_len(ms);
     let folded = &folds[&state.summary.summary];
     let mut present = Vec::new();
     let mut summaries = 0;
-    for m in view {
+    for (j, m) in view.iter().enumerate() {
+        let stub = stubbed.iter().find(|(at, _)| *at == j).map(|(_, i)| i);
         match index
             .get(label(m))
             .filter(|&&i| i < ms.len() && ms[i] == *m)
+            .or(stub)
         {
             Some(&i) => present.push(i),
             None => {
@@ -131,6 +162,44 @@ pub fn check_view(
         assert!(present.contains(&last_user), "last user message kept");
     }
     assert_tool_pairs(ms, view);
+    stubbed.into_iter().map(|(_, i)| i).collect()
+}
+
+/// The stubs of `view`, as `(view position, message index)`, each checked
+/// (see [`check_view_with`]).
+fn check_stubs(ms: &[Value], view: &[Value], compression: &Compression) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for (j, m) in view.iter().enumerate() {
+        let text = m["content"].as_str().unwrap_or("");
+        if !text.starts_with(STUB_PREFIX) {
+            continue;
+        }
+        let i = compression
+            .indices()
+            .find(|&i| compression.stub_of(i) == Some(m))
+            .unwrap_or_else(|| panic!("a stub compression did not choose: {m}"));
+        let original = &ms[i];
+        for key in ["role", "tool_call_id", "tool_calls"] {
+            assert_eq!(m.get(key), original.get(key), "stub of {i} keeps its {key}");
+        }
+        let content = json!({"content": original["content"]});
+        let wanted = extract(&message_text(&content))
+            .into_iter()
+            .map(|a| a.value)
+            .filter(|v| !v.contains('\n') && v.chars().count() <= 200)
+            .take(STUB_ITEMS);
+        for value in wanted {
+            assert!(
+                contains_token(text, &value),
+                "stub of {i} lacks the specific {value:?}: {text}"
+            );
+        }
+        if m["role"] == "tool" {
+            assert!(owner(view, j).is_some(), "stub of {i} lost its call");
+        }
+        out.push((j, i));
+    }
+    out
 }
 
 /// Every tool result that follows its call in the request (only tool

@@ -99,11 +99,26 @@ pub fn decide_with(
     placement: Placement,
     count: fn(&Value) -> u32,
 ) -> Decision {
-    let (ids, counts) = (ids_of(ms), ms.iter().map(count).collect::<Vec<u32>>());
+    let counts = ms.iter().map(count).collect::<Vec<u32>>();
+    decide_counted(ms, &counts, chain, policy, budget, placement, count)
+}
+
+/// Plans the request `ms` whose messages count `counts` (e.g. with some
+/// compressed to stubs) against `chain`; `count` counts foldgate's own.
+pub fn decide_counted(
+    ms: &[Value],
+    counts: &[u32],
+    chain: &FoldChain,
+    policy: &Policy,
+    budget: &Budget,
+    placement: Placement,
+    count: fn(&Value) -> u32,
+) -> Decision {
+    let ids = ids_of(ms);
     let request = Messages {
         values: ms,
         ids: &ids,
-        counts: &counts,
+        counts,
     };
     plan(request, Some(chain), policy, budget, &count, placement)
 }

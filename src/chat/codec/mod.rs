@@ -190,11 +190,53 @@ impl Wire {
                     }
                 }
                 Item::New(message) => out.extend(made(message)),
+                Item::Stub(i, stub) => {
+                    if let Some(Some(range)) = self.units.get(i) {
+                        out.extend(stubbed(&self.items[range.clone()], &stub));
+                    }
+                }
             }
         }
         out
     }
 }
+
+/// The items of a compressed tool-result unit: each result keeps its item
+/// and its pairing (`tool_use_id`, `call_id`) and every other field; the
+/// first result's content becomes the stub's text, the others' a pointer
+/// to it (the stub's specifics and the archive cover all of them).
+fn stubbed(items: &[Value], stub: &Value) -> Vec<Value> {
+    let text = stub.get("content").and_then(Value::as_str).unwrap_or("");
+    let mut first = true;
+    let mut next = || {
+        let t = if first { text } else { STUB_SIBLING };
+        first = false;
+        Value::String(t.to_string())
+    };
+    items
+        .iter()
+        .map(|item| {
+            let mut item = item.clone();
+            let is_output = item
+                .get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with("_call_output"));
+            if is_output {
+                item["output"] = next();
+            } else if let Some(Value::Array(blocks)) = item.get_mut("content") {
+                for block in blocks {
+                    if block.get("type").and_then(Value::as_str) == Some("tool_result") {
+                        block["content"] = next();
+                    }
+                }
+            }
+            item
+        })
+        .collect()
+}
+
+/// The content of a compressed unit's second and later tool results.
+const STUB_SIBLING: &str = "[foldgate: compressed with the tool result before it]";
 
 /// The identity of a unit of items: their serialized JSON, hashed.
 fn unit_id<'a>(items: impl IntoIterator<Item = &'a Value>) -> MessageId {

@@ -1,0 +1,471 @@
+//! Older-turn compression, the tier before summarizing: long tool results
+//! (and, when asked, long assistant answers) of older turns become stubs
+//! in the view — what the message was, its size, its first line, the
+//! specifics found in it and how to recall it — while the message itself
+//! goes to the archive. Pure functions, no IO, property-tested in
+//! `tests/fold_props.rs`.
+//!
+//! # Rules
+//!
+//! - **Candidates** ([`select`]): a `tool` message (and, with
+//!   `compress.assistant`, an `assistant` message) of at least
+//!   `min_tokens`, outside the pinned head and the preserved tail (the last
+//!   `policy.preserve_recent` messages, and always the last message),
+//!   followed by at least `after_turns` turns. A turn starts at a user
+//!   message or at the first of a run of tool results (Anthropic sends tool
+//!   results as user turns; in an agent loop each round is one). User
+//!   messages are never candidates, so the last user message never is.
+//! - **Batches**: of the `C` candidates, the first `floor(C / batch) *
+//!   batch` in conversation order are compressed. A conversation only
+//!   grows, so the candidates only grow, and the view changes only when
+//!   `batch` more have accumulated: between batches the prompt prefix is
+//!   stable for the upstream's prompt cache. Stateless: the rule reads the
+//!   request alone.
+//! - **Frozen bytes** ([`stub`]): a stub is a pure function of the message,
+//!   the tool call it answers and its token count, so it renders to the
+//!   same bytes on every request.
+//! - **Pairs stay whole**: a tool stub keeps its `role` and `tool_call_id`
+//!   (every field but `content`); an assistant stub keeps its `tool_calls`.
+//!
+//! Compression decides from the message counts alone, so it runs before
+//! the fold triggers: [`Compression::counts`] is what [`super::plan`] sees,
+//! while a fold still summarizes the original messages.
+
+use super::extract::{extract, message_text};
+use super::view::Item;
+use crate::archive::RECALL_TOOL;
+use crate::config::Compress;
+use crate::message::{MessageId, Role, pinned_count, tool_call_id};
+use serde_json::Value;
+use std::sync::Arc;
+use xxhash_rust::xxh3::Xxh3Default;
+
+/// Every stub's text starts with this.
+pub const STUB_PREFIX: &str = "[foldgate: compressed ";
+/// Specifics a stub lists at most (the archive keeps the rest).
+pub const STUB_ITEMS: usize = 24;
+/// The first line a stub shows, at most, in characters.
+const FIRST_LINE_CHARS: usize = 160;
+/// A specific longer than this is data, not a detail (as in the ledger).
+const MAX_ITEM_CHARS: usize = 200;
+/// Words of the first line a recall query suggests, without a call id.
+const QUERY_WORDS: usize = 8;
+/// The archive's `fold` field for compressed messages.
+pub const ARCHIVE_FOLD: &str = "compress";
+
+/// The indices to compress, ascending: the first `floor(C / batch) *
+/// batch` of the `C` candidates (see the module docs). `roles` and
+/// `tokens` are per message; `tokens` must depend on the message alone
+/// (uncalibrated), so the choice is the same on every request.
+pub fn select(
+    roles: &[Option<Role>],
+    tokens: &[u32],
+    settings: &Compress,
+    preserve_recent: usize,
+) -> Vec<usize> {
+    if !settings.active() {
+        return Vec::new();
+    }
+    let n = roles.len().min(tokens.len());
+    let pinned = pinned_count(roles.iter().copied());
+    let tail = n.saturating_sub(preserve_recent.max(1));
+    let starts_turn = |i: usize| match roles[i] {
+        Some(Role::User) => true,
+        Some(Role::Tool) => i == 0 || roles[i - 1] != Some(Role::Tool),
+        _ => false,
+    };
+    let mut later = 0;
+    let mut out = Vec::new();
+    for i in (0..n).rev() {
+        let kind = match roles[i] {
+            Some(Role::Tool) => settings.enabled,
+            Some(Role::Assistant) => settings.assistant,
+            _ => false,
+        };
+        if kind
+            && i >= pinned
+            && i < tail
+            && later >= settings.after_turns
+            && tokens[i] >= settings.min_tokens
+        {
+            out.push(i);
+        }
+        if starts_turn(i) {
+            later += 1;
+        }
+    }
+    out.reverse();
+    out.truncate(out.len() / settings.batch.max(1) * settings.batch.max(1));
+    out
+}
+
+/// The specifics a stub of `message` lists: the artifacts of its text (an
+/// assistant message's content only; its tool calls stay in the stub), in
+/// order of appearance, single-line and at most [`MAX_ITEM_CHARS`] long,
+/// the first [`STUB_ITEMS`] of them.
+pub fn stub_items(message: &Value) -> Vec<String> {
+    extract(&content_text(message))
+        .into_iter()
+        .map(|a| a.value)
+        .filter(|v| !v.contains('\n') && v.chars().nth(MAX_ITEM_CHARS).is_none())
+        .take(STUB_ITEMS)
+        .collect()
+}
+
+/// The stub standing for `messages[i]`, which has `tokens` tokens; with
+/// `recall`, it tells the model how to recall the message (else only that
+/// it is archived). `None` when the message is not a tool result or an
+/// assistant answer.
+pub fn stub(messages: &[Value], i: usize, tokens: u32, recall: bool) -> Option<Value> {
+    let message = messages.get(i)?;
+    let role = Role::of_message(message)?;
+    let text = content_text(message);
+    let first = first_line(&text);
+    let (what, query) = match role {
+        Role::Tool => {
+            let id = tool_call_id(message);
+            let name = tool_name(messages, i);
+            let what = match (name, id) {
+                (Some(name), Some(id)) => format!("tool result of `{name}`, call `{id}`"),
+                (None, Some(id)) => format!("tool result, call `{id}`"),
+                _ => "tool result".to_string(),
+            };
+            (what, id.map(str::to_string))
+        }
+        Role::Assistant => ("assistant answer".to_string(), None),
+        _ => return None,
+    };
+    let query = query.unwrap_or_else(|| {
+        first
+            .split_whitespace()
+            .take(QUERY_WORDS)
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    let mut out = format!("{STUB_PREFIX}{what}; {tokens} tokens]");
+    if !first.is_empty() {
+        out.push_str("\nFirst line: ");
+        out.push_str(&first);
+    }
+    let items = stub_items(message);
+    if !items.is_empty() {
+        out.push_str("\nDetails:");
+        for item in &items {
+            out.push_str("\n- ");
+            out.push_str(item);
+        }
+    }
+    if recall {
+        out.push_str(&format!(
+            "\nThe full text is archived: call {RECALL_TOOL} with the query \"{}\" to read it.",
+            query.replace('"', "'")
+        ));
+    } else {
+        out.push_str("\nThe full text is archived.");
+    }
+    let mut stubbed = message.clone();
+    stubbed
+        .as_object_mut()?
+        .insert("content".into(), Value::String(out));
+    Some(stubbed)
+}
+
+/// The stubs of one request's view, and the message counts planning sees.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Compression {
+    /// `(index, stub, stub tokens)`, ascending by index.
+    stubs: Vec<(usize, Value, u32)>,
+}
+
+impl Compression {
+    /// Compresses the [`select`]ed messages of `messages` (`raw`: each
+    /// one's uncalibrated tokens) whose stub is smaller; `count` gives a
+    /// stub's tokens in the same unit; `recall`: see [`stub`].
+    pub fn of(
+        messages: &[Value],
+        raw: &[u32],
+        settings: &Compress,
+        preserve_recent: usize,
+        recall: bool,
+        count: &dyn Fn(&Value) -> u32,
+    ) -> Self {
+        Self::with(messages, raw, settings, preserve_recent, &mut |i| {
+            let stub = stub(messages, i, *raw.get(i)?, recall)?;
+            let tokens = count(&stub);
+            Some((stub, tokens))
+        })
+    }
+
+    /// [`Compression::of`] with the stubs and their tokens from `make`
+    /// (e.g. a cache of [`stub`]'s results).
+    pub fn with(
+        messages: &[Value],
+        raw: &[u32],
+        settings: &Compress,
+        preserve_recent: usize,
+        make: &mut dyn FnMut(usize) -> Option<(Value, u32)>,
+    ) -> Self {
+        let roles: Vec<Option<Role>> = messages.iter().map(Role::of_message).collect();
+        let stubs = select(&roles, raw, settings, preserve_recent)
+            .into_iter()
+            .filter_map(|i| {
+                let (stub, tokens) = make(i)?;
+                // A stub that saves nothing is not worth the recall.
+                (tokens < raw[i]).then_some((i, stub, tokens))
+            })
+            .collect();
+        Self { stubs }
+    }
+
+    /// Whether nothing is compressed.
+    pub fn is_empty(&self) -> bool {
+        self.stubs.is_empty()
+    }
+
+    /// How many messages are compressed.
+    pub fn len(&self) -> usize {
+        self.stubs.len()
+    }
+
+    /// The compressed messages' indices, ascending.
+    pub fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.stubs.iter().map(|(i, _, _)| *i)
+    }
+
+    /// The stub of message `i`, if it is compressed.
+    pub fn stub_of(&self, i: usize) -> Option<&Value> {
+        self.find(i).map(|(_, stub, _)| stub)
+    }
+
+    /// The stub tokens of message `i`, if it is compressed.
+    pub fn tokens_of(&self, i: usize) -> Option<u32> {
+        self.find(i).map(|(_, _, tokens)| *tokens)
+    }
+
+    fn find(&self, i: usize) -> Option<&(usize, Value, u32)> {
+        self.stubs
+            .binary_search_by_key(&i, |(j, _, _)| *j)
+            .ok()
+            .and_then(|at| self.stubs.get(at))
+    }
+
+    /// `counts` with each compressed message's count replaced by its
+    /// stub's, every count through `unit` (e.g. calibration).
+    pub fn counts(&self, counts: &[u32], unit: impl Fn(u32) -> u32) -> Vec<u32> {
+        let mut out: Vec<u32> = counts.iter().map(|&c| unit(c)).collect();
+        for (i, _, tokens) in &self.stubs {
+            if let Some(c) = out.get_mut(*i) {
+                *c = unit(*tokens);
+            }
+        }
+        out
+    }
+
+    /// A view's layout with each compressed message shown as its stub.
+    pub(crate) fn apply(&self, items: Vec<Item>) -> Vec<Item> {
+        if self.is_empty() {
+            return items;
+        }
+        items
+            .into_iter()
+            .map(|item| match item {
+                Item::Original(i) => match self.stub_of(i) {
+                    Some(stub) => Item::Stub(i, stub.clone()),
+                    None => Item::Original(i),
+                },
+                other => other,
+            })
+            .collect()
+    }
+}
+
+/// Stubs already rendered, with their tokens. A stub is a pure function
+/// of its message, the call it answers, its token count, the recall line
+/// and the model that counts it, so a conversation's stubs, shown on every
+/// later request, are rendered once per process. Bounded by bytes.
+pub struct StubCache(moka::sync::Cache<u128, Arc<(Value, u32)>>);
+
+impl std::fmt::Debug for StubCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("StubCache")
+            .field(&self.0.entry_count())
+            .finish()
+    }
+}
+
+impl StubCache {
+    /// A cache of about `bytes` of stubs.
+    pub fn new(bytes: u64) -> Self {
+        Self(
+            moka::sync::Cache::builder()
+                .max_capacity(bytes)
+                .weigher(|_, v: &Arc<(Value, u32)>| {
+                    // A stub's text dominates its size.
+                    let text =
+                        v.0.get("content")
+                            .and_then(Value::as_str)
+                            .map_or(0, str::len);
+                    u32::try_from(text + 128).unwrap_or(u32::MAX)
+                })
+                .build(),
+        )
+    }
+
+    /// The stub of `messages[i]` (identity `id`, `tokens` tokens), counted
+    /// by `count` for `model`: from the cache, else made and kept.
+    pub fn get(
+        &self,
+        messages: &[Value],
+        i: usize,
+        (id, tokens): (MessageId, u32),
+        (model, recall): (&str, bool),
+        count: &dyn Fn(&Value) -> u32,
+    ) -> Option<(Value, u32)> {
+        let mut h = Xxh3Default::new();
+        h.update(&id.to_le_bytes());
+        h.update(&tokens.to_le_bytes());
+        h.update(&[u8::from(recall)]);
+        for part in [model, tool_name(messages, i).unwrap_or("")] {
+            h.update(part.as_bytes());
+            h.update(b"\0");
+        }
+        let key = h.digest128();
+        if let Some(hit) = self.0.get(&key) {
+            return Some(hit.as_ref().clone());
+        }
+        let stub = stub(messages, i, tokens, recall)?;
+        let counted = count(&stub);
+        self.0.insert(key, Arc::new((stub.clone(), counted)));
+        Some((stub, counted))
+    }
+}
+
+/// The text a stub describes: the content (an assistant's tool calls stay
+/// beside the stub, so they are not described).
+fn content_text(message: &Value) -> String {
+    match message.get("content") {
+        Some(content) => message_text(&serde_json::json!({ "content": content })),
+        None => String::new(),
+    }
+}
+
+/// The first non-blank line of `text`, trimmed, at most
+/// [`FIRST_LINE_CHARS`] characters (`…` where cut).
+fn first_line(text: &str) -> String {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    match line.char_indices().nth(FIRST_LINE_CHARS) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line.to_string(),
+    }
+}
+
+/// The name of the tool call that the tool result `messages[i]` answers,
+/// from the assistant messages before it.
+pub fn tool_name(messages: &[Value], i: usize) -> Option<&str> {
+    let id = tool_call_id(messages.get(i)?)?;
+    messages[..i].iter().rev().find_map(|m| {
+        m.get("tool_calls")?
+            .as_array()?
+            .iter()
+            .find(|c| c.get("id").and_then(Value::as_str) == Some(id))?
+            .get("function")?
+            .get("name")?
+            .as_str()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn settings(batch: usize) -> Compress {
+        Compress {
+            enabled: true,
+            assistant: false,
+            min_tokens: 100,
+            after_turns: 2,
+            batch,
+        }
+    }
+
+    #[test]
+    fn candidates_are_old_long_tool_results_in_batches() {
+        use Role::*;
+        let roles: Vec<Option<Role>> = [
+            Pinned, User, Assistant, Tool, Assistant, Tool, Tool, Assistant, Tool, User, Assistant,
+            Tool, Assistant,
+        ]
+        .into_iter()
+        .map(Some)
+        .collect();
+        let tokens = [50, 500, 500, 500, 10, 50, 500, 10, 500, 500, 10, 500, 10];
+        // Turns start at 1, 3, 5, 8, 9, 11; index 8 has two after it, 11 none.
+        assert_eq!(select(&roles, &tokens, &settings(1), 2), [3, 6, 8]);
+        assert_eq!(select(&roles, &tokens, &settings(2), 2), [3, 6]);
+        assert_eq!(
+            select(&roles, &tokens, &settings(4), 2),
+            Vec::<usize>::new()
+        );
+        // The preserved tail is never compressed.
+        assert_eq!(select(&roles, &tokens, &settings(1), 6), [3, 6]);
+        let assistant = Compress {
+            assistant: true,
+            ..settings(1)
+        };
+        assert_eq!(select(&roles, &tokens, &assistant, 2), [2, 3, 6, 8]);
+    }
+
+    #[test]
+    fn a_stub_keeps_the_pair_and_names_what_it_was() {
+        let long = format!(
+            "total 4 files in /srv/app\n{}\nlistening on port 5433",
+            "x ".repeat(400)
+        );
+        let ms = vec![
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_7", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}),
+            json!({"role": "tool", "tool_call_id": "call_7", "name": "bash", "content": long}),
+        ];
+        let s = stub(&ms, 1, 420, true).unwrap();
+        assert_eq!(s["role"], "tool");
+        assert_eq!(s["tool_call_id"], "call_7");
+        assert_eq!(s["name"], "bash");
+        let text = s["content"].as_str().unwrap();
+        assert!(text.starts_with(STUB_PREFIX), "{text}");
+        assert!(text.contains("`bash`, call `call_7`; 420 tokens"), "{text}");
+        assert!(
+            text.contains("First line: total 4 files in /srv/app"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- /srv/app") && text.contains("port 5433"),
+            "{text}"
+        );
+        assert!(text.contains("query \"call_7\""), "{text}");
+        assert_eq!(
+            stub(&ms, 1, 420, true),
+            Some(s),
+            "the same bytes every time"
+        );
+        let quiet = stub(&ms, 1, 420, false).unwrap();
+        assert!(!quiet.to_string().contains("foldgate_recall"), "{quiet}");
+        // A stub that is not smaller than its message is not used.
+        let count = |m: &Value| m["content"].as_str().map_or(0, |t| t.len() as u32 / 4);
+        let all = Compress {
+            min_tokens: 0,
+            after_turns: 1,
+            batch: 1,
+            ..Compress::default()
+        };
+        let mut ms = ms;
+        ms.push(json!({"role": "user", "content": "next"}));
+        let raw = [10, 420, 1];
+        assert_eq!(Compression::of(&ms, &raw, &all, 1, true, &count).len(), 1);
+        assert!(Compression::of(&ms, &[10, 20, 1], &all, 1, true, &count).is_empty());
+    }
+}

@@ -1,0 +1,85 @@
+//! A scripted coding-agent loop for compression tests and the agent
+//! benchmark: one user task, then steps of one tool call and its (large)
+//! output, with an occasional user follow-up. Every message carries a
+//! unique `[mN]` tag (see [`super::llm`]), every tool output a first line
+//! naming its command and specifics (a path, a port) to find in a stub.
+
+use serde_json::{Value, json};
+
+/// A line of ordinary tool output: words, no specifics.
+const OUTPUT_LINE: &str =
+    "compiling module with the parser tokenizer and cache layer then linking the result";
+
+/// The conversation so far.
+pub struct ToolLoop {
+    pub messages: Vec<Value>,
+    tag: u32,
+    step: u32,
+}
+
+impl ToolLoop {
+    /// A system prompt and the user's task.
+    pub fn new(task: &str) -> Self {
+        let mut l = Self {
+            messages: vec![
+                json!({"role": "system", "content": "You are a coding agent. Use the tools."}),
+            ],
+            tag: 0,
+            step: 0,
+        };
+        l.user(task);
+        l
+    }
+
+    fn tagged(&mut self, text: &str) -> String {
+        self.tag += 1;
+        format!("[m{}] {text}", self.tag)
+    }
+
+    /// A user message.
+    pub fn user(&mut self, what: &str) -> &mut Self {
+        let content = self.tagged(what);
+        self.messages
+            .push(json!({"role": "user", "content": content}));
+        self
+    }
+
+    /// One step: an assistant call of `bash` (`call_K`) and its output of
+    /// `lines` lines; the first line is `$ ls /srv/app/stepK` and the
+    /// output mentions `port 5K` and `/srv/app/stepK/main.rs`.
+    pub fn step(&mut self, lines: usize) -> &mut Self {
+        self.step += 1;
+        let k = self.step;
+        let id = Self::call_id(k);
+        let thought = self.tagged(&format!("step {k}: listing the next directory"));
+        let args = json!({"command": format!("ls /srv/app/step{k}")}).to_string();
+        self.messages.push(json!({"role": "assistant", "content": thought,
+            "tool_calls": [{"id": id, "type": "function", "function": {"name": "bash", "arguments": args}}]}));
+        let mut out = format!("$ ls /srv/app/step{k}\n");
+        out.push_str(&self.tagged(&format!(
+            "service listens on port 5{k:03}, entry /srv/app/step{k}/main.rs"
+        )));
+        for _ in 0..lines {
+            out.push('\n');
+            out.push_str(OUTPUT_LINE);
+        }
+        self.messages
+            .push(json!({"role": "tool", "tool_call_id": id, "content": out}));
+        self
+    }
+
+    /// The call id of step `k`.
+    pub fn call_id(k: u32) -> String {
+        format!("call_{k}")
+    }
+
+    /// Steps so far.
+    pub fn steps(&self) -> u32 {
+        self.step
+    }
+
+    /// The request body for `model`.
+    pub fn body(&self, model: &str) -> Value {
+        json!({"model": model, "messages": self.messages, "max_tokens": 200})
+    }
+}

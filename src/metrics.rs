@@ -115,15 +115,14 @@ impl Metrics {
         self.latency.upstream[route].observe(upstream);
     }
 
-    /// Records what a chat request forwarded: `label` is `x-foldgate-fold`,
-    /// the tokens are the client's messages and the forwarded view.
-    pub fn observe_forwarded(&self, label: &str, tokens_in: u32, tokens_out: u32) {
-        if label != "none" {
-            self.tokens_saved.fetch_add(
-                u64::from(tokens_in.saturating_sub(tokens_out)),
-                Ordering::Relaxed,
-            );
-        }
+    /// Records what a conversation request forwarded: the tokens of the
+    /// client's messages and of the forwarded view (smaller when folded
+    /// or compressed).
+    pub fn observe_forwarded(&self, tokens_in: u32, tokens_out: u32) {
+        self.tokens_saved.fetch_add(
+            u64::from(tokens_in.saturating_sub(tokens_out)),
+            Ordering::Relaxed,
+        );
     }
 
     /// Renders every counter; `extra` appends gauges owned elsewhere.

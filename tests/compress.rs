@@ -122,6 +122,13 @@ async fn old_long_tool_results_become_stubs_in_batches_with_frozen_bytes() {
         let stubbed: Vec<usize> = (0..view.len()).filter(|&i| is_stub(&view[i])).collect();
         assert_eq!(stubbed, want, "step {step}");
         assert_eq!(stubbed.len() % 3, 0);
+        let header = reply.headers.get("x-foldgate-compressed");
+        let header = header.map(|v| v.to_str().unwrap().parse::<usize>().unwrap());
+        assert_eq!(
+            header,
+            (!stubbed.is_empty()).then_some(stubbed.len()),
+            "step {step}"
+        );
         for (i, (m, original)) in view.iter().zip(&l.messages).enumerate() {
             if !stubbed.contains(&i) {
                 assert_eq!(m, original, "message {i} is verbatim");

@@ -155,7 +155,7 @@ fn respond(
 /// estimate against the prompt tokens the upstream reports for it.
 fn observed(app: &App, prepared: &Prepared, model: String) -> tap::OnUsage {
     app.metrics
-        .observe_forwarded(prepared.label, prepared.tokens_in, prepared.tokens_out);
+        .observe_forwarded(prepared.tokens_in, prepared.tokens_out);
     let (tokens, raw) = (app.tokens.clone(), prepared.raw_tokens_out);
     Box::new(move |actual: u32| tokens.observe_usage(&model, raw, actual))
 }
@@ -180,8 +180,9 @@ async fn read_bounded(incoming: hyper::body::Incoming) -> Result<Bytes, ApiError
         })
 }
 
-/// Sets the `x-foldgate-*` response headers: the fold label, tokens in
-/// and out, a warning, and the conversation id used (a header's value or
+/// Sets the `x-foldgate-*` response headers: the fold label, how many
+/// messages the view shows compressed (when any), tokens in and out, a
+/// warning, and the conversation id used (a header's value or
 /// a fingerprint), as the admin API names it; the conversation's key goes
 /// in the extensions, for the dashboard's turn chart (so the credential is
 /// not hashed again).
@@ -196,6 +197,12 @@ fn annotate(
     }
     let headers = response.headers_mut();
     headers.insert("x-foldgate-fold", HeaderValue::from_static(prepared.label));
+    if prepared.compressed > 0 {
+        headers.insert(
+            "x-foldgate-compressed",
+            HeaderValue::from(prepared.compressed),
+        );
+    }
     headers.insert(
         "x-foldgate-tokens-in",
         HeaderValue::from(prepared.tokens_in),

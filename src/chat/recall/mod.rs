@@ -207,6 +207,9 @@ impl Session {
     ) -> Result<Response<Body>, ApiError> {
         self.observe = Some(observe);
         if super::is_sse(&head.headers) {
+            // Later rounds change the length; the body is chunked.
+            let mut head = head;
+            head.headers.remove(header::CONTENT_LENGTH);
             let (tx, body) = body::channel(16);
             tokio::spawn(stream::run(self, incoming, tx));
             return Ok(Response::from_parts(head, body));

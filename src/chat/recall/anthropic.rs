@@ -250,19 +250,11 @@ impl stream::Round for Round {
             return None;
         }
         let mut changed = false;
-        if let Some(i) = event.get("index").and_then(Value::as_u64) {
-            let hidden = if self.hold.mixed { recall } else { &[] };
-            if hidden.contains(&i) {
-                return None;
-            }
-            if kind == "content_block_start" {
-                self.shown.insert(i);
-            }
-            let to = self.offset + i - stream::below(hidden, i);
-            if to != i {
-                event["index"] = Value::from(to);
-                changed = true;
-            }
+        let index = event.get("index").and_then(Value::as_u64);
+        let hidden = if self.hold.mixed { recall } else { &[] };
+        changed |= stream::renumber(&mut event, "index", self.offset, hidden)?;
+        if let Some(i) = index.filter(|_| kind == "content_block_start") {
+            self.shown.insert(i);
         }
         if kind == "message_delta" {
             if self.hold.mixed && !self.calls.any_client() {

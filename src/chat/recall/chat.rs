@@ -233,23 +233,17 @@ fn hide_in_chunk(chunk: &mut Value, recall: &[u64]) -> bool {
     let Some(Value::Array(calls)) = chunk.pointer_mut("/choices/0/delta/tool_calls") else {
         return false;
     };
-    let before = calls.len();
-    calls.retain(|c| {
-        !c.get("index")
-            .and_then(Value::as_u64)
-            .is_some_and(|i| recall.contains(&i))
-    });
-    let mut changed = calls.len() != before;
-    for call in calls.iter_mut() {
-        let Some(i) = call.get("index").and_then(Value::as_u64) else {
-            continue;
-        };
-        let shift = stream::below(recall, i);
-        if shift > 0 {
-            call["index"] = Value::from(i - shift);
-            changed = true;
+    let mut changed = false;
+    calls.retain_mut(|call| match stream::renumber(call, "index", 0, recall) {
+        Some(renumbered) => {
+            changed |= renumbered;
+            true
         }
-    }
+        None => {
+            changed = true;
+            false
+        }
+    });
     if calls.is_empty() {
         if let Some(delta) = chunk
             .pointer_mut("/choices/0/delta")

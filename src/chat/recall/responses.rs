@@ -226,15 +226,10 @@ impl stream::Round for Round {
             return None;
         }
         let hidden = if self.hold.mixed { recall } else { &[] };
-        if let Some(i) = event.get("output_index").and_then(Value::as_u64) {
-            if hidden.contains(&i) {
-                return None;
-            }
-            event["output_index"] = Value::from(self.offset + i - stream::below(hidden, i));
-            if kind == "response.output_item.done" {
-                self.carry.items.push(event["item"].clone());
-                self.carry.shown += 1;
-            }
+        stream::renumber(&mut event, "output_index", self.offset, hidden)?;
+        if kind == "response.output_item.done" {
+            self.carry.items.push(event["item"].clone());
+            self.carry.shown += 1;
         }
         if let Some(response) = event
             .get_mut("response")

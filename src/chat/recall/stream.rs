@@ -200,9 +200,23 @@ pub fn replace_str(value: &mut Value, pointer: &str, from: &str, to: &str) -> bo
     }
 }
 
-/// How many of the (removed) indices `hidden` come before `index`.
-pub fn below(hidden: &[u64], index: u64) -> u64 {
-    hidden.iter().filter(|&&h| h < index).count() as u64
+/// Renumbers the index in `value`'s `field` for the client: after the
+/// `offset` items shown in earlier rounds, less the `hidden` (removed)
+/// ones before it. `None` when the item is hidden itself; else whether the
+/// number changed (no index: unchanged).
+pub fn renumber(value: &mut Value, field: &str, offset: u64, hidden: &[u64]) -> Option<bool> {
+    let Some(index) = value.get(field).and_then(Value::as_u64) else {
+        return Some(false);
+    };
+    if hidden.contains(&index) {
+        return None;
+    }
+    let below = hidden.iter().filter(|&&h| h < index).count() as u64;
+    let to = offset + index - below;
+    if to != index {
+        value[field] = Value::from(to);
+    }
+    Some(to != index)
 }
 
 /// Splits a byte stream into SSE events (each ending with a blank line).
@@ -267,6 +281,10 @@ mod tests {
         assert_eq!(chunk_of(&named), Some(json!({"type": "message_stop"})));
         assert_eq!(chunk_of(b"data: [DONE]\n\n"), None);
         assert_eq!(chunk_of(b": keep-alive\n\n"), None);
-        assert_eq!(below(&[0, 3], 4), 2);
+        let mut v = json!({"index": 4});
+        assert_eq!(renumber(&mut v, "index", 1, &[0, 3]), Some(true));
+        assert_eq!(v["index"], 3);
+        assert_eq!(renumber(&mut json!({"index": 3}), "index", 0, &[3]), None);
+        assert_eq!(renumber(&mut json!({}), "index", 5, &[]), Some(false));
     }
 }

@@ -28,27 +28,6 @@ fn config(llm: &Llm) -> String {
     )
 }
 
-/// Runs a client script from tests/e2e against `base`; returns its log.
-async fn drive(script: &str, base: &str) -> Vec<Value> {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("log.json");
-    let script = format!("{}/tests/e2e/{script}", env!("CARGO_MANIFEST_DIR"));
-    let output = tokio::process::Command::new("python3")
-        .arg(&script)
-        .arg(base)
-        .arg(&out)
-        .output()
-        .await
-        .expect("python3 must be installed (.ci/run installs the client packages)");
-    assert!(
-        output.status.success(),
-        "{script} failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap()
-}
-
 /// Every item the client sent is in the view verbatim, in order, or, when
 /// absent, every tag it carries is in the summary; the view holds nothing
 /// else but foldgate's own items.
@@ -128,7 +107,7 @@ async fn anthropic_sdk_agent_loop_folds_without_splitting_tool_pairs() {
     let llm = Llm::start().await;
     llm.state.window_tokens.store(6000, Ordering::Relaxed);
     let fg = Foldgate::start(&config(&llm)).await;
-    let log = drive("anthropic_agent.py", &fg.url).await;
+    let log = common::drive("anthropic_agent.py", &fg.url).await;
     assert!(llm.state.violations.lock().unwrap().is_empty());
     let upstream = llm.chat_requests();
     assert_loop(&log, &upstream, |body| {
@@ -175,7 +154,7 @@ async fn responses_sdk_agent_loop_folds_without_splitting_calls() {
     let llm = Llm::start().await;
     llm.state.window_tokens.store(6000, Ordering::Relaxed);
     let fg = Foldgate::start(&config(&llm)).await;
-    let log = drive("responses_agent.py", &format!("{}/v1", fg.url)).await;
+    let log = common::drive("responses_agent.py", &format!("{}/v1", fg.url)).await;
     assert!(llm.state.violations.lock().unwrap().is_empty());
     let upstream = llm.chat_requests();
     assert_loop(&log, &upstream, |body| {

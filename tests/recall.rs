@@ -218,8 +218,13 @@ fn conversation() -> Convo {
 }
 
 async fn ask(fg: &Foldgate, body: &Value) -> Reply {
+    ask_on(fg, "/v1/chat/completions", body).await
+}
+
+/// Sends `body` to foldgate's `path` in the test's conversation.
+async fn ask_on(fg: &Foldgate, path: &str, body: &Value) -> Reply {
     post_json(
-        &format!("{}/v1/chat/completions", fg.url),
+        &format!("{}{path}", fg.url),
         &[
             ("x-conversation-id", "recall"),
             ("authorization", "Bearer sk-tenant-a"),
@@ -229,11 +234,12 @@ async fn ask(fg: &Foldgate, body: &Value) -> Reply {
     .await
 }
 
-/// The `data:` chunks of an event stream, `[DONE]` left out.
+/// The JSON data of every event of a stream (`[DONE]` left out), for
+/// each API's events.
 fn chunks(body: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(body)
         .split("\n\n")
-        .filter_map(|e| e.strip_prefix("data: "))
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
         .filter(|d| *d != "[DONE]")
         .map(|d| serde_json::from_str(d).unwrap())
         .collect()
@@ -630,33 +636,12 @@ fn anthropic_body(stream: bool) -> Value {
     json!({"model": "tiny-model", "max_tokens": 100, "system": system, "messages": messages, "stream": stream})
 }
 
-async fn ask_anthropic(fg: &Foldgate, body: &Value) -> Reply {
-    post_json(
-        &format!("{}/v1/messages", fg.url),
-        &[
-            ("x-conversation-id", "recall"),
-            ("x-api-key", "sk-ant-tenant"),
-        ],
-        body,
-    )
-    .await
-}
-
-/// The event stream's text deltas, and its events by type.
-fn anthropic_events(body: &[u8]) -> Vec<Value> {
-    String::from_utf8_lossy(body)
-        .split("\n\n")
-        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect()
-}
-
 #[tokio::test]
 async fn anthropic_messages_recall_whole_and_streamed() {
     for stream in [false, true] {
         let upstream = Upstream::start(Model::Recalling).await;
         let fg = Foldgate::start(&upstream.config("")).await;
-        let reply = ask_anthropic(&fg, &anthropic_body(stream)).await;
+        let reply = ask_on(&fg, "/v1/messages", &anthropic_body(stream)).await;
         reply.assert_ok();
         assert_eq!(reply.header("x-foldgate-fold"), "new");
         assert!(!reply.body.windows(15).any(|w| w == b"foldgate_recall"));
@@ -677,7 +662,7 @@ async fn anthropic_messages_recall_whole_and_streamed() {
         assert!(last.to_string().contains("teal"));
         let (input, output) = summed_usage(&chats);
         if stream {
-            let events = anthropic_events(&reply.body);
+            let events = chunks(&reply.body);
             let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
             assert_eq!(kinds.iter().filter(|k| **k == "message_start").count(), 1);
             assert_eq!(kinds.iter().filter(|k| **k == "message_stop").count(), 1);
@@ -723,7 +708,7 @@ async fn anthropic_recall_stops_after_its_rounds_and_keeps_client_tool_use() {
     for stream in [false, true] {
         let upstream = Upstream::start(Model::Stubborn).await;
         let fg = Foldgate::start(&upstream.config("[archive]\nrecall_rounds = 1\n")).await;
-        let reply = ask_anthropic(&fg, &anthropic_body(stream)).await;
+        let reply = ask_on(&fg, "/v1/messages", &anthropic_body(stream)).await;
         reply.assert_ok();
         let chats = upstream.chats();
         assert_eq!(chats.len(), 2, "one recall round, then the last answer");
@@ -732,7 +717,7 @@ async fn anthropic_recall_stops_after_its_rounds_and_keeps_client_tool_use() {
             "the stray call is removed"
         );
         let stop = if stream {
-            let events = anthropic_events(&reply.body);
+            let events = chunks(&reply.body);
             events
                 .iter()
                 .find(|e| e["type"] == "message_delta")
@@ -747,14 +732,14 @@ async fn anthropic_recall_stops_after_its_rounds_and_keeps_client_tool_use() {
         let fg = Foldgate::start(&upstream.config("")).await;
         let mut body = anthropic_body(stream);
         body["tools"] = json!([{"name": "read_file", "input_schema": {"type": "object"}}]);
-        let reply = ask_anthropic(&fg, &body).await;
+        let reply = ask_on(&fg, "/v1/messages", &body).await;
         reply.assert_ok();
         assert_eq!(upstream.chats().len(), 1);
         assert!(!reply.body.windows(15).any(|w| w == b"foldgate_recall"));
         let text = String::from_utf8_lossy(&reply.body).to_string();
         assert!(text.contains("toolu_client"), "{text}");
         if stream {
-            let events = anthropic_events(&reply.body);
+            let events = chunks(&reply.body);
             let starts: Vec<u64> = events
                 .iter()
                 .filter(|e| e["type"] == "content_block_start")
@@ -778,23 +763,7 @@ async fn anthropic_recall_stops_after_its_rounds_and_keeps_client_tool_use() {
 async fn official_clients_get_the_recalled_answer() {
     let upstream = Upstream::start(Model::Recalling).await;
     let fg = Foldgate::start(&upstream.config("")).await;
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("log.json");
-    let script = format!("{}/tests/e2e/recall_clients.py", env!("CARGO_MANIFEST_DIR"));
-    let output = tokio::process::Command::new("python3")
-        .arg(&script)
-        .arg(&fg.url)
-        .arg(&out)
-        .output()
-        .await
-        .expect("python3 must be installed (.ci/run installs the client packages)");
-    assert!(
-        output.status.success(),
-        "{script} failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let log: Vec<Value> = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let log = common::drive("recall_clients.py", &fg.url).await;
     let chats = upstream.chats();
     assert_eq!(log.len(), 6);
     assert_eq!(chats.len(), 12, "two rounds per client request");
@@ -965,15 +934,7 @@ async fn responses_recall_whole_and_streamed() {
     for stream in [false, true] {
         let upstream = Upstream::start(Model::Recalling).await;
         let fg = Foldgate::start(&upstream.config("")).await;
-        let reply = post_json(
-            &format!("{}/v1/responses", fg.url),
-            &[
-                ("x-conversation-id", "recall"),
-                ("authorization", "Bearer sk-tenant-a"),
-            ],
-            &responses_body(stream),
-        )
-        .await;
+        let reply = ask_on(&fg, "/v1/responses", &responses_body(stream)).await;
         reply.assert_ok();
         assert_eq!(reply.header("x-foldgate-fold"), "new");
         assert!(!reply.body.windows(15).any(|w| w == b"foldgate_recall"));
@@ -994,7 +955,7 @@ async fn responses_recall_whole_and_streamed() {
         assert!(last["output"].as_str().unwrap().contains("teal"));
         let (input, output) = summed_usage(&chats);
         let response = if stream {
-            let events = anthropic_events(&reply.body);
+            let events = chunks(&reply.body);
             let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
             assert_eq!(
                 kinds.iter().filter(|k| **k == "response.created").count(),

@@ -243,3 +243,24 @@ pub fn metric(text: &str, name: &str) -> f64 {
         .map(|v| v.trim().parse().unwrap())
         .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
 }
+
+/// Runs a client script from tests/e2e against `base`; returns its log.
+pub async fn drive(script: &str, base: &str) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("log.json");
+    let script = format!("{}/tests/e2e/{script}", env!("CARGO_MANIFEST_DIR"));
+    let output = tokio::process::Command::new("python3")
+        .arg(&script)
+        .arg(base)
+        .arg(&out)
+        .output()
+        .await
+        .expect("python3 must be installed (.ci/run installs the client packages)");
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap()
+}

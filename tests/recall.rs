@@ -98,6 +98,35 @@ fn prompt_tokens(body: &Value) -> u64 {
     body.to_string().len() as u64 / 4
 }
 
+/// What the scripted model does with a request whose conversation is in
+/// `field`: whether it calls the recall tool (it can only when offered),
+/// and the text it writes.
+fn decide(model: Model, body: &Value, field: &str) -> (bool, &'static str) {
+    let items = body[field].as_array().cloned().unwrap_or_default();
+    let asked = items
+        .last()
+        .is_some_and(|m| m.to_string().contains("favourite colour"));
+    let sees_fact = body[field].to_string().contains("teal");
+    let offered = body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|t| t["name"] == "foldgate_recall" || t["function"]["name"] == "foldgate_recall");
+    let recall = offered
+        && match model {
+            Model::Recalling | Model::Mixed => asked && !sees_fact,
+            Model::Stubborn => true,
+        };
+    let text = if recall {
+        "Let me look that up."
+    } else if sees_fact {
+        "The favourite colour is teal."
+    } else {
+        "I cannot see that."
+    };
+    (recall, text)
+}
+
 fn answer(model: Model, seen: &Mutex<Vec<Value>>, body: &Value) -> Response<foldgate::body::Body> {
     if body.pointer("/messages/0/content").and_then(Value::as_str) == Some(SYSTEM_PROMPT) {
         return mock::json(
@@ -108,15 +137,7 @@ fn answer(model: Model, seen: &Mutex<Vec<Value>>, body: &Value) -> Response<fold
     }
     seen.lock().unwrap().push(body.clone());
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    let asked = messages
-        .last()
-        .is_some_and(|m| content_text(m).contains("favourite colour"));
-    let sees_fact = messages.iter().any(|m| content_text(m).contains("teal"));
-    let recall = has_recall_tool(body)
-        && match model {
-            Model::Recalling | Model::Mixed => asked && !sees_fact,
-            Model::Stubborn => true,
-        };
+    let (recall, text) = decide(model, body, "messages");
     let usage = json!({"prompt_tokens": prompt_tokens(body), "completion_tokens": 7,
                        "total_tokens": prompt_tokens(body) + 7});
     let mut calls = Vec::new();
@@ -128,13 +149,7 @@ fn answer(model: Model, seen: &Mutex<Vec<Value>>, body: &Value) -> Response<fold
         calls.push(json!({"id": "call_client", "type": "function",
             "function": {"name": "read_file", "arguments": "{\"path\": \"notes.md\"}"}}));
     }
-    let text = if !calls.is_empty() {
-        "Let me look that up.".to_string()
-    } else if sees_fact {
-        "The favourite colour is teal.".to_string()
-    } else {
-        "I cannot see that.".to_string()
-    };
+    let text = text.to_string();
     if body["stream"] == json!(true) {
         return stream(text, calls, usage);
     }
@@ -537,28 +552,8 @@ fn anthropic(
         );
     }
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    let asked = messages
-        .last()
-        .is_some_and(|m| m.to_string().contains("favourite colour"));
-    let sees_fact = body["messages"].to_string().contains("teal");
-    let has_tool = body["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|t| t["name"] == "foldgate_recall");
-    let recall = has_tool
-        && match model {
-            Model::Recalling | Model::Mixed => asked && !sees_fact,
-            Model::Stubborn => true,
-        };
+    let (recall, text) = decide(model, body, "messages");
     let mut blocks = Vec::new();
-    let text = if recall {
-        "Let me look that up."
-    } else if sees_fact {
-        "The favourite colour is teal."
-    } else {
-        "I cannot see that."
-    };
     blocks.push(json!({"type": "text", "text": text}));
     if recall {
         blocks.push(
@@ -808,27 +803,7 @@ fn responses(
             .any(|i| i["type"] == "function_call" && i["call_id"] == output["call_id"]);
         assert!(called, "an output without its call: {output}");
     }
-    let asked = input
-        .last()
-        .is_some_and(|m| m.to_string().contains("favourite colour"));
-    let sees_fact = body["input"].to_string().contains("teal");
-    let has_tool = body["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|t| t["name"] == "foldgate_recall");
-    let recall = has_tool
-        && match model {
-            Model::Recalling | Model::Mixed => asked && !sees_fact,
-            Model::Stubborn => true,
-        };
-    let text = if recall {
-        "Let me look that up."
-    } else if sees_fact {
-        "The favourite colour is teal."
-    } else {
-        "I cannot see that."
-    };
+    let (recall, text) = decide(model, body, "input");
     let n = input.len();
     let mut items = vec![
         json!({"type": "message", "id": format!("msg_{n}"), "status": "completed", "role": "assistant",

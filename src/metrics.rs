@@ -53,6 +53,12 @@ pub struct Metrics {
     pub recall_offers: AtomicU64,
     /// Recall calls foldgate answered from the archive.
     pub recall_calls: AtomicU64,
+    /// Recall calls whose excerpts were shortened to fit the window's room.
+    pub recall_shortened: AtomicU64,
+    /// Recall calls answered "no room" instead of with excerpts.
+    pub recall_refused: AtomicU64,
+    /// Requests forwarded with recalled excerpts injected.
+    pub recall_injections: AtomicU64,
     /// Durations: foldgate's overhead, upstream and summarizer latency.
     pub latency: Latencies,
 }
@@ -174,6 +180,21 @@ impl Metrics {
             "foldgate_recall_calls_total",
             "Recall calls answered from the archive.",
             get(&self.recall_calls),
+        );
+        counter(
+            "foldgate_recall_shortened_total",
+            "Recall calls whose excerpts were shortened to fit the window's room.",
+            get(&self.recall_shortened),
+        );
+        counter(
+            "foldgate_recall_refused_total",
+            "Recall calls answered without excerpts: no room left in the window.",
+            get(&self.recall_refused),
+        );
+        counter(
+            "foldgate_recall_injections_total",
+            "Requests forwarded with recalled excerpts injected before the last user message.",
+            get(&self.recall_injections),
         );
         counter(
             "foldgate_cannot_fit_total",

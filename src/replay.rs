@@ -116,7 +116,7 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
                 &estimate.messages,
                 &config.compress_for(provider, model),
                 policy.preserve_recent,
-                config.archive.recall_on(),
+                config.recall_for(model) == crate::config::Recall::Tool,
                 &|m: &Value| counter.message_tokens(model, m),
             )
         } else {

@@ -178,6 +178,58 @@ pub fn excerpts(hits: &[Hit], query: &Query, token_budget: u32) -> Vec<Excerpt> 
     out
 }
 
+/// Shortened passages of `hits` for a window with little room: best hit
+/// first, each cut to its lines matching the most query words (those
+/// first, each line at most the room left), within about `token_budget`
+/// tokens in all. The best hit takes what it needs before the next.
+pub fn matching_lines(hits: &[Hit], query: &Query, token_budget: u32) -> Vec<Excerpt> {
+    let mut left = usize::try_from(token_budget)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(BYTES_PER_TOKEN);
+    let wanted = query.words();
+    let mut out = Vec::new();
+    for hit in hits {
+        if left < 32 {
+            break;
+        }
+        let lines: Vec<&str> = hit.row.text.lines().collect();
+        let matched = |line: &str| {
+            let found: Vec<String> = words(line).collect();
+            wanted
+                .iter()
+                .filter(|w| found.iter().any(|f| f == *w))
+                .count()
+        };
+        // Lines by how many query words they hold, most first, earlier first.
+        let mut ranked: Vec<(usize, usize)> = lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (i, matched(l)))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut chosen: Vec<String> = Vec::new();
+        for (i, _) in ranked {
+            if left < 32 {
+                break;
+            }
+            let Some(line) = lines.get(i) else { continue };
+            let piece = passage(line.trim(), query, left);
+            left = left.saturating_sub(piece.len() + 1);
+            chosen.push(piece);
+        }
+        if chosen.is_empty() {
+            continue;
+        }
+        out.push(Excerpt {
+            position: hit.row.position,
+            role: hit.row.role.clone(),
+            text: chosen.join("\n"),
+        });
+    }
+    out
+}
+
 /// At most `room` bytes of `text` around the first query word it contains
 /// (a third before it), with `…` where cut.
 fn passage(text: &str, query: &Query, room: usize) -> String {
@@ -292,5 +344,37 @@ mod tests {
         // Multi-byte text is cut on character boundaries.
         let wide = "é".repeat(3000);
         assert!(passage(&wide, &Query::parse("x"), 101).len() <= 101 + 6);
+    }
+
+    #[test]
+    fn matching_lines_keep_the_best_lines_of_the_best_hit_first() {
+        let mut log: Vec<String> = (0..200)
+            .map(|i| format!("vault sync step {i}: nothing to report"))
+            .collect();
+        log.insert(120, "the vault code is VX-4471".into());
+        let hits = vec![
+            Hit {
+                row: row(3, &log.join("\n")),
+                score: 3.0,
+            },
+            Hit {
+                row: row(5, "vault code rotation is monthly"),
+                score: 1.0,
+            },
+        ];
+        let out = matching_lines(&hits, &Query::parse("vault code"), 60);
+        assert!(
+            out[0].text.starts_with("the vault code is VX-4471"),
+            "{}",
+            out[0].text
+        );
+        let bytes: usize = out.iter().map(|e| e.text.len()).sum();
+        assert!(bytes <= 60 * BYTES_PER_TOKEN, "{bytes}");
+        assert!(
+            !out[0].text.contains("nothing to report\nnothing"),
+            "lines, not a block"
+        );
+        // Nothing to match, nothing to show.
+        assert!(matching_lines(&hits, &Query::parse("zebra"), 60).is_empty());
     }
 }

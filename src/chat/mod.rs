@@ -70,7 +70,20 @@ pub async fn handle(
         let (head, incoming) = match &recall {
             Some(session) => send(app, &request.provider, session.parts(), session.body()?).await?,
             None => {
-                let body = request.body(&mut prepared)?;
+                let body = match recall::inject::plan(app, &request, &prepared).await {
+                    Some(injection) => {
+                        Metrics::inc(&app.metrics.recall_injections);
+                        prepared.injected = injection.excerpts;
+                        prepared.tokens_out = prepared.tokens_out.saturating_add(injection.tokens);
+                        prepared.raw_tokens_out =
+                            prepared.raw_tokens_out.saturating_add(injection.tokens);
+                        let api = request.api;
+                        request.body_with(&mut prepared, |fields| {
+                            recall::inject::place(api, fields, &injection.text)
+                        })?
+                    }
+                    None => request.body(&mut prepared)?,
+                };
                 send(app, &request.provider, &parts, body).await?
             }
         };
@@ -201,6 +214,12 @@ fn annotate(
         headers.insert(
             "x-foldgate-compressed",
             HeaderValue::from(prepared.compressed),
+        );
+    }
+    if prepared.injected > 0 {
+        headers.insert(
+            "x-foldgate-recall-injected",
+            HeaderValue::from(prepared.injected),
         );
     }
     headers.insert(

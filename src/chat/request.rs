@@ -208,6 +208,41 @@ impl ChatRequest {
         matches!(&self.stage, Stage::Parsed { turn, .. } if turn.recall())
     }
 
+    /// The window and output reserve the request is planned against
+    /// (once parsed).
+    pub fn limits(&self) -> Option<(u32, u32)> {
+        match &self.stage {
+            Stage::Parsed { turn, .. } => {
+                Some((turn.budget.context_window, turn.budget.output_reserve))
+            }
+            _ => None,
+        }
+    }
+
+    /// The request's fold facts, once parsed.
+    pub fn turn(&self) -> Option<&Turn> {
+        match &self.stage {
+            Stage::Parsed { turn, .. } => Some(turn),
+            _ => None,
+        }
+    }
+
+    /// The body to send for `prepared` with `edit` applied to its fields
+    /// (the view in them); the client's bytes when there is no view.
+    pub fn body_with(
+        &mut self,
+        prepared: &mut Prepared,
+        edit: impl FnOnce(&mut Map<String, Value>),
+    ) -> Result<Bytes, ApiError> {
+        let Some(mut fields) = self.view_fields(prepared) else {
+            return Ok(self.bytes.clone());
+        };
+        edit(&mut fields);
+        serde_json::to_vec(&fields)
+            .map(Bytes::from)
+            .map_err(|e| ApiError::Internal(e.to_string()))
+    }
+
     /// The conversation's key, when it has one.
     pub fn key(&self) -> Option<&crate::state::ConvKey> {
         match &self.stage {

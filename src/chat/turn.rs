@@ -6,7 +6,7 @@ use super::codec::Api;
 use super::fast::Look;
 use crate::app::App;
 use crate::archive::Row;
-use crate::config::{Placement, Policy};
+use crate::config::{Placement, Policy, Recall};
 use crate::error::ApiError;
 use crate::fold::compress::ARCHIVE_FOLD;
 use crate::fold::view::Item;
@@ -41,6 +41,8 @@ pub struct Prepared {
     pub warning: Option<String>,
     /// Messages the view shows compressed to stubs.
     pub compressed: usize,
+    /// Recalled excerpts injected before the last user message.
+    pub injected: usize,
 }
 
 impl Prepared {
@@ -54,6 +56,7 @@ impl Prepared {
             raw_tokens_out: estimate.raw_input_tokens,
             warning: None,
             compressed: 0,
+            injected: 0,
         }
     }
 }
@@ -153,10 +156,15 @@ impl Turn {
         }
     }
 
-    /// Whether this conversation's model may recall archived messages: the
-    /// recall tool is on and the conversation is keyed.
+    /// Whether this conversation's model is offered the recall tool: the
+    /// tool is its recall mode and the conversation is keyed.
     pub fn recall(&self) -> bool {
-        recall_for(&self.app, self.data.key.as_ref())
+        recall_for(&self.app, &self.data.model, self.data.key.as_ref()) == Recall::Tool
+    }
+
+    /// Whether foldgate injects recalled excerpts for this conversation.
+    pub fn inject(&self) -> bool {
+        recall_for(&self.app, &self.data.model, self.data.key.as_ref()) == Recall::Inject
     }
 
     /// After the upstream said the prompt is too long: plan again against
@@ -367,14 +375,18 @@ impl Turn {
             raw_tokens_out: u32::try_from(raw_out).unwrap_or(u32::MAX),
             warning: warning.map(str::to_string),
             compressed,
+            injected: 0,
         }
     }
 }
 
-/// Whether a conversation's model may recall archived messages: the
-/// recall tool is on and the conversation is keyed.
-fn recall_for(app: &App, key: Option<&ConvKey>) -> bool {
-    app.config.archive.recall_on() && key.is_some()
+/// How a conversation recalls archived messages: its model's mode, and
+/// nothing for a conversation without a key (it has no archive).
+fn recall_for(app: &App, model: &str, key: Option<&ConvKey>) -> Recall {
+    match key {
+        Some(_) => app.config.recall_for(model),
+        None => Recall::Off,
+    }
 }
 
 /// The request's older-turn compression: off without an archive or a
@@ -396,7 +408,7 @@ fn compression_for(
     if !settings.active() || !app.archive.enabled() || key.is_none() {
         return Compression::default();
     }
-    let recall = recall_for(app, key);
+    let recall = recall_for(app, model, key) == Recall::Tool;
     let count = |m: &Value| app.tokens.message_tokens(model, m);
     let raw = &estimate.messages;
     Compression::with(messages, raw, &settings, policy.preserve_recent, &mut |i| {

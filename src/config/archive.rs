@@ -30,23 +30,48 @@ pub struct ArchiveConfig {
     /// never hold the state database's write lock.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
-    /// `auto`: a conversation whose view hides archived messages is offered
-    /// the `foldgate_recall` tool, and foldgate answers its calls itself;
-    /// `off`: never.
+    /// How a conversation whose view hides archived messages gets them
+    /// back. `tool`: the model is offered the `foldgate_recall` tool and
+    /// foldgate answers its calls itself; `inject`: foldgate searches the
+    /// archive with the last user message and places the best excerpts,
+    /// marked, right before it; `auto` (default): `tool`, and `inject` for
+    /// models configured with `tools = false`; `off`: neither.
     pub recall: RecallMode,
     /// Recall rounds per request: after this many, the upstream is asked
     /// once more without the tool.
     pub recall_rounds: u32,
-    /// Tokens of archived excerpts one recall call returns, at most.
+    /// Tokens of archived excerpts one recall call returns, at most (less
+    /// when the window has less room left).
     pub recall_tokens: u32,
+    /// Tokens of archived excerpts injected before the last user message,
+    /// at most (less when the window has less room left).
+    pub inject_tokens: u32,
 }
 
-/// `archive.recall`.
+/// `archive.recall`: what is configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RecallMode {
+    /// The tool, or injection for models with `tools = false`.
     Auto,
+    /// The tool only.
+    Tool,
+    /// Injection only.
+    Inject,
+    /// Neither.
     Off,
+}
+
+/// How one model's conversations recall archived messages: what
+/// `archive.recall` means for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recall {
+    /// Nothing is recalled.
+    Off,
+    /// The `foldgate_recall` tool is offered.
+    Tool,
+    /// foldgate injects excerpts before the last user message.
+    Inject,
 }
 
 impl Default for ArchiveConfig {
@@ -59,6 +84,7 @@ impl Default for ArchiveConfig {
             recall: RecallMode::Auto,
             recall_rounds: 3,
             recall_tokens: 2000,
+            inject_tokens: 600,
         }
     }
 }
@@ -71,9 +97,23 @@ impl ArchiveConfig {
             .unwrap_or_else(|| state.path.with_extension("archive.db"))
     }
 
-    /// Whether conversations are offered the recall tool.
-    pub fn recall_on(&self) -> bool {
-        self.enabled && self.recall == RecallMode::Auto && self.recall_rounds > 0
+    /// How a model's conversations recall, the one rule: nothing without
+    /// an archive; the tool needs rounds; `auto` injects for a model that
+    /// does not call tools (`calls_tools`: its `tools` key, default true).
+    pub fn recall_for(&self, calls_tools: bool) -> Recall {
+        let tool = if self.recall_rounds > 0 {
+            Recall::Tool
+        } else {
+            Recall::Off
+        };
+        match self.recall {
+            _ if !self.enabled => Recall::Off,
+            RecallMode::Off => Recall::Off,
+            RecallMode::Tool => tool,
+            RecallMode::Inject => Recall::Inject,
+            RecallMode::Auto if calls_tools => tool,
+            RecallMode::Auto => Recall::Inject,
+        }
     }
 
     /// Checks the section against the state's expiry; errors name the key.
@@ -83,6 +123,9 @@ impl ArchiveConfig {
         }
         if self.recall_tokens < 100 {
             return Err("archive.recall_tokens must be at least 100".into());
+        }
+        if self.inject_tokens < 50 {
+            return Err("archive.inject_tokens must be at least 50".into());
         }
         if self.enabled && self.ttl < state_ttl {
             return Err(format!(

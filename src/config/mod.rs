@@ -9,7 +9,7 @@ mod policy;
 mod secret;
 mod sections;
 
-pub use archive::{ArchiveConfig, RecallMode};
+pub use archive::{ArchiveConfig, Recall, RecallMode};
 pub use compress::{Compress, CompressOverrides, resolve as resolve_compress};
 pub use describe::read_key;
 pub use policy::{Mode, Policy, PolicyOverrides, resolve as resolve_policy};
@@ -267,6 +267,16 @@ impl Config {
             .find(|(_, p)| p.models.iter().any(|m| m == "*"))
             .or_else(|| self.providers.iter().next())
             .map(|(name, p)| (name.as_str(), p))
+    }
+
+    /// How `model`'s conversations recall archived messages:
+    /// `archive.recall` with the model's `tools` key.
+    pub fn recall_for(&self, model: &str) -> Recall {
+        let calls_tools = self
+            .model_config(model)
+            .and_then(|m| m.tools)
+            .unwrap_or(true);
+        self.archive.recall_for(calls_tools)
     }
 
     /// The most specific `[models."glob"]` entry matching `model`.

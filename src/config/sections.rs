@@ -131,6 +131,10 @@ pub struct ModelConfig {
     pub max_output_tokens: Option<u32>,
     /// Multiplies o200k_base counts for models with another tokenizer.
     pub token_scale: Option<f64>,
+    /// `false`: the model does not call tools (many small local models),
+    /// so `archive.recall = "auto"` injects recalled excerpts instead of
+    /// offering the `foldgate_recall` tool. Unset: it does.
+    pub tools: Option<bool>,
     /// Policy knobs, written inline beside the keys above.
     #[serde(flatten)]
     pub policy: PolicyOverrides,
@@ -158,6 +162,7 @@ impl TryFrom<BTreeMap<String, serde_json::Value>> for ModelConfig {
         let context_window = take(&mut map, "context_window")?;
         let max_output_tokens = take(&mut map, "max_output_tokens")?;
         let token_scale = take(&mut map, "token_scale")?;
+        let tools = take(&mut map, "tools")?;
         let compress = take(&mut map, "compress")?.unwrap_or_default();
         let rest = serde_json::Value::Object(map.into_iter().collect());
         let policy = serde_json::from_value(rest).map_err(|e| e.to_string())?;
@@ -165,6 +170,7 @@ impl TryFrom<BTreeMap<String, serde_json::Value>> for ModelConfig {
             context_window,
             max_output_tokens,
             token_scale,
+            tools,
             policy,
             compress,
         })

@@ -215,3 +215,47 @@ fn compress_loads_at_every_level_and_rejects_unknown_keys() {
         assert!(err.contains(key), "{toml:?} gave {err}");
     }
 }
+
+#[test]
+fn recall_modes_and_their_keys() {
+    let c = Config::from_toml("").unwrap();
+    assert_eq!(c.archive.recall, RecallMode::Auto);
+    assert_eq!(c.archive.inject_tokens, 600);
+    assert_eq!(c.recall_for("gpt-4o"), Recall::Tool);
+    let c = Config::from_toml("[models.\"local-*\"]\ntools = false\n").unwrap();
+    assert_eq!(
+        c.recall_for("local-7b"),
+        Recall::Inject,
+        "auto injects for tools = false"
+    );
+    assert_eq!(c.recall_for("gpt-4o"), Recall::Tool);
+    for (mode, local, other) in [
+        ("tool", Recall::Tool, Recall::Tool),
+        ("inject", Recall::Inject, Recall::Inject),
+        ("off", Recall::Off, Recall::Off),
+    ] {
+        let toml = format!("[archive]\nrecall = \"{mode}\"\n[models.\"local-*\"]\ntools = false\n");
+        let c = Config::from_toml(&toml).unwrap();
+        assert_eq!(
+            (c.recall_for("local-7b"), c.recall_for("gpt-4o")),
+            (local, other),
+            "{mode}"
+        );
+    }
+    let off = Config::from_toml("[archive]\nenabled = false\nrecall = \"inject\"\n").unwrap();
+    assert_eq!(
+        off.recall_for("x"),
+        Recall::Off,
+        "no archive, nothing to recall"
+    );
+    for (toml, key) in [
+        ("[archive]\nrecall = \"sometimes\"\n", "recall"),
+        ("[archive]\ninject_tokns = 100\n", "inject_tokns"),
+        ("[archive]\ninject_tokens = 10\n", "archive.inject_tokens"),
+        ("[models.\"x*\"]\ntools = \"no\"\n", "tools"),
+        ("[models.\"x*\"]\ntool = false\n", "tool"),
+    ] {
+        let err = Config::from_toml(toml).unwrap_err().to_string();
+        assert!(err.contains(key), "{toml:?} gave {err}");
+    }
+}

@@ -45,6 +45,18 @@ impl Call {
     }
 }
 
+impl Call {
+    /// The one line a call gets when the window has no room left for
+    /// excerpts.
+    pub fn no_room_text(&self) -> String {
+        let query = self.query().unwrap_or_default();
+        format!(
+            "No room is left in this request's context window for archived excerpts matching {query:?}; \
+             answer from what you can see."
+        )
+    }
+}
+
 /// The tool calls of one answer, gathered by index (a streamed call
 /// arrives in pieces).
 #[derive(Debug, Default)]

@@ -25,7 +25,10 @@
 mod anthropic;
 mod calls;
 mod chat;
+mod fit;
+pub(super) mod inject;
 mod responses;
+pub(super) mod room;
 mod stream;
 
 use super::codec::Api;
@@ -47,6 +50,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// Largest whole answer read to look for recall calls.
 const MAX_ANSWER: usize = 16 << 20;
@@ -138,6 +142,14 @@ pub(super) struct Session {
     usage: Value,
     /// Reports the first round's prompt tokens for calibration.
     observe: Option<OnUsage>,
+    /// The model, for counting what the rounds add.
+    model: String,
+    /// The window and output reserve the request was planned against.
+    window: u32,
+    reserve: u32,
+    /// Estimated tokens of the request as it stands: the view, the tool,
+    /// and every round's calls and results so far.
+    used: u32,
 }
 
 impl Session {
@@ -162,8 +174,15 @@ impl Session {
             return None;
         }
         let key = request.key()?.clone();
+        let (window, reserve) = request.limits()?;
         let mut fields = request.view_fields(prepared)?;
-        push_tool(&mut fields, tool(api));
+        let tool = tool(api);
+        let used = prepared.tokens_out.saturating_add(fit::json_tokens(
+            app,
+            &request.model,
+            std::slice::from_ref(&tool),
+        ));
+        push_tool(&mut fields, tool);
         let first_len = conversation(api, &mut fields).map_or(0, |m| m.len());
         let mut parts = parts.clone();
         parts.headers.insert(
@@ -182,6 +201,10 @@ impl Session {
             rounds: 0,
             usage: Value::Null,
             observe: None,
+            model: request.model.clone(),
+            window,
+            reserve,
+            used,
         })
     }
 
@@ -328,28 +351,27 @@ impl Session {
         if let Some(usage) = &turn.usage {
             calls::add_usage(&mut self.usage, usage);
         }
-        let budget = self.app.config.archive.recall_tokens;
         // This request's fold may have just queued what it archived.
         self.app.archive.flush().await;
-        let mut texts = Vec::with_capacity(turn.calls.len());
-        for call in &turn.calls {
-            let excerpts = match call.query() {
-                Some(query) => Some(self.app.archive.search(&self.key, &query, budget).await),
-                None => None,
-            };
-            tracing::debug!(conversation = %self.key.conversation, query = call.query(),
-                hits = excerpts.as_ref().map(Vec::len), "recall");
-            texts.push(call.result_text(excerpts.as_deref()));
-        }
-        self.app.metrics.recall_calls.fetch_add(
-            turn.calls.len() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        // The round's call message goes in whatever the results take.
+        let asked = fit::json_tokens(&self.app, &self.model, &turn.messages);
+        let used = self.used.saturating_add(asked);
+        let room = room::room(self.window, used, self.reserve);
+        let answers = fit::answer(&self.app, &self.key, &self.model, &turn.calls, room).await;
+        let m = &self.app.metrics;
+        m.recall_calls
+            .fetch_add(turn.calls.len() as u64, Ordering::Relaxed);
+        m.recall_shortened
+            .fetch_add(answers.shortened, Ordering::Relaxed);
+        m.recall_refused
+            .fetch_add(answers.refused, Ordering::Relaxed);
+        let texts = answers.texts;
         let results = match self.api {
             Api::Chat => chat::results(&turn.calls, texts),
             Api::Anthropic => anthropic::results(&turn.calls, texts),
             Api::Responses => responses::results(&turn.calls, texts),
         };
+        self.used = used.saturating_add(fit::json_tokens(&self.app, &self.model, &results));
         if let Some(messages) = conversation(self.api, &mut self.fields) {
             messages.extend(turn.messages);
             messages.extend(results);

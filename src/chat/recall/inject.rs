@@ -1,0 +1,307 @@
+//! Injected recall, for models that do not call tools: on a request whose
+//! view hides archived messages, foldgate searches the conversation's
+//! archive with the last user message (and, in an agent loop, the last
+//! tool call's arguments) and places the best excerpts that are not in
+//! the view, in one marked block, right before the last user message:
+//! after the pinned messages and the summary, so the cache-stable prefix
+//! keeps its bytes. The block is bounded by `archive.inject_tokens` and by
+//! the window's [`room`](super::room); the client's messages are not
+//! changed otherwise, and the block is never archived (the client never
+//! sends it back).
+
+use super::super::codec::Api;
+use super::super::request::ChatRequest;
+use super::super::turn::Prepared;
+use super::fit;
+use super::room::{self, Fit};
+use crate::app::App;
+use crate::archive::query::{self, Query};
+use crate::archive::{Excerpt, Hit};
+use crate::fold::extract::message_text;
+use crate::fold::view::Item;
+use crate::message::{Role, is_role};
+use serde_json::{Map, Value, json};
+use std::collections::HashSet;
+
+/// The block's first line: what it is and why it is there.
+pub const HEADING: &str = "[foldgate] Recalled from earlier in this conversation \
+                           (archived messages no longer shown above; they may answer the next message):";
+
+/// The share of the query's content words a hit must hold to be injected:
+/// a passage that matches one word of a long question is noise.
+const MIN_COVERAGE: f64 = 0.5;
+/// A hit holding this many of the query's content words qualifies however
+/// long the query (an agent loop's query has many).
+const ENOUGH_WORDS: usize = 3;
+
+/// Words that carry no subject: a query of them alone recalls nothing.
+const STOPWORDS: &[&str] = &[
+    "a", "about", "again", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be", "but",
+    "by", "can", "could", "did", "do", "does", "for", "from", "had", "has", "have", "how", "i",
+    "if", "in", "is", "it", "its", "me", "my", "no", "not", "now", "of", "on", "or", "our",
+    "please", "remind", "said", "so", "tell", "that", "the", "then", "there", "this", "to", "us",
+    "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "would",
+    "you", "your",
+];
+
+/// The excerpts to inject, as a block of text.
+#[derive(Debug)]
+pub struct Injection {
+    /// The block, heading first.
+    pub text: String,
+    /// Excerpts in it.
+    pub excerpts: usize,
+    /// Its estimated tokens (not calibrated).
+    pub tokens: u32,
+}
+
+/// The injection `request` gets, when its conversation injects, its view
+/// hides archived messages, and a hit absent from the view covers enough
+/// of the query within the room left.
+pub(in crate::chat) async fn plan(
+    app: &App,
+    request: &ChatRequest,
+    prepared: &Prepared,
+) -> Option<Injection> {
+    let turn = request.turn().filter(|t| t.inject())?;
+    let items = prepared.view.as_ref()?;
+    let key = turn.data.key.as_ref()?;
+    let messages = turn.messages().values;
+    let words = content_words(&query_text(messages));
+    if words.is_empty() {
+        return None;
+    }
+    let (window, reserve) = request.limits()?;
+    let room = room::room(window, prepared.tokens_out, reserve);
+    let wanted = app.config.archive.inject_tokens;
+    let share = match room::fit(wanted, room) {
+        Fit::Whole(n) | Fit::Shortened(n) => n,
+        Fit::NoRoom => return None,
+    };
+    // This request's fold may have just queued what it archived.
+    app.archive.flush().await;
+    let query = Query::parse(&words.join(" "));
+    let hits = app
+        .archive
+        .hits(key, &words.join(" "), query::RECALL_HITS)
+        .await;
+    let seen = view_text(messages, items);
+    let shown: HashSet<usize> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Original(p) => Some(*p),
+            _ => None,
+        })
+        .collect();
+    let fresh: Vec<Hit> = hits
+        .into_iter()
+        .filter(|h| !shown.contains(&h.row.position) && covers(&h.row.text, &words))
+        .filter(|h| !in_view(h, &query, &seen))
+        .collect();
+    if fresh.is_empty() {
+        return None;
+    }
+    let tokens = |text: &str| fit::text_tokens(app, &request.model, text);
+    let framing = tokens(HEADING);
+    let text = fit::within(share, framing, &tokens, &|budget| {
+        let excerpts = query::matching_lines(&fresh, &query, budget);
+        (!excerpts.is_empty()).then(|| render(&excerpts))
+    })?;
+    let excerpts = text.matches("\n\n[turn ").count();
+    Some(Injection {
+        tokens: tokens(&text),
+        text,
+        excerpts,
+    })
+}
+
+/// The query's source: the last user message's text, and in an agent loop
+/// (assistant tool calls after it) the last call's arguments first.
+fn query_text(messages: &[Value]) -> String {
+    let Some(last_user) = messages.iter().rposition(|m| is_role(m, Role::User)) else {
+        return String::new();
+    };
+    let call = messages[last_user + 1..]
+        .iter()
+        .rev()
+        .find(|m| m.get("tool_calls").is_some_and(Value::is_array));
+    let user = message_text(&messages[last_user]);
+    match call {
+        Some(call) => format!("{} {user}", message_text(call)),
+        None => user,
+    }
+}
+
+/// The distinct words of `text` that carry a subject, in order.
+fn content_words(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for w in query::words(text) {
+        let digits = w.chars().any(|c| c.is_ascii_digit());
+        if (digits || w.chars().count() >= 3)
+            && !STOPWORDS.contains(&w.as_str())
+            && !out.contains(&w)
+        {
+            out.push(w);
+        }
+    }
+    out
+}
+
+/// Whether `text` holds enough of the query's content `words`: at least
+/// [`MIN_COVERAGE`] of them, or [`ENOUGH_WORDS`].
+fn covers(text: &str, words: &[String]) -> bool {
+    let have: HashSet<String> = query::words(text).collect();
+    let matched = words.iter().filter(|w| have.contains(*w)).count();
+    matched >= ENOUGH_WORDS || matched as f64 >= MIN_COVERAGE * words.len() as f64
+}
+
+/// The text of everything the view shows: kept messages, foldgate's own
+/// (the summary), stubs.
+fn view_text(messages: &[Value], items: &[Item]) -> String {
+    let mut out = String::new();
+    for item in items {
+        let text = match item {
+            Item::Original(i) => messages.get(*i).map(message_text).unwrap_or_default(),
+            Item::New(v) | Item::Stub(_, v) => message_text(v),
+        };
+        out.push_str(&text);
+        out.push('\n');
+    }
+    out
+}
+
+/// Whether the hit's best matching line is already in the view's text.
+fn in_view(hit: &Hit, query: &Query, seen: &str) -> bool {
+    let best = query::matching_lines(std::slice::from_ref(hit), query, 64);
+    best.first()
+        .and_then(|e| e.text.lines().next())
+        .is_some_and(|line| seen.contains(line.trim_matches('…').trim()))
+}
+
+/// The block: the heading, then each excerpt with its turn and role.
+fn render(excerpts: &[Excerpt]) -> String {
+    let mut out = HEADING.to_string();
+    for e in excerpts {
+        out.push_str(&format!(
+            "\n\n[turn {}, {}]\n{}",
+            e.position, e.role, e.text
+        ));
+    }
+    out
+}
+
+/// Places the block right before the last user message of `fields` (the
+/// request with its view in), as `api` allows: chat completions and
+/// Responses get a user message (item) of its own; Anthropic, whose roles
+/// must alternate, gets it as the first text block of that message. A
+/// user message that carries tool results is not the user's.
+pub fn place(api: Api, fields: &mut Map<String, Value>, block: &str) {
+    let field = super::conversation_field(api);
+    let Some(Value::Array(items)) = fields.get_mut(field) else {
+        return;
+    };
+    let Some(at) = items.iter().rposition(|m| is_user_turn(api, m)) else {
+        return;
+    };
+    match api {
+        Api::Chat | Api::Responses => {
+            items.insert(at, json!({"role": "user", "content": block}));
+        }
+        Api::Anthropic => {
+            let Some(message) = items.get_mut(at).and_then(Value::as_object_mut) else {
+                return;
+            };
+            let first = json!({"type": "text", "text": block});
+            let content = match message.remove("content") {
+                Some(Value::String(s)) => vec![first, json!({"type": "text", "text": s})],
+                Some(Value::Array(mut blocks)) => {
+                    blocks.insert(0, first);
+                    blocks
+                }
+                _ => vec![first],
+            };
+            message.insert("content".into(), Value::Array(content));
+        }
+    }
+}
+
+/// Whether a wire message (item) is a user's turn: role `user`, and for
+/// Anthropic no `tool_result` block in it.
+fn is_user_turn(api: Api, message: &Value) -> bool {
+    let user = message.get("role").and_then(Value::as_str) == Some("user");
+    let results = message
+        .get("content")
+        .and_then(Value::as_array)
+        .is_some_and(|blocks| {
+            blocks
+                .iter()
+                .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+        });
+    user && !(api == Api::Anthropic && results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_query_is_the_last_user_message_and_the_last_calls_arguments() {
+        let messages = vec![
+            json!({"role": "user", "content": "old question"}),
+            json!({"role": "user", "content": "What is the admin port?"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function",
+                "function": {"name": "read_file", "arguments": "{\"path\": \"conf/admin.toml\"}"}}]}),
+            json!({"role": "tool", "tool_call_id": "c", "content": "x"}),
+        ];
+        let words = content_words(&query_text(&messages));
+        assert!(words.contains(&"admin".to_string()) && words.contains(&"port".to_string()));
+        assert!(words.contains(&"toml".to_string()), "{words:?}");
+        assert!(!words.contains(&"what".to_string()) && !words.contains(&"old".to_string()));
+        assert!(content_words("what is it?").is_empty());
+    }
+
+    #[test]
+    fn a_hit_must_cover_enough_of_the_query() {
+        let words = content_words("what is the favourite colour of the customer?");
+        assert_eq!(words, ["favourite", "colour", "customer"]);
+        assert!(covers(
+            "the favourite colour of the customer is teal",
+            &words
+        ));
+        assert!(covers("favourite colour: teal", &words));
+        assert!(!covers("a new customer signed up", &words));
+    }
+
+    #[test]
+    fn the_block_goes_before_the_last_user_message_in_each_api() {
+        let mut chat = json!({"messages": [
+            {"role": "system", "content": "s"}, {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"}, {"role": "user", "content": "q"}]});
+        let fields = chat.as_object_mut().unwrap_or_else(|| unreachable!());
+        place(Api::Chat, fields, "BLOCK");
+        let m = &chat["messages"];
+        assert_eq!(m[3], json!({"role": "user", "content": "BLOCK"}));
+        assert_eq!(m[4]["content"], "q");
+
+        let mut anthropic = json!({"messages": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "ls", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}]}]});
+        let fields = anthropic.as_object_mut().unwrap_or_else(|| unreachable!());
+        place(Api::Anthropic, fields, "BLOCK");
+        let m = &anthropic["messages"];
+        assert_eq!(m.as_array().map(Vec::len), Some(3), "no message added");
+        assert_eq!(m[0]["content"][0]["text"], "BLOCK");
+        assert_eq!(m[0]["content"][1], json!({"type": "text", "text": "q"}));
+        assert_eq!(m[2]["content"][0]["type"], "tool_result");
+
+        let mut responses = json!({"input": [
+            {"role": "user", "content": "q"},
+            {"type": "function_call", "call_id": "c", "name": "ls", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": "x"}]});
+        let fields = responses.as_object_mut().unwrap_or_else(|| unreachable!());
+        place(Api::Responses, fields, "BLOCK");
+        assert_eq!(responses["input"][0]["content"], "BLOCK");
+        assert_eq!(responses["input"][1]["content"], "q");
+    }
+}

@@ -340,7 +340,7 @@ async fn a_streamed_answer_passes_until_the_recall_call_and_continues_after_it()
     let chunks = chunks(&reply.body);
     assert_eq!(
         streamed_text(&chunks),
-        "Let me look that up.The favourite colour is teal.",
+        "Let me look that up.\n\nThe favourite colour is teal.",
         "the text before the recall call went out as it came; the answer after it"
     );
     assert!(
@@ -677,7 +677,10 @@ async fn anthropic_messages_recall_whole_and_streamed() {
                 .iter()
                 .filter_map(|e| e["delta"]["text"].as_str())
                 .collect();
-            assert_eq!(text, "Let me look that up.The favourite colour is teal.");
+            assert_eq!(
+                text,
+                "Let me look that up.\n\nThe favourite colour is teal."
+            );
             let delta = events
                 .iter()
                 .find(|e| e["type"] == "message_delta")
@@ -766,7 +769,7 @@ async fn official_clients_get_the_recalled_answer() {
         let client = entry["client"].as_str().unwrap();
         // A stream shows the text written before the recall call.
         let text = if client.ends_with("stream") {
-            "Let me look that up.The favourite colour is teal."
+            "Let me look that up.\n\nThe favourite colour is teal."
         } else {
             "The favourite colour is teal."
         };
@@ -963,7 +966,7 @@ async fn responses_recall_whole_and_streamed() {
             .map(|i| i["content"][0]["text"].as_str().unwrap())
             .collect();
         let expected: &[&str] = if stream {
-            &["Let me look that up.", "The favourite colour is teal."]
+            &["Let me look that up.", "\n\nThe favourite colour is teal."]
         } else {
             &["The favourite colour is teal."]
         };

@@ -7,7 +7,7 @@
 //! numbered after the blocks already shown, and the last `message_delta`
 //! carrying the usage of every round, summed.
 
-use super::calls::{Call, Calls, Carry, Turn, summed};
+use super::calls::{Call, Calls, Carry, Gap, Turn, summed};
 use super::stream::{self, Hold};
 use crate::archive::RECALL_TOOL;
 use bytes::Bytes;
@@ -120,6 +120,7 @@ pub struct Round {
     usage: Value,
     /// Blocks shown to the client in this round.
     shown: BTreeSet<u64>,
+    gap: Gap,
 }
 
 impl Round {
@@ -136,6 +137,7 @@ impl Round {
             inputs: BTreeMap::new(),
             usage: Value::Null,
             shown: BTreeSet::new(),
+            gap: Gap::default(),
         }
     }
 }
@@ -234,7 +236,8 @@ impl stream::Round for Round {
 
     /// The event as the client gets it, if at all: recall blocks removed
     /// once the answer is mixed, blocks numbered after earlier rounds',
-    /// usage summed over the rounds in the last `message_delta`.
+    /// a later round's text set apart, usage summed over the rounds in the
+    /// last `message_delta`.
     fn outgoing(
         &mut self,
         raw: Bytes,
@@ -255,6 +258,9 @@ impl stream::Round for Round {
         changed |= stream::renumber(&mut event, "index", self.offset, hidden)?;
         if let Some(i) = index.filter(|_| kind == "content_block_start") {
             self.shown.insert(i);
+        }
+        for text in ["/content_block/text", "/delta/text"] {
+            changed |= stream::separate(&mut event, text, &mut self.gap);
         }
         if kind == "message_delta" {
             if self.hold.mixed && !self.calls.any_client() {
@@ -283,6 +289,10 @@ impl stream::Round for Round {
 
     fn hold(&mut self) -> &mut Hold {
         &mut self.hold
+    }
+
+    fn gap(&mut self) -> &mut Gap {
+        &mut self.gap
     }
 
     fn end(self: Box<Self>) -> Option<Turn> {

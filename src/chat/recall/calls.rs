@@ -15,22 +15,20 @@ pub struct Call {
 }
 
 impl Call {
-    /// The query the call asks for, or `None` when its arguments are not
-    /// `{"query": "…"}`.
+    /// The query the call asks for, bounded ([`super::input::query`]), or
+    /// `None` when its arguments are not `{"query": "…"}`.
     pub fn query(&self) -> Option<String> {
-        let args: Value = serde_json::from_str(&self.arguments).ok()?;
-        let query = args.get("query")?.as_str()?.trim();
-        (!query.is_empty()).then(|| query.to_string())
+        super::input::query(&self.arguments).ok()
     }
 
     /// What the call hands the model: the passages best first, each with
     /// its turn and role; or why there are none.
     pub fn result_text(&self, excerpts: Option<&[Excerpt]>) -> String {
-        let (Some(query), Some(excerpts)) = (self.query(), excerpts) else {
-            return format!(
-                "{RECALL_TOOL} takes JSON arguments {{\"query\": \"words to search for\"}}."
-            );
+        let query = match super::input::query(&self.arguments) {
+            Ok(query) => query,
+            Err(why) => return why,
         };
+        let excerpts = excerpts.unwrap_or_default();
         if excerpts.is_empty() {
             return format!("No archived message of this conversation matches {query:?}.");
         }
@@ -146,6 +144,41 @@ pub struct Carry {
     pub sequence: u64,
     /// Responses: the first round's response id, which the client holds.
     pub response_id: Option<String>,
+    /// Whether text was shown, for the next round's separator.
+    pub gap: Gap,
+}
+
+/// What goes between the texts two rounds show, so that "Let me look
+/// that up." and the answer after the recall do not run together.
+pub const SEPARATOR: &str = "\n\n";
+
+/// Whether a streamed response has shown text, so that a later round's
+/// first text is set apart from it by [`SEPARATOR`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gap {
+    shown: bool,
+    due: bool,
+}
+
+impl Gap {
+    /// At the start of a round: a separator is due before its first text
+    /// when an earlier round showed some.
+    pub fn next_round(self) -> Self {
+        Self {
+            shown: self.shown,
+            due: self.shown,
+        }
+    }
+
+    /// A piece of text about to be shown: the piece with the separator in
+    /// front when one is due; `None` when it goes as it is.
+    pub fn text(&mut self, piece: &str) -> Option<String> {
+        if piece.is_empty() {
+            return None;
+        }
+        self.shown = true;
+        std::mem::take(&mut self.due).then(|| format!("{SEPARATOR}{piece}"))
+    }
 }
 
 /// Adds `more` to `total`, field by field: numbers are summed, objects
@@ -217,6 +250,18 @@ mod tests {
             good.result_text(Some(&[]))
                 .starts_with("No archived message")
         );
+    }
+
+    #[test]
+    fn a_later_rounds_first_text_is_set_apart() {
+        let mut gap = Gap::default();
+        assert_eq!(gap.text("Let me look."), None, "the first round as it is");
+        let mut gap = gap.next_round();
+        assert_eq!(gap.text(""), None);
+        assert_eq!(gap.text("Port").as_deref(), Some("\n\nPort"));
+        assert_eq!(gap.text(" 8080."), None, "once per round");
+        let mut silent = Gap::default().next_round();
+        assert_eq!(silent.text("Port"), None, "nothing shown before");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! get it, the model's recall calls in a whole or streamed answer, and
 //! hiding them from the client.
 
-use super::calls::{Call, Calls, Carry, Turn, summed};
+use super::calls::{Call, Calls, Carry, Gap, Turn, summed};
 use super::stream::{self, Hold};
 use crate::archive::RECALL_TOOL;
 use bytes::Bytes;
@@ -137,6 +137,7 @@ pub struct Round {
     calls: Calls,
     content: String,
     usage: Option<Value>,
+    gap: Gap,
 }
 
 impl Round {
@@ -180,8 +181,13 @@ impl stream::Round for Round {
         &mut self.hold
     }
 
+    fn gap(&mut self) -> &mut Gap {
+        &mut self.gap
+    }
+
     /// Recall deltas removed once the answer is mixed (the client's calls
-    /// renumbered), and usage summed over the rounds.
+    /// renumbered), a later round's text set apart, and usage summed over
+    /// the rounds.
     fn outgoing(
         &mut self,
         raw: Bytes,
@@ -194,6 +200,7 @@ impl stream::Round for Round {
         };
         let mixed = self.hold.mixed;
         let mut changed = mixed && hide_in_chunk(&mut chunk, recall);
+        changed |= stream::separate(&mut chunk, "/choices/0/delta/content", &mut self.gap);
         if mixed && !self.calls.any_client() {
             changed |=
                 stream::replace_str(&mut chunk, "/choices/0/finish_reason", "tool_calls", "stop");

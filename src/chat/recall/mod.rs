@@ -27,6 +27,7 @@ mod calls;
 mod chat;
 mod fit;
 pub(super) mod inject;
+mod input;
 mod responses;
 pub(super) mod room;
 mod stream;
@@ -260,8 +261,8 @@ impl Session {
                     observe(tokens);
                 }
             }
-            let parsed = serde_json::from_slice::<Value>(&bytes).ok();
-            let Some(mut answer) = parsed.filter(|_| head.status.is_success()) else {
+            let parsed = input::parse(&bytes).filter(|_| head.status.is_success());
+            let Some(mut answer) = parsed else {
                 return Ok(with_body(head, bytes));
             };
             let calls = self.calls(&answer);

@@ -9,7 +9,7 @@
 //! `response.completed` listing every shown item under the first round's
 //! id, with the usage of every round summed.
 
-use super::calls::{Call, Calls, Carry, Turn, summed};
+use super::calls::{Call, Calls, Carry, Gap, SEPARATOR, Turn, summed};
 use super::stream::{self, Hold};
 use crate::archive::RECALL_TOOL;
 use bytes::Bytes;
@@ -111,11 +111,22 @@ fn without_recall(items: &[Value]) -> Vec<Value> {
         .collect()
 }
 
-/// Removes recall calls from a whole answer's output.
+/// Removes recall calls from a whole answer's output, and the recall tool
+/// from the tools it echoes.
 pub fn hide(answer: &mut Value) {
     let kept = without_recall(output(answer));
     if let Some(slot) = answer.get_mut("output") {
         *slot = Value::Array(kept);
+    }
+    unlist(answer);
+}
+
+/// Removes the recall tool from the `tools` a response object echoes from
+/// the request: the client never defined it. An emptied list stays, as
+/// the API echoes one for a request without tools.
+fn unlist(response: &mut Value) {
+    if let Some(Value::Array(tools)) = response.get_mut("tools") {
+        tools.retain(|t| name_of(t) != Some(RECALL_TOOL));
     }
 }
 
@@ -135,6 +146,9 @@ pub struct Round {
     /// The round's finished output items, by output index.
     items: BTreeMap<u64, Value>,
     usage: Option<Value>,
+    /// The text part (output index, content index) whose first delta got
+    /// the separator: its `done` events get it too.
+    separated: Option<(u64, u64)>,
 }
 
 impl Round {
@@ -150,6 +164,39 @@ impl Round {
             calls: Calls::default(),
             items: BTreeMap::new(),
             usage: None,
+            separated: None,
+        }
+    }
+
+    /// A later round's first text set apart from what earlier rounds
+    /// showed: its first delta gets the separator, and the events that
+    /// repeat the part's whole text (text done, part done, item done) get
+    /// it too, so they agree with the deltas.
+    fn separate(&mut self, kind: &str, event: &mut Value) {
+        let at = |field: &str| event.get(field).and_then(Value::as_u64);
+        let (Some(output), content) = (at("output_index"), at("content_index")) else {
+            return;
+        };
+        let part = (output, content.unwrap_or(0));
+        let pointer = match kind {
+            "response.output_text.delta" => {
+                if stream::separate(event, "/delta", &mut self.carry.gap) {
+                    self.separated = Some(part);
+                }
+                return;
+            }
+            _ if self.separated.is_none_or(|s| s.0 != output) => return,
+            "response.output_item.done" => {
+                let index = self.separated.map_or(0, |s| s.1);
+                format!("/item/content/{index}/text")
+            }
+            _ if self.separated != Some(part) => return,
+            "response.output_text.done" => "/text".to_string(),
+            "response.content_part.done" => "/part/text".to_string(),
+            _ => return,
+        };
+        if let Some(Value::String(text)) = event.pointer_mut(&pointer) {
+            text.insert_str(0, SEPARATOR);
         }
     }
 
@@ -227,6 +274,10 @@ impl stream::Round for Round {
         }
         let hidden = if self.hold.mixed { recall } else { &[] };
         stream::renumber(&mut event, "output_index", self.offset, hidden)?;
+        self.separate(&kind, &mut event);
+        if let Some(response) = event.get_mut("response") {
+            unlist(response);
+        }
         if kind == "response.output_item.done" {
             self.carry.items.push(event["item"].clone());
             self.carry.shown += 1;
@@ -254,6 +305,10 @@ impl stream::Round for Round {
 
     fn hold(&mut self) -> &mut Hold {
         &mut self.hold
+    }
+
+    fn gap(&mut self) -> &mut Gap {
+        &mut self.carry.gap
     }
 
     fn end(self: Box<Self>) -> Option<Turn> {

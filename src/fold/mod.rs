@@ -44,6 +44,7 @@
 //!    [`view_differs`] / [`ViewInfo::changed`] tell the proxy it can forward
 //!    the client's original bytes.
 
+pub mod audit;
 pub mod compress;
 pub mod cut;
 pub mod extract;
@@ -56,6 +57,7 @@ pub mod trigger;
 pub mod view;
 
 pub use crate::message::pinned_len;
+pub use audit::{Audit, FoldRecord};
 pub use compress::Compression;
 pub use hash::{ChainHash, MessageId};
 pub use plan::{CannotFit, Decision, FoldPlan, ViewInfo, plan};

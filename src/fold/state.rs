@@ -9,6 +9,7 @@
 //! it was made from ([`FoldChain::best_match`]).
 
 use super::FoldPlan;
+use super::audit::{Audit, FoldRecord};
 use super::hash::{ChainHash, MessageId, PrefixChain, ids_of};
 use super::ledger::Ledger;
 use super::summary::Summary;
@@ -215,15 +216,42 @@ fn state_id(chain: &ChainHash, covered: usize, kept_user: Option<usize>) -> Stri
     ChainHash(h.finalize().into()).to_hex()[..16].to_string()
 }
 
-/// A conversation's recent folds, oldest first, at most [`FoldChain::MAX`].
+/// A conversation's recent folds, oldest first, at most [`FoldChain::MAX`],
+/// and the audit record of every fold it made ([`Audit`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
+#[serde(from = "Stored")]
 pub struct FoldChain {
     states: Vec<FoldState>,
+    audit: Audit,
+}
+
+/// A chain as stored: the states alone before the audit existed, then
+/// both.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Stored {
+    States(Vec<FoldState>),
+    Chain {
+        states: Vec<FoldState>,
+        #[serde(default)]
+        audit: Option<Audit>,
+    },
+}
+
+impl From<Stored> for FoldChain {
+    fn from(stored: Stored) -> Self {
+        let (states, audit) = match stored {
+            Stored::States(states) => (states, None),
+            Stored::Chain { states, audit } => (states, audit),
+        };
+        let audit = audit.unwrap_or_else(|| Audit::of(&states));
+        Self { states, audit }
+    }
 }
 
 impl FoldChain {
-    /// States kept; older ones are dropped (the store may keep them for audit).
+    /// States kept for matching requests; older ones are dropped (their
+    /// audit records stay, see [`Audit::MAX`]).
     pub const MAX: usize = 8;
 
     /// An empty chain.
@@ -231,8 +259,10 @@ impl FoldChain {
         Self::default()
     }
 
-    /// Appends a state, dropping the oldest beyond [`FoldChain::MAX`].
+    /// Appends a state and its audit record, dropping the oldest state
+    /// beyond [`FoldChain::MAX`].
     pub fn push(&mut self, state: FoldState) {
+        self.audit.push(&state);
         self.states.push(state);
         if self.states.len() > Self::MAX {
             let excess = self.states.len() - Self::MAX;
@@ -243,6 +273,23 @@ impl FoldChain {
     /// The states, oldest first.
     pub fn states(&self) -> &[FoldState] {
         &self.states
+    }
+
+    /// Folds made in this conversation, all of them.
+    pub fn folds_made(&self) -> u64 {
+        self.audit.total.max(self.states.len() as u64)
+    }
+
+    /// The audit records of the folds no longer held as states, oldest
+    /// first (the newest records are those of [`FoldChain::states`]).
+    pub fn older(&self) -> &[FoldRecord] {
+        let records = &self.audit.records;
+        &records[..records.len().saturating_sub(self.states.len())]
+    }
+
+    /// Audit records held (for the memory bound's weight).
+    pub fn records(&self) -> usize {
+        self.audit.records.len()
     }
 
     /// The most recent state.
@@ -323,6 +370,30 @@ mod tests {
     }
 
     #[test]
+    fn the_audit_is_bounded_and_chains_stored_before_it_still_load() {
+        let ms: Vec<Value> = (0..4)
+            .map(|i| json!({"role": "user", "content": i}))
+            .collect();
+        let mut chain = FoldChain::new();
+        for _ in 0..Audit::MAX + 5 {
+            chain.push(state(&ms, 2, 1));
+        }
+        assert_eq!(chain.folds_made(), Audit::MAX as u64 + 5);
+        assert_eq!(chain.records(), Audit::MAX);
+        assert_eq!(chain.older().len(), Audit::MAX - FoldChain::MAX);
+        let json = serde_json::to_string(&chain).unwrap_or_default();
+        let back: FoldChain = serde_json::from_str(&json).unwrap_or_default();
+        assert_eq!(back, chain);
+
+        let states = vec![state(&ms, 1, 1), state(&ms, 2, 2)];
+        let old = serde_json::to_string(&states).unwrap_or_default();
+        let back: FoldChain = serde_json::from_str(&old).unwrap_or_default();
+        assert_eq!(back.states(), states.as_slice());
+        assert_eq!(back.folds_made(), 2);
+        assert!(back.older().is_empty());
+    }
+
+    #[test]
     fn chain_is_bounded_and_prefers_the_longest_match() {
         let ms: Vec<Value> = (0..20)
             .map(|i| json!({"role": "user", "content": i}))
@@ -333,6 +404,9 @@ mod tests {
         }
         assert_eq!(chain.len(), FoldChain::MAX);
         assert_eq!(chain.states()[0].covered, 3);
+        assert_eq!(chain.folds_made(), 10, "the audit counts every fold");
+        let older: Vec<usize> = chain.older().iter().map(|r| r.covered).collect();
+        assert_eq!(older, [1, 2], "and keeps the records of those dropped");
         assert_eq!(chain.best_match(&ms).map(|s| s.covered), Some(10));
         assert_eq!(chain.best_match(&ms[..11]).map(|s| s.covered), Some(10));
         // A state must leave at least one message after its span.

@@ -31,9 +31,9 @@ impl MemoryStore {
 }
 
 /// Approximate bytes held by a chain: its summaries' text plus a fixed
-/// cost per state.
+/// cost per state and per audit record.
 pub(super) fn weight(chain: &FoldChain) -> usize {
-    chain
+    let states: usize = chain
         .states()
         .iter()
         .map(|s| {
@@ -46,7 +46,8 @@ pub(super) fn weight(chain: &FoldChain) -> usize {
                     .map(String::len)
                     .sum::<usize>()
         })
-        .sum()
+        .sum();
+    states + 200 * chain.records()
 }
 
 impl Store for MemoryStore {

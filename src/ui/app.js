@@ -151,10 +151,12 @@ async function loadDetail(tenant, conversation) {
   $('failures').className = f ? 'failed' : '';
   const body = $('timeline').tBodies[0];
   body.replaceChildren();
+  // The audit keeps the newest records; number them among all folds made.
+  const first = (state.folds_made || state.folds.length) - state.folds.length;
   state.folds.forEach((s, i) => {
     const run = s.summarizer;
     body.append(row([
-      String(i + 1), when(s.created_at), s.reason, fmt(s.depth), fmt(s.covered),
+      String(first + i + 1), when(s.created_at), s.reason, fmt(s.depth), fmt(s.covered),
       fmt(s.tokens_before) + ' → ' + fmt(s.tokens_after),
       run ? run.model + (run.calls > 1 ? ' (' + run.calls + ' calls)' : '') : '—',
       run ? fmt(run.latency_ms) + ' ms' : '—',

@@ -7,7 +7,15 @@
 //! loopback: a mock upstream (chat model + summarizer) and foldgate, inline
 //! mode, a 60-turn agent conversation with tool calls in which every turn
 //! plants six identifiers (a path, a port, a version, a ticket, a host and a
-//! command), for three window sizes.
+//! command), for three window sizes. An identifier counts as reachable when
+//! it is in the view, or in the top 3 hits of the archive search for a
+//! query made of the other words of the message that planted it (what a
+//! user who has forgotten the identifier would ask with).
+//!
+//! The messages carry no `[m17]` tags: a tag of four or more characters is
+//! an identifier by the extractor's general rule, and would compete with
+//! the planted ones for the ledger's room. `FIDELITY_DUMP=1` prints each
+//! window's last ledger.
 
 #![allow(
     clippy::unwrap_used,
@@ -35,9 +43,9 @@ fn main() {
     rt.block_on(async {
         println!("## Identifiers of folded messages kept in the view ({TURNS}-turn agent conversation, summarizer keeps none)\n");
         println!(
-            "| window | folds | summarizer calls / failures | views checked | folded identifiers in the LLM summary | in the summary message (with ledger) | ledger tokens per fold (mean / max) | ledger evictions |"
+            "| window | folds | summarizer calls / failures | views checked | folded identifiers in the LLM summary | in the summary message (with ledger) | in the view | in the view or top 3 recall hits | ledger tokens per fold (mean / max) | ledger evictions |"
         );
-        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for window in [2_048u32, 4_096, 8_192] {
             run(window).await;
         }
@@ -61,11 +69,11 @@ fn turn(i: usize) -> Vec<Value> {
     let [path, port, version, ticket, host, command] = planted(i);
     let id = format!("call_{i}");
     vec![
-        json!({"role": "user", "content": format!("[m{}] Ticket {ticket}: the service on {host} listens on {port}; check {path}.", 4 * i)}),
-        json!({"role": "assistant", "content": format!("[m{}] Running the tests.", 4 * i + 1),
+        json!({"role": "user", "content": format!("Ticket {ticket}: the service on {host} listens on {port}; check {path}.")}),
+        json!({"role": "assistant", "content": "Running the tests.",
             "tool_calls": [{"id": id, "type": "function", "function": {"name": "shell", "arguments": json!({"cmd": command}).to_string()}}]}),
-        json!({"role": "tool", "tool_call_id": id, "content": format!("[m{}] $ {command}\ntest result: ok. 12 passed; 0 failed\nbuilt {version}", 4 * i + 2)}),
-        json!({"role": "assistant", "content": format!("[m{}] Tests pass on {version}; {path} is fine.", 4 * i + 3)}),
+        json!({"role": "tool", "tool_call_id": id, "content": format!("$ {command}\ntest result: ok. 12 passed; 0 failed\nbuilt {version}")}),
+        json!({"role": "assistant", "content": format!("Tests pass on {version}; {path} is fine.")}),
     ]
 }
 
@@ -90,6 +98,8 @@ async fn run(window: u32) {
     }
     let counter = foldgate::tokens::TokenCounter::new(&foldgate::config::Config::default());
     let (mut folded, mut in_summary, mut in_message, mut views) = (0usize, 0usize, 0usize, 0usize);
+    let (mut in_view, mut reachable) = (0usize, 0usize);
+    let mut recalled = std::collections::HashMap::new();
     let mut ledger_tokens: Vec<u32> = Vec::new();
     let mut last_ledger = String::new();
     for (request, &(turns, count)) in llm.chat_requests().iter().zip(&sent) {
@@ -125,8 +135,20 @@ async fn run(window: u32) {
                 folded += 1;
                 in_summary += usize::from(narrative.contains(&id));
                 in_message += usize::from(summary.contains(&id));
+                if view.iter().any(|m| m.to_string().contains(&id)) {
+                    in_view += 1;
+                    reachable += 1;
+                    continue;
+                }
+                if !recalled.contains_key(&id) {
+                    recalled.insert(id.clone(), recall_finds(&fg, i, &id).await);
+                }
+                reachable += usize::from(recalled[&id]);
             }
         }
+    }
+    if std::env::var_os("FIDELITY_DUMP").is_some() {
+        eprintln!("--- last ledger at {window}:{last_ledger}");
     }
     let metrics = fg.metrics().await;
     let get = |name: &str| metric(&metrics, name);
@@ -139,12 +161,58 @@ async fn run(window: u32) {
     let mean = ledger_tokens.iter().map(|&t| f64::from(t)).sum::<f64>()
         / ledger_tokens.len().max(1) as f64;
     println!(
-        "| {window} | {folds} | {} / {} | {views} | {in_summary} of {folded} ({:.1}%) | {in_message} of {folded} ({:.1}%) | {mean:.0} / {} | {} |",
+        "| {window} | {folds} | {} / {} | {views} | {in_summary} of {folded} ({:.1}%) | {in_message} of {folded} ({:.1}%) | {:.1}% | {:.1}% | {mean:.0} / {} | {} |",
         get("foldgate_summarizer_calls_total"),
         get("foldgate_fold_failures_total"),
         pct(in_summary),
         pct(in_message),
+        pct(in_view),
+        pct(reachable),
         ledger_tokens.iter().max().copied().unwrap_or(0),
         get("foldgate_ledger_evictions_total"),
     );
+}
+
+/// Whether a recall query made of the words around `id` in the first
+/// message of turn `i` that holds it (the identifier itself and the
+/// message tags left out) finds a message holding `id` among the archive
+/// search's top 3 hits.
+async fn recall_finds(fg: &Foldgate, i: usize, id: &str) -> bool {
+    let Some(text) = turn(i)
+        .iter()
+        .map(|m| format!("{} {}", content_text(m), m["tool_calls"]))
+        .find(|t| t.contains(id))
+    else {
+        return false;
+    };
+    let stripped = text.replace(id, " ");
+    let tag =
+        |w: &str| w.starts_with('m') && w.len() > 1 && w[1..].bytes().all(|c| c.is_ascii_digit());
+    let json_keys = ["null", "id", "type", "function", "name", "arguments", "cmd"];
+    let words: Vec<&str> = stripped
+        .split(|c: char| !(c.is_alphanumeric() || "._-/".contains(c)))
+        .map(|w| w.trim_matches(['.', '-', '/', '_']))
+        .filter(|w| w.len() >= 2 && !tag(w) && !json_keys.contains(w))
+        .take(12)
+        .collect();
+    let q: String = words
+        .join(" ")
+        .bytes()
+        .map(|b| match b {
+            b' ' => "+".to_string(),
+            b if b.is_ascii_alphanumeric() => (b as char).to_string(),
+            b => format!("%{b:02X}"),
+        })
+        .collect();
+    let url = format!(
+        "{}/foldgate/conversations/fidelity/archive?q={q}&limit=3",
+        fg.url
+    );
+    let reply = common::send(http::Method::GET, &url, &[], "").await;
+    if reply.status != 200 {
+        return false;
+    }
+    reply.json()["results"][0]["hits"]
+        .as_array()
+        .is_some_and(|hits| hits.iter().any(|h| h["message"].to_string().contains(id)))
 }

@@ -7,10 +7,11 @@
 //!
 //! - with room to spare and an empty summary, nothing extracted from a
 //!   folded message is ever missing from the rendered ledger;
-//! - with a small budget, the rendering fits it, the kept items are the
-//!   newest candidates (a prefix of all values newest first), the evicted
-//!   ones are exactly the rest, oldest first, and one more would not fit
-//!   even with every item rendered without its context;
+//! - with a small budget, the rendering fits it, kept and evicted items are
+//!   every candidate once (the kept ones newest first), no item leaves while
+//!   a less informative one stays (counters and bare numbers before names
+//!   and symbols, before ids, paths and hosts), and the last to leave would
+//!   not fit back even with every item rendered without its context;
 //! - extraction never panics, and what it returns is verbatim, unique and
 //!   has a one-line context, on any string.
 //!
@@ -24,7 +25,7 @@
     reason = "tests fail loudly; the no-panic rule is for the request path"
 )]
 
-use foldgate::fold::extract::{extract, message_text};
+use foldgate::fold::extract::{Kind, contains_token, extract, message_text};
 use foldgate::fold::ledger::{Ledger, LedgerItem, LedgerUpdate};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed};
@@ -148,6 +149,34 @@ fn candidate_order(folded: &[Value], previous: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// How much an item is worth keeping, as the ledger promises: counters and
+/// bare numbers (0) leave before quantities, names and symbols (1), which
+/// leave before ids, paths, URLs, hosts, e-mails, versions, code and named
+/// numbers such as `port 5433` (2).
+fn tier(item: &LedgerItem) -> u8 {
+    let bare = item
+        .value
+        .bytes()
+        .all(|c| c.is_ascii_digit() || c == b'.' || c == b',');
+    let named = item.value.starts_with(|c: char| c.is_alphabetic());
+    match item.kind {
+        Some(Kind::Number) if bare || item.assistant || !item.numbers.is_empty() => 0,
+        Some(Kind::Number) if named => 2,
+        Some(Kind::Number | Kind::Name | Kind::Symbol) | None => 1,
+        Some(_) => 2,
+    }
+}
+
+/// Whether `n` falls in one of the `a–b` ranges of a collapsed line.
+fn in_range(line: &str, n: u32) -> bool {
+    line.split([' ', ',']).any(|part| {
+        part.split_once('–').is_some_and(|(a, b)| {
+            let (a, b) = (a.parse::<u32>(), b.parse::<u32>());
+            matches!((a, b), (Ok(a), Ok(b)) if (a..=b).contains(&n))
+        })
+    })
+}
+
 fn values(items: &[LedgerItem]) -> Vec<String> {
     items.iter().map(|i| i.value.clone()).collect()
 }
@@ -192,28 +221,39 @@ proptest! {
     }
 
     #[test]
-    fn a_small_budget_keeps_the_newest(folds in folds(), budget in 0u32..200) {
+    fn a_small_budget_keeps_the_most_informative(folds in folds(), budget in 0u32..200) {
         let mut ledger = Ledger::default();
-        let mut order: Vec<String> = Vec::new();
         for folded in &folds {
             let candidates = candidate_order(folded, &values(ledger.items()));
-            order = candidate_order(folded, &order);
             let update = fold(&ledger, folded, budget);
             let rendered = update.ledger.render();
             prop_assert!(count(&rendered) <= budget, "{} > {budget}:\n{rendered}", count(&rendered));
 
-            // Kept then evicted (back to newest first) is every candidate once.
+            // Kept and evicted are every candidate once; the kept ones stay
+            // newest first.
             let kept = values(update.ledger.items());
-            let mut all = kept.clone();
-            all.extend(update.evicted.iter().rev().map(|i| i.value.clone()));
-            prop_assert_eq!(&all, &candidates);
-            // The kept ones are the newest of everything folded so far.
-            prop_assert_eq!(&kept[..], &order[..kept.len()]);
-            // And the budget is used: the next candidate would not fit, even
-            // with every kept item rendered without its context.
-            if let Some(next) = update.evicted.last() {
-                let mut more = update.ledger.items().to_vec();
-                more.push(next.clone());
+            let mut all: Vec<String> = kept.clone();
+            all.extend(update.evicted.iter().map(|i| i.value.clone()));
+            all.sort();
+            let mut expected = candidates.clone();
+            expected.sort();
+            prop_assert_eq!(&all, &expected);
+            let in_order: Vec<&String> = candidates.iter().filter(|v| kept.contains(v)).collect();
+            prop_assert_eq!(kept.iter().collect::<Vec<_>>(), in_order);
+            // Nothing leaves while something less informative stays.
+            let lowest_kept = update.ledger.items().iter().map(tier).min();
+            if let (Some(low), Some(high)) = (lowest_kept, update.evicted.iter().map(tier).max()) {
+                prop_assert!(high <= low, "a tier-{high} item left while a tier-{low} one stayed");
+            }
+            // And the budget is used: the last item to leave would not fit
+            // back, even with every kept item rendered without its context.
+            if let Some(last) = update.evicted.last() {
+                let at = candidates.iter().position(|v| *v == last.value).unwrap();
+                let mut more: Vec<LedgerItem> = update.ledger.items().to_vec();
+                let before = more.iter().filter(|i| {
+                    candidates.iter().position(|v| *v == i.value).unwrap() < at
+                }).count();
+                more.insert(before, last.clone());
                 for item in &mut more {
                     item.brief = true;
                 }
@@ -221,6 +261,33 @@ proptest! {
                 prop_assert!(count(&more.render()) > budget);
             }
             ledger = update.ledger;
+        }
+    }
+
+    #[test]
+    fn counters_collapse_and_bare_numbers_follow_their_author(
+        steps in prop::collection::vec((0u8..3, 1u32..500, 100u32..99_999), 1..30),
+    ) {
+        // Each message: "Step N" (a counter) and a bare number, said by
+        // the user, the assistant or a tool.
+        let roles = ["user", "assistant", "tool"];
+        let folded: Vec<Value> = steps
+            .iter()
+            .map(|&(who, step, bare)| json!({
+                "role": roles[who as usize],
+                "content": format!("Step {step} done. The admin port is {bare}."),
+            }))
+            .collect();
+        let rendered = fold(&Ledger::default(), &folded, u32::MAX).ledger.render();
+        let step_lines: Vec<&str> = rendered.lines().filter(|l| l.starts_with("- Step ")).collect();
+        prop_assert_eq!(step_lines.len(), 1, "one line for every step:\n{}", rendered);
+        for &(who, step, bare) in &steps {
+            let value = step.to_string();
+            let numbers = step_lines[0].split(" — ").next().unwrap();
+            prop_assert!(contains_token(numbers, &value) || in_range(numbers, step), "step {step} missing:\n{rendered}");
+            let said_elsewhere = steps.iter().any(|&(w, _, b)| b == bare && w != 1);
+            let listed = rendered.lines().any(|l| l.starts_with(&format!("- {bare}")));
+            prop_assert_eq!(listed, who != 1 || said_elsewhere, "bare {} said by {}:\n{}", bare, roles[who as usize], rendered);
         }
     }
 

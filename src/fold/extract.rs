@@ -14,13 +14,15 @@ mod token;
 mod words;
 
 use line::{Mode, Scratch, Span};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::HashSet;
 
 /// What kind of specific an artifact is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// A file or directory: `/etc/nginx/nginx.conf`, `src/fold/cut.rs`, `Cargo.toml`.
     Path,

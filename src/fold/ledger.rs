@@ -5,12 +5,17 @@
 //! Previous ledger items survive every later fold until the budget evicts
 //! them; identifiers of the previous summary enter when the new summary
 //! drops them, so a rewrite cannot silently lose what an earlier one kept.
+//! When the budget is short, the least informative items leave first
+//! ([`rank`]): counters collapse into one line, and a bare number or a
+//! number only the assistant wrote goes before any id, path or host.
 
-use super::extract::{contains_token, extract, is_identifier, message_text};
+mod rank;
+
+use super::extract::{Kind, contains_token, extract, is_identifier, message_text};
 use super::summary::HEADING_PREFIX;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 /// The heading line of the rendered ledger section.
 pub const LEDGER_HEADING: &str = "## Ledger (exact details from folded messages, newest first)";
@@ -20,6 +25,10 @@ const FROM_EARLIER_SUMMARY: &str = "from an earlier summary";
 
 /// Longest value kept, in characters: longer ones are data, not specifics.
 const MAX_VALUE_CHARS: usize = 200;
+
+/// Bare numbers one message offers, at most: a table of figures is data,
+/// and stays in the archive.
+const MAX_BARE_PER_MESSAGE: usize = 12;
 
 /// Specifics that the LLM summary lacks, kept by foldgate verbatim, newest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,6 +47,31 @@ pub struct LedgerItem {
     /// Rendered without its context, to leave room for more items.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub brief: bool,
+    /// What kind of specific it is; unset in ledgers stored before kinds
+    /// were kept (the value is classified again when needed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<Kind>,
+    /// A number only the assistant wrote (about the conversation itself:
+    /// "Step 19", "26 messages"): the first to leave when room is short.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub assistant: bool,
+    /// For a collapsed template (`Step 1–20`), its numbers, ascending.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub numbers: Vec<u64>,
+}
+
+impl LedgerItem {
+    /// An item of `kind` with its context, in full.
+    pub fn new(value: String, context: String, kind: Option<Kind>) -> Self {
+        Self {
+            value,
+            context,
+            brief: false,
+            kind,
+            assistant: false,
+            numbers: Vec::new(),
+        }
+    }
 }
 
 /// What one fold did to the ledger.
@@ -80,9 +114,12 @@ impl Ledger {
     /// first, text order within one), then `previous`'s items, then the
     /// identifiers of `previous_summary`. New artifacts and earlier-summary
     /// identifiers enter only when `summary` lacks them; previous items stay
-    /// regardless. Each value enters once, at its newest place. When they
-    /// do not all fit `budget`, the oldest are rendered without their
-    /// context first, and only then do the oldest leave.
+    /// regardless. Each value enters once, at its newest place; a bare
+    /// number enters only from text a user or a tool wrote. Templates that
+    /// differ only by a small number collapse into one item. When they do
+    /// not all fit `budget`, the oldest are rendered without their context
+    /// first, and only then do items leave, least informative first
+    /// ([`rank::eviction_order`]).
     pub fn after_fold(
         previous: &Ledger,
         previous_summary: Option<&str>,
@@ -93,14 +130,30 @@ impl Ledger {
     ) -> LedgerUpdate {
         let mut candidates = Candidates::default();
         for message in folded.iter().rev() {
+            let assistant = message.get("role").and_then(Value::as_str) == Some("assistant");
+            let mut bare = 0;
             for artifact in extract(&message_text(message)) {
-                if !contains_token(summary, &artifact.value) {
-                    candidates.offer(artifact.value, artifact.context);
+                if contains_token(summary, &artifact.value) {
+                    continue;
                 }
+                let number = artifact.kind == Kind::Number;
+                if number && rank::is_bare_number(&artifact.value) {
+                    bare += 1;
+                    if assistant || bare > MAX_BARE_PER_MESSAGE {
+                        continue;
+                    }
+                }
+                let mut item =
+                    LedgerItem::new(artifact.value, artifact.context, Some(artifact.kind));
+                item.assistant = assistant && number;
+                candidates.offer(item);
             }
         }
         for item in &previous.items {
-            candidates.offer(item.value.clone(), item.context.clone());
+            candidates.offer(LedgerItem {
+                brief: false,
+                ..item.clone()
+            });
         }
         if let Some(text) = previous_summary {
             // A summary rendered with its ledger: those items came in as
@@ -113,20 +166,38 @@ impl Ledger {
                 Some((first, rest)) if first.starts_with(HEADING_PREFIX) => rest,
                 _ => narrative,
             };
-            for artifact in extract(narrative).into_iter().filter(is_identifier) {
+            let identifiers = extract(narrative)
+                .into_iter()
+                .filter(|a| is_identifier(a) && !rank::is_bare_number(&a.value));
+            for artifact in identifiers {
                 if !contains_token(summary, &artifact.value) {
-                    candidates.offer(artifact.value, FROM_EARLIER_SUMMARY.to_owned());
+                    let context = FROM_EARLIER_SUMMARY.to_owned();
+                    candidates.offer(LedgerItem::new(
+                        artifact.value,
+                        context,
+                        Some(artifact.kind),
+                    ));
                 }
             }
         }
-        let mut items = candidates.items;
-        let (kept, detailed) = fit(&items, budget, count);
-        let evicted = items.split_off(kept).into_iter().rev().collect();
-        for (i, item) in items.iter_mut().enumerate() {
+        let items = rank::collapse(candidates.items);
+        let order = rank::eviction_order(&items);
+        let (gone, detailed) = fit(&items, &order, budget, count);
+        let mut leaving = vec![false; items.len()];
+        for &i in &order[..gone] {
+            leaving[i] = true;
+        }
+        let evicted = order[..gone].iter().map(|&i| items[i].clone()).collect();
+        let mut kept: Vec<LedgerItem> = items
+            .into_iter()
+            .zip(leaving)
+            .filter_map(|(item, leaves)| (!leaves).then_some(item))
+            .collect();
+        for (i, item) in kept.iter_mut().enumerate() {
             item.brief = i >= detailed;
         }
         LedgerUpdate {
-            ledger: Ledger { items },
+            ledger: Ledger { items: kept },
             evicted,
         }
     }
@@ -143,23 +214,23 @@ impl Ledger {
 #[derive(Default)]
 struct Candidates {
     items: Vec<LedgerItem>,
-    seen: HashSet<String>,
+    /// Where each value is in `items`.
+    seen: HashMap<String, usize>,
 }
 
 impl Candidates {
-    fn offer(&mut self, value: String, context: String) {
-        if value.is_empty()
-            || value.chars().nth(MAX_VALUE_CHARS).is_some()
-            || self.seen.contains(&value)
-        {
+    /// Adds `item` unless its value is already in; a value offered again
+    /// from text other than the assistant's stops being the assistant's.
+    fn offer(&mut self, item: LedgerItem) {
+        if item.value.is_empty() || item.value.chars().nth(MAX_VALUE_CHARS).is_some() {
             return;
         }
-        self.seen.insert(value.clone());
-        self.items.push(LedgerItem {
-            value,
-            context,
-            brief: false,
-        });
+        if let Some(&at) = self.seen.get(&item.value) {
+            self.items[at].assistant &= item.assistant;
+            return;
+        }
+        self.seen.insert(item.value.clone(), self.items.len());
+        self.items.push(item);
     }
 }
 
@@ -193,17 +264,35 @@ fn push_one_line(out: &mut String, text: &str) {
     );
 }
 
-/// How many of `items` (newest first) the budget holds, and how many of
-/// those, the newest, keep their context: every item in full when all fit;
-/// otherwise as many items as fit without context, then context for the
-/// newest of them while it still fits. Binary searches: O(log n) renders.
-fn fit(items: &[LedgerItem], budget: u32, count: &dyn Fn(&str) -> u32) -> (usize, usize) {
+/// How many of `items` (newest first) leave, the first of `order`, and
+/// how many of those that stay, the newest, keep their context: every item
+/// in full when all fit; otherwise as few leave as lets the rest fit
+/// without context, then context for the newest while it still fits.
+/// Binary searches: O(log n) renders.
+fn fit(
+    items: &[LedgerItem],
+    order: &[usize],
+    budget: u32,
+    count: &dyn Fn(&str) -> u32,
+) -> (usize, usize) {
     let n = items.len();
-    let fits = |kept: usize, detailed: usize| {
-        kept == 0 || count(&render_items(&with_detail(&items[..kept], detailed))) <= budget
+    let staying = |gone: usize| {
+        let mut leaves = vec![false; n];
+        for &i in &order[..gone] {
+            leaves[i] = true;
+        }
+        let kept: Vec<LedgerItem> = (0..n)
+            .filter(|&i| !leaves[i])
+            .map(|i| items[i].clone())
+            .collect();
+        kept
     };
-    let kept = largest_fitting(n, |k| fits(k, 0));
-    (kept, largest_fitting(kept, |d| fits(kept, d)))
+    let fits = |kept: &[LedgerItem], detailed: usize| {
+        kept.is_empty() || count(&render_items(&with_detail(kept, detailed))) <= budget
+    };
+    let gone = n - largest_fitting(n, |k| fits(&staying(n - k), 0));
+    let kept = staying(gone);
+    (gone, largest_fitting(kept.len(), |d| fits(&kept, d)))
 }
 
 /// The largest `x` in `0..=limit` with `ok(x)`, given `ok(0)` and `ok`
@@ -234,205 +323,4 @@ fn with_detail(items: &[LedgerItem], detailed: usize) -> Vec<LedgerItem> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn count(s: &str) -> u32 {
-        (s.len() as u32).div_ceil(4)
-    }
-
-    fn item(value: &str, context: &str) -> LedgerItem {
-        LedgerItem {
-            value: value.to_owned(),
-            context: context.to_owned(),
-            brief: false,
-        }
-    }
-
-    fn all_brief(items: &[LedgerItem]) -> Ledger {
-        Ledger {
-            items: with_detail(items, 0),
-        }
-    }
-
-    fn values(ledger: &Ledger) -> Vec<&str> {
-        ledger.items().iter().map(|i| i.value.as_str()).collect()
-    }
-
-    fn fold(previous: &Ledger, folded: &[Value], summary: &str, budget: u32) -> LedgerUpdate {
-        let refs: Vec<&Value> = folded.iter().collect();
-        Ledger::after_fold(previous, None, &refs, summary, budget, &count)
-    }
-
-    #[test]
-    fn keeps_what_the_summary_lacks_newest_first() {
-        let folded = [
-            json!({"role": "user", "content": "Config is in /etc/app/a.toml and JIRA-1 tracks it."}),
-            json!({"role": "assistant", "content": "Edited src/lib.rs; see JIRA-2."}),
-        ];
-        let update = fold(&Ledger::default(), &folded, "Worked on JIRA-1.", 10_000);
-        assert_eq!(
-            values(&update.ledger),
-            ["src/lib.rs", "JIRA-2", "/etc/app/a.toml"]
-        );
-        assert!(update.evicted.is_empty());
-    }
-
-    #[test]
-    fn merges_dedups_and_survives_rewrites() {
-        let first = fold(
-            &Ledger::default(),
-            &[json!({"role": "tool", "content": "wrote /tmp/out.csv for JIRA-7"})],
-            "",
-            10_000,
-        );
-        assert_eq!(values(&first.ledger), ["/tmp/out.csv", "JIRA-7"]);
-        // The rewrite's summary now mentions the path: the item stays anyway,
-        // and JIRA-7 seen again moves to the newest place with its new context.
-        let second = fold(
-            &first.ledger,
-            &[json!({"role": "user", "content": "close JIRA-7 and open JIRA-8"})],
-            "Wrote /tmp/out.csv.",
-            10_000,
-        );
-        assert_eq!(values(&second.ledger), ["JIRA-7", "JIRA-8", "/tmp/out.csv"]);
-        assert_eq!(
-            second.ledger.items()[0].context,
-            "close JIRA-7 and open JIRA-8"
-        );
-    }
-
-    #[test]
-    fn earlier_summary_identifiers_come_back_when_dropped() {
-        let previous = Ledger {
-            items: vec![item("JIRA-1", "old")],
-        };
-        let earlier = format!(
-            "Deployed v1.2.3 to db.example.com; Dana agreed.\n\n{LEDGER_HEADING}\n- JIRA-9 — x"
-        );
-        let update = Ledger::after_fold(
-            &previous,
-            Some(&earlier),
-            &[],
-            "Deployed v1.2.3.",
-            10_000,
-            &count,
-        );
-        assert_eq!(values(&update.ledger), ["JIRA-1", "db.example.com"]);
-        assert_eq!(update.ledger.items()[1].context, FROM_EARLIER_SUMMARY);
-    }
-
-    #[test]
-    fn drops_context_before_evicting_oldest_first() {
-        let previous = Ledger {
-            items: (0..20)
-                .map(|i| item(&format!("JIRA-{i}"), "a context line"))
-                .collect(),
-        };
-        let full = fold(&previous, &[], "", 10_000).ledger.render();
-        let brief = all_brief(&previous.items).render();
-        for budget in [0, 5, 20, 25, 60, 100, count(&brief), count(&full) - 1] {
-            let update = fold(&previous, &[], "", budget);
-            let ledger = &update.ledger;
-            assert!(count(&ledger.render()) <= budget, "budget {budget}");
-            let kept = ledger.len();
-            let values: Vec<_> = ledger.items().iter().map(|i| &i.value).collect();
-            let expected: Vec<_> = previous.items[..kept].iter().map(|i| &i.value).collect();
-            assert_eq!(values, expected);
-            let evicted: Vec<_> = previous.items[kept..].iter().rev().cloned().collect();
-            assert_eq!(update.evicted, evicted);
-            // The newest keep their context, the oldest kept lose it.
-            let detailed = ledger.items().iter().take_while(|i| !i.brief).count();
-            assert!(ledger.items()[detailed..].iter().all(|i| i.brief));
-            if kept < previous.len() {
-                // Items leave only when even without context one more would not fit.
-                assert!(count(&all_brief(&previous.items[..=kept]).render()) > budget);
-                assert_eq!(detailed, 0, "budget {budget}");
-            } else if detailed < kept {
-                let mut more = ledger.items().to_vec();
-                more[detailed].brief = false;
-                assert!(count(&Ledger { items: more }.render()) > budget);
-            }
-        }
-        let update = fold(&previous, &[], "", count(&full));
-        assert_eq!(update.ledger.len(), 20);
-        assert!(update.ledger.items().iter().all(|i| !i.brief));
-        assert!(fold(&previous, &[], "", 16).ledger.is_empty());
-    }
-
-    #[test]
-    fn fit_holds_for_counters_that_are_not_additive() {
-        let items: Vec<LedgerItem> = (0..50).map(|i| item(&format!("JIRA-{i}"), "ctx")).collect();
-        let framed = |s: &str| 4 + (s.len() as u32).div_ceil(4);
-        let lines = |s: &str| 3 * s.lines().count() as u32;
-        for counter in [&framed as &dyn Fn(&str) -> u32, &lines] {
-            for budget in [0, 10, 50, 100, 151, 1000] {
-                let (k, d) = fit(&items, budget, counter);
-                let rendered = render_items(&with_detail(&items[..k], d));
-                assert!(k == 0 || counter(&rendered) <= budget);
-                let more = render_items(&with_detail(&items[..(k + 1).min(50)], 0));
-                assert!(k == items.len() || counter(&more) > budget);
-            }
-        }
-    }
-
-    #[test]
-    fn the_earlier_heading_is_not_a_specific() {
-        let earlier = "[foldgate] Summary of the earlier conversation (24 messages folded):\n\nShipped v1.2.3.";
-        let update = Ledger::after_fold(&Ledger::default(), Some(earlier), &[], "", 10_000, &count);
-        let values = values(&update.ledger);
-        assert!(values.iter().all(|v| !v.contains("24")), "{values:?}");
-        assert!(values.iter().any(|v| v.contains("v1.2.3")), "{values:?}");
-    }
-
-    #[test]
-    fn render_bytes() {
-        assert_eq!(Ledger::default().render(), "");
-        let ledger = Ledger {
-            items: vec![
-                item("src/lib.rs", "edited src/lib.rs"),
-                item("JIRA-2", ""),
-                item("a\nb", "c\r\nd"),
-                LedgerItem {
-                    brief: true,
-                    ..item("JIRA-3", "context left out")
-                },
-            ],
-        };
-        assert_eq!(
-            ledger.render(),
-            format!(
-                "{LEDGER_HEADING}\n- src/lib.rs — edited src/lib.rs\n- JIRA-2\n- a b — c  d\n- JIRA-3"
-            )
-        );
-        assert_eq!(ledger.render(), ledger.clone().render());
-    }
-
-    #[test]
-    fn long_values_are_ignored() {
-        let long = "x".repeat(MAX_VALUE_CHARS + 1);
-        let previous = Ledger {
-            items: vec![item(&long, ""), item("JIRA-3", "")],
-        };
-        assert_eq!(values(&fold(&previous, &[], "", 10_000).ledger), ["JIRA-3"]);
-    }
-
-    #[test]
-    fn serializes_as_a_list() {
-        let brief = LedgerItem {
-            brief: true,
-            ..item("JIRA-3", "")
-        };
-        let ledger = Ledger {
-            items: vec![item("JIRA-2", "ctx"), brief],
-        };
-        let text = serde_json::to_string(&ledger).unwrap_or_default();
-        assert_eq!(
-            text,
-            r#"[{"value":"JIRA-2","context":"ctx"},{"value":"JIRA-3","context":"","brief":true}]"#
-        );
-        let back: Ledger = serde_json::from_str(&text).unwrap_or_default();
-        assert_eq!(back, ledger);
-    }
-}
+mod tests;

@@ -91,6 +91,10 @@ pub(super) fn scan(
             Class::Num(num) => {
                 if let Some((kind, start, end)) = number(line, toks, i, num) {
                     push(kind, start, end);
+                } else if num.digits >= 3 && !mode.diff {
+                    // A bare number ("The admin port is 7311."): kept with
+                    // the line around it as its context.
+                    push(Kind::Number, t.start, t.end);
                 }
             }
             Class::Word | Class::Other => {}

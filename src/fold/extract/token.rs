@@ -1,7 +1,9 @@
 //! Classifying one token (no whitespace, surrounding punctuation removed):
 //! whether it is a specific by itself, a number or a plain word.
 
-use super::words::{ATTACHED_UNITS, TICKET_EXCLUDE, is_in};
+use super::words::{
+    ATTACHED_UNITS, JS_FRAMEWORKS, NUMBER_SUFFIXES, TECH_WORDS, TICKET_EXCLUDE, is_in,
+};
 use super::{Kind, net};
 
 /// Longest value worth keeping; longer tokens are data, not specifics.
@@ -115,7 +117,10 @@ pub(super) fn classify(t: &str) -> Class {
         return Class::Art(Kind::Path);
     }
     if shape.slash {
-        return slash(t);
+        return match slash(t) {
+            Class::Other if shape.digit && is_generic_id(t) => Class::Art(Kind::Id),
+            class => class,
+        };
     }
     if let Some(flag) = t.strip_prefix("--") {
         return art_if(is_flag(flag), Kind::Symbol);
@@ -148,11 +153,83 @@ pub(super) fn classify(t: &str) -> Class {
         return Class::Art(Kind::Number);
     }
     if shape.digit {
-        if let Some(num) = parse_num(t) {
+        if let Some(num) = parse_num(t).filter(|n| !is_build_number(n)) {
             return Class::Num(num);
         }
+        if is_generic_id(t) {
+            return Class::Art(Kind::Id);
+        }
+    }
+    if shape.dot && is_dotted_name(t) {
+        return Class::Art(Kind::Host);
     }
     Class::Other
+}
+
+/// The general rule, for every identifier shape no rule above names: at
+/// least four characters of letters, digits and inner separators (`-`, `_`,
+/// `.`, `:`, `/`, `#`), mixing letters and digits (`INV-QP20931`,
+/// `ZN-7-FF01A`, `s3cr3tpass`) or digits and separators (`10:30`,
+/// `1-800-555-0199`). Ordinals (`21st`), clock times with `am`/`pm` and a
+/// few technical words (`utf8`, `sha256`) are words, not identifiers.
+fn is_generic_id(t: &str) -> bool {
+    let b = t.as_bytes();
+    let inner = |c: &u8| c.is_ascii_alphanumeric() || b"-_.:/#".contains(c);
+    if b.len() < 4
+        || !b.iter().all(inner)
+        || !b[0].is_ascii_alphanumeric()
+        || !b[b.len() - 1].is_ascii_alphanumeric()
+    {
+        return false;
+    }
+    let letters = b.iter().filter(|c| c.is_ascii_alphabetic()).count();
+    let digits = b.iter().filter(|c| c.is_ascii_digit()).count();
+    if digits == 0 {
+        return false;
+    }
+    if letters == 0 {
+        return digits < b.len();
+    }
+    let lower = t.to_ascii_lowercase();
+    let tail = lower.trim_start_matches(|c: char| c.is_ascii_digit());
+    let number_then_suffix =
+        tail.len() < lower.len() && tail.bytes().all(|c| c.is_ascii_alphabetic());
+    let ordinal_or_time = number_then_suffix && is_in(NUMBER_SUFFIXES, tail);
+    !(ordinal_or_time || is_in(TECH_WORDS, &lower))
+}
+
+/// A decimal whose integer part is too long for a quantity written by
+/// hand (`20251130.7`): a build number or a timestamp, so an identifier.
+fn is_build_number(n: &Num) -> bool {
+    n.decimal && !n.commas && !n.unit && n.digits >= 5
+}
+
+/// `falcon.corp`, `billing.svc.local`: dotted words, each of two or more
+/// letters, digits or hyphens, the last starting with a letter: a host or
+/// file name whatever its suffix. Not `e.g`, not `done.Then` (a missing
+/// space after a full stop), not `Node.js` (a framework's name).
+fn is_dotted_name(t: &str) -> bool {
+    let mut parts = t.split('.');
+    let Some(first) = parts.next() else {
+        return false;
+    };
+    let last = t.rsplit('.').next().unwrap_or("");
+    let word = |p: &str| {
+        p.len() >= 2
+            && p.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && p.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+    };
+    let sentence_joint = first.bytes().all(|c| c.is_ascii_lowercase())
+        && last.starts_with(|c: char| c.is_ascii_uppercase())
+        && last[1..].bytes().all(|c| c.is_ascii_lowercase());
+    t.contains('.')
+        && word(first)
+        && parts.all(word)
+        && last.starts_with(|c: char| c.is_ascii_alphabetic())
+        && !first.bytes().all(|c| c.is_ascii_digit())
+        && !sentence_joint
+        && !(last == "js" && is_in(JS_FRAMEWORKS, first))
 }
 
 /// A token without digits or ASCII punctuation.

@@ -95,6 +95,23 @@ pub(super) const WELL_KNOWN_PORTS: &[u64] =
 /// Prefixes of `ABC-123` tokens that are standards, not tickets.
 pub(super) const TICKET_EXCLUDE: &[&str] = &["aes", "covid", "md", "sha", "utf"];
 
+/// Letters after a number that make it an ordinal or a clock time
+/// (`21st`, `10am`), not an identifier.
+pub(super) const NUMBER_SUFFIXES: &[&str] = &["am", "nd", "pm", "rd", "st", "th"];
+
+/// Words of letters and digits that name a standard, a format or an
+/// architecture rather than one thing of the conversation.
+#[rustfmt::skip]
+pub(super) const TECH_WORDS: &[&str] = &[
+    "a11y", "aarch64", "amd64", "arm64", "base32", "base64", "bf16", "blake3", "crc32", "f16",
+    "f32", "f64", "float16", "float32", "float64", "fp16", "fp32", "fp8", "h264", "h265", "http1",
+    "http2", "http3", "i128", "i16", "i18n", "i32", "i386", "i64", "i686", "int16", "int32",
+    "int64", "int8", "ipv4", "ipv6", "k8s", "l10n", "md5", "mp3", "mp4", "oauth2", "s390x",
+    "sha1", "sha224", "sha256", "sha384", "sha512", "u128", "u16", "u32", "u64", "uint16",
+    "uint32", "uint64", "uint8", "usize", "utf16", "utf32", "utf8", "win32", "win64", "x64",
+    "x86", "x86_64",
+];
+
 /// Units written right after a number (`30s`, `512MB`); case-sensitive.
 #[rustfmt::skip]
 pub(super) const ATTACHED_UNITS: &[&str] = &[

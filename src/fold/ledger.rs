@@ -183,16 +183,8 @@ impl Ledger {
         let items = rank::collapse(candidates.items);
         let order = rank::eviction_order(&items);
         let (gone, detailed) = fit(&items, &order, budget, count);
-        let mut leaving = vec![false; items.len()];
-        for &i in &order[..gone] {
-            leaving[i] = true;
-        }
         let evicted = order[..gone].iter().map(|&i| items[i].clone()).collect();
-        let mut kept: Vec<LedgerItem> = items
-            .into_iter()
-            .zip(leaving)
-            .filter_map(|(item, leaves)| (!leaves).then_some(item))
-            .collect();
+        let mut kept = staying(&items, &order[..gone]);
         for (i, item) in kept.iter_mut().enumerate() {
             item.brief = i >= detailed;
         }
@@ -276,23 +268,25 @@ fn fit(
     count: &dyn Fn(&str) -> u32,
 ) -> (usize, usize) {
     let n = items.len();
-    let staying = |gone: usize| {
-        let mut leaves = vec![false; n];
-        for &i in &order[..gone] {
-            leaves[i] = true;
-        }
-        let kept: Vec<LedgerItem> = (0..n)
-            .filter(|&i| !leaves[i])
-            .map(|i| items[i].clone())
-            .collect();
-        kept
-    };
     let fits = |kept: &[LedgerItem], detailed: usize| {
         kept.is_empty() || count(&render_items(&with_detail(kept, detailed))) <= budget
     };
-    let gone = n - largest_fitting(n, |k| fits(&staying(n - k), 0));
-    let kept = staying(gone);
+    let gone = n - largest_fitting(n, |k| fits(&staying(items, &order[..n - k]), 0));
+    let kept = staying(items, &order[..gone]);
     (gone, largest_fitting(kept.len(), |d| fits(&kept, d)))
+}
+
+/// `items` but those at the positions of `leaving`, in their order.
+fn staying(items: &[LedgerItem], leaving: &[usize]) -> Vec<LedgerItem> {
+    let mut leaves = vec![false; items.len()];
+    for &i in leaving {
+        leaves[i] = true;
+    }
+    items
+        .iter()
+        .zip(leaves)
+        .filter_map(|(item, leaves)| (!leaves).then(|| item.clone()))
+        .collect()
 }
 
 /// The largest `x` in `0..=limit` with `ok(x)`, given `ok(0)` and `ok`

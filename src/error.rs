@@ -41,6 +41,10 @@ pub enum ApiError {
     /// The upstream could not be reached or dropped the connection.
     #[error("upstream {provider} unreachable: {detail}")]
     UpstreamUnreachable { provider: String, detail: String },
+    /// The upstream answered, but with nothing foldgate can pass on: a
+    /// recall round and its fallback both broke.
+    #[error("upstream {provider} gave no usable answer: {detail}")]
+    UpstreamBroken { provider: String, detail: String },
     /// The upstream did not answer in time.
     #[error("upstream {provider} did not answer within {after:?}")]
     UpstreamTimeout { provider: String, after: Duration },
@@ -79,7 +83,9 @@ impl ApiError {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::NotFound(_) | Self::NoState(_) | Self::ModelNotFound(_) => StatusCode::NOT_FOUND,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
+            Self::UpstreamUnreachable { .. } | Self::UpstreamBroken { .. } => {
+                StatusCode::BAD_GATEWAY
+            }
             Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::Unavailable(_) | Self::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -97,6 +103,7 @@ impl ApiError {
             Self::ModelNotFound(_) => "model_not_found",
             Self::BodyTooLarge { .. } => "request_too_large",
             Self::UpstreamUnreachable { .. } => "upstream_unreachable",
+            Self::UpstreamBroken { .. } => "upstream_broken",
             Self::UpstreamTimeout { .. } => "upstream_timeout",
             Self::Unavailable(_) => "unavailable",
             Self::Overloaded => "overloaded",

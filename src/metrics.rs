@@ -59,6 +59,13 @@ pub struct Metrics {
     pub recall_refused: AtomicU64,
     /// Requests forwarded with recalled excerpts injected.
     pub recall_injections: AtomicU64,
+    /// Broken recall rounds answered by the fallback (the first request
+    /// without the tool), by cause ([`RECALL_CAUSES`]).
+    pub recall_fallbacks: [AtomicU64; 5],
+    /// Broken recall rounds that ended in an error for the client (the
+    /// fallback broke too, or a stream had shown part of the round), by
+    /// cause ([`RECALL_CAUSES`]).
+    pub recall_failures: [AtomicU64; 5],
     /// Durations: foldgate's overhead, upstream and summarizer latency.
     pub latency: Latencies,
 }
@@ -99,6 +106,18 @@ pub struct Gauge<'a> {
     /// `(labels, value)` samples; labels are `{k="v"}` or empty.
     pub samples: Vec<(String, f64)>,
 }
+
+/// Cause label order of [`Metrics::recall_fallbacks`] and
+/// [`Metrics::recall_failures`]: an error status, no answer at all, a body
+/// cut short, an answer that is not the API's JSON, and recall calls
+/// after the last allowed round.
+pub const RECALL_CAUSES: [&str; 5] = [
+    "status",
+    "unreachable",
+    "cut",
+    "unparseable",
+    "recall_after_last",
+];
 
 /// Reason label order of [`Metrics::folds_new`].
 pub const REASONS: [&str; 5] = ["emergency", "token", "overflow", "safety", "idle"];
@@ -257,6 +276,24 @@ impl Metrics {
                 "foldgate_folds_total{{reason=\"{reason}\"}} {}",
                 get(c)
             );
+        }
+        let by_cause = [
+            (
+                "foldgate_recall_fallbacks_total",
+                "Broken recall rounds answered by the first request without the tool, by cause.",
+                &self.recall_fallbacks,
+            ),
+            (
+                "foldgate_recall_failures_total",
+                "Broken recall rounds that ended in an error for the client, by cause.",
+                &self.recall_failures,
+            ),
+        ];
+        for (name, help, counters) in by_cause {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (cause, c) in RECALL_CAUSES.iter().zip(counters) {
+                let _ = writeln!(out, "{name}{{cause=\"{cause}\"}} {}", get(c));
+            }
         }
         for Gauge {
             name,

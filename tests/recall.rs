@@ -364,8 +364,8 @@ async fn a_streamed_answer_passes_until_the_recall_call_and_continues_after_it()
     let call = &second[second.len() - 2];
     assert_eq!(call["content"], "Let me look that up.");
     assert_eq!(
-        call["tool_calls"][0]["function"]["arguments"],
-        "{\"query\": \"favourite colour\"}"
+        call["tool_calls"][0]["function"]["arguments"], "{\"query\":\"favourite colour\"}",
+        "the call goes back with its bounded query"
     );
     assert!(content_text(&second[second.len() - 1]).contains(FACT));
     let usage: Vec<&Value> = chunks.iter().filter_map(|c| c.get("usage")).collect();
@@ -709,10 +709,15 @@ async fn anthropic_recall_stops_after_its_rounds_and_keeps_client_tool_use() {
         let reply = ask_on(&fg, "/v1/messages", &anthropic_body(stream)).await;
         reply.assert_ok();
         let chats = upstream.chats();
-        assert_eq!(chats.len(), 2, "one recall round, then the last answer");
+        assert_eq!(
+            chats.len(),
+            3,
+            "one recall round, a last answer that still calls the tool, then the fallback"
+        );
+        assert!(chats[2].get("tools").is_none(), "the fallback has no tool");
         assert!(
             !reply.body.windows(15).any(|w| w == b"foldgate_recall"),
-            "the stray call is removed"
+            "the stray call never reaches the client"
         );
         let stop = if stream {
             let events = chunks(&reply.body);

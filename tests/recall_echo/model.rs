@@ -3,6 +3,9 @@
 //! answers from what it sees, on chat completions, Anthropic Messages and
 //! the Responses API, whole or streamed. Its answers are written as raw
 //! JSON, so the arguments of its call can be anything a model may send.
+//! A test may script what it does instead on a given request ([`Act`]).
+
+#![allow(dead_code, reason = "each test file that includes this uses a part")]
 
 use super::common::llm::LOSSY_SUMMARY;
 use super::common::mock::{Mock, Recorded};
@@ -50,6 +53,23 @@ impl Args {
     }
 }
 
+/// What the model does on one request, instead of its script.
+pub enum Act {
+    /// Answer as scripted.
+    Script,
+    /// Call the recall tool, whether it was offered or not.
+    Recall,
+    /// Answer as scripted, but cut the connection right before the
+    /// answer's first `marker` (halfway when it has none).
+    Cut(&'static str),
+    /// Send this response.
+    Respond(Response<foldgate::body::Body>),
+}
+
+/// Picks the model's act for its `n`th request (from 0, summarizer calls
+/// not counted), given the request's JSON.
+pub type Acts = Arc<dyn Fn(usize, &Value) -> Act + Send + Sync>;
+
 /// The scripted model: calls the recall tool once when it has it and no
 /// result yet (writing `LOOKING` first), then answers from what it sees.
 pub struct Model {
@@ -59,14 +79,29 @@ pub struct Model {
 
 impl Model {
     pub async fn start(args: Args) -> Self {
+        Self::acting(args, Arc::new(|_, _| Act::Script)).await
+    }
+
+    /// A model that does what `acts` picks on each request.
+    pub async fn acting(args: Args, acts: Acts) -> Self {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
         let mock = Mock::start(move |r: Recorded| {
-            let (args, log) = (args.clone(), log.clone());
-            async move { answer(&r, &args, &log) }
+            let (args, log, acts) = (args.clone(), log.clone(), acts.clone());
+            async move { answer(&r, &args, &log, &acts).await }
         })
         .await;
         Self { mock, seen }
+    }
+
+    /// The raw bodies of the requests the model answered.
+    pub fn raw(&self) -> Vec<bytes::Bytes> {
+        self.mock
+            .received()
+            .into_iter()
+            .map(|r| r.body)
+            .filter(|b| !is_summarizer(&serde_json::from_slice(b).unwrap()))
+            .collect()
     }
 
     /// The requests the model answered (summarizer calls left out).
@@ -108,20 +143,38 @@ fn sse(events: &[Value], args: &Args, done: bool) -> Response<foldgate::body::Bo
     raw("text/event-stream", body)
 }
 
-fn answer(r: &Recorded, args: &Args, log: &Mutex<Vec<Value>>) -> Response<foldgate::body::Body> {
+fn is_summarizer(body: &Value) -> bool {
+    body.pointer("/messages/0/content").and_then(Value::as_str) == Some(SYSTEM_PROMPT)
+}
+
+async fn answer(
+    r: &Recorded,
+    args: &Args,
+    log: &Mutex<Vec<Value>>,
+    acts: &Acts,
+) -> Response<foldgate::body::Body> {
     let body = r.json();
-    if body.pointer("/messages/0/content").and_then(Value::as_str) == Some(SYSTEM_PROMPT) {
+    if is_summarizer(&body) {
         let summary = json!({"choices": [{"index": 0, "finish_reason": "stop",
             "message": {"role": "assistant", "content": LOSSY_SUMMARY}}]});
         return raw("application/json", summary.to_string());
     }
-    log.lock().unwrap().push(body.clone());
+    let n = {
+        let mut log = log.lock().unwrap();
+        log.push(body.clone());
+        log.len() - 1
+    };
     let text = body.to_string();
     let offered = text.contains("\"name\":\"foldgate_recall\"");
     let answered = ["\"role\":\"tool\"", "tool_result", "function_call_output"]
         .iter()
         .any(|k| text.contains(k));
-    let recall = offered && !answered;
+    let (recall, cut) = match acts(n, &body) {
+        Act::Script => (offered && !answered, None),
+        Act::Recall => (true, None),
+        Act::Cut(marker) => (offered && !answered, Some(marker)),
+        Act::Respond(response) => return response,
+    };
     let said = if recall {
         LOOKING
     } else if text.contains("teal") {
@@ -130,12 +183,58 @@ fn answer(r: &Recorded, args: &Args, log: &Mutex<Vec<Value>>) -> Response<foldga
         BLIND
     };
     let stream = body["stream"] == json!(true);
-    if r.uri.ends_with("/messages") {
+    let response = if r.uri.ends_with("/messages") {
         anthropic(said, recall, stream, args)
     } else if r.uri.ends_with("/responses") {
         responses(&body, said, recall, stream, args)
     } else {
         chat(said, recall, stream, args)
+    };
+    match cut {
+        Some(marker) => cut_before(response, marker).await,
+        None => response,
+    }
+}
+
+/// `response` with its body cut right before `marker` (halfway without
+/// one): what came before is sent, then the connection breaks.
+async fn cut_before(
+    response: Response<foldgate::body::Body>,
+    marker: &str,
+) -> Response<foldgate::body::Body> {
+    use http_body_util::BodyExt;
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    let at = bytes
+        .windows(marker.len())
+        .position(|w| w == marker.as_bytes())
+        .unwrap_or(bytes.len() / 2);
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    let head = bytes.slice(..at);
+    tokio::spawn(async move {
+        tx.send(Ok(head)).await.unwrap();
+        // Let the part reach foldgate before the connection breaks.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let _ = tx.send(Err(std::io::Error::other("cut"))).await;
+    });
+    let mut parts = parts;
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, foldgate::body::boxed(Failing(rx)))
+}
+
+/// A body whose frames (or its error) come from a channel.
+struct Failing(tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::io::Error>>);
+
+impl http_body::Body for Failing {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, std::io::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|o| o.map(|r| r.map(http_body::Frame::data)))
     }
 }
 

@@ -4,8 +4,9 @@
 //! readable, so a recall call in them is still found and answered instead
 //! of reaching the client.
 
+use super::super::codec::Api;
 use crate::archive::RECALL_TOOL;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Longest query searched and echoed in the result, in characters: a
 /// recall query is a few words or an identifier; a longer one would only
@@ -38,6 +39,54 @@ pub fn query(arguments: &str) -> Result<String, String> {
         .nth(MAX_QUERY_CHARS)
         .map_or(query.len(), |(i, _)| i);
     Ok(query[..end].trim_end().to_string())
+}
+
+/// The arguments a call is kept with in foldgate's copy of the request:
+/// `{"query": …}` bounded as [`query`] cuts it, or `{}` when the model's
+/// arguments were not a query (its result says why), so what the model
+/// sent, however large, is not sent again with every later round.
+fn bounded(arguments: &str) -> Value {
+    query(arguments).map_or_else(|_| json!({}), |q| json!({ "query": q }))
+}
+
+/// Rewrites the recall calls of a turn's messages (in `api`'s shape) to
+/// carry [`bounded`] arguments.
+pub fn bound(api: Api, messages: &mut [Value]) {
+    let named =
+        |v: &Value, pointer: &str| v.pointer(pointer).and_then(Value::as_str) == Some(RECALL_TOOL);
+    for message in messages.iter_mut() {
+        match api {
+            Api::Chat => {
+                if let Some(Value::Array(calls)) = message.get_mut("tool_calls") {
+                    for call in calls.iter_mut().filter(|c| named(c, "/function/name")) {
+                        let args = call.pointer("/function/arguments").and_then(Value::as_str);
+                        let args = bounded(args.unwrap_or_default()).to_string();
+                        call["function"]["arguments"] = Value::String(args);
+                    }
+                }
+            }
+            Api::Anthropic => {
+                if let Some(Value::Array(blocks)) = message.get_mut("content") {
+                    let calls = blocks.iter_mut().filter(|b| {
+                        b.get("type").and_then(Value::as_str) == Some("tool_use")
+                            && named(b, "/name")
+                    });
+                    for block in calls {
+                        let input = block.get("input").map(Value::to_string);
+                        block["input"] = bounded(&input.unwrap_or_default());
+                    }
+                }
+            }
+            Api::Responses => {
+                let is_call = message.get("type").and_then(Value::as_str) == Some("function_call");
+                if is_call && named(message, "/name") {
+                    let args = message.get("arguments").and_then(Value::as_str);
+                    let args = bounded(args.unwrap_or_default()).to_string();
+                    message["arguments"] = Value::String(args);
+                }
+            }
+        }
+    }
 }
 
 /// The JSON value of `bytes`; when the strict parse fails, lone surrogate

@@ -14,15 +14,18 @@
 //!   back or replayed.
 //! - After the last round the upstream is asked once more, without the
 //!   tool where the API allows (Anthropic wants it defined while the
-//!   history has a `tool_use`); a recall call it still makes is removed.
-//! - A round the upstream fails is retried once as the first request
-//!   without the tool; that answer is the client's, whatever it is.
+//!   history has a `tool_use`).
+//! - A broken round (an error status, a cut body, an answer that cannot be
+//!   read, recall calls after the last round) is asked once more as the
+//!   first request without the tool; when that breaks too, the client gets
+//!   an error ([`broken`]). A recall call never reaches the client.
 //!
 //! Each API reads and writes its own shapes: chat completions ([`chat`]),
 //! Anthropic Messages ([`anthropic`]) and the Responses API
 //! ([`responses`]).
 
 mod anthropic;
+mod broken;
 mod calls;
 mod chat;
 mod fit;
@@ -43,6 +46,7 @@ use crate::metrics::Metrics;
 use crate::state::ConvKey;
 use crate::tokens::UsageScanner;
 use crate::upstream::Provider;
+use broken::{Answer, Cause};
 use bytes::Bytes;
 use calls::{Calls, Carry, Turn};
 use http::request::Parts;
@@ -139,6 +143,9 @@ pub(super) struct Session {
     first_len: usize,
     /// Recall rounds answered so far.
     rounds: u32,
+    /// Whether a round broke and the first request went again without the
+    /// tool; a second break is the client's error.
+    fell_back: bool,
     /// Usage of the rounds before the current one, summed (`null`: none).
     usage: Value,
     /// Reports the first round's prompt tokens for calibration.
@@ -200,6 +207,7 @@ impl Session {
             fields,
             first_len,
             rounds: 0,
+            fell_back: false,
             usage: Value::Null,
             observe: None,
             model: request.model.clone(),
@@ -242,18 +250,27 @@ impl Session {
     }
 
     /// Whole answers: read each round's, answer its recall calls, and
-    /// return the first answer that has none to answer.
+    /// return the first answer that has none to answer. A round whose
+    /// answer is cut, unreadable or still calls the tool after the last
+    /// round falls back ([`broken`]).
     async fn whole(
         mut self,
         mut head: http::response::Parts,
         mut incoming: Incoming,
     ) -> Result<Response<Body>, ApiError> {
         loop {
-            let bytes = Limited::new(incoming, MAX_ANSWER)
+            let read = Limited::new(incoming, MAX_ANSWER)
                 .collect()
                 .await
-                .map(|c| c.to_bytes())
-                .map_err(|e| self.unreachable(format!("reading an answer: {e}")))?;
+                .map(|c| c.to_bytes());
+            let bytes = match read {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    let detail = format!("reading an answer: {e}");
+                    (head, incoming) = self.fall_back(Cause::Cut, &detail).await?;
+                    continue;
+                }
+            };
             if let Some(observe) = self.observe.take() {
                 let mut scanner = UsageScanner::new(false);
                 scanner.feed(&bytes);
@@ -261,12 +278,18 @@ impl Session {
                     observe(tokens);
                 }
             }
-            let parsed = input::parse(&bytes).filter(|_| head.status.is_success());
-            let Some(mut answer) = parsed else {
-                return Ok(with_body(head, bytes));
+            let Some(mut answer) = input::parse(&bytes).filter(Value::is_object) else {
+                let detail = format!("{} bytes that are not a JSON object", bytes.len());
+                (head, incoming) = self.fall_back(Cause::Unparseable, &detail).await?;
+                continue;
             };
             let calls = self.calls(&answer);
-            if !self.last() && calls.recall_only() {
+            if calls.recall_only() && self.last() {
+                let detail = "the answer still calls the recall tool";
+                (head, incoming) = self.fall_back(Cause::RecallAfterLast, detail).await?;
+                continue;
+            }
+            if calls.recall_only() {
                 let calls = calls.recalls();
                 let messages = match self.api {
                     Api::Chat => vec![chat::answer_message(&answer, &calls)],
@@ -344,16 +367,15 @@ impl Session {
     /// turn's message and the results to the request, and asks the
     /// upstream again; once the rounds are spent, without the tool where
     /// the API allows (Anthropic needs it defined while its history has a
-    /// `tool_use`; a call it still makes is then removed).
-    async fn next_round(
-        &mut self,
-        turn: Turn,
-    ) -> Result<(http::response::Parts, Incoming), ApiError> {
+    /// `tool_use`). The model's calls go in with their query bounded, so
+    /// a huge argument does not ride along in every later request.
+    async fn next_round(&mut self, mut turn: Turn) -> Result<Answer, ApiError> {
         if let Some(usage) = &turn.usage {
             calls::add_usage(&mut self.usage, usage);
         }
         // This request's fold may have just queued what it archived.
         self.app.archive.flush().await;
+        input::bound(self.api, &mut turn.messages);
         // The round's call message goes in whatever the results take.
         let asked = fit::json_tokens(&self.app, &self.model, &turn.messages);
         let used = self.used.saturating_add(asked);
@@ -381,26 +403,7 @@ impl Session {
         if self.last() && self.api != Api::Anthropic {
             self.remove_tool();
         }
-        match self.send().await {
-            Ok((head, incoming)) if head.status.is_success() => Ok((head, incoming)),
-            failed => {
-                let why = failed.map_or_else(|e| e.to_string(), |(h, _)| h.status.to_string());
-                tracing::warn!(conversation = %self.key.conversation, round = self.rounds, error = %why,
-                    "a recall round failed; asking once more without the tool");
-                self.fallback().await
-            }
-        }
-    }
-
-    /// The first request again, without the tool: the answer a failed
-    /// recall round leaves the client.
-    async fn fallback(&mut self) -> Result<(http::response::Parts, Incoming), ApiError> {
-        if let Some(messages) = conversation(self.api, &mut self.fields) {
-            messages.truncate(self.first_len);
-        }
-        self.remove_tool();
-        self.rounds = self.app.config.archive.recall_rounds;
-        self.send().await
+        self.ask().await
     }
 
     fn remove_tool(&mut self) {
@@ -414,13 +417,6 @@ impl Session {
 
     async fn send(&mut self) -> Result<(http::response::Parts, Incoming), ApiError> {
         super::send(&self.app, &self.provider, &self.parts, self.body()?).await
-    }
-
-    fn unreachable(&self, detail: String) -> ApiError {
-        ApiError::UpstreamUnreachable {
-            provider: self.provider.name.clone(),
-            detail,
-        }
     }
 }
 

@@ -5,8 +5,15 @@
 //! tool call shows up too, what was held is released with the recall
 //! calls removed, and the rest passes filtered. Each API reads its own
 //! events ([`Round`]); the splitting and the rounds are here.
+//!
+//! A round that breaks while held (cut, or still calling the tool after
+//! the last round) falls back like a whole answer, the fallback streamed
+//! on into the same response; one that breaks after showing part of its
+//! answer, or whose fallback breaks, ends the stream with the API's error
+//! event: what was shown cannot be taken back.
 
 use super::Session;
+use super::broken::Cause;
 use super::calls::{Calls, Carry, Gap, Turn};
 use crate::body::BoxError;
 use crate::tokens::UsageScanner;
@@ -29,8 +36,7 @@ pub type Chunk = (Bytes, Option<Value>);
 pub struct Hold {
     /// Events held since the first recall call, with their data.
     held: Option<Vec<Chunk>>,
-    /// Recall and client calls in one answer, or a stray recall call in a
-    /// round that could not offer the tool: recall calls are removed.
+    /// Recall and client calls in one answer: recall calls are removed.
     pub mixed: bool,
 }
 
@@ -68,7 +74,8 @@ pub(super) trait Round: Send {
 
     /// Takes one whole event; returns what goes to the client now. Events
     /// pass until one shows a recall call; from there they are held, until
-    /// a client call (or a stray recall call) releases them filtered.
+    /// a client call releases them filtered. A round that could not offer
+    /// the tool holds too: its recall call breaks it ([`run`]).
     fn event(&mut self, raw: Bytes, prior: &Value) -> Vec<Bytes> {
         let event = chunk_of(&raw);
         if let Some(event) = &event {
@@ -77,7 +84,7 @@ pub(super) trait Round: Send {
         let recall = self.calls().recall_indices();
         let mut out = Vec::new();
         if !recall.is_empty() && !self.hold().mixed {
-            if self.last() || self.calls().any_client() {
+            if self.calls().any_client() {
                 self.hold().mixed = true;
                 for (raw, event) in self.hold().held.take().unwrap_or_default() {
                     out.extend(self.outgoing(raw, event, &recall, prior));
@@ -94,48 +101,63 @@ pub(super) trait Round: Send {
     }
 }
 
+/// How one streamed round ended.
+enum Ended {
+    /// The client's response is complete, or the client went away.
+    Done,
+    /// The round held recall calls only: foldgate answers them.
+    Turn(Turn),
+    /// The round broke while held: nothing of what broke was shown, so
+    /// the fallback can continue from `Carry`.
+    Broken(Cause, String, Carry),
+    /// The round broke after showing part of itself.
+    Failed(Cause, String),
+}
+
 /// Streams the rounds into `tx` until one ends without recall calls, the
-/// client goes away, or the upstream fails.
+/// client goes away, or a round breaks with no fallback left.
 pub(super) async fn run(mut session: Session, mut incoming: Incoming, tx: Tx) {
     let mut carry = Carry::default();
     loop {
         let gap = carry.gap.next_round();
-        let mut round = session.stream_round(carry);
+        let mut round = session.stream_round(std::mem::take(&mut carry));
         *round.gap() = gap;
-        let Some(turn) = stream_round(&mut session, round, incoming, &tx).await else {
-            return;
-        };
-        carry = turn.carry.clone();
-        incoming = match session.next_round(turn).await {
-            Ok((head, body)) if head.status.is_success() => body,
-            Ok((head, body)) => {
-                let detail = body
-                    .collect()
-                    .await
-                    .map(|c| c.to_bytes())
-                    .unwrap_or_default();
-                let message = String::from_utf8_lossy(&detail);
-                let why = format!("upstream answered {}: {message}", head.status);
-                let _ = tx.send(Ok(session.error_event(&why))).await;
-                return;
+        let mut next = match stream_round(&mut session, round, incoming, &tx).await {
+            Ended::Done => return,
+            Ended::Turn(turn) => {
+                carry = turn.carry.clone();
+                session.next_round(turn).await
             }
-            Err(e) => {
-                let _ = tx.send(Ok(session.error_event(&e.to_string()))).await;
-                return;
+            Ended::Broken(cause, detail, shown) => {
+                carry = shown;
+                session.fall_back(cause, &detail).await
+            }
+            Ended::Failed(cause, detail) => Err(session.failed(cause, &detail)),
+        };
+        // A later round that is not an event stream cannot be read as one.
+        incoming = loop {
+            match next {
+                Ok((head, body)) if super::super::is_sse(&head.headers) => break body,
+                Ok((head, _)) => {
+                    let detail = format!("a {} answer that is not an event stream", head.status);
+                    next = session.fall_back(Cause::Unparseable, &detail).await;
+                }
+                Err(e) => {
+                    let _ = tx.send(Ok(session.error_event(&e.to_string()))).await;
+                    return;
+                }
             }
         };
     }
 }
 
-/// Streams one round through `round`. Returns the turn when the round
-/// ended holding recall calls only; `None` when the client's response is
-/// complete or cannot go on.
+/// Streams one round through `round`, and says how it ended.
 async fn stream_round(
     session: &mut Session,
     mut round: Box<dyn Round>,
     mut incoming: Incoming,
     tx: &Tx,
-) -> Option<Turn> {
+) -> Ended {
     let mut scanner = session.observe.is_some().then(|| UsageScanner::new(true));
     let mut events = Events::default();
     while let Some(frame) = incoming.frame().await {
@@ -145,8 +167,14 @@ async fn stream_round(
                 Err(_) => continue,
             },
             Err(e) => {
-                let _ = tx.send(Err(e.into())).await;
-                return None;
+                let detail = format!("reading a stream: {e}");
+                if !round.hold().holding() {
+                    return Ended::Failed(Cause::Cut, detail);
+                }
+                let gap = *round.gap();
+                let mut shown = round.end().map(|t| t.carry).unwrap_or_default();
+                shown.gap = gap;
+                return Ended::Broken(Cause::Cut, detail, shown);
             }
         };
         if let Some(scanner) = &mut scanner {
@@ -154,7 +182,9 @@ async fn stream_round(
         }
         for raw in events.push(&data) {
             for bytes in round.event(raw, &session.usage) {
-                tx.send(Ok(bytes)).await.ok()?;
+                if tx.send(Ok(bytes)).await.is_err() {
+                    return Ended::Done;
+                }
             }
         }
     }
@@ -166,13 +196,19 @@ async fn stream_round(
     }
     session.observe = None;
     let rest = events.rest();
-    if !rest.is_empty() {
-        tx.send(Ok(rest)).await.ok()?;
+    if !rest.is_empty() && tx.send(Ok(rest)).await.is_err() {
+        return Ended::Done;
     }
-    let gap = *round.gap();
-    let mut turn = round.end()?;
+    let (gap, last) = (*round.gap(), round.last());
+    let Some(mut turn) = round.end() else {
+        return Ended::Done;
+    };
     turn.carry.gap = gap;
-    Some(turn)
+    if last {
+        let detail = "the answer still calls the recall tool".to_string();
+        return Ended::Broken(Cause::RecallAfterLast, detail, turn.carry);
+    }
+    Ended::Turn(turn)
 }
 
 /// The JSON object of a `data:` event (`None`: `[DONE]`, comments, pings

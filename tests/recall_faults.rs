@@ -440,3 +440,38 @@ async fn a_megabyte_recall_argument_does_not_ride_along_in_the_next_request() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_recall_call_in_a_streams_unterminated_last_event_is_still_held() {
+    let (model, fg) = start(question(), "", |n| {
+        if n > 0 {
+            return Act::Script;
+        }
+        let chunk = |delta: Value, finish: Value| {
+            json!({"id": "c", "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        };
+        let call = json!({"index": 0, "id": "call_r", "type": "function",
+            "function": {"name": "foldgate_recall", "arguments": "{\"query\":\"favourite colour\"}"}});
+        // No blank line after the last event, and no [DONE].
+        let body = format!(
+            "data: {}\n\ndata: {}",
+            chunk(json!({"content": LOOKING}), Value::Null),
+            chunk(json!({"tool_calls": [call]}), json!("tool_calls"))
+        );
+        let response = Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(foldgate::body::full(body))
+            .unwrap();
+        Act::Respond(response)
+    })
+    .await;
+    let reply = ask(&fg, Api::Chat, true).await;
+    reply.assert_ok();
+    assert!(!mentions_recall(&reply));
+    assert_eq!(
+        shown_text(Api::Chat, true, &reply),
+        format!("{LOOKING}\n\n{ANSWER}")
+    );
+    assert_eq!(model.seen().len(), 2, "the call was answered");
+}

@@ -195,9 +195,15 @@ async fn stream_round(
         observe(tokens);
     }
     session.observe = None;
+    // An event the stream did not end with a blank line is still read
+    // (and held) like the others: it may be the one naming the tool.
     let rest = events.rest();
-    if !rest.is_empty() && tx.send(Ok(rest)).await.is_err() {
-        return Ended::Done;
+    if !rest.is_empty() {
+        for bytes in round.event(rest, &session.usage) {
+            if tx.send(Ok(bytes)).await.is_err() {
+                return Ended::Done;
+            }
+        }
     }
     let (gap, last) = (*round.gap(), round.last());
     let Some(mut turn) = round.end() else {

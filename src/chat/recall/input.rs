@@ -172,6 +172,35 @@ mod tests {
     }
 
     #[test]
+    fn calls_go_back_with_their_bounded_query_on_every_api() {
+        let huge = json!({ "query": "x".repeat(1 << 20) }).to_string();
+        let cut = json!({ "query": "x".repeat(MAX_QUERY_CHARS) });
+        let mut chat = vec![json!({"role": "assistant", "tool_calls": [
+            {"id": "a", "function": {"name": RECALL_TOOL, "arguments": huge}},
+            {"id": "b", "function": {"name": "ls", "arguments": "{\"p\": 1}"}}]})];
+        bound(Api::Chat, &mut chat);
+        assert_eq!(
+            chat[0]["tool_calls"][0]["function"]["arguments"],
+            cut.to_string()
+        );
+        assert_eq!(
+            chat[0]["tool_calls"][1]["function"]["arguments"],
+            "{\"p\": 1}"
+        );
+        let input: Value = serde_json::from_str(&huge).unwrap_or_default();
+        let mut anthropic = vec![json!({"role": "assistant", "content": [
+            {"type": "text", "text": "hm"},
+            {"type": "tool_use", "id": "a", "name": RECALL_TOOL, "input": input}]})];
+        bound(Api::Anthropic, &mut anthropic);
+        assert_eq!(anthropic[0]["content"][1]["input"], cut);
+        let mut responses = vec![
+            json!({"type": "function_call", "call_id": "a", "name": RECALL_TOOL, "arguments": "not json"}),
+        ];
+        bound(Api::Responses, &mut responses);
+        assert_eq!(responses[0]["arguments"], "{}");
+    }
+
+    #[test]
     fn lone_surrogates_are_repaired_and_pairs_kept() {
         let body = br#"{"a": "\ud800 vault", "b": "\ud83d\ude00", "c": "\\ud800", "d": "x\udc00"}"#;
         let value = parse(body).unwrap_or_default();

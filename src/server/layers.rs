@@ -173,14 +173,19 @@ where
                 %method,
                 path,
                 status = response.status().as_u16(),
-                upstream_ms = upstream.map(|u| u.as_secs_f64() * 1e3),
-                overhead_ms = overhead.as_secs_f64() * 1e3,
+                upstream_ms = upstream.map(millis),
+                overhead_ms = millis(overhead),
                 error,
                 request_id,
             );
             Ok(response)
         })
     }
+}
+
+/// Milliseconds to the microsecond: `0.044`, not `0.043510999999999994`.
+fn millis(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
 }
 
 /// Load shedding: at most `limit` requests in flight, each counted until

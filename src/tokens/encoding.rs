@@ -72,6 +72,18 @@ impl Encoding {
         u32::try_from(self.tokenizer().count(text)).unwrap_or(u32::MAX)
     }
 
+    /// Every encoding foldgate counts in.
+    pub const ALL: [Encoding; 2] = [Self::O200kBase, Self::Cl100kBase];
+
+    /// Loads every tokenizer's tables now, so the first request does not
+    /// pay for it (hundreds of milliseconds on a busy machine). Blocking:
+    /// call it off the async workers.
+    pub fn warm_up() {
+        for encoding in Self::ALL {
+            encoding.count("warm up");
+        }
+    }
+
     /// The shared tokenizer. bpe-openai deserializes each one once, on first
     /// use, from tables compiled into the binary.
     pub(crate) fn tokenizer(self) -> &'static Tokenizer {

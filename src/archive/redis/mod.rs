@@ -4,32 +4,62 @@
 //! `archive.ttl` after the conversation's last fold. Redis has no text
 //! index here: a search reads the newest [`SCAN_ROWS`] rows and scores
 //! them with BM25 over the query's words ([`query::rank`]). Every command
-//! is bounded by `state.timeout`; a failure costs the write or the search,
-//! never a request.
+//! is bounded by `state.timeout`; a failed search answers from the spool
+//! alone, never fails a request.
+//!
+//! Writes go through the [`Spool`]: one [`writer`] task hands its oldest
+//! batches to Redis in order, and while Redis is unreachable keeps them,
+//! retrying with backoff. Searches read Redis and the spool, merged.
+
+mod writer;
 
 use super::query::{self, Query};
+use super::spool::{Spool, SpoolFull};
 use super::{Hit, Row};
 use crate::config::{ArchiveConfig, StateConfig};
+use crate::metrics::Metrics;
 use crate::state::ConvKey;
 use crate::state::redis::{glob_escape, scan_keys};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::collections::HashSet;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 /// Rows a search reads at most, newest first.
 pub const SCAN_ROWS: isize = 2000;
 
 const PREFIX: &str = "foldgate:archive:";
 
-/// Archived messages in Redis.
-#[derive(Clone)]
+/// Archived messages in Redis, and the writes it has not taken yet.
 pub struct RedisArchive {
+    conn: Conn,
+    spool: Arc<Spool>,
+    /// Stops the writer when the archive goes.
+    _writer: DropGuard,
+}
+
+/// The connection and the bounds every command and write obeys.
+#[derive(Clone)]
+struct Conn {
     conn: ConnectionManager,
-    runtime: tokio::runtime::Handle,
     ttl_ms: u64,
     max_messages: isize,
     timeout: Duration,
+}
+
+impl Conn {
+    /// Runs one command under the timeout; `None` (and a warning) on failure.
+    async fn op<T>(&self, what: &str, f: impl Future<Output = redis::RedisResult<T>>) -> Option<T> {
+        let error = match tokio::time::timeout(self.timeout, f).await {
+            Ok(Ok(v)) => return Some(v),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {:?}", self.timeout),
+        };
+        tracing::warn!(target: "foldgate::archive", op = what, error, "Redis archive unavailable");
+        None
+    }
 }
 
 impl std::fmt::Debug for RedisArchive {
@@ -43,8 +73,13 @@ fn list_key(key: &ConvKey) -> String {
 }
 
 impl RedisArchive {
-    /// Connects lazily to `state.url` (a Redis that is down is no error).
-    pub fn open(state: &StateConfig, config: &ArchiveConfig) -> Result<Self, String> {
+    /// Connects lazily to `state.url` (a Redis that is down is no error)
+    /// and starts the writer.
+    pub fn open(
+        state: &StateConfig,
+        config: &ArchiveConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, String> {
         let url = state.url.as_ref().map(|u| u.expose()).unwrap_or_default();
         let client = redis::Client::open(url).map_err(|e| format!("state.url: {e}"))?;
         let runtime = tokio::runtime::Handle::try_current()
@@ -55,84 +90,71 @@ impl RedisArchive {
             .set_number_of_retries(1);
         let conn = ConnectionManager::new_lazy_with_config(client, manager)
             .map_err(|e| format!("state.url: {e}"))?;
-        Ok(Self {
+        let conn = Conn {
             conn,
-            runtime,
             ttl_ms: u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX),
             max_messages: isize::try_from(config.max_messages).unwrap_or(isize::MAX),
             timeout: state.timeout,
+        };
+        let spool = Arc::new(Spool::new(config.spool_bytes, metrics));
+        let stop = CancellationToken::new();
+        runtime.spawn(writer::run(conn.clone(), spool.clone(), stop.clone()));
+        Ok(Self {
+            conn,
+            spool,
+            _writer: stop.drop_guard(),
         })
     }
 
-    /// Runs one command under the timeout; `None` (and a warning) on failure.
-    async fn op<T>(&self, what: &str, f: impl Future<Output = redis::RedisResult<T>>) -> Option<T> {
-        let error = match tokio::time::timeout(self.timeout, f).await {
-            Ok(Ok(v)) => return Some(v),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {:?}", self.timeout),
-        };
-        tracing::warn!(target: "foldgate::archive", op = what, error, "Redis archive unavailable");
-        None
+    /// Queues the rows for the writer; refused whole when the spool is full.
+    pub fn record(&self, key: &ConvKey, rows: Vec<Row>) -> Result<(), SpoolFull> {
+        self.spool.push(key, rows)
     }
 
-    /// Appends the rows, trims the list and renews its expiry, atomically,
-    /// in a task of its own.
-    pub fn record(&self, key: &ConvKey, rows: Vec<Row>) {
-        let json: Vec<String> = rows
-            .iter()
-            .filter_map(|r| serde_json::to_string(r).ok())
-            .collect();
-        let this = self.clone();
-        let list = list_key(key);
-        self.runtime.spawn(async move {
-            let mut pipe = redis::pipe();
-            pipe.atomic()
-                .rpush(&list, json)
-                .ignore()
-                .ltrim(&list, -this.max_messages, -1)
-                .ignore()
-                .cmd("PEXPIRE")
-                .arg(&list)
-                .arg(this.ttl_ms)
-                .ignore();
-            let mut conn = this.conn.clone();
-            let _: Option<()> = this.op("archive", pipe.query_async(&mut conn)).await;
-        });
+    /// Rows and bytes waiting for Redis.
+    pub fn spool_depth(&self) -> (u64, u64) {
+        self.spool.depth()
     }
 
+    /// Matches in Redis and in the spool, merged: a row in both (written,
+    /// not yet let go) or pushed twice (a rebuild folds it again) counts once.
     pub async fn hits(&self, key: &ConvKey, query: &Query, limit: usize) -> Vec<Hit> {
-        let mut conn = self.conn.clone();
+        let c = &self.conn;
+        let mut conn = c.conn.clone();
         let cmd = redis::cmd("LRANGE")
             .arg(list_key(key))
             .arg(-SCAN_ROWS)
             .arg(-1)
             .clone();
-        let raw: Vec<String> = self
+        let raw: Vec<String> = c
             .op("LRANGE", cmd.query_async(&mut conn))
             .await
             .unwrap_or_default();
-        // A message folded twice (a rebuild) was pushed twice: keep one.
         let mut seen = HashSet::new();
         let rows: Vec<Row> = raw
             .iter()
             .filter_map(|j| serde_json::from_str::<Row>(j).ok())
+            .chain(self.spool.rows(key))
             .filter(|r| seen.insert((r.position, r.digest.clone())))
             .collect();
         query::rank(&rows, query, limit)
     }
 
+    /// Rows in Redis plus rows queued (a batch being written may count
+    /// twice for a moment).
     pub async fn count(&self, key: &ConvKey) -> u64 {
-        let mut conn = self.conn.clone();
+        let c = &self.conn;
+        let mut conn = c.conn.clone();
         let cmd = redis::cmd("LLEN").arg(list_key(key)).clone();
-        self.op("LLEN", cmd.query_async(&mut conn))
-            .await
-            .unwrap_or(0)
+        let stored: u64 = c.op("LLEN", cmd.query_async(&mut conn)).await.unwrap_or(0);
+        stored + self.spool.rows(key).len() as u64
     }
 
     pub async fn tenants(&self, conversation: &str) -> Vec<String> {
         let pattern = format!("*:{}", glob_escape(conversation));
-        let mut conn = self.conn.clone();
-        let keys = self
+        let c = &self.conn;
+        let mut conn = c.conn.clone();
+        let keys = c
             .op("SCAN", scan_keys(&mut conn, PREFIX, &pattern))
             .await
             .unwrap_or_default();
@@ -140,6 +162,7 @@ impl RedisArchive {
             .into_iter()
             .filter(|k| k.conversation == conversation)
             .map(|k| k.tenant)
+            .chain(self.spool.tenants(conversation))
             .collect();
         tenants.sort();
         tenants.dedup();

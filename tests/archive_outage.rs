@@ -68,6 +68,14 @@ async fn upstream() -> Mock {
     .await
 }
 
+/// Stops a replica and waits until it has.
+async fn stop(mut fg: Foldgate) {
+    fg.begin_shutdown();
+    if let Some(task) = fg.task.take() {
+        task.await.unwrap();
+    }
+}
+
 fn config(upstream: &Mock, redis: &Redis, spool_bytes: u64) -> String {
     format!(
         "[providers.mock]\nbase_url = \"{}/v1\"\n\
@@ -298,4 +306,51 @@ async fn a_full_spool_vetoes_the_fold_and_loses_nothing() {
     let b = Foldgate::start(&config(&upstream, &redis, 1000)).await;
     assert_archived(&b, "first", &first, &first_view).await;
     assert_archived(&b, "second", &second, &second_view).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_restarted_during_the_outage_replays_its_spool_file() {
+    let mut redis = Redis::start();
+    let upstream = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "{}spool_path = {:?}\n",
+        config(&upstream, &redis, 64 << 20),
+        dir.path().join("spool.db").display().to_string()
+    );
+    let a = Foldgate::start(&toml).await;
+    chat(&a, "warm", &Convo::with_turns(2)).await.assert_ok();
+
+    redis.kill();
+    let convo = conversation("hello");
+    let reply = chat(&a, "vault", &convo).await;
+    assert_eq!(label(&reply), "new");
+    let view = views(&upstream).pop().unwrap();
+    let folded = absent(&convo.messages, &view).len() as f64;
+    until(&a, "foldgate_archive_spooled_rows_total", folded).await;
+    stop(a).await;
+
+    // Still during the outage: the new process holds what the old one spooled.
+    let a = Foldgate::start(&toml).await;
+    let metrics = a.metrics().await;
+    assert_eq!(metric(&metrics, "foldgate_archive_spool_rows"), folded);
+    assert!(search(&a, "vault", "vault code").await.iter().any(is_fact));
+
+    redis.restart();
+    let metrics = drained(&a).await;
+    assert_eq!(
+        metric(&metrics, "foldgate_archive_replayed_rows_total"),
+        folded
+    );
+    let b = Foldgate::start(&config(&upstream, &redis, 64 << 20)).await;
+    assert_archived(&b, "vault", &convo, &view).await;
+    stop(a).await;
+    let again = Foldgate::start(&toml).await;
+    let metrics = again.metrics().await;
+    // A batch loaded from the file counts as spooled when the file is read.
+    assert_eq!(
+        metric(&metrics, "foldgate_archive_spooled_rows_total"),
+        0.0,
+        "replayed rows left the file"
+    );
 }

@@ -96,7 +96,11 @@ impl RedisArchive {
             max_messages: isize::try_from(config.max_messages).unwrap_or(isize::MAX),
             timeout: state.timeout,
         };
-        let spool = Arc::new(Spool::new(config.spool_bytes, metrics));
+        let spool = Arc::new(Spool::open(
+            config.spool_bytes,
+            config.spool_path.as_deref(),
+            metrics,
+        )?);
         let stop = CancellationToken::new();
         runtime.spawn(writer::run(conn.clone(), spool.clone(), stop.clone()));
         Ok(Self {

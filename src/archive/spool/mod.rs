@@ -3,11 +3,17 @@
 //! searchable from the moment it is queued, an outage changes nothing but
 //! how long a batch waits, and the order the backend sees is the order the
 //! folds made. A batch leaves the spool only once the backend stored it.
+//! The batches are in memory; with `archive.spool_path`, those the backend
+//! refused are also kept on disk ([`disk`]) and replayed after a restart.
+
+mod disk;
 
 use super::Row;
 use crate::metrics::Metrics;
 use crate::state::ConvKey;
+use rusqlite::Connection;
 use std::collections::VecDeque;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -19,6 +25,8 @@ pub struct Batch {
     /// Whether the backend refused it (or an older batch) once: a batch
     /// that waited through an outage counts as replayed when it lands.
     spooled: bool,
+    /// Its sequence number in the spool file, once written there.
+    saved: Option<i64>,
 }
 
 impl Batch {
@@ -54,10 +62,29 @@ struct Inner {
     bytes: u64,
     /// The backend refused the head batch and has not taken one since.
     down: bool,
+    /// The spool file, with `archive.spool_path`.
+    disk: Option<Connection>,
+}
+
+impl Inner {
+    /// Marks a batch as waiting for the backend: counted, and on disk.
+    fn spool(&mut self, at: usize, metrics: &Metrics) {
+        let Some(batch) = self.queue.get_mut(at) else {
+            return;
+        };
+        if !batch.spooled {
+            batch.spooled = true;
+            let rows = batch.rows.len() as u64;
+            metrics.archive_spooled.fetch_add(rows, Ordering::Relaxed);
+        }
+        if let (None, Some(conn)) = (batch.saved, &self.disk) {
+            batch.saved = disk::insert(conn, batch);
+        }
+    }
 }
 
 impl Spool {
-    /// An empty spool holding at most `bound` bytes of rows.
+    /// An empty spool in memory holding at most `bound` bytes of rows.
     pub fn new(bound: u64, metrics: Arc<Metrics>) -> Self {
         Self {
             inner: Mutex::default(),
@@ -65,6 +92,37 @@ impl Spool {
             metrics,
             wake: tokio::sync::Notify::new(),
         }
+    }
+
+    /// A spool kept on disk at `path` too (when given), holding what the
+    /// file held: batches a previous run could not hand the backend, to be
+    /// replayed first (they count as spooled).
+    pub fn open(bound: u64, path: Option<&Path>, metrics: Arc<Metrics>) -> Result<Self, String> {
+        let spool = Self::new(bound, metrics);
+        let Some(path) = path else {
+            return Ok(spool);
+        };
+        let (conn, saved) = disk::open(path)?;
+        {
+            let mut inner = spool.lock();
+            for (seq, key, rows) in saved {
+                let batch = Batch {
+                    key,
+                    rows,
+                    spooled: false,
+                    saved: Some(seq),
+                };
+                inner.bytes += batch.bytes();
+                inner.queue.push_back(batch);
+                let at = inner.queue.len() - 1;
+                inner.spool(at, &spool.metrics);
+            }
+            if !inner.queue.is_empty() {
+                tracing::info!(target: "foldgate::archive", batches = inner.queue.len(), path = %path.display(), "spooled archive rows found: replaying");
+            }
+            inner.disk = Some(conn);
+        }
+        Ok(spool)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -76,10 +134,11 @@ impl Spool {
     /// single fold larger than the bound is not refused forever while the
     /// backend is up).
     pub fn push(&self, key: &ConvKey, rows: Vec<Row>) -> Result<(), SpoolFull> {
-        let mut batch = Batch {
+        let batch = Batch {
             key: key.clone(),
             rows,
             spooled: false,
+            saved: None,
         };
         let bytes = batch.bytes();
         let mut inner = self.lock();
@@ -89,12 +148,12 @@ impl Spool {
                 bound: self.bound,
             });
         }
-        if inner.down {
-            batch.spooled = true;
-            self.count(&self.metrics.archive_spooled, &batch);
-        }
         inner.bytes += bytes;
         inner.queue.push_back(batch);
+        if inner.down {
+            let at = inner.queue.len() - 1;
+            inner.spool(at, &self.metrics);
+        }
         drop(inner);
         self.wake.notify_one();
         Ok(())
@@ -114,7 +173,13 @@ impl Spool {
             };
             inner.bytes = inner.bytes.saturating_sub(batch.bytes());
             if batch.spooled {
-                self.count(&self.metrics.archive_replayed, &batch);
+                let rows = batch.rows.len() as u64;
+                self.metrics
+                    .archive_replayed
+                    .fetch_add(rows, Ordering::Relaxed);
+            }
+            if let (Some(seq), Some(conn)) = (batch.saved, &inner.disk) {
+                disk::delete(conn, seq);
             }
         }
         inner.down = false;
@@ -125,14 +190,9 @@ impl Spool {
     pub fn refused(&self) {
         let mut inner = self.lock();
         inner.down = true;
-        for batch in inner.queue.iter_mut().filter(|b| !b.spooled) {
-            batch.spooled = true;
-            self.count(&self.metrics.archive_spooled, batch);
+        for at in 0..inner.queue.len() {
+            inner.spool(at, &self.metrics);
         }
-    }
-
-    fn count(&self, counter: &std::sync::atomic::AtomicU64, batch: &Batch) {
-        counter.fetch_add(batch.rows.len() as u64, Ordering::Relaxed);
     }
 
     /// The conversation's queued rows, oldest first.
@@ -277,6 +337,38 @@ mod tests {
         spool.push(&key("c"), vec![row(4, "d")]).unwrap();
         spool.stored(1);
         assert_eq!((spooled(), replayed()), (3, 3), "back to normal");
+    }
+
+    #[test]
+    fn refused_batches_outlive_a_restart_in_the_spool_file_until_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spool.db");
+        let metrics = Arc::new(Metrics::default());
+        let open = || Spool::open(1 << 20, Some(&path), metrics.clone()).unwrap();
+        let spool = open();
+        spool.push(&key("c"), vec![row(0, "a")]).unwrap();
+        spool.stored(1);
+        spool
+            .push(&key("c"), vec![row(1, "b"), row(2, "c")])
+            .unwrap();
+        spool.refused();
+        spool.push(&key("d"), vec![row(3, "d")]).unwrap();
+        drop(spool);
+
+        let spool = open();
+        assert_eq!(
+            positions(&spool.head(10)),
+            [1, 2, 3],
+            "what waited, in order"
+        );
+        assert_eq!(spool.rows(&key("d")).len(), 1);
+        spool.stored(1);
+        drop(spool);
+        let spool = open();
+        assert_eq!(positions(&spool.head(10)), [3]);
+        spool.stored(1);
+        drop(spool);
+        assert!(open().head(10).is_empty(), "stored batches leave the file");
     }
 
     #[test]

@@ -19,9 +19,12 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE spool (
         rows TEXT NOT NULL
     );"];
 
+/// A batch read back from the file: its sequence number, conversation, rows.
+pub type Saved = (i64, ConvKey, Vec<Row>);
+
 /// Opens (creating and migrating) the spool file at `path`; returns it and
-/// the batches it holds, oldest first, each with its sequence number.
-pub fn open(path: &Path) -> Result<(Connection, Vec<(i64, ConvKey, Vec<Row>)>), String> {
+/// the batches it holds, oldest first.
+pub fn open(path: &Path) -> Result<(Connection, Vec<Saved>), String> {
     let conn = crate::state::sqlite::db::open_with(path, "archive.spool_path", MIGRATIONS)?;
     let name = path.display();
     let batches = {

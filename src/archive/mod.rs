@@ -367,6 +367,14 @@ impl Archive {
         }
     }
 
+    /// At shutdown: waits up to `within` for Redis to take the spool (see
+    /// [`redis::RedisArchive::drain`]).
+    pub async fn drain(&self, within: Duration) {
+        if let Backend::Redis(r) = &self.backend {
+            r.drain(within).await;
+        }
+    }
+
     /// Waits until every queued write is stored (SQLite; tests and shutdown).
     pub async fn flush(&self) {
         if let Backend::Sqlite(s) = &self.backend {

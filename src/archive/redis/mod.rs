@@ -120,6 +120,24 @@ impl RedisArchive {
         self.spool.depth()
     }
 
+    /// At shutdown: waits up to `within` for the writer to hand Redis what
+    /// is queued, unless Redis is down (then waiting gains nothing); says
+    /// what is left and whether the spool file keeps it.
+    pub async fn drain(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.spool.depth().0 > 0
+            && !self.spool.backend_down()
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (rows, _) = self.spool.depth();
+        if rows > 0 {
+            let kept = self.spool.on_disk();
+            tracing::warn!(target: "foldgate::archive", rows, kept_in_spool_file = kept, "archive rows not yet in Redis at shutdown");
+        }
+    }
+
     /// Matches in Redis and in the spool, merged: a row in both (written,
     /// not yet let go) or pushed twice (a rebuild folds it again) counts once.
     pub async fn hits(&self, key: &ConvKey, query: &Query, limit: usize) -> Vec<Hit> {

@@ -215,6 +215,16 @@ impl Spool {
             .collect()
     }
 
+    /// Whether the backend refused the last write (an outage).
+    pub fn backend_down(&self) -> bool {
+        self.lock().down
+    }
+
+    /// Whether the refused batches are kept on disk too.
+    pub fn on_disk(&self) -> bool {
+        self.lock().disk.is_some()
+    }
+
     /// Rows and bytes queued.
     pub fn depth(&self) -> (u64, u64) {
         let inner = self.lock();

@@ -118,6 +118,22 @@ fn views(upstream: &Mock) -> Vec<Vec<Value>> {
         .collect()
 }
 
+/// Summarizer requests the model received.
+fn summarizer_calls(upstream: &Mock) -> usize {
+    upstream
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r.json()
+                .pointer("/messages/0/content")
+                .and_then(Value::as_str)
+                == Some(SYSTEM_PROMPT)
+        })
+        .count()
+}
+
 /// Positions of the client's messages that a forwarded view lacks.
 fn absent(client: &[Value], view: &[Value]) -> BTreeSet<usize> {
     (0..client.len())
@@ -274,9 +290,15 @@ async fn a_full_spool_vetoes_the_fold_and_loses_nothing() {
     let first_view = views(&upstream).pop().unwrap();
 
     let second = conversation("hello again");
+    let summaries = summarizer_calls(&upstream);
     let reply = chat(&a, "second", &second).await;
     reply.assert_ok();
     assert_eq!(label(&reply), "none", "the fold is not made");
+    assert_eq!(
+        summarizer_calls(&upstream),
+        summaries,
+        "no summary is made only to be thrown away"
+    );
     let warning = reply.header("x-foldgate-warning");
     assert!(warning.contains("archive spool is full"), "{warning}");
     let view = views(&upstream).pop().unwrap();

@@ -301,6 +301,28 @@ impl Archive {
         self.store(key, rows)
     }
 
+    /// Whether [`Archive::record`] of `messages[i]` for each `i` in
+    /// `folded` would be taken now: checked before a fold's summarizer
+    /// call, so a full spool costs no summary that would be thrown away.
+    /// The rows are only weighed when the spool holds something.
+    pub fn room(
+        &self,
+        folded: &[usize],
+        messages: &[Value],
+        ids: &[MessageId],
+    ) -> Result<(), SpoolFull> {
+        let Backend::Redis(r) = &self.backend else {
+            return Ok(());
+        };
+        r.room(|| {
+            folded
+                .iter()
+                .filter_map(|&i| Some(Row::of(i, messages.get(i)?, *ids.get(i)?, "", "", 0)))
+                .map(|row| row.weight())
+                .sum()
+        })
+    }
+
     /// Stores rows made elsewhere (a message a compression removes from
     /// the view, a benchmark's); returns at once, the write is queued. A
     /// row already stored (same position and digest) is kept once. Only

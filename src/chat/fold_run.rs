@@ -4,6 +4,7 @@
 //! so a client that hangs up does not cancel a fold it started.
 
 use super::turn::{Prepared, Turn, now_unix};
+use crate::archive::SpoolFull;
 use crate::background::Job;
 use crate::config::{Mode, OnFailure};
 use crate::error::ApiError;
@@ -187,6 +188,13 @@ impl Turn {
     ) -> Result<Prepared, ApiError> {
         let app = &*self.app;
         let messages = &self.data.messages;
+        // Checked before the summarizer call, so a full spool costs no
+        // summary that would be thrown away.
+        if self.data.key.is_some() {
+            if let Err(full) = app.archive.room(&plan.fold, messages, &self.data.ids) {
+                return self.vetoed(&plan, started, &full);
+            }
+        }
         let to_fold = plan.to_fold(messages);
         let raw = |m: &Value| app.tokens.message_tokens(&self.data.model, m);
         // A rebuild summarizes the raw messages, not the base summary.
@@ -249,12 +257,7 @@ impl Turn {
             None => Ok(()),
         };
         if let Err(full) = archived {
-            Metrics::inc(&app.metrics.archive_vetoes);
-            tracing::warn!(
-                target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
-                folded = to_fold.len(), outcome = "vetoed", error = %full,
-            );
-            return self.not_folded(plan.base.as_ref(), "the archive spool is full", &full);
+            return self.vetoed(&plan, started, &full);
         }
         if let Some(index) = Reason::ALL.iter().position(|&r| r == plan.reason) {
             Metrics::inc(&app.metrics.folds_new[index]);
@@ -273,6 +276,23 @@ impl Turn {
             app.store.save(key, next).await;
         }
         Ok(prepared)
+    }
+
+    /// The archive spool cannot take the rows of the plan's folded
+    /// messages: the fold is not made, rather than drop them.
+    fn vetoed(
+        &self,
+        plan: &FoldPlan,
+        started: Started,
+        full: &SpoolFull,
+    ) -> Result<Prepared, ApiError> {
+        Metrics::inc(&self.app.metrics.archive_vetoes);
+        let conversation = self.data.key.as_ref().map(ToString::to_string);
+        tracing::warn!(
+            target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
+            folded = plan.fold.len(), outcome = "vetoed", error = %full,
+        );
+        self.not_folded(plan.base.as_ref(), "the archive spool is full", full)
     }
 
     /// A fold the request needed was not made (`why`, for the client;

@@ -115,6 +115,11 @@ impl RedisArchive {
         self.spool.push(key, rows)
     }
 
+    /// Whether rows of about `bytes` would be queued now.
+    pub fn room(&self, bytes: impl FnOnce() -> u64) -> Result<(), SpoolFull> {
+        self.spool.room(bytes)
+    }
+
     /// Rows and bytes waiting for Redis.
     pub fn spool_depth(&self) -> (u64, u64) {
         self.spool.depth()

@@ -142,12 +142,7 @@ impl Spool {
         };
         let bytes = batch.bytes();
         let mut inner = self.lock();
-        if !inner.queue.is_empty() && inner.bytes.saturating_add(bytes) > self.bound {
-            return Err(SpoolFull {
-                depth: inner.bytes,
-                bound: self.bound,
-            });
-        }
+        self.admits(&inner, || bytes)?;
         inner.bytes += bytes;
         inner.queue.push_back(batch);
         if inner.down {
@@ -157,6 +152,25 @@ impl Spool {
         drop(inner);
         self.wake.notify_one();
         Ok(())
+    }
+
+    /// Whether a batch of `bytes` rows would be queued now: a check before
+    /// costly work whose rows [`Spool::push`] must take later. `bytes` is
+    /// only asked for when the spool is not empty.
+    pub fn room(&self, bytes: impl FnOnce() -> u64) -> Result<(), SpoolFull> {
+        self.admits(&self.lock(), bytes)
+    }
+
+    /// The bound, the one rule: an empty spool takes any one batch, else
+    /// the rows must fit beside the queued ones.
+    fn admits(&self, inner: &Inner, bytes: impl FnOnce() -> u64) -> Result<(), SpoolFull> {
+        if inner.queue.is_empty() || inner.bytes.saturating_add(bytes()) <= self.bound {
+            return Ok(());
+        }
+        Err(SpoolFull {
+            depth: inner.bytes,
+            bound: self.bound,
+        })
     }
 
     /// The oldest batches, up to `max`, to hand the backend in one go.

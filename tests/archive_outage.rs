@@ -376,3 +376,20 @@ async fn a_replica_restarted_during_the_outage_replays_its_spool_file() {
         "replayed rows left the file"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_on_failure_error_a_full_spool_answers_503_and_forwards_nothing() {
+    let mut redis = Redis::start();
+    let upstream = upstream().await;
+    let toml = config(&upstream, &redis, 1000)
+        .replace("[summarizer]\n", "[summarizer]\non_failure = \"error\"\n");
+    let a = Foldgate::start(&toml).await;
+    redis.kill();
+    chat(&a, "first", &conversation("hello")).await.assert_ok();
+    let forwarded = views(&upstream).len();
+    let reply = chat(&a, "second", &conversation("hello again")).await;
+    reply.assert_envelope(503, "unavailable");
+    let message = reply.json()["error"]["message"].to_string();
+    assert!(message.contains("archive spool is full"), "{message}");
+    assert_eq!(views(&upstream).len(), forwarded, "nothing forwarded");
+}

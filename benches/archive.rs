@@ -161,10 +161,13 @@ fn corpus() -> Vec<(usize, Vec<Row>)> {
 async fn fill(archive: &Archive, batches: &[(usize, Vec<Row>)]) -> f64 {
     let started = Instant::now();
     for (c, rows) in batches {
-        archive.store(&key(*c), rows.clone());
+        archive.store(&key(*c), rows.clone()).unwrap();
     }
     archive.flush().await;
-    // Redis writes run in tasks of their own: wait until all have landed.
+    // Redis writes are spooled for a writer task: wait until all have landed.
+    while archive.spool_depth().0 > 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     for c in 0..CONVERSATIONS {
         while archive.count(&key(c)).await < MESSAGES as u64 {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -315,7 +318,7 @@ async fn main() {
         let dir = tempfile::tempdir().unwrap();
         redis.command(&["FLUSHALL"]);
         let config = archive_config(backend, dir.path(), &redis);
-        let archive = Archive::open(&config).unwrap();
+        let archive = Archive::open(&config, Default::default()).unwrap();
         let rate = fill(&archive, &batches).await;
         let (times, hit1) = searches(&archive).await;
         drop(archive);

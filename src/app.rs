@@ -55,13 +55,14 @@ impl std::fmt::Debug for App {
 impl App {
     /// Builds the shared state from a validated configuration.
     pub fn new(config: Arc<Config>) -> Result<Self, StartupError> {
+        let metrics = Arc::new(Metrics::default());
         Ok(Self {
             upstreams: Upstreams::new(config.clone()).map_err(StartupError::Upstream)?,
             tokens: Arc::new(TokenCounter::new(&config)),
             store: crate::state::open(&config.state).map_err(StartupError::State)?,
-            archive: Archive::open(&config).map_err(StartupError::State)?,
+            archive: Archive::open(&config, metrics.clone()).map_err(StartupError::State)?,
             summarizer: Summarizer::new(config.summarizer.clone()),
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             background: Background::default(),
             turns: Turns::new(config.state.ttl),
             stubs: StubCache::new(STUB_CACHE_BYTES),

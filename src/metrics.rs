@@ -66,6 +66,12 @@ pub struct Metrics {
     /// fallback broke too, or a stream had shown part of the round), by
     /// cause ([`RECALL_CAUSES`]).
     pub recall_failures: [AtomicU64; 5],
+    /// Archive rows the backend refused at first and the spool kept.
+    pub archive_spooled: AtomicU64,
+    /// Spooled archive rows the backend took once it answered again.
+    pub archive_replayed: AtomicU64,
+    /// Folds not made because the archive spool was full.
+    pub archive_vetoes: AtomicU64,
     /// Durations: foldgate's overhead, upstream and summarizer latency.
     pub latency: Latencies,
 }
@@ -264,6 +270,21 @@ impl Metrics {
             "foldgate_tokens_saved_total",
             "Prompt tokens not sent upstream thanks to folds (client's messages minus the forwarded view).",
             get(&self.tokens_saved),
+        );
+        counter(
+            "foldgate_archive_spooled_rows_total",
+            "Archive rows kept in the spool while the archive backend was unreachable.",
+            get(&self.archive_spooled),
+        );
+        counter(
+            "foldgate_archive_replayed_rows_total",
+            "Spooled archive rows written to the backend once it answered again.",
+            get(&self.archive_replayed),
+        );
+        counter(
+            "foldgate_archive_vetoed_folds_total",
+            "Folds not made because the archive spool was full.",
+            get(&self.archive_vetoes),
         );
         self.render_latencies(&mut out);
         let _ = writeln!(

@@ -548,3 +548,50 @@ async fn the_quick_start_key_reaches_the_upstream() {
         assert_eq!(r.header("authorization"), Some("Bearer sk-quick-start"));
     }
 }
+
+/// `foldgate serve` with `toml`, waited for up to 20 s (killed past it).
+fn serve_until_exit(dir: &Path, toml: &str) -> Option<Output> {
+    let config = dir.join("serve.toml");
+    std::fs::write(&config, toml).unwrap();
+    let mut child = foldgate()
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+#[test]
+fn serve_stops_at_start_up_when_the_archive_cannot_be_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain.txt");
+    std::fs::write(&file, "not a database, and not a directory").unwrap();
+    let cases = [
+        (file.clone(), "file is not a database"),
+        (file.join("archive.db"), "cannot create"),
+    ];
+    for (archive, cause) in cases {
+        let toml = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[state]\npath = {:?}\n[archive]\npath = {:?}\n",
+            dir.path().join("state.db").display().to_string(),
+            archive.display().to_string(),
+        );
+        let out = serve_until_exit(dir.path(), &toml)
+            .unwrap_or_else(|| panic!("serve kept running with archive.path {archive:?}"));
+        assert_eq!(out.status.code(), Some(1), "{}", err_text(&out));
+        let err = err_text(&out);
+        let line = err.lines().last().unwrap_or_default();
+        assert!(line.starts_with("foldgate: state: archive.path"), "{err}");
+        assert!(line.contains(cause), "{err}");
+    }
+}

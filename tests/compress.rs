@@ -636,3 +636,65 @@ async fn replay_shows_the_stubs_and_tokens_the_proxy_sends() {
     }
     assert!(stubbed > 0, "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_archive_spool_sends_the_messages_whole_instead_of_as_stubs() {
+    let mut redis = Redis::start();
+    let llm = Llm::start().await;
+    // Room for one batch of stubs only: an empty spool takes any one.
+    let state = format!(
+        "[state]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"300ms\"\n[archive]\nspool_bytes = 1\n",
+        redis.url()
+    );
+    let fg = Foldgate::start(&config(&llm, &state)).await;
+    redis.kill();
+    let mut l = ToolLoop::new("fix the failing build");
+    let mut stubbed = BTreeSet::new();
+    let mut refused = 0;
+    for _ in 0..14 {
+        l.step(LONG);
+        let reply = send_loop(&fg, "spool-full", &l, "big-model").await;
+        let view = forwarded(&llm);
+        let stubs: BTreeSet<usize> = (0..view.len()).filter(|&i| is_stub(&view[i])).collect();
+        if reply
+            .header("x-foldgate-warning")
+            .contains("archive spool is full")
+        {
+            refused += 1;
+            assert!(
+                stubs.is_empty(),
+                "no stub without its archive row: {stubs:?}"
+            );
+            assert_eq!(view, l.messages, "the messages go whole");
+        }
+        stubbed.extend(stubs);
+    }
+    assert!(
+        !stubbed.is_empty(),
+        "the first batch is spooled and stubbed"
+    );
+    assert!(refused > 0, "later batches find the spool full");
+
+    redis.restart();
+    // Every message ever sent as a stub reaches Redis.
+    let want = format!(":{}", stubbed.len());
+    let started = Instant::now();
+    let len = loop {
+        let keys = redis.command(&["KEYS", "foldgate:archive:*"]).unwrap();
+        let len = keys
+            .lines()
+            .find(|k| k.ends_with(":spool-full"))
+            .and_then(|k| redis.command(&["LLEN", k]))
+            .unwrap_or_default();
+        if len.trim() == want || started.elapsed() > Duration::from_secs(20) {
+            break len;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(len.trim(), want, "spooled stubs replayed");
+    // With the spool empty again, stubs come back.
+    l.step(LONG);
+    let reply = send_loop(&fg, "spool-full", &l, "big-model").await;
+    assert_eq!(reply.header("x-foldgate-warning"), "");
+    assert!(forwarded(&llm).iter().any(is_stub));
+}

@@ -101,7 +101,20 @@ fn metrics(app: &App) -> Response<Body> {
             })
             .collect(),
     };
-    let text = app.metrics.render(&[stored, calibration]);
+    let (rows, bytes) = app.archive.spool_depth();
+    let spool = Gauge {
+        name: "foldgate_archive_spool_rows",
+        help: "Archive rows waiting for the archive backend (Redis), in the spool.",
+        samples: vec![(String::new(), rows as f64)],
+    };
+    let spool_bytes = Gauge {
+        name: "foldgate_archive_spool_bytes",
+        help: "Bytes of archive rows in the spool, against archive.spool_bytes.",
+        samples: vec![(String::new(), bytes as f64)],
+    };
+    let text = app
+        .metrics
+        .render(&[stored, calibration, spool, spool_bytes]);
     let mut response = Response::new(body::full(text));
     response.headers_mut().insert(
         header::CONTENT_TYPE,

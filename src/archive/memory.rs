@@ -20,12 +20,8 @@ impl MemoryArchive {
         let rows = moka::sync::Cache::builder()
             .max_capacity(max_bytes)
             .weigher(|key: &ConvKey, rows: &Arc<Vec<Row>>| {
-                let bytes: usize = rows
-                    .iter()
-                    .map(|r| 128 + r.text.len() + r.message.len())
-                    .sum::<usize>()
-                    + key.tenant.len()
-                    + key.conversation.len();
+                let bytes = rows.iter().map(Row::weight).sum::<u64>()
+                    + (key.tenant.len() + key.conversation.len()) as u64;
                 u32::try_from(bytes).unwrap_or(u32::MAX)
             })
             .time_to_live(config.ttl)

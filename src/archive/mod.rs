@@ -5,27 +5,37 @@
 //!
 //! - `sqlite`: a database file of its own with an FTS5 index (BM25 ranks).
 //! - `redis`: one list per conversation, shared by replicas; a bounded scan
-//!   scored by [`query`].
+//!   scored by [`query`]. Its writes pass through the [`spool`].
+//! - [`spool`]: writes Redis has not taken yet, bounded, replayed in order
+//!   and searched with it.
 //! - `memory`: this process only, scored by [`query`] too.
 //! - [`query`]: what a search asks for, scan scoring, excerpts.
 //! - [`http`]: `GET /foldgate/conversations/{id}/archive`.
 //!
 //! The backend follows `state.backend`. Writes never wait: SQLite queues
-//! them to its own thread, Redis writes in a task of its own.
+//! them to its own thread, Redis spools them for a writer task of its own.
+//! A write the spool cannot hold is refused ([`SpoolFull`]), and the fold
+//! that made it is not made: a message leaves the view only once its
+//! archive row is held somewhere.
 
 pub mod http;
 mod memory;
 pub mod query;
 mod redis;
+pub mod spool;
 pub mod sqlite;
+
+pub use spool::SpoolFull;
 
 use crate::config::{Config, StateBackend};
 use crate::fold::FoldState;
 use crate::fold::extract::message_text;
 use crate::message::{self, MessageId};
+use crate::metrics::Metrics;
 use crate::state::ConvKey;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The function tool through which a model recalls archived messages.
@@ -99,6 +109,12 @@ impl Row {
             message: message.to_string(),
         }
     }
+
+    /// Bytes the row takes in memory, about: what the memory archive and
+    /// the spool are bounded by.
+    pub fn weight(&self) -> u64 {
+        (128 + self.text.len() + self.message.len()) as u64
+    }
 }
 
 /// A search result: a row and its score (higher is better).
@@ -168,13 +184,14 @@ fn now_unix() -> i64 {
 }
 
 impl Archive {
-    /// Opens the archive in the state's backend (Redis inside the runtime).
-    pub fn open(config: &Config) -> Result<Self, String> {
+    /// Opens the archive in the state's backend (Redis inside the runtime);
+    /// the spool counts into `metrics`.
+    pub fn open(config: &Config, metrics: Arc<Metrics>) -> Result<Self, String> {
         let archive = &config.archive;
         let backend = if !archive.enabled {
             Backend::Off
         } else {
-            Backend::open(config)?
+            Backend::open(config, metrics)?
         };
         Ok(Self {
             backend,
@@ -190,27 +207,28 @@ impl Archive {
     /// Stores the rows of messages a compression shows as stubs, except
     /// those this process already stored (`id`: each row's message
     /// identity); `rows` makes a row for a position and is called only for
-    /// the new ones. Returns at once, the write is queued.
+    /// the new ones. Returns at once, the write is queued; refused whole
+    /// (and none remembered) when the spool is full.
     pub fn store_compressed(
         &self,
         key: &ConvKey,
         positions: impl IntoIterator<Item = (usize, MessageId)>,
         mut rows: impl FnMut(usize) -> Option<Row>,
-    ) {
+    ) -> Result<(), SpoolFull> {
         if !self.enabled() {
-            return;
+            return Ok(());
         }
-        let new: Vec<Row> = positions
+        let (keys, new): (Vec<u128>, Vec<Row>) = positions
             .into_iter()
-            .filter(|&(position, id)| {
-                let k = Self::stored_key(key, position, id);
-                let fresh = !self.compressed.contains_key(&k);
-                self.compressed.insert(k, ());
-                fresh
-            })
-            .filter_map(|(position, _)| rows(position))
-            .collect();
-        self.store(key, new);
+            .map(|(position, id)| (Self::stored_key(key, position, id), position))
+            .filter(|(k, _)| !self.compressed.contains_key(k))
+            .filter_map(|(k, position)| Some((k, rows(position)?)))
+            .unzip();
+        self.store(key, new)?;
+        for k in keys {
+            self.compressed.insert(k, ());
+        }
+        Ok(())
     }
 
     /// The remembered identity of a stored compressed message.
@@ -232,7 +250,7 @@ impl Archive {
 
 impl Backend {
     /// The state backend's archive (Redis inside the runtime).
-    fn open(config: &Config) -> Result<Self, String> {
+    fn open(config: &Config, metrics: Arc<Metrics>) -> Result<Self, String> {
         let archive = &config.archive;
         Ok(match config.state.backend {
             StateBackend::Memory => Self::Memory(memory::MemoryArchive::new(
@@ -243,7 +261,9 @@ impl Backend {
                 &archive.path_for(&config.state),
                 archive,
             )?),
-            StateBackend::Redis => Self::Redis(redis::RedisArchive::open(&config.state, archive)?),
+            StateBackend::Redis => {
+                Self::Redis(redis::RedisArchive::open(&config.state, archive, metrics)?)
+            }
         })
     }
 }
@@ -251,7 +271,8 @@ impl Backend {
 impl Archive {
     /// Archives the messages `state` folded: `messages[i]` for each `i` in
     /// `folded` (with `ids[i]`, its identity). Returns at once; the write
-    /// is queued.
+    /// is queued, or refused when the spool is full: then the fold must
+    /// not be made.
     pub fn record(
         &self,
         key: &ConvKey,
@@ -259,9 +280,9 @@ impl Archive {
         folded: &[usize],
         messages: &[Value],
         ids: &[MessageId],
-    ) {
+    ) -> Result<(), SpoolFull> {
         if !self.enabled() {
-            return;
+            return Ok(());
         }
         let now = now_unix();
         let rows: Vec<Row> = folded
@@ -277,21 +298,53 @@ impl Archive {
                 ))
             })
             .collect();
-        self.store(key, rows);
+        self.store(key, rows)
+    }
+
+    /// Whether [`Archive::record`] of `messages[i]` for each `i` in
+    /// `folded` would be taken now: checked before a fold's summarizer
+    /// call, so a full spool costs no summary that would be thrown away.
+    /// The rows are only weighed when the spool holds something.
+    pub fn room(
+        &self,
+        folded: &[usize],
+        messages: &[Value],
+        ids: &[MessageId],
+    ) -> Result<(), SpoolFull> {
+        let Backend::Redis(r) = &self.backend else {
+            return Ok(());
+        };
+        r.room(|| {
+            folded
+                .iter()
+                .filter_map(|&i| Some(Row::of(i, messages.get(i)?, *ids.get(i)?, "", "", 0)))
+                .map(|row| row.weight())
+                .sum()
+        })
     }
 
     /// Stores rows made elsewhere (a message a compression removes from
     /// the view, a benchmark's); returns at once, the write is queued. A
-    /// row already stored (same position and digest) is kept once.
-    pub fn store(&self, key: &ConvKey, rows: Vec<Row>) {
+    /// row already stored (same position and digest) is kept once. Only
+    /// Redis can refuse, when its spool is full.
+    pub fn store(&self, key: &ConvKey, rows: Vec<Row>) -> Result<(), SpoolFull> {
         if rows.is_empty() {
-            return;
+            return Ok(());
         }
         match &self.backend {
             Backend::Off => {}
             Backend::Memory(m) => m.record(key, rows),
             Backend::Sqlite(s) => s.record(key, rows),
-            Backend::Redis(r) => r.record(key, rows),
+            Backend::Redis(r) => r.record(key, rows)?,
+        }
+        Ok(())
+    }
+
+    /// Rows and bytes of archive writes the backend has not taken yet.
+    pub fn spool_depth(&self) -> (u64, u64) {
+        match &self.backend {
+            Backend::Redis(r) => r.spool_depth(),
+            Backend::Off | Backend::Memory(_) | Backend::Sqlite(_) => (0, 0),
         }
     }
 
@@ -333,6 +386,14 @@ impl Archive {
             Backend::Memory(m) => m.tenants(conversation),
             Backend::Sqlite(s) => s.tenants(conversation).await,
             Backend::Redis(r) => r.tenants(conversation).await,
+        }
+    }
+
+    /// At shutdown: waits up to `within` for Redis to take the spool (see
+    /// [`redis::RedisArchive::drain`]).
+    pub async fn drain(&self, within: Duration) {
+        if let Backend::Redis(r) = &self.backend {
+            r.drain(within).await;
         }
     }
 

@@ -4,6 +4,7 @@
 //! so a client that hangs up does not cancel a fold it started.
 
 use super::turn::{Prepared, Turn, now_unix};
+use crate::archive::SpoolFull;
 use crate::background::Job;
 use crate::config::{Mode, OnFailure};
 use crate::error::ApiError;
@@ -41,8 +42,8 @@ impl Turn {
     /// to forward; the messages the view compresses are archived first.
     /// `chain` is the conversation's fold chain as the request loaded it.
     pub async fn prepare(&self, chain: Option<Arc<FoldChain>>) -> Result<Prepared, ApiError> {
-        let prepared = self.decide_and_fold(chain).await?;
-        self.archive_compressed(&prepared);
+        let mut prepared = self.decide_and_fold(chain).await?;
+        self.archive_compressed(&mut prepared);
         Ok(prepared)
     }
 
@@ -187,6 +188,13 @@ impl Turn {
     ) -> Result<Prepared, ApiError> {
         let app = &*self.app;
         let messages = &self.data.messages;
+        // Checked before the summarizer call, so a full spool costs no
+        // summary that would be thrown away.
+        if self.data.key.is_some() {
+            if let Err(full) = app.archive.room(&plan.fold, messages, &self.data.ids) {
+                return self.vetoed(&plan, started, &full);
+            }
+        }
         let to_fold = plan.to_fold(messages);
         let raw = |m: &Value| app.tokens.message_tokens(&self.data.model, m);
         // A rebuild summarizes the raw messages, not the base summary.
@@ -224,21 +232,13 @@ impl Turn {
                     target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
                     folded = to_fold.len(), tokens_before = plan.tokens_before, outcome = "failed", error = %e,
                 );
-                return match self.app.config.summarizer.on_failure {
-                    OnFailure::Error => Err(ApiError::Unavailable(format!(
-                        "the conversation needs a fold and the summarizer failed: {e}"
-                    ))),
-                    OnFailure::Passthrough => self.reuse(
-                        plan.base.as_ref(),
-                        Some("summarizer failed; forwarded without a new fold"),
-                    ),
-                };
+                return self.not_folded(plan.base.as_ref(), "the summarizer failed", &e);
             }
         };
         if let Some(key) = &self.data.key {
             app.background.record_success(key);
         }
-        self.count_outcome(&outcome, plan.reason);
+        self.count_outcome(&outcome);
         let mut summary = outcome.summary;
         let ledger = self.fit_summary(&plan, &mut summary, &to_fold);
         let state = FoldState {
@@ -248,6 +248,20 @@ impl Turn {
         }
         .with_summarizer(&outcome.model, outcome.latency, outcome.calls);
         let prepared = self.prepared(Some(&state), "new", None);
+        // Archived first: a fold whose messages the archive cannot hold is
+        // not made, so nothing leaves the view unarchived.
+        let archived = match &self.data.key {
+            Some(key) => app
+                .archive
+                .record(key, &state, &plan.fold, messages, &self.data.ids),
+            None => Ok(()),
+        };
+        if let Err(full) = archived {
+            return self.vetoed(&plan, started, &full);
+        }
+        if let Some(index) = Reason::ALL.iter().position(|&r| r == plan.reason) {
+            Metrics::inc(&app.metrics.folds_new[index]);
+        }
         tracing::info!(
             target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
             depth = state.depth, rebuild = plan.rebuild, folded = to_fold.len(), tokens_before = plan.tokens_before,
@@ -259,13 +273,45 @@ impl Turn {
             let mut next = chain.map(|c| (*c).clone()).unwrap_or_default();
             next.push(state);
             let next = Arc::new(next);
-            app.store.save(key, next.clone()).await;
-            if let Some(state) = next.latest() {
-                app.archive
-                    .record(key, state, &plan.fold, messages, &self.data.ids);
-            }
+            app.store.save(key, next).await;
         }
         Ok(prepared)
+    }
+
+    /// The archive spool cannot take the rows of the plan's folded
+    /// messages: the fold is not made, rather than drop them.
+    fn vetoed(
+        &self,
+        plan: &FoldPlan,
+        started: Started,
+        full: &SpoolFull,
+    ) -> Result<Prepared, ApiError> {
+        Metrics::inc(&self.app.metrics.archive_vetoes);
+        let conversation = self.data.key.as_ref().map(ToString::to_string);
+        tracing::warn!(
+            target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
+            folded = plan.fold.len(), outcome = "vetoed", error = %full,
+        );
+        self.not_folded(plan.base.as_ref(), "the archive spool is full", full)
+    }
+
+    /// A fold the request needed was not made (`why`, for the client;
+    /// `error`, the cause): `summarizer.on_failure` says whether the
+    /// request fails or goes on with the base state and a warning.
+    fn not_folded(
+        &self,
+        base: Option<&FoldState>,
+        why: &str,
+        error: &dyn std::fmt::Display,
+    ) -> Result<Prepared, ApiError> {
+        match self.app.config.summarizer.on_failure {
+            OnFailure::Error => Err(ApiError::Unavailable(format!(
+                "the conversation needs a fold and {why}: {error}"
+            ))),
+            OnFailure::Passthrough => {
+                self.reuse(base, Some(&format!("{why}; forwarded without a new fold")))
+            }
+        }
     }
 
     /// The new ledger: the specifics of the folded messages, of the previous
@@ -326,7 +372,7 @@ impl Turn {
         (self.budget.summary_reserve.saturating_mul(2) / 3).max(64)
     }
 
-    fn count_outcome(&self, outcome: &Outcome, reason: Reason) {
+    fn count_outcome(&self, outcome: &Outcome) {
         let m = &self.app.metrics;
         m.summarizer_calls
             .fetch_add(u64::from(outcome.calls), Ordering::Relaxed);
@@ -339,9 +385,6 @@ impl Turn {
             .fetch_add(u64::from(outcome.inventions), Ordering::Relaxed);
         m.summary_truncations
             .fetch_add(u64::from(outcome.truncated), Ordering::Relaxed);
-        if let Some(index) = Reason::ALL.iter().position(|&r| r == reason) {
-            Metrics::inc(&m.folds_new[index]);
-        }
     }
 
     /// The summarizer models to try, in order.

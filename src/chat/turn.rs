@@ -184,9 +184,11 @@ impl Turn {
 
     /// Stores the messages `prepared`'s view shows as stubs in the archive
     /// (each once per process; the backends keep a message stored at its
-    /// position once anyway) and counts them.
-    pub(super) fn archive_compressed(&self, prepared: &Prepared) {
-        let (Some(items), Some(key)) = (&prepared.view, &self.data.key) else {
+    /// position once anyway) and counts them. When the archive spool is
+    /// full, the view sends those messages whole instead, with a warning:
+    /// a stub whose message is not archived would point recall at nothing.
+    pub(super) fn archive_compressed(&self, prepared: &mut Prepared) {
+        let (Some(items), Some(key)) = (&mut prepared.view, &self.data.key) else {
             return;
         };
         if prepared.compressed == 0 {
@@ -208,14 +210,9 @@ impl Turn {
                 Some(u64::from(full.saturating_sub(stub)))
             })
             .sum();
-        let m = &self.app.metrics;
-        m.compressed_messages
-            .fetch_add(stubbed.len() as u64, Ordering::Relaxed);
-        m.compressed_tokens_saved
-            .fetch_add(data.estimate.calibrated(saved).into(), Ordering::Relaxed);
         let now = i64::try_from(now_unix()).unwrap_or(i64::MAX);
         let positions = stubbed.iter().filter_map(|&i| Some((i, *data.ids.get(i)?)));
-        self.app.archive.store_compressed(key, positions, |i| {
+        let stored = self.app.archive.store_compressed(key, positions, |i| {
             let (message, id) = (data.messages.get(i)?, *data.ids.get(i)?);
             Some(Row::of(
                 i,
@@ -226,6 +223,27 @@ impl Turn {
                 now,
             ))
         });
+        if let Err(full) = stored {
+            tracing::warn!(target: "foldgate::archive", conversation = %key, error = %full, "compression not applied");
+            for item in items.iter_mut() {
+                if let Item::Stub(i, _) = item {
+                    *item = Item::Original(*i);
+                }
+            }
+            let raw = u64::from(prepared.raw_tokens_out) + saved;
+            prepared.raw_tokens_out = u32::try_from(raw).unwrap_or(u32::MAX);
+            prepared.tokens_out = data.estimate.calibrated(raw);
+            prepared.compressed = 0;
+            prepared.warning.get_or_insert_with(|| {
+                "the archive spool is full; forwarded without compression".into()
+            });
+            return;
+        }
+        let m = &self.app.metrics;
+        m.compressed_messages
+            .fetch_add(stubbed.len() as u64, Ordering::Relaxed);
+        m.compressed_tokens_saved
+            .fetch_add(data.estimate.calibrated(saved).into(), Ordering::Relaxed);
     }
 
     /// Forwards the current view without the fold the triggers asked for:

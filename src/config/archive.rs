@@ -46,6 +46,18 @@ pub struct ArchiveConfig {
     /// Tokens of archived excerpts injected before the last user message,
     /// at most (less when the window has less room left).
     pub inject_tokens: u32,
+    /// Redis: bytes of archive writes held in this replica's memory while
+    /// Redis does not take them (an outage), replayed in order when it
+    /// answers again. Full, a fold that would remove messages from the
+    /// view is not made (the request goes on as `summarizer.on_failure`
+    /// says, with `x-foldgate-warning`): no archived message is dropped.
+    pub spool_bytes: u64,
+    /// Redis: a SQLite file where archive writes Redis refused are kept
+    /// too, so a replica restarted during an outage replays them; writes
+    /// Redis takes never touch it. Unset (default): the spool is in memory
+    /// only. A path that cannot be opened stops start-up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spool_path: Option<PathBuf>,
 }
 
 /// `archive.recall`: what is configured.
@@ -85,6 +97,8 @@ impl Default for ArchiveConfig {
             recall_rounds: 3,
             recall_tokens: 2000,
             inject_tokens: 600,
+            spool_bytes: 64 * 1024 * 1024,
+            spool_path: None,
         }
     }
 }

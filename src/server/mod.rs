@@ -138,6 +138,10 @@ pub async fn serve(
             "shutdown deadline passed with folds still running"
         );
     }
+    // The folds are done: their archive writes may still wait for Redis.
+    app.archive
+        .drain(deadline.saturating_sub(started.elapsed()))
+        .await;
     Ok(())
 }
 

@@ -1,0 +1,198 @@
+//! The Redis archive (`state.backend = "redis"`), shared by replicas: one
+//! list per conversation (`foldgate:archive:{tenant}:{conversation}`) of
+//! JSON rows, trimmed to `archive.max_messages` and expiring
+//! `archive.ttl` after the conversation's last fold. Redis has no text
+//! index here: a search reads the newest [`SCAN_ROWS`] rows and scores
+//! them with BM25 over the query's words ([`query::rank`]). Every command
+//! is bounded by `state.timeout`; a failed search answers from the spool
+//! alone, never fails a request.
+//!
+//! Writes go through the [`Spool`]: one [`writer`] task hands its oldest
+//! batches to Redis in order, and while Redis is unreachable keeps them,
+//! retrying with backoff. Searches read Redis and the spool, merged.
+
+mod writer;
+
+use super::query::{self, Query};
+use super::spool::{Spool, SpoolFull};
+use super::{Hit, Row};
+use crate::config::{ArchiveConfig, StateConfig};
+use crate::metrics::Metrics;
+use crate::state::ConvKey;
+use crate::state::redis::{glob_escape, scan_keys};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+/// Rows a search reads at most, newest first.
+pub const SCAN_ROWS: isize = 2000;
+
+const PREFIX: &str = "foldgate:archive:";
+
+/// Archived messages in Redis, and the writes it has not taken yet.
+pub struct RedisArchive {
+    conn: Conn,
+    spool: Arc<Spool>,
+    /// Stops the writer when the archive goes.
+    _writer: DropGuard,
+}
+
+/// The connection and the bounds every command and write obeys.
+#[derive(Clone)]
+struct Conn {
+    conn: ConnectionManager,
+    ttl_ms: u64,
+    max_messages: isize,
+    timeout: Duration,
+}
+
+impl Conn {
+    /// Runs one command under the timeout; `None` (and a warning) on failure.
+    async fn op<T>(&self, what: &str, f: impl Future<Output = redis::RedisResult<T>>) -> Option<T> {
+        let error = match tokio::time::timeout(self.timeout, f).await {
+            Ok(Ok(v)) => return Some(v),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {:?}", self.timeout),
+        };
+        tracing::warn!(target: "foldgate::archive", op = what, error, "Redis archive unavailable");
+        None
+    }
+}
+
+impl std::fmt::Debug for RedisArchive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisArchive").finish_non_exhaustive()
+    }
+}
+
+fn list_key(key: &ConvKey) -> String {
+    format!("{PREFIX}{}:{}", key.tenant, key.conversation)
+}
+
+impl RedisArchive {
+    /// Connects lazily to `state.url` (a Redis that is down is no error)
+    /// and starts the writer.
+    pub fn open(
+        state: &StateConfig,
+        config: &ArchiveConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, String> {
+        let url = state.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+        let client = redis::Client::open(url).map_err(|e| format!("state.url: {e}"))?;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| "the Redis archive must be opened inside the Tokio runtime".to_string())?;
+        let manager = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(state.timeout))
+            .set_response_timeout(Some(state.timeout))
+            .set_number_of_retries(1);
+        let conn = ConnectionManager::new_lazy_with_config(client, manager)
+            .map_err(|e| format!("state.url: {e}"))?;
+        let conn = Conn {
+            conn,
+            ttl_ms: u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX),
+            max_messages: isize::try_from(config.max_messages).unwrap_or(isize::MAX),
+            timeout: state.timeout,
+        };
+        let spool = Arc::new(Spool::open(
+            config.spool_bytes,
+            config.spool_path.as_deref(),
+            metrics,
+        )?);
+        let stop = CancellationToken::new();
+        runtime.spawn(writer::run(conn.clone(), spool.clone(), stop.clone()));
+        Ok(Self {
+            conn,
+            spool,
+            _writer: stop.drop_guard(),
+        })
+    }
+
+    /// Queues the rows for the writer; refused whole when the spool is full.
+    pub fn record(&self, key: &ConvKey, rows: Vec<Row>) -> Result<(), SpoolFull> {
+        self.spool.push(key, rows)
+    }
+
+    /// Whether rows of about `bytes` would be queued now.
+    pub fn room(&self, bytes: impl FnOnce() -> u64) -> Result<(), SpoolFull> {
+        self.spool.room(bytes)
+    }
+
+    /// Rows and bytes waiting for Redis.
+    pub fn spool_depth(&self) -> (u64, u64) {
+        self.spool.depth()
+    }
+
+    /// At shutdown: waits up to `within` for the writer to hand Redis what
+    /// is queued, unless Redis is down (then waiting gains nothing); says
+    /// what is left and whether the spool file keeps it.
+    pub async fn drain(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.spool.depth().0 > 0
+            && !self.spool.backend_down()
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (rows, _) = self.spool.depth();
+        if rows > 0 {
+            let kept = self.spool.on_disk();
+            tracing::warn!(target: "foldgate::archive", rows, kept_in_spool_file = kept, "archive rows not yet in Redis at shutdown");
+        }
+    }
+
+    /// Matches in Redis and in the spool, merged: a row in both (written,
+    /// not yet let go) or pushed twice (a rebuild folds it again) counts once.
+    pub async fn hits(&self, key: &ConvKey, query: &Query, limit: usize) -> Vec<Hit> {
+        let c = &self.conn;
+        let mut conn = c.conn.clone();
+        let cmd = redis::cmd("LRANGE")
+            .arg(list_key(key))
+            .arg(-SCAN_ROWS)
+            .arg(-1)
+            .clone();
+        let raw: Vec<String> = c
+            .op("LRANGE", cmd.query_async(&mut conn))
+            .await
+            .unwrap_or_default();
+        let mut seen = HashSet::new();
+        let rows: Vec<Row> = raw
+            .iter()
+            .filter_map(|j| serde_json::from_str::<Row>(j).ok())
+            .chain(self.spool.rows(key))
+            .filter(|r| seen.insert((r.position, r.digest.clone())))
+            .collect();
+        query::rank(&rows, query, limit)
+    }
+
+    /// Rows in Redis plus rows queued (a batch being written may count
+    /// twice for a moment).
+    pub async fn count(&self, key: &ConvKey) -> u64 {
+        let c = &self.conn;
+        let mut conn = c.conn.clone();
+        let cmd = redis::cmd("LLEN").arg(list_key(key)).clone();
+        let stored: u64 = c.op("LLEN", cmd.query_async(&mut conn)).await.unwrap_or(0);
+        stored + self.spool.rows(key).len() as u64
+    }
+
+    pub async fn tenants(&self, conversation: &str) -> Vec<String> {
+        let pattern = format!("*:{}", glob_escape(conversation));
+        let c = &self.conn;
+        let mut conn = c.conn.clone();
+        let keys = c
+            .op("SCAN", scan_keys(&mut conn, PREFIX, &pattern))
+            .await
+            .unwrap_or_default();
+        let mut tenants: Vec<String> = keys
+            .into_iter()
+            .filter(|k| k.conversation == conversation)
+            .map(|k| k.tenant)
+            .chain(self.spool.tenants(conversation))
+            .collect();
+        tenants.sort();
+        tenants.dedup();
+        tenants
+    }
+}

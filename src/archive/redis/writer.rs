@@ -1,0 +1,91 @@
+//! The Redis archive's one writer: hands the spool's oldest batches to
+//! Redis in one atomic pipeline, in order, and lets them go only once
+//! Redis stored them. While Redis refuses, it waits with backoff and tries
+//! the same batches again, so what was spooled is replayed first and in
+//! the order the folds made it.
+
+use super::{Conn, list_key};
+use crate::archive::spool::{Batch, Spool};
+use backon::{BackoffBuilder, ExponentialBuilder};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Batches written in one pipeline at most.
+const BATCHES_PER_WRITE: usize = 64;
+/// First and longest wait between attempts while Redis refuses.
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+fn backoff() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(MIN_BACKOFF)
+        .with_max_delay(MAX_BACKOFF)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+/// Writes until `stop` is cancelled (the archive is dropped).
+pub(super) async fn run(conn: Conn, spool: Arc<Spool>, stop: CancellationToken) {
+    stop.run_until_cancelled(write_forever(conn, spool)).await;
+}
+
+async fn write_forever(conn: Conn, spool: Arc<Spool>) {
+    let mut delays = backoff();
+    let mut outage = false;
+    loop {
+        let batches = spool.head(BATCHES_PER_WRITE);
+        if batches.is_empty() {
+            spool.wake.notified().await;
+            continue;
+        }
+        if write(&conn, &batches).await {
+            spool.stored(batches.len());
+            if outage {
+                let (left, _) = spool.depth();
+                tracing::info!(target: "foldgate::archive", left, "Redis archive answers again: replaying spooled rows");
+                outage = false;
+            }
+            delays = backoff();
+        } else {
+            if !outage {
+                let (rows, bytes) = spool.depth();
+                tracing::warn!(target: "foldgate::archive", rows, bytes, "archive writes spooled until Redis answers");
+                outage = true;
+            }
+            spool.refused();
+            tokio::time::sleep(delays.next().unwrap_or(MAX_BACKOFF)).await;
+        }
+    }
+}
+
+/// Appends each batch's rows to its conversation's list, trims the list
+/// and renews its expiry, all in one transaction: true when Redis took it.
+async fn write(conn: &Conn, batches: &[Batch]) -> bool {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for batch in batches {
+        let json: Vec<String> = batch
+            .rows
+            .iter()
+            .filter_map(|r| serde_json::to_string(r).ok())
+            .collect();
+        if json.is_empty() {
+            continue;
+        }
+        let list = list_key(&batch.key);
+        pipe.rpush(&list, json)
+            .ignore()
+            .ltrim(&list, -conn.max_messages, -1)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&list)
+            .arg(conn.ttl_ms)
+            .ignore();
+    }
+    let mut c = conn.conn.clone();
+    conn.op("archive", pipe.query_async::<()>(&mut c))
+        .await
+        .is_some()
+}

@@ -200,6 +200,7 @@ impl Turn<'_> {
             values: self.messages,
             ids: self.ids,
             counts: self.counts,
+            stubbed: &[],
         };
         let placement = self.config.summary.placement;
         fold::plan(

@@ -81,6 +81,9 @@ pub(super) struct TurnData {
     /// Each message's calibrated tokens, from the estimate; a compressed
     /// message's are its stub's (planning sees the compressed view).
     pub counts: Vec<u32>,
+    /// Each message's calibrated tokens as a stub a fold may add, else its
+    /// count (empty: a fold adds no stubs).
+    pub stubbed: Vec<u32>,
     /// The messages the view shows as stubs (older-turn compression).
     pub compression: Compression,
     pub policy: Policy,
@@ -133,6 +136,7 @@ impl Turn {
         );
         let data = TurnData {
             counts: compression.counts(&estimate.messages, |c| estimate.calibrated(u64::from(c))),
+            stubbed: Vec::new(),
             compression,
             policy,
             model,
@@ -148,6 +152,10 @@ impl Turn {
             api,
             placement: api.placement(config.summary.placement),
         };
+        let mut data = data;
+        data.stubbed = data
+            .compression
+            .stubbed(&data.counts, |c| data.estimate.calibrated(u64::from(c)));
         let budget = Budget::for_request(config, &data.policy, &data.estimate, now_unix());
         Self {
             app: app.clone(),
@@ -277,6 +285,7 @@ impl Turn {
             values: &self.data.messages,
             ids: &self.data.ids,
             counts: &self.data.counts,
+            stubbed: &self.data.stubbed,
         }
     }
 
@@ -346,7 +355,8 @@ impl Turn {
         let (view, raw_out, compressed) = match items {
             None => (None, u64::from(estimate.raw_input_tokens), 0),
             Some(items) => {
-                let items = compression.apply(items);
+                let mark = state.map_or(0, |s| s.retained.stubs_before);
+                let items = compression.apply_marked(items, mark);
                 let mut compressed = 0;
                 let counted: u64 = items
                     .iter()

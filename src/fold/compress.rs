@@ -99,6 +99,26 @@ pub fn select(
     out
 }
 
+/// The messages a fold may stub (`compress.with_fold`): long tool results
+/// (and, with `compress.assistant`, answers) outside the pinned head, never
+/// the last message, whatever turns follow them.
+fn eligible<'r>(
+    roles: &'r [Option<Role>],
+    tokens: &'r [u32],
+    settings: &'r Compress,
+) -> impl Iterator<Item = usize> + 'r {
+    let n = roles.len().min(tokens.len());
+    let pinned = pinned_count(roles.iter().copied());
+    (pinned..n.saturating_sub(1)).filter(move |&i| {
+        let kind = match roles[i] {
+            Some(Role::Tool) => settings.enabled,
+            Some(Role::Assistant) => settings.assistant,
+            _ => false,
+        };
+        kind && tokens[i] >= settings.min_tokens
+    })
+}
+
 /// The specifics a stub of `message` lists: the artifacts of its text (an
 /// assistant message's content only; its tool calls stay in the stub), in
 /// order of appearance, single-line and at most [`MAX_ITEM_CHARS`] long,
@@ -175,6 +195,9 @@ pub fn stub(messages: &[Value], i: usize, tokens: u32, recall: bool) -> Option<V
 pub struct Compression {
     /// `(index, stub, stub tokens)`, ascending by index.
     stubs: Vec<(usize, Value, u32)>,
+    /// The same for the other messages a fold may stub
+    /// (`compress.with_fold`): long tool results not selected yet.
+    spare: Vec<(usize, Value, u32)>,
 }
 
 impl Compression {
@@ -206,15 +229,22 @@ impl Compression {
         make: &mut dyn FnMut(usize) -> Option<(Value, u32)>,
     ) -> Self {
         let roles: Vec<Option<Role>> = messages.iter().map(Role::of_message).collect();
-        let stubs = select(&roles, raw, settings, preserve_recent)
-            .into_iter()
-            .filter_map(|i| {
-                let (stub, tokens) = make(i)?;
-                // A stub that saves nothing is not worth the recall.
-                (tokens < raw[i]).then_some((i, stub, tokens))
-            })
-            .collect();
-        Self { stubs }
+        let selected = select(&roles, raw, settings, preserve_recent);
+        let mut render = |i: usize| {
+            let (stub, tokens) = make(i)?;
+            // A stub that saves nothing is not worth the recall.
+            (tokens < *raw.get(i)?).then_some((i, stub, tokens))
+        };
+        let stubs = selected.iter().filter_map(|&i| render(i)).collect();
+        let spare = if settings.with_fold {
+            eligible(&roles, raw, settings)
+                .filter(|i| selected.binary_search(i).is_err())
+                .filter_map(&mut render)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Self { stubs, spare }
     }
 
     /// Whether nothing is compressed.
@@ -237,9 +267,10 @@ impl Compression {
         self.find(i).map(|(_, stub, _)| stub)
     }
 
-    /// The stub tokens of message `i`, if it is compressed.
+    /// The stub tokens of message `i`, if it is compressed (or a fold
+    /// may compress it).
     pub fn tokens_of(&self, i: usize) -> Option<u32> {
-        self.find(i).map(|(_, _, tokens)| *tokens)
+        self.any(i).map(|(_, _, tokens)| *tokens)
     }
 
     fn find(&self, i: usize) -> Option<&(usize, Value, u32)> {
@@ -247,6 +278,32 @@ impl Compression {
             .binary_search_by_key(&i, |(j, _, _)| *j)
             .ok()
             .and_then(|at| self.stubs.get(at))
+    }
+
+    /// The stub of `i` from either list (selected, or one a fold may add).
+    fn any(&self, i: usize) -> Option<&(usize, Value, u32)> {
+        self.find(i).or_else(|| {
+            self.spare
+                .binary_search_by_key(&i, |(j, _, _)| *j)
+                .ok()
+                .and_then(|at| self.spare.get(at))
+        })
+    }
+
+    /// Each message's tokens as a stub where a fold may stub it (through
+    /// `unit`, e.g. calibration), else its entry of `counts` (the
+    /// planning counts); empty when a fold stubs nothing more.
+    pub fn stubbed(&self, counts: &[u32], unit: impl Fn(u32) -> u32) -> Vec<u32> {
+        if self.spare.is_empty() {
+            return Vec::new();
+        }
+        let mut out = counts.to_vec();
+        for (i, _, tokens) in &self.spare {
+            if let Some(c) = out.get_mut(*i) {
+                *c = unit(*tokens);
+            }
+        }
+        out
     }
 
     /// `counts` with each compressed message's count replaced by its
@@ -263,14 +320,25 @@ impl Compression {
 
     /// A view's layout with each compressed message shown as its stub.
     pub(crate) fn apply(&self, items: Vec<Item>) -> Vec<Item> {
-        if self.is_empty() {
+        self.apply_marked(items, 0)
+    }
+
+    /// [`Compression::apply`], and every message before `mark` that a fold
+    /// may stub shown as its stub too (the stubs a fold state keeps).
+    pub(crate) fn apply_marked(&self, items: Vec<Item>, mark: usize) -> Vec<Item> {
+        if self.is_empty() && (mark == 0 || self.spare.is_empty()) {
             return items;
         }
+        let stub = |i: usize| match self.find(i) {
+            Some(found) => Some(found),
+            None if i < mark => self.any(i),
+            None => None,
+        };
         items
             .into_iter()
             .map(|item| match item {
-                Item::Original(i) => match self.stub_of(i) {
-                    Some(stub) => Item::Stub(i, stub.clone()),
+                Item::Original(i) => match stub(i) {
+                    Some((_, v, _)) => Item::Stub(i, v.clone()),
                     None => Item::Original(i),
                 },
                 other => other,

@@ -1,7 +1,9 @@
 //! The view: what foldgate sends upstream instead of the full history.
 //!
-//! `view = pinned + [summary] + (kept user message) + M[p+covered..n)`.
-//! The pinned head is the leading run of `system`/`developer` messages.
+//! `view = pinned + (pins) + [summary] + (kept user message) + M[p+covered..n)`.
+//! The pinned head is the leading run of `system`/`developer` messages;
+//! pins are the covered messages `policy.pin` keeps (see [`super::pins`]),
+//! in order, ahead of the summary.
 //! Where the summary goes is the [`Placement`]:
 //!
 //! - `System` (default): its own `system` message right after the pinned head.
@@ -68,18 +70,22 @@ pub(crate) fn layout(
     };
     let p = pinned_len(messages);
     let text = state.render();
-    let mut items: Vec<Item> = Vec::with_capacity(messages.len() + 3 - state.covered);
+    let pins = &state.retained.pins;
+    let mut items: Vec<Item> = Vec::with_capacity(messages.len() + 3 + pins.len() - state.covered);
     let merged = match placement {
         Placement::Merge if p > 0 => merge_into(&messages[p - 1], &text),
         _ => None,
     };
     let kept = state.kept_user.map(|k| p + k);
     let first_after = kept.or(Some(p + state.covered).filter(|&i| i < messages.len()));
+    let pinned = pins.iter().map(|&k| Item::Original(p + k));
     if let Some(merged) = merged {
         items.extend((0..p - 1).map(Item::Original));
         items.push(Item::New(merged));
+        items.extend(pinned);
     } else {
         items.extend((0..p).map(Item::Original));
+        items.extend(pinned);
         let summary_role = if placement == Placement::User {
             "user"
         } else {

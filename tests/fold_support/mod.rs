@@ -119,6 +119,7 @@ pub fn decide_counted(
         values: ms,
         ids: &ids,
         counts,
+        stubbed: &[],
     };
     plan(request, Some(chain), policy, budget, &count, placement)
 }

@@ -262,9 +262,27 @@ impl Compression {
         self.stubs.iter().map(|(i, _, _)| *i)
     }
 
-    /// The stub of message `i`, if it is compressed.
+    /// The stub of message `i`, if it is compressed (or a fold may
+    /// compress it).
     pub fn stub_of(&self, i: usize) -> Option<&Value> {
-        self.find(i).map(|(_, stub, _)| stub)
+        self.any(i).map(|(_, stub, _)| stub)
+    }
+
+    /// Whether message `i` is compressed by the batch rule itself (not
+    /// only when a fold marks it).
+    pub fn is_selected(&self, i: usize) -> bool {
+        self.find(i).is_some()
+    }
+
+    /// Every message that is compressed or that a fold may compress,
+    /// ascending.
+    pub fn stubbable(&self) -> Vec<usize> {
+        let mut all: Vec<usize> = self
+            .indices()
+            .chain(self.spare.iter().map(|s| s.0))
+            .collect();
+        all.sort_unstable();
+        all
     }
 
     /// The stub tokens of message `i`, if it is compressed (or a fold
@@ -318,13 +336,9 @@ impl Compression {
         out
     }
 
-    /// A view's layout with each compressed message shown as its stub.
-    pub(crate) fn apply(&self, items: Vec<Item>) -> Vec<Item> {
-        self.apply_marked(items, 0)
-    }
-
-    /// [`Compression::apply`], and every message before `mark` that a fold
-    /// may stub shown as its stub too (the stubs a fold state keeps).
+    /// A view's layout with each compressed message shown as its stub, and
+    /// every message before `mark` that a fold may stub shown as its stub
+    /// too (the stubs a fold state keeps; 0: none).
     pub(crate) fn apply_marked(&self, items: Vec<Item>, mark: usize) -> Vec<Item> {
         if self.is_empty() && (mark == 0 || self.spare.is_empty()) {
             return items;
@@ -458,6 +472,7 @@ mod tests {
             min_tokens: 100,
             after_turns: 2,
             batch,
+            with_fold: true,
         }
     }
 

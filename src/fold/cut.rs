@@ -16,10 +16,11 @@
 //!   `x = L + 1` is skipped when `x = L` is itself a cut: both show the same
 //!   messages, and the plain one needs no kept message.
 //!
-//! Each valid cut has an expected view size: pinned + pins before the cut
-//! + summary reserve + overhead + kept user + tail (+ the `User`
+//! Each valid cut has an expected view size: pinned head, pins before the
+//! cut, summary reserve, overhead, kept user and tail (and the `User`
 //! placement's acknowledgement). Pins are never folded, so a cut must fold
 //! at least one message that is not a pin.
+//!
 //! The choice, in order:
 //!
 //! 1. tails of at least `preserve_recent` messages that fit the reset target

@@ -285,7 +285,8 @@ fn staying(items: &[LedgerItem], leaving: &[usize]) -> Vec<LedgerItem> {
     items
         .iter()
         .zip(leaves)
-        .filter_map(|(item, leaves)| (!leaves).then(|| item.clone()))
+        .filter(|(_, leaves)| !leaves)
+        .map(|(item, _)| item.clone())
         .collect()
 }
 

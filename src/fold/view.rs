@@ -150,7 +150,8 @@ pub fn build_view_with(
             return Err(FoldError::StateMismatch { id: s.id.clone() });
         }
     }
-    let items = compression.apply(layout(messages, state, placement));
+    let mark = state.map_or(0, |s| s.retained.stubs_before);
+    let items = compression.apply_marked(layout(messages, state, placement), mark);
     Ok(materialize(messages, items))
 }
 

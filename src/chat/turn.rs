@@ -43,11 +43,14 @@ pub struct Prepared {
     pub compressed: usize,
     /// Recalled excerpts injected before the last user message.
     pub injected: usize,
+    /// The identities of the forwarded messages, in order (for the
+    /// dashboard's cache-stable share).
+    pub view_ids: Arc<[u128]>,
 }
 
 impl Prepared {
     /// The client's request forwarded as it is, by this estimate.
-    pub fn untouched(estimate: &Estimate) -> Self {
+    pub fn untouched(estimate: &Estimate, ids: &[MessageId]) -> Self {
         Self {
             view: None,
             label: "none",
@@ -57,6 +60,7 @@ impl Prepared {
             warning: None,
             compressed: 0,
             injected: 0,
+            view_ids: ids.into(),
         }
     }
 }
@@ -377,7 +381,18 @@ impl Turn {
                 )
             }
         };
+        let view_ids: Arc<[u128]> = match &view {
+            None => self.data.ids.as_slice().into(),
+            Some(items) => items
+                .iter()
+                .map(|item| match item {
+                    Item::Original(i) => self.data.ids.get(*i).copied().unwrap_or_default(),
+                    Item::New(v) | Item::Stub(_, v) => crate::message::message_id(v),
+                })
+                .collect(),
+        };
         Prepared {
+            view_ids,
             view,
             label,
             tokens_in: estimate.input_tokens,

@@ -272,3 +272,46 @@ async fn without_pins_and_plan_tools_both_leave_the_view() {
         "{lost_instructions} {lost_todos} {last}"
     );
 }
+
+/// Over their budget the oldest pins fold: the fold that folds one says
+/// so in `x-foldgate-warning`, and the admin JSON (the dashboard's
+/// source) counts it.
+#[tokio::test]
+async fn over_the_pin_budget_the_oldest_pins_fold_with_a_warning() {
+    let llm = Llm::start().await;
+    // 0.01 of 6,000 tokens: no room for the ~100-token instructions.
+    let fg = Foldgate::start(&config(&llm, "pin_ratio = 0.01\n")).await;
+    let mut l = Loop::default();
+    let mut warned = None;
+    for k in 0..60 {
+        l.advance(k);
+        let reply = post_json(
+            &format!("{}/v1/chat/completions", fg.url),
+            &[
+                ("x-conversation-id", "budget"),
+                ("authorization", "Bearer sk-pins"),
+            ],
+            &l.chat(),
+        )
+        .await;
+        reply.assert_ok();
+        let warning = reply.header("x-foldgate-warning");
+        if warning.contains("pin_ratio") {
+            assert_eq!(reply.header("x-foldgate-fold"), "new");
+            warned = Some(k);
+            break;
+        }
+    }
+    assert!(warned.is_some(), "no fold warned about the pin budget");
+    let sent = llm.chat_requests().last().unwrap().to_string();
+    assert!(!holds_instructions(&sent), "the pin over budget was folded");
+    let state = common::send(
+        http::Method::GET,
+        &format!("{}/foldgate/conversations/budget", fg.url),
+        &[("authorization", "Bearer sk-pins")],
+        bytes::Bytes::new(),
+    )
+    .await
+    .json();
+    assert_eq!(state["states"][0]["pins_folded"], 1, "{state}");
+}

@@ -24,8 +24,8 @@ pub fn is_pin(message: &Value, policy: &Policy) -> bool {
 }
 
 /// The pins among `messages[from..to)` that stay within `budget` tokens,
-/// newest first kept, returned ascending, and how many older pins the
-/// budget folds. `skip` (the kept last user message) is never a pin: it is
+/// newest first kept, returned ascending, and the older pins over the
+/// budget (descending). `skip` (the kept last user message) is never a pin: it is
 /// shown anyway.
 pub(crate) fn choose(
     messages: &[Value],
@@ -34,20 +34,20 @@ pub(crate) fn choose(
     skip: Option<usize>,
     policy: &Policy,
     budget: u64,
-) -> (Vec<usize>, usize) {
+) -> (Vec<usize>, Vec<usize>) {
     let mut kept = Vec::new();
-    let mut over = 0;
+    let mut over = Vec::new();
     let mut used = 0u64;
     for i in (from..to.min(messages.len())).rev() {
         if Some(i) == skip || !is_pin(&messages[i], policy) {
             continue;
         }
         let tokens = u64::from(counts.get(i).copied().unwrap_or(0));
-        if over == 0 && used + tokens <= budget {
+        if over.is_empty() && used + tokens <= budget {
             used += tokens;
             kept.push(i);
         } else {
-            over += 1;
+            over.push(i);
         }
     }
     kept.reverse();
@@ -131,15 +131,15 @@ mod tests {
         let counts = [1, 10, 10, 10, 10];
         assert_eq!(
             choose(&ms, &counts, (1, 5), None, &policy, 100),
-            (vec![1, 3], 0)
+            (vec![1, 3], vec![])
         );
         assert_eq!(
             choose(&ms, &counts, (1, 5), None, &policy, 15),
-            (vec![3], 1)
+            (vec![3], vec![1])
         );
         assert_eq!(
             choose(&ms, &counts, (1, 5), Some(3), &policy, 100),
-            (vec![1], 0)
+            (vec![1], vec![])
         );
     }
 

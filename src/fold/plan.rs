@@ -268,7 +268,8 @@ pub fn plan<C: CountTokens + ?Sized>(
                     .filter(|&&i| i < c.cut && Some(i) != c.kept)
                     .map(|&i| i - p)
                     .collect(),
-                pins_folded: pins_over,
+                // Pins over the budget leave the view once a cut covers them.
+                pins_folded: pins_over.iter().filter(|&&i| i < c.cut).count(),
                 stubs_before: mark,
                 plan: plan_call,
             };

@@ -387,7 +387,10 @@ impl Turn {
                 .iter()
                 .map(|item| match item {
                     Item::Original(i) => self.data.ids.get(*i).copied().unwrap_or_default(),
-                    Item::New(v) | Item::Stub(_, v) => crate::message::message_id(v),
+                    // A stub is a pure function of its message: its identity
+                    // follows the message's, without hashing the stub again.
+                    Item::Stub(i, _) => !self.data.ids.get(*i).copied().unwrap_or_default(),
+                    Item::New(v) => crate::message::message_id(v),
                 })
                 .collect(),
         };

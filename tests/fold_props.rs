@@ -250,11 +250,17 @@ fn smallest_cut(ms: &[Value], base: Option<&FoldState>, s: &Setup) -> Option<u64
         .map(|(x, kept)| {
             let tail = suffix[x];
             let next_user = kept.is_some() || ms[x]["role"] == "user";
+            // The user-placed summary follows each pin with an acknowledgement.
+            let pin_acks = if s.placement == Placement::User {
+                ack * pins.range(..x).count() as u64
+            } else {
+                0
+            };
             let ack = if s.placement == Placement::User && next_user {
                 ack
             } else {
                 0
-            };
+            } + pin_acks;
             let pinned: u64 = pins.range(..x).map(|&i| u64::from(count(&ms[i]))).sum();
             fixed + pinned + tail + ack + kept.map_or(0, |k| u64::from(count(&ms[k])))
         })

@@ -141,17 +141,19 @@ pub(crate) fn candidates(input: &CutInput<'_>) -> Vec<Candidate> {
         suffix[i] = suffix[i + 1] + u64::from(input.counts[i]);
     }
     let pin = |i: usize| input.pinned.get(i).copied().unwrap_or(false);
-    // pins_before[x]: tokens and count of the pins before x.
-    let mut pins_before = vec![(0u64, 0usize); n + 1];
+    // pins_before[x]: tokens of the pins before x, how many of them are
+    // unfolded (at or after `start`), and how many in all.
+    let mut pins_before = vec![(0u64, 0usize, 0u64); n + 1];
     for i in 0..n {
-        let (t, c) = pins_before[i];
+        let (t, c, all) = pins_before[i];
         pins_before[i + 1] = if pin(i) {
             (
                 t + u64::from(input.counts[i]),
                 c + usize::from(i >= input.start),
+                all + 1,
             )
         } else {
-            (t, c)
+            (t, c, all)
         };
     }
     let last = n.saturating_sub(MIN_TAIL);
@@ -184,7 +186,10 @@ pub(crate) fn candidates(input: &CutInput<'_>) -> Vec<Candidate> {
             } else {
                 0
             };
-            let expected = input.fixed + pins_before[x].0 + kept_tokens + ack + suffix[x];
+            // The `User` placement follows each pin with an acknowledgement.
+            let pin_acks = input.ack * pins_before[x].2;
+            let expected =
+                input.fixed + pins_before[x].0 + pin_acks + kept_tokens + ack + suffix[x];
             Some(Candidate {
                 cut: x,
                 kept,

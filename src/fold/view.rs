@@ -13,7 +13,8 @@
 //!   back to `System`.
 //! - `User`: a `user` message. When the next message in the view is also a
 //!   `user` message, a fixed assistant message ([`ACK_TEXT`]) goes between
-//!   them so roles keep alternating for templates that require it.
+//!   them so roles keep alternating for templates that require it; so it
+//!   does after each pin.
 //!
 //! Kept messages are cloned untouched. The layout is a pure function of the
 //! messages, the state and the placement, so equal inputs give equal bytes.
@@ -85,7 +86,13 @@ pub(crate) fn layout(
         items.extend(pinned);
     } else {
         items.extend((0..p).map(Item::Original));
-        items.extend(pinned);
+        for pin in pinned {
+            items.push(pin);
+            // A user-placed summary follows: keep roles alternating.
+            if placement == Placement::User {
+                items.push(Item::New(ack_message()));
+            }
+        }
         let summary_role = if placement == Placement::User {
             "user"
         } else {

@@ -93,7 +93,7 @@ impl PlanCall {
     /// The plan section of the summary message.
     pub fn render(&self) -> String {
         format!(
-            "{PLAN_HEADING}\nThe newest `{}` call, verbatim (completed and pending items as it lists them):\n{}",
+            "{PLAN_HEADING}\nThe newest `{}` call folded so far, verbatim, with its completed and pending items (a later call in the conversation supersedes it):\n{}",
             self.tool, self.arguments
         )
     }

@@ -40,7 +40,8 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
         let bytes = read_body(incoming, limit).await?;
         let response = chat::handle(app, api, parts, bytes).await?;
         if let Some(key) = response.extensions().get::<ConvKey>() {
-            app.turns.record(key.clone(), response.headers());
+            let view = response.extensions().get::<crate::state::ViewIds>();
+            app.turns.record(key.clone(), response.headers(), view);
         }
         return Ok(response);
     }

@@ -122,6 +122,7 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
         } else {
             Compression::default()
         };
+        let counts = compression.counts(&estimate.messages, |c| estimate.calibrated(u64::from(c)));
         let turn = Turn {
             config,
             counter: &counter,
@@ -130,7 +131,8 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
             budget: &budget,
             messages,
             ids: &ids_of(messages),
-            counts: &compression.counts(&estimate.messages, |c| estimate.calibrated(u64::from(c))),
+            stubbed: &compression.stubbed(&counts, |c| estimate.calibrated(u64::from(c))),
+            counts: &counts,
         };
         let mut row = Row {
             line,
@@ -162,12 +164,15 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
                 row.fold = "reused";
             }
         }
-        row.covered = chain
-            .best_match(messages)
-            .filter(|_| row.fold != "none")
-            .map_or(0, |s| s.covered);
+        let applied = chain.best_match(messages).filter(|_| row.fold != "none");
+        row.covered = applied.map_or(0, |s| s.covered);
+        let mark = applied.map_or(0, |s| s.retained.stubs_before);
         let shown = fold::pinned_len(messages) + row.covered;
-        row.stubs = compression.indices().filter(|&i| i >= shown).count();
+        row.stubs = compression
+            .stubbable()
+            .into_iter()
+            .filter(|&i| i >= shown && (compression.is_selected(i) || i < mark))
+            .count();
         first.get_or_insert_with(|| (model.to_string(), provider.to_string(), policy, budget));
         rows.push(row);
     }
@@ -191,6 +196,7 @@ struct Turn<'a> {
     messages: &'a [Value],
     ids: &'a [fold::MessageId],
     counts: &'a [u32],
+    stubbed: &'a [u32],
 }
 
 impl Turn<'_> {
@@ -200,6 +206,7 @@ impl Turn<'_> {
             values: self.messages,
             ids: self.ids,
             counts: self.counts,
+            stubbed: self.stubbed,
         };
         let placement = self.config.summary.placement;
         fold::plan(

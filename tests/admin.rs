@@ -203,6 +203,13 @@ async fn a_conversation_shows_its_turns_failures_and_ledger() {
     assert_eq!(turns.len(), 2, "{state}");
     assert_eq!(turns[0]["fold"], "new");
     assert_eq!(turns[1]["fold"], "reused");
+    // The reused turn starts with every message the fold forwarded.
+    assert_eq!(turns[1]["stable"], true, "{state}");
+    assert_eq!(
+        state["cache_stable"],
+        serde_json::json!({"stable": 1, "requests": 1, "share": 1.0}),
+        "{state}"
+    );
     for turn in turns {
         assert!(
             turn["tokens_in"].as_u64() > turn["tokens_out"].as_u64(),

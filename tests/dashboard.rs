@@ -143,6 +143,11 @@ async fn the_dashboard_shows_a_folded_conversation_without_console_errors() {
         element(dom, "summary").contains("[foldgate] Summary"),
         "its current summary:\n{dom}"
     );
+    assert_eq!(
+        element(dom, "economy"),
+        "Cache-stable requests: 1 of 1 (100%).",
+        "the cache-stable share:\n{dom}"
+    );
     let timeline = block(dom, "timeline", "</table>");
     assert_eq!(
         timeline.matches("<tr>").count(),

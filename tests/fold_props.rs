@@ -38,7 +38,7 @@ use foldgate::fold::{
 use foldgate::message::Role;
 mod fold_support;
 
-use fold_support::decide_counted;
+use fold_support::decide_stubbed;
 use fold_support::invariants::{check_view_with, count, label, record_fold};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed};
@@ -104,10 +104,15 @@ fn build(pinned: u8, turns: &[Turn]) -> (Vec<Value>, Vec<usize>) {
     for (t, turn) in turns.iter().enumerate() {
         for (u, &tokens) in turn.users.iter().enumerate() {
             let label = format!("m{}-u{t}.{u}", ms.len());
+            let mut content = text(&label, tokens);
+            if turn.flags & 4 == 4 {
+                // A pin (policy.pin's defaults match the reminder).
+                content.push_str(" <system-reminder>");
+            }
             ms.push(if turn.flags & 1 == 1 {
-                json!({"role": "user", "name": "ann", "content": [{"type": "text", "text": text(&label, tokens)}]})
+                json!({"role": "user", "name": "ann", "content": [{"type": "text", "text": content}]})
             } else {
-                json!({"role": "user", "content": text(&label, tokens)})
+                json!({"role": "user", "content": content})
             });
         }
         points.push(ms.len());
@@ -161,6 +166,7 @@ fn setup() -> impl Strategy<Value = Setup> {
         0usize..8,
     );
     let budget = (400u32..8000, 0u32..=25, 0u32..150, 40u32..200);
+    let pin_ratio = 0.02f64..0.4;
     let placement = prop_oneof![
         Just(Placement::System),
         Just(Placement::Merge),
@@ -180,29 +186,33 @@ fn setup() -> impl Strategy<Value = Setup> {
                 min_tokens,
                 after_turns,
                 batch,
+                with_fold: true,
             },
         );
-    (policy, budget, placement, compress).prop_map(|(p, b, placement, compress)| Setup {
-        policy: Policy {
-            trigger_ratio: p.0,
-            reset_ratio: p.1.min(p.0),
-            preserve_recent: p.2,
-            overflow_buffer: p.3,
-            safety_user_turns: p.4,
-            cooldown_messages: p.5,
-            min_messages: p.6,
-            ..Policy::default()
+    (policy, budget, placement, compress, pin_ratio).prop_map(
+        |(p, b, placement, compress, pin_ratio)| Setup {
+            policy: Policy {
+                pin_ratio,
+                trigger_ratio: p.0,
+                reset_ratio: p.1.min(p.0),
+                preserve_recent: p.2,
+                overflow_buffer: p.3,
+                safety_user_turns: p.4,
+                cooldown_messages: p.5,
+                min_messages: p.6,
+                ..Policy::default()
+            },
+            budget: Budget {
+                context_window: b.0,
+                output_reserve: b.0 * b.1 / 100,
+                overhead: b.2,
+                summary_reserve: b.3,
+                now_unix: 0,
+            },
+            placement,
+            compress,
         },
-        budget: Budget {
-            context_window: b.0,
-            output_reserve: b.0 * b.1 / 100,
-            overhead: b.2,
-            summary_reserve: b.3,
-            now_unix: 0,
-        },
-        placement,
-        compress,
-    })
+    )
 }
 
 // ---- the oracle -------------------------------------------------------------
@@ -217,6 +227,7 @@ fn smallest_cut(ms: &[Value], base: Option<&FoldState>, s: &Setup) -> Option<u64
     let guard = last_user.filter(|&l| l >= start || Some(l) == old_kept);
     let fixed: u64 = ms[..p].iter().map(|m| u64::from(count(m))).sum::<u64>()
         + u64::from(s.budget.summary_reserve + s.budget.overhead);
+    let pins = pins_within_budget(ms, s);
     let ack = u64::from(count(&json!({"role": "assistant", "content": "Noted."})));
     let mut suffix = vec![0u64; n + 1];
     for i in (0..n).rev() {
@@ -226,21 +237,69 @@ fn smallest_cut(ms: &[Value], base: Option<&FoldState>, s: &Setup) -> Option<u64
         .filter(|&x| x < n && ms[x]["role"] != "tool")
         .filter_map(|x| {
             let kept = guard.filter(|&l| x > l);
-            let folded = (start..x).filter(|&i| Some(i) != kept).count()
-                + usize::from(old_kept.is_some() && old_kept != kept);
+            let folded = (start..x)
+                .filter(|&i| Some(i) != kept && !pins.contains(&i))
+                .count()
+                + usize::from(
+                    old_kept.is_some()
+                        && old_kept != kept
+                        && !old_kept.is_some_and(|k| pins.contains(&k)),
+                );
             (folded > 0).then_some((x, kept))
         })
         .map(|(x, kept)| {
             let tail = suffix[x];
             let next_user = kept.is_some() || ms[x]["role"] == "user";
+            // The user-placed summary follows each pin with an acknowledgement.
+            let pin_acks = if s.placement == Placement::User {
+                ack * pins.range(..x).count() as u64
+            } else {
+                0
+            };
             let ack = if s.placement == Placement::User && next_user {
                 ack
             } else {
                 0
-            };
-            fixed + tail + ack + kept.map_or(0, |k| u64::from(count(&ms[k])))
+            } + pin_acks;
+            let pinned: u64 = pins.range(..x).map(|&i| u64::from(count(&ms[i]))).sum();
+            fixed + pinned + tail + ack + kept.map_or(0, |k| u64::from(count(&ms[k])))
         })
         .min()
+}
+
+/// The pins of `ms` (user messages with a system reminder, but the last
+/// user message), newest first while they fit the pin budget: the oracle's
+/// own reading of `policy.pin_ratio`.
+fn pins_within_budget(ms: &[Value], s: &Setup) -> BTreeSet<usize> {
+    let p = pinned_len(ms);
+    let last_user = ms.iter().rposition(|m| m["role"] == "user");
+    let budget = (s.policy.pin_ratio * f64::from(s.budget.context_window)).floor() as u64;
+    let mut used = 0;
+    let mut pins = BTreeSet::new();
+    for i in (p..ms.len()).rev() {
+        if Some(i) == last_user
+            || ms[i]["role"] != "user"
+            || !ms[i].to_string().contains("<system-reminder>")
+        {
+            continue;
+        }
+        used += u64::from(count(&ms[i]));
+        if used > budget {
+            break;
+        }
+        pins.insert(i);
+    }
+    pins
+}
+
+/// Every pin of `ms` (see [`pins_within_budget`]), whatever the budget.
+fn all_pins(ms: &[Value]) -> Vec<usize> {
+    let p = pinned_len(ms);
+    let last_user = ms.iter().rposition(|m| m["role"] == "user");
+    (p..ms.len())
+        .filter(|&i| Some(i) != last_user && ms[i]["role"] == "user")
+        .filter(|&i| ms[i].to_string().contains("<system-reminder>"))
+        .collect()
 }
 
 fn tokens(view: &[Value], s: &Setup) -> u64 {
@@ -298,8 +357,17 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) -> usize {
             &count,
         );
         let counts = compression.counts(&raw, |c| c);
+        let stubbed = compression.stubbed(&counts, |c| c);
         let decide = |chain: &FoldChain| {
-            decide_counted(ms, &counts, chain, &s.policy, &s.budget, s.placement, count)
+            decide_stubbed(
+                ms,
+                (&counts, &stubbed),
+                chain,
+                &s.policy,
+                &s.budget,
+                s.placement,
+                count,
+            )
         };
         // The costly cross-checks (each rehashes the history) run every 4th step.
         let thorough = step % 4 == 0;
@@ -355,6 +423,17 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) -> usize {
             }
         };
         let stubbed = check_view_with(ms, &index, &view, state.as_ref(), &folds, &compression);
+        // Pins never leave the view while their budget holds (pins only
+        // accumulate, so it held on every earlier request too).
+        let pins = all_pins(ms);
+        if pins.len() == pins_within_budget(ms, s).len() {
+            for &i in &pins {
+                assert!(
+                    view.iter().any(|m| *m == ms[i]),
+                    "pin {i} left the view within its budget"
+                );
+            }
+        }
         shown_stubs += stubbed.len();
         for &i in &stubbed {
             let bytes = serde_json::to_vec(compression.stub_of(i).unwrap()).unwrap();

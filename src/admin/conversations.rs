@@ -81,6 +81,19 @@ fn overview(app: &App, key: &ConvKey, chain: &FoldChain) -> Value {
         "tokens_after": latest.map(|s| s.tokens_after),
         "failures": failures(app, key),
         "saved": app.turns.of(key).iter().map(|t| u64::from(t.tokens_in.saturating_sub(t.tokens_out))).sum::<u64>(),
+        "cache_stable": cache_stable(app, key),
+        "pins_folded": latest.map(|s| s.retained.pins_folded),
+    })
+}
+
+/// The conversation's cache-stable share in this process: requests whose
+/// forwarded messages start with every message of the previous request's.
+fn cache_stable(app: &App, key: &ConvKey) -> Value {
+    let (stable, requests) = app.turns.cache_stable(key);
+    json!({
+        "stable": stable,
+        "requests": requests,
+        "share": (requests > 0).then(|| stable as f64 / requests as f64),
     })
 }
 
@@ -139,6 +152,8 @@ pub async fn one(app: &App, access: &Access, id: &str) -> Result<Value, ApiError
                 "ledger": latest.map(|s| s.ledger.render()),
                 "failures": failures(app, key),
                 "turns": app.turns.of(key),
+                "cache_stable": cache_stable(app, key),
+                "pins_folded": latest.map(|s| s.retained.pins_folded),
             })
         })
         .collect();

@@ -169,7 +169,7 @@ pub(super) async fn route(
     if prefold || evaluate(&seen, &policy, &budget).is_some() || compress() {
         return Ok(full(key, ids, estimate, None));
     }
-    let prepared = Prepared::untouched(&estimate);
+    let prepared = Prepared::untouched(&estimate, &ids);
     Ok(Look {
         untouched: Some(prepared),
         ..full(key, ids, estimate, None)

@@ -247,7 +247,13 @@ impl Turn {
             ..FoldState::after(&plan, summary, ledger, now_unix())
         }
         .with_summarizer(&outcome.model, outcome.latency, outcome.calls);
-        let prepared = self.prepared(Some(&state), "new", None);
+        let pins_folded = state.retained.pins_folded;
+        let warning = (pins_folded > 0)
+            .then_some("pinned messages over policy.pin_ratio: the oldest were folded");
+        if pins_folded > 0 {
+            tracing::warn!(target: "foldgate::fold", conversation, pins_folded, "pinned messages over their budget (policy.pin_ratio); the oldest were folded");
+        }
+        let prepared = self.prepared(Some(&state), "new", warning);
         // Archived first: a fold whose messages the archive cannot hold is
         // not made, so nothing leaves the view unarchived.
         let archived = match &self.data.key {

@@ -207,6 +207,9 @@ fn annotate(
 ) {
     if let Some(key) = key {
         response.extensions_mut().insert(key);
+        response
+            .extensions_mut()
+            .insert(crate::state::ViewIds(prepared.view_ids.clone()));
     }
     let headers = response.headers_mut();
     headers.insert("x-foldgate-fold", HeaderValue::from_static(prepared.label));

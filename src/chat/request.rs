@@ -95,8 +95,8 @@ impl ChatRequest {
                 tracing::debug!(api = api.as_str(), why, "forwarded untouched");
                 Look {
                     key: None,
+                    untouched: Some(Prepared::untouched(&estimate, &ids)),
                     ids,
-                    untouched: Some(Prepared::untouched(&estimate)),
                     estimate,
                     chain: None,
                 }

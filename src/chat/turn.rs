@@ -43,11 +43,14 @@ pub struct Prepared {
     pub compressed: usize,
     /// Recalled excerpts injected before the last user message.
     pub injected: usize,
+    /// The identities of the forwarded messages, in order (for the
+    /// dashboard's cache-stable share).
+    pub view_ids: Arc<[u128]>,
 }
 
 impl Prepared {
     /// The client's request forwarded as it is, by this estimate.
-    pub fn untouched(estimate: &Estimate) -> Self {
+    pub fn untouched(estimate: &Estimate, ids: &[MessageId]) -> Self {
         Self {
             view: None,
             label: "none",
@@ -57,6 +60,7 @@ impl Prepared {
             warning: None,
             compressed: 0,
             injected: 0,
+            view_ids: ids.into(),
         }
     }
 }
@@ -81,6 +85,9 @@ pub(super) struct TurnData {
     /// Each message's calibrated tokens, from the estimate; a compressed
     /// message's are its stub's (planning sees the compressed view).
     pub counts: Vec<u32>,
+    /// Each message's calibrated tokens as a stub a fold may add, else its
+    /// count (empty: a fold adds no stubs).
+    pub stubbed: Vec<u32>,
     /// The messages the view shows as stubs (older-turn compression).
     pub compression: Compression,
     pub policy: Policy,
@@ -133,6 +140,7 @@ impl Turn {
         );
         let data = TurnData {
             counts: compression.counts(&estimate.messages, |c| estimate.calibrated(u64::from(c))),
+            stubbed: Vec::new(),
             compression,
             policy,
             model,
@@ -148,6 +156,10 @@ impl Turn {
             api,
             placement: api.placement(config.summary.placement),
         };
+        let mut data = data;
+        data.stubbed = data
+            .compression
+            .stubbed(&data.counts, |c| data.estimate.calibrated(u64::from(c)));
         let budget = Budget::for_request(config, &data.policy, &data.estimate, now_unix());
         Self {
             app: app.clone(),
@@ -295,6 +307,7 @@ impl Turn {
             values: &self.data.messages,
             ids: &self.data.ids,
             counts: &self.data.counts,
+            stubbed: &self.data.stubbed,
         }
     }
 
@@ -364,7 +377,8 @@ impl Turn {
         let (view, raw_out, compressed) = match items {
             None => (None, u64::from(estimate.raw_input_tokens), 0),
             Some(items) => {
-                let items = compression.apply(items);
+                let mark = state.map_or(0, |s| s.retained.stubs_before);
+                let items = compression.apply_marked(items, mark);
                 let mut compressed = 0;
                 let counted: u64 = items
                     .iter()
@@ -385,7 +399,21 @@ impl Turn {
                 )
             }
         };
+        let view_ids: Arc<[u128]> = match &view {
+            None => self.data.ids.as_slice().into(),
+            Some(items) => items
+                .iter()
+                .map(|item| match item {
+                    Item::Original(i) => self.data.ids.get(*i).copied().unwrap_or_default(),
+                    // A stub is a pure function of its message: its identity
+                    // follows the message's, without hashing the stub again.
+                    Item::Stub(i, _) => !self.data.ids.get(*i).copied().unwrap_or_default(),
+                    Item::New(v) => crate::message::message_id(v),
+                })
+                .collect(),
+        };
         Prepared {
+            view_ids,
             view,
             label,
             tokens_in: estimate.input_tokens,

@@ -26,6 +26,11 @@ pub struct Compress {
     /// Stubs change the view only when this many new candidates have
     /// accumulated, so the prompt prefix stays stable between batches.
     pub batch: usize,
+    /// A fold also stubs every long tool result before the preserved tail
+    /// (the batch that is due rides on the fold's rewrite) and, when the
+    /// preserved tail alone is over the reset target, the tail's older
+    /// ones: one rewrite, one prompt-cache miss, and the next fold far away.
+    pub with_fold: bool,
 }
 
 impl Default for Compress {
@@ -36,6 +41,7 @@ impl Default for Compress {
             min_tokens: 500,
             after_turns: 3,
             batch: 4,
+            with_fold: true,
         }
     }
 }
@@ -67,6 +73,9 @@ pub struct CompressOverrides {
     /// See [`Compress::batch`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batch: Option<usize>,
+    /// See [`Compress::with_fold`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub with_fold: Option<bool>,
 }
 
 impl CompressOverrides {
@@ -75,7 +84,14 @@ impl CompressOverrides {
         macro_rules! take {
             ($($k:ident),*) => { $(if let Some(v) = self.$k { base.$k = v; })* };
         }
-        take!(enabled, assistant, min_tokens, after_turns, batch);
+        take!(
+            enabled,
+            assistant,
+            min_tokens,
+            after_turns,
+            batch,
+            with_fold
+        );
     }
 
     /// Checks ranges; `at` names the level (e.g. `compress`) for the message.

@@ -3,6 +3,7 @@
 //! Every knob can be set in `[policy]`, in `[providers.NAME.policy]` and in
 //! `[models."glob"]`; the most specific level that sets a knob wins.
 
+use super::pins::{DEFAULT_PLAN_TOOLS, Patterns};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -23,8 +24,9 @@ pub enum Mode {
 pub struct Policy {
     /// Fold when the view's estimated tokens reach this share of the window.
     pub trigger_ratio: f64,
-    /// A fold shrinks the view to at most this share of the window
-    /// (hysteresis: the next token trigger is far away).
+    /// A fold shrinks the view to at most this share of the window, the
+    /// recent messages counted in tokens (hysteresis: the next trigger is
+    /// far away, so folds, and the prompt-cache misses they cost, are few).
     pub reset_ratio: f64,
     /// Messages at the end of the conversation always kept verbatim.
     pub preserve_recent: usize,
@@ -54,13 +56,23 @@ pub struct Policy {
     /// `preserve_recent` messages are unfolded (off when unset).
     #[serde(with = "humantime_serde")]
     pub idle_fold_after: Option<Duration>,
+    /// Regular expressions: a user (or later system) message whose text
+    /// matches one is never folded; it stays verbatim, in order, ahead of
+    /// the summary (agent instruction files, system reminders).
+    pub pin: Patterns,
+    /// Pinned messages may take at most this share of the window; over it,
+    /// the oldest pins fold (with a warning).
+    pub pin_ratio: f64,
+    /// Tools whose newest call (with its arguments) is the current plan,
+    /// rendered verbatim under its own heading in the summary.
+    pub plan_tools: Vec<String>,
 }
 
 impl Default for Policy {
     fn default() -> Self {
         Self {
             trigger_ratio: 0.80,
-            reset_ratio: 0.70,
+            reset_ratio: 0.50,
             preserve_recent: 6,
             overflow_buffer: 0,
             safety_user_turns: 0,
@@ -71,6 +83,9 @@ impl Default for Policy {
             summary_ratio: 0.15,
             max_depth: 0,
             idle_fold_after: None,
+            pin: Patterns::defaults(),
+            pin_ratio: 0.20,
+            plan_tools: DEFAULT_PLAN_TOOLS.iter().map(|t| t.to_string()).collect(),
         }
     }
 }
@@ -120,6 +135,15 @@ pub struct PolicyOverrides {
         skip_serializing_if = "Option::is_none"
     )]
     pub idle_fold_after: Option<Duration>,
+    /// See [`Policy::pin`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin: Option<Patterns>,
+    /// See [`Policy::pin_ratio`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin_ratio: Option<f64>,
+    /// See [`Policy::plan_tools`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_tools: Option<Vec<String>>,
 }
 
 impl PolicyOverrides {
@@ -139,10 +163,17 @@ impl PolicyOverrides {
             prefold_ratio,
             mode,
             summary_ratio,
-            max_depth
+            max_depth,
+            pin_ratio
         );
         if self.idle_fold_after.is_some() {
             base.idle_fold_after = self.idle_fold_after;
+        }
+        if let Some(pin) = &self.pin {
+            base.pin = pin.clone();
+        }
+        if let Some(tools) = &self.plan_tools {
+            base.plan_tools = tools.clone();
         }
     }
 
@@ -153,6 +184,7 @@ impl PolicyOverrides {
             ("reset_ratio", self.reset_ratio),
             ("prefold_ratio", self.prefold_ratio),
             ("summary_ratio", self.summary_ratio),
+            ("pin_ratio", self.pin_ratio),
         ];
         for (name, value) in ratios {
             if let Some(v) = value {
@@ -211,7 +243,7 @@ mod tests {
         let p = resolve(&[&global, &provider, &model]);
         assert_eq!(p.trigger_ratio, 0.9);
         assert_eq!(p.preserve_recent, 4);
-        assert_eq!(p.reset_ratio, 0.70);
+        assert_eq!(p.reset_ratio, 0.50);
     }
 
     #[test]
@@ -235,10 +267,10 @@ mod tests {
     #[test]
     fn reset_never_exceeds_trigger() {
         let global = PolicyOverrides {
-            trigger_ratio: Some(0.5),
+            trigger_ratio: Some(0.4),
             ..Default::default()
         };
-        assert_eq!(resolve(&[&global]).reset_ratio, 0.5);
+        assert_eq!(resolve(&[&global]).reset_ratio, 0.4);
     }
 
     #[test]

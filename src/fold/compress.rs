@@ -99,6 +99,26 @@ pub fn select(
     out
 }
 
+/// The messages a fold may stub (`compress.with_fold`): long tool results
+/// (and, with `compress.assistant`, answers) outside the pinned head, never
+/// the last message, whatever turns follow them.
+fn eligible<'r>(
+    roles: &'r [Option<Role>],
+    tokens: &'r [u32],
+    settings: &'r Compress,
+) -> impl Iterator<Item = usize> + 'r {
+    let n = roles.len().min(tokens.len());
+    let pinned = pinned_count(roles.iter().copied());
+    (pinned..n.saturating_sub(1)).filter(move |&i| {
+        let kind = match roles[i] {
+            Some(Role::Tool) => settings.enabled,
+            Some(Role::Assistant) => settings.assistant,
+            _ => false,
+        };
+        kind && tokens[i] >= settings.min_tokens
+    })
+}
+
 /// The specifics a stub of `message` lists: the artifacts of its text (an
 /// assistant message's content only; its tool calls stay in the stub), in
 /// order of appearance, single-line and at most [`MAX_ITEM_CHARS`] long,
@@ -175,6 +195,9 @@ pub fn stub(messages: &[Value], i: usize, tokens: u32, recall: bool) -> Option<V
 pub struct Compression {
     /// `(index, stub, stub tokens)`, ascending by index.
     stubs: Vec<(usize, Value, u32)>,
+    /// The same for the other messages a fold may stub
+    /// (`compress.with_fold`): long tool results not selected yet.
+    spare: Vec<(usize, Value, u32)>,
 }
 
 impl Compression {
@@ -206,15 +229,22 @@ impl Compression {
         make: &mut dyn FnMut(usize) -> Option<(Value, u32)>,
     ) -> Self {
         let roles: Vec<Option<Role>> = messages.iter().map(Role::of_message).collect();
-        let stubs = select(&roles, raw, settings, preserve_recent)
-            .into_iter()
-            .filter_map(|i| {
-                let (stub, tokens) = make(i)?;
-                // A stub that saves nothing is not worth the recall.
-                (tokens < raw[i]).then_some((i, stub, tokens))
-            })
-            .collect();
-        Self { stubs }
+        let selected = select(&roles, raw, settings, preserve_recent);
+        let mut render = |i: usize| {
+            let (stub, tokens) = make(i)?;
+            // A stub that saves nothing is not worth the recall.
+            (tokens < *raw.get(i)?).then_some((i, stub, tokens))
+        };
+        let stubs = selected.iter().filter_map(|&i| render(i)).collect();
+        let spare = if settings.with_fold {
+            eligible(&roles, raw, settings)
+                .filter(|i| selected.binary_search(i).is_err())
+                .filter_map(&mut render)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Self { stubs, spare }
     }
 
     /// Whether nothing is compressed.
@@ -232,14 +262,33 @@ impl Compression {
         self.stubs.iter().map(|(i, _, _)| *i)
     }
 
-    /// The stub of message `i`, if it is compressed.
+    /// The stub of message `i`, if it is compressed (or a fold may
+    /// compress it).
     pub fn stub_of(&self, i: usize) -> Option<&Value> {
-        self.find(i).map(|(_, stub, _)| stub)
+        self.any(i).map(|(_, stub, _)| stub)
     }
 
-    /// The stub tokens of message `i`, if it is compressed.
+    /// Whether message `i` is compressed by the batch rule itself (not
+    /// only when a fold marks it).
+    pub fn is_selected(&self, i: usize) -> bool {
+        self.find(i).is_some()
+    }
+
+    /// Every message that is compressed or that a fold may compress,
+    /// ascending.
+    pub fn stubbable(&self) -> Vec<usize> {
+        let mut all: Vec<usize> = self
+            .indices()
+            .chain(self.spare.iter().map(|s| s.0))
+            .collect();
+        all.sort_unstable();
+        all
+    }
+
+    /// The stub tokens of message `i`, if it is compressed (or a fold
+    /// may compress it).
     pub fn tokens_of(&self, i: usize) -> Option<u32> {
-        self.find(i).map(|(_, _, tokens)| *tokens)
+        self.any(i).map(|(_, _, tokens)| *tokens)
     }
 
     fn find(&self, i: usize) -> Option<&(usize, Value, u32)> {
@@ -247,6 +296,32 @@ impl Compression {
             .binary_search_by_key(&i, |(j, _, _)| *j)
             .ok()
             .and_then(|at| self.stubs.get(at))
+    }
+
+    /// The stub of `i` from either list (selected, or one a fold may add).
+    fn any(&self, i: usize) -> Option<&(usize, Value, u32)> {
+        self.find(i).or_else(|| {
+            self.spare
+                .binary_search_by_key(&i, |(j, _, _)| *j)
+                .ok()
+                .and_then(|at| self.spare.get(at))
+        })
+    }
+
+    /// Each message's tokens as a stub where a fold may stub it (through
+    /// `unit`, e.g. calibration), else its entry of `counts` (the
+    /// planning counts); empty when a fold stubs nothing more.
+    pub fn stubbed(&self, counts: &[u32], unit: impl Fn(u32) -> u32) -> Vec<u32> {
+        if self.spare.is_empty() {
+            return Vec::new();
+        }
+        let mut out = counts.to_vec();
+        for (i, _, tokens) in &self.spare {
+            if let Some(c) = out.get_mut(*i) {
+                *c = unit(*tokens);
+            }
+        }
+        out
     }
 
     /// `counts` with each compressed message's count replaced by its
@@ -261,16 +336,23 @@ impl Compression {
         out
     }
 
-    /// A view's layout with each compressed message shown as its stub.
-    pub(crate) fn apply(&self, items: Vec<Item>) -> Vec<Item> {
-        if self.is_empty() {
+    /// A view's layout with each compressed message shown as its stub, and
+    /// every message before `mark` that a fold may stub shown as its stub
+    /// too (the stubs a fold state keeps; 0: none).
+    pub(crate) fn apply_marked(&self, items: Vec<Item>, mark: usize) -> Vec<Item> {
+        if self.is_empty() && (mark == 0 || self.spare.is_empty()) {
             return items;
         }
+        let stub = |i: usize| match self.find(i) {
+            Some(found) => Some(found),
+            None if i < mark => self.any(i),
+            None => None,
+        };
         items
             .into_iter()
             .map(|item| match item {
-                Item::Original(i) => match self.stub_of(i) {
-                    Some(stub) => Item::Stub(i, stub.clone()),
+                Item::Original(i) => match stub(i) {
+                    Some((_, v, _)) => Item::Stub(i, v.clone()),
                     None => Item::Original(i),
                 },
                 other => other,
@@ -379,93 +461,4 @@ pub fn tool_name(messages: &[Value], i: usize) -> Option<&str> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn settings(batch: usize) -> Compress {
-        Compress {
-            enabled: true,
-            assistant: false,
-            min_tokens: 100,
-            after_turns: 2,
-            batch,
-        }
-    }
-
-    #[test]
-    fn candidates_are_old_long_tool_results_in_batches() {
-        use Role::*;
-        let roles: Vec<Option<Role>> = [
-            Pinned, User, Assistant, Tool, Assistant, Tool, Tool, Assistant, Tool, User, Assistant,
-            Tool, Assistant,
-        ]
-        .into_iter()
-        .map(Some)
-        .collect();
-        let tokens = [50, 500, 500, 500, 10, 50, 500, 10, 500, 500, 10, 500, 10];
-        // Turns start at 1, 3, 5, 8, 9, 11; index 8 has two after it, 11 none.
-        assert_eq!(select(&roles, &tokens, &settings(1), 2), [3, 6, 8]);
-        assert_eq!(select(&roles, &tokens, &settings(2), 2), [3, 6]);
-        assert_eq!(
-            select(&roles, &tokens, &settings(4), 2),
-            Vec::<usize>::new()
-        );
-        // The preserved tail is never compressed.
-        assert_eq!(select(&roles, &tokens, &settings(1), 6), [3, 6]);
-        let assistant = Compress {
-            assistant: true,
-            ..settings(1)
-        };
-        assert_eq!(select(&roles, &tokens, &assistant, 2), [2, 3, 6, 8]);
-    }
-
-    #[test]
-    fn a_stub_keeps_the_pair_and_names_what_it_was() {
-        let long = format!(
-            "total 4 files in /srv/app\n{}\nlistening on port 5433",
-            "x ".repeat(400)
-        );
-        let ms = vec![
-            json!({"role": "assistant", "content": null, "tool_calls": [
-                {"id": "call_7", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}),
-            json!({"role": "tool", "tool_call_id": "call_7", "name": "bash", "content": long}),
-        ];
-        let s = stub(&ms, 1, 420, true).unwrap();
-        assert_eq!(s["role"], "tool");
-        assert_eq!(s["tool_call_id"], "call_7");
-        assert_eq!(s["name"], "bash");
-        let text = s["content"].as_str().unwrap();
-        assert!(text.starts_with(STUB_PREFIX), "{text}");
-        assert!(text.contains("`bash`, call `call_7`; 420 tokens"), "{text}");
-        assert!(
-            text.contains("First line: total 4 files in /srv/app"),
-            "{text}"
-        );
-        assert!(
-            text.contains("- /srv/app") && text.contains("port 5433"),
-            "{text}"
-        );
-        assert!(text.contains("query \"call_7\""), "{text}");
-        assert_eq!(
-            stub(&ms, 1, 420, true),
-            Some(s),
-            "the same bytes every time"
-        );
-        let quiet = stub(&ms, 1, 420, false).unwrap();
-        assert!(!quiet.to_string().contains("foldgate_recall"), "{quiet}");
-        // A stub that is not smaller than its message is not used.
-        let count = |m: &Value| m["content"].as_str().map_or(0, |t| t.len() as u32 / 4);
-        let all = Compress {
-            min_tokens: 0,
-            after_turns: 1,
-            batch: 1,
-            ..Compress::default()
-        };
-        let mut ms = ms;
-        ms.push(json!({"role": "user", "content": "next"}));
-        let raw = [10, 420, 1];
-        assert_eq!(Compression::of(&ms, &raw, &all, 1, true, &count).len(), 1);
-        assert!(Compression::of(&ms, &[10, 20, 1], &all, 1, true, &count).is_empty());
-    }
-}
+mod tests;

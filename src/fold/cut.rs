@@ -16,8 +16,11 @@
 //!   `x = L + 1` is skipped when `x = L` is itself a cut: both show the same
 //!   messages, and the plain one needs no kept message.
 //!
-//! Each valid cut has an expected view size: pinned + summary reserve +
-//! overhead + kept user + tail (+ the `User` placement's acknowledgement).
+//! Each valid cut has an expected view size: pinned head, pins before the
+//! cut, summary reserve, overhead, kept user and tail (and the `User`
+//! placement's acknowledgement). Pins are never folded, so a cut must fold
+//! at least one message that is not a pin.
+//!
 //! The choice, in order:
 //!
 //! 1. tails of at least `preserve_recent` messages that fit the reset target
@@ -45,8 +48,11 @@ pub const MIN_TAIL: usize = 2;
 #[derive(Debug, Clone)]
 pub(crate) struct CutInput<'a> {
     pub messages: &'a [Value],
-    /// Per-message token counts.
+    /// Per-message token counts (stubs counted as stubs).
     pub counts: &'a [u32],
+    /// `pinned[i]`: message `i` is a pin, shown ahead of the summary when
+    /// the cut covers it (empty: no pins).
+    pub pinned: &'a [bool],
     /// First unfolded message.
     pub start: usize,
     /// The message the applied state keeps verbatim, if any.
@@ -134,6 +140,22 @@ pub(crate) fn candidates(input: &CutInput<'_>) -> Vec<Candidate> {
     for i in (0..n).rev() {
         suffix[i] = suffix[i + 1] + u64::from(input.counts[i]);
     }
+    let pin = |i: usize| input.pinned.get(i).copied().unwrap_or(false);
+    // pins_before[x]: tokens of the pins before x, how many of them are
+    // unfolded (at or after `start`), and how many in all.
+    let mut pins_before = vec![(0u64, 0usize, 0u64); n + 1];
+    for i in 0..n {
+        let (t, c, all) = pins_before[i];
+        pins_before[i + 1] = if pin(i) {
+            (
+                t + u64::from(input.counts[i]),
+                c + usize::from(i >= input.start),
+                all + 1,
+            )
+        } else {
+            (t, c, all)
+        };
+    }
     let last = n.saturating_sub(MIN_TAIL);
     (input.start..=last)
         .filter(|&x| x < n && !blocked[x])
@@ -142,19 +164,32 @@ pub(crate) fn candidates(input: &CutInput<'_>) -> Vec<Candidate> {
             if guard.is_some_and(|l| x == l + 1 && l > input.start && !blocked[l]) {
                 return None; // the same view as the cut at the last user message
             }
-            let folded = (x - input.start) - usize::from(kept.is_some_and(|k| k >= input.start))
-                + usize::from(input.old_kept.is_some() && input.old_kept != kept);
+            let kept_pin = kept.is_some_and(pin);
+            let folded = (x - input.start)
+                - usize::from(kept.is_some_and(|k| k >= input.start) && !kept_pin)
+                - pins_before[x].1
+                + usize::from(
+                    input.old_kept.is_some()
+                        && input.old_kept != kept
+                        && !input.old_kept.is_some_and(pin),
+                );
             if folded == 0 {
                 return None;
             }
             let user_start = is_role(&ms[x], Role::User);
-            let kept_tokens = kept.map_or(0, |k| u64::from(input.counts[k]));
+            // A kept pin is shown once, as the kept message.
+            let kept_tokens = kept
+                .filter(|&k| !pin(k))
+                .map_or(0, |k| u64::from(input.counts[k]));
             let ack = if kept.is_some() || user_start {
                 input.ack
             } else {
                 0
             };
-            let expected = input.fixed + kept_tokens + ack + suffix[x];
+            // The `User` placement follows each pin with an acknowledgement.
+            let pin_acks = input.ack * pins_before[x].2;
+            let expected =
+                input.fixed + pins_before[x].0 + pin_acks + kept_tokens + ack + suffix[x];
             Some(Candidate {
                 cut: x,
                 kept,

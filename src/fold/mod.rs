@@ -10,8 +10,11 @@
 //! agent loop, shown verbatim). The view is
 //!
 //! ```text
-//! pinned + [summary] + (M[p + kept_user]) + M[p + covered..n)
+//! pinned + (pins) + [summary] + (M[p + kept_user]) + M[p + covered..n)
 //! ```
+//!
+//! Pins ([`pins`]) are covered messages the state shows verbatim; the
+//! summary stands for the others.
 //!
 //! Invariants every caller and test relies on:
 //!
@@ -50,6 +53,7 @@ pub mod cut;
 pub mod extract;
 pub mod hash;
 pub mod ledger;
+pub mod pins;
 mod plan;
 pub mod state;
 pub mod summary;
@@ -60,8 +64,9 @@ pub use crate::message::pinned_len;
 pub use audit::{Audit, FoldRecord};
 pub use compress::Compression;
 pub use hash::{ChainHash, MessageId};
+pub use pins::PlanCall;
 pub use plan::{CannotFit, Decision, FoldPlan, ViewInfo, plan};
-pub use state::{FoldChain, FoldState, Reason, SummarizerRun};
+pub use state::{FoldChain, FoldState, Reason, Retained, SummarizerRun};
 pub use summary::Summary;
 pub use view::{ACK_TEXT, build_view, build_view_with, view_differs};
 
@@ -81,6 +86,10 @@ pub struct Messages<'m> {
     pub ids: &'m [hash::MessageId],
     /// Each message's prompt tokens, framing included (calibrated).
     pub counts: &'m [u32],
+    /// Each message's tokens as a stub, where a fold may stub it (a long
+    /// tool result; `compress.with_fold`), else its count. Empty: a fold
+    /// stubs nothing.
+    pub stubbed: &'m [u32],
 }
 
 /// Token counts for single messages, supplied by the caller (the real

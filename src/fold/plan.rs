@@ -1,15 +1,17 @@
 //! [`plan`]: one request's fold decision, from the messages and the
 //! conversation's fold chain to [`Decision`].
 
-use super::cut::{self, CutInput};
+use super::cut::{self, Candidate, CutInput};
 use super::hash::{ChainHash, PrefixChain};
-use super::state::{FoldChain, FoldState, Reason};
+use super::pins::{self, PlanCall};
+use super::state::{FoldChain, FoldState, Reason, Retained};
 use super::trigger::{self, Observed};
 use super::view::{Item, ack_message, layout};
 use super::{Budget, CountTokens, Messages};
 use crate::config::{Placement, Policy};
 use crate::message::{Role, is_role, pinned_len};
-use serde_json::Value;
+use serde_json::{Value, json};
+use std::borrow::Cow;
 
 /// The largest view a fold aims for: `reset_ratio` of the window, and,
 /// when the output reserve leaves less room than the trigger ratio (an
@@ -96,8 +98,10 @@ pub struct FoldPlan {
     pub user_turns: usize,
     /// The base summary has been rewritten `policy.max_depth` times: this
     /// fold summarizes the raw messages again (`fold` holds every message of
-    /// the new span but the kept one) instead of the base summary.
+    /// the new span but the kept one and the pins) instead of the base summary.
     pub rebuild: bool,
+    /// What the new state keeps in the view besides the summary.
+    pub retained: Retained,
 }
 
 impl FoldPlan {
@@ -139,7 +143,8 @@ pub fn plan<C: CountTokens + ?Sized>(
     let mut prefix = PrefixChain::new(&request.ids[p..]);
     let overhead = u64::from(budget.overhead);
     let view_of = |base: Option<&FoldState>| {
-        overhead + layout_tokens(&layout(messages, base, placement), counts, counter)
+        let marked = with_stubs(counts, request.stubbed, mark_of(base));
+        overhead + layout_tokens(&layout(messages, base, placement), &marked, counter)
     };
     let matching = chain.map_or_else(Vec::new, |c| c.matching_prefix(n - p, &mut prefix));
     let (base, view_tokens) = choose_base(&matching, (n, p), policy, budget, &view_of);
@@ -165,38 +170,109 @@ pub fn plan<C: CountTokens + ?Sized>(
     let window = u64::from(budget.context_window);
     let window_limit = window.saturating_sub(u64::from(budget.output_reserve));
     let old_kept = base.and_then(|b| b.kept_user).map(|k| p + k);
-    let input = CutInput {
-        messages,
-        counts,
-        start,
-        old_kept,
-        fixed: counts[..p].iter().map(|&c| u64::from(c)).sum::<u64>()
-            + u64::from(budget.summary_reserve)
-            + overhead,
-        ack: if placement == Placement::User {
-            u64::from(counter.message_tokens(&ack_message()))
-        } else {
-            0
-        },
-        reset_limit: reset_limit(policy, window, window_limit),
-        window_limit,
-        preserve_recent: policy.preserve_recent,
-        overflow_buffer: policy.overflow_buffer,
-        reason,
-    };
-    match cut::choose(&input) {
-        Ok(c) => {
-            let rebuild = policy.max_depth > 0 && base.is_some_and(|b| b.depth >= policy.max_depth);
-            let fold: Vec<usize> = if rebuild {
-                (p..c.cut).filter(|&i| Some(i) != c.kept).collect()
+    // Pins: every matching message but the last user message (shown anyway,
+    // in the tail or kept), newest first within the budget.
+    let last_user = messages.iter().rposition(|m| is_role(m, Role::User));
+    let pin_budget = (policy.pin_ratio * window as f64).floor() as u64;
+    let (pin_list, pins_over) =
+        pins::choose(messages, counts, (p, n), last_user, policy, pin_budget);
+    let mut pinned = vec![false; if pin_list.is_empty() { 0 } else { n }];
+    for &i in &pin_list {
+        pinned[i] = true;
+    }
+    let newest_plan = PlanCall::newest(messages[p..].iter(), policy);
+    let plan_tokens = newest_plan.as_ref().map_or(0, |c| {
+        u64::from(counter.message_tokens(&json!({"role": "system", "content": c.render()})))
+    });
+    let base_mark = mark_of(base);
+    let choose_at = |mark: usize| {
+        let marked = with_stubs(counts, request.stubbed, mark);
+        let input = CutInput {
+            messages,
+            counts: &marked,
+            pinned: &pinned,
+            start,
+            old_kept,
+            fixed: counts[..p].iter().map(|&c| u64::from(c)).sum::<u64>()
+                + u64::from(budget.summary_reserve)
+                + plan_tokens
+                + overhead,
+            ack: if placement == Placement::User {
+                u64::from(counter.message_tokens(&ack_message()))
             } else {
-                old_kept
-                    .filter(|&k| Some(k) != c.kept)
+                0
+            },
+            reset_limit: reset_limit(policy, window, window_limit),
+            window_limit,
+            preserve_recent: policy.preserve_recent,
+            overflow_buffer: policy.overflow_buffer,
+            reason,
+        };
+        (cut::choose(&input), input.reset_limit)
+    };
+    let chosen = if request.stubbed.is_empty() {
+        (choose_at(base_mark).0, base_mark)
+    } else {
+        // Stubs ride on the fold: every long tool result before the
+        // preserved tail, and when the preserved tail alone is over the
+        // reset target, the tail's older ones too (never the newest exchange).
+        let before_tail = base_mark.max(n.saturating_sub(policy.preserve_recent));
+        let (first, limit) = choose_at(before_tail);
+        let short =
+            |c: &Candidate| c.expected > limit || n - c.cut < policy.preserve_recent.min(n - start);
+        match first {
+            Ok(c) if !short(&c) => (Ok(c), before_tail),
+            first => {
+                let deeper = base_mark.max(last_exchange(messages));
+                match (first, choose_at(deeper).0) {
+                    (Ok(a), Ok(b))
+                        if b.cut > a.cut || (b.cut == a.cut && b.expected >= a.expected) =>
+                    {
+                        (Ok(a), before_tail)
+                    }
+                    (_, Ok(b)) => (Ok(b), deeper),
+                    (first, Err(_)) => (first, before_tail),
+                }
+            }
+        }
+    };
+    match chosen {
+        (Ok(c), mark) => {
+            let rebuild = policy.max_depth > 0 && base.is_some_and(|b| b.depth >= policy.max_depth);
+            let shown = |i: usize| Some(i) == c.kept || (i < c.cut && pinned.get(i) == Some(&true));
+            let fold: Vec<usize> = if rebuild {
+                (p..c.cut).filter(|&i| !shown(i)).collect()
+            } else {
+                // The base's pins that the budget no longer holds, a
+                // previously kept message that is no longer kept, and the
+                // newly folded run.
+                let dropped = base
+                    .map(|b| b.retained.pins.iter().map(|&k| p + k).collect::<Vec<_>>())
+                    .unwrap_or_default();
+                let mut fold: Vec<usize> = dropped
                     .into_iter()
-                    .chain((start..c.cut).filter(|&i| Some(i) != c.kept))
-                    .collect()
+                    .chain(old_kept)
+                    .chain(start..c.cut)
+                    .filter(|&i| !shown(i))
+                    .collect();
+                fold.sort_unstable();
+                fold.dedup();
+                fold
             };
             let covered = c.cut - p;
+            let plan_call = PlanCall::newest(fold.iter().filter_map(|&i| messages.get(i)), policy)
+                .or_else(|| base.and_then(|b| b.retained.plan.clone()));
+            let retained = Retained {
+                pins: pin_list
+                    .iter()
+                    .filter(|&&i| i < c.cut && Some(i) != c.kept)
+                    .map(|&i| i - p)
+                    .collect(),
+                // Pins over the budget leave the view once a cut covers them.
+                pins_folded: pins_over.iter().filter(|&&i| i < c.cut).count(),
+                stubs_before: mark,
+                plan: plan_call,
+            };
             Decision::Fold(FoldPlan {
                 base: view.base,
                 reason,
@@ -210,13 +286,14 @@ pub fn plan<C: CountTokens + ?Sized>(
                 messages: n,
                 user_turns,
                 rebuild,
+                retained,
             })
         }
-        Err(_) if reason != Reason::Emergency => Decision::NoFold(ViewInfo {
+        (Err(_), _) if reason != Reason::Emergency => Decision::NoFold(ViewInfo {
             skipped: Some(reason),
             ..view
         }),
-        Err(smallest) => Decision::CannotFit(CannotFit {
+        (Err(smallest), _) => Decision::CannotFit(CannotFit {
             reason,
             view,
             smallest: smallest.map(clamp),
@@ -257,6 +334,33 @@ fn choose_base<'s>(
         .map(|s| (s, view_of(s)))
         .find(|&(_, tokens)| serves(tokens))
         .unwrap_or((best, best_tokens))
+}
+
+/// The stub mark of a state: stub-eligible messages before it show as stubs.
+fn mark_of(state: Option<&FoldState>) -> usize {
+    state.map_or(0, |s| s.retained.stubs_before)
+}
+
+/// `counts` with every message before `mark` counted as its stub, where
+/// `stubbed` has one.
+fn with_stubs<'c>(counts: &'c [u32], stubbed: &[u32], mark: usize) -> Cow<'c, [u32]> {
+    if stubbed.is_empty() || mark == 0 {
+        return Cow::Borrowed(counts);
+    }
+    let stub = |(i, &c): (usize, &u32)| match stubbed.get(i) {
+        Some(&s) if i < mark => s.min(c),
+        _ => c,
+    };
+    Cow::Owned(counts.iter().enumerate().map(stub).collect())
+}
+
+/// Where the newest tool exchange starts: the results after the last
+/// assistant message that calls tools stay verbatim (the end when none).
+fn last_exchange(messages: &[Value]) -> usize {
+    messages
+        .iter()
+        .rposition(|m| is_role(m, Role::Assistant) && m.get("tool_calls").is_some())
+        .unwrap_or(messages.len())
 }
 
 /// Tokens of a laid-out view, messages only.

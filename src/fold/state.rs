@@ -12,6 +12,7 @@ use super::FoldPlan;
 use super::audit::{Audit, FoldRecord};
 use super::hash::{ChainHash, MessageId, PrefixChain, ids_of};
 use super::ledger::Ledger;
+use super::pins::PlanCall;
 use super::summary::Summary;
 use crate::message::pinned_len;
 use serde::{Deserialize, Serialize};
@@ -101,6 +102,33 @@ pub struct FoldState {
     /// be looked up with the recall tool (the fold was made with recall on).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recall: bool,
+    /// What the view keeps besides the summary: pins, stubs, the plan.
+    #[serde(default, skip_serializing_if = "Retained::is_empty")]
+    pub retained: Retained,
+}
+
+/// What a fold keeps in the view besides its summary and kept user message.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Retained {
+    /// Pinned messages inside the covered span (relative to the pinned
+    /// head, ascending), shown verbatim ahead of the summary.
+    pub pins: Vec<usize>,
+    /// Pins this fold had to fold because the pins outgrew their budget.
+    pub pins_folded: usize,
+    /// Every stub-eligible tool result before this message index (of the
+    /// request) that the view shows is shown as its stub: the stubs that
+    /// rode on a fold stay, so the prompt stays stable until the next one.
+    pub stubs_before: usize,
+    /// The newest plan-tool call among the folded messages (or the base's).
+    pub plan: Option<PlanCall>,
+}
+
+impl Retained {
+    /// Whether nothing is retained (the field is then left out of JSON).
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 fn chat_api() -> String {
@@ -146,6 +174,7 @@ impl FoldState {
             api: chat_api(),
             summarizer: None,
             recall: false,
+            retained: plan.retained.clone(),
         }
     }
 
@@ -166,13 +195,17 @@ impl FoldState {
 
     /// How many messages the summary stands for.
     pub fn folded(&self) -> usize {
-        self.covered - usize::from(self.kept_user.is_some())
+        self.covered - usize::from(self.kept_user.is_some()) - self.retained.pins.len()
     }
 
     /// The text of the summary message: the summary, then the ledger.
     /// The same state renders to the same bytes.
     pub fn render(&self) -> String {
         let mut text = self.summary.render(self.folded());
+        if let Some(plan) = &self.retained.plan {
+            text.push_str("\n\n");
+            text.push_str(&plan.render());
+        }
         let ledger = self.ledger.render();
         if !ledger.is_empty() {
             text.push_str("\n\n");
@@ -366,6 +399,7 @@ mod tests {
             api: "chat".into(),
             recall: false,
             summarizer: None,
+            retained: Retained::default(),
         }
     }
 

@@ -20,7 +20,9 @@ pub struct Summary {
     pub goals: Vec<String>,
     /// Decisions taken (the most recent explicit one wins).
     pub decisions: Vec<String>,
-    /// Questions and tasks still open.
+    /// Work finished (so it is not redone), apart from what is pending.
+    pub completed: Vec<String>,
+    /// Questions and tasks still open: pending work only.
     pub open_items: Vec<String>,
     /// Files, URLs, commands and other artifacts produced or referenced.
     pub artifacts: Vec<String>,
@@ -31,11 +33,12 @@ pub const HEADING_PREFIX: &str = "[foldgate] Summary of the earlier conversation
 
 impl Summary {
     /// The sections in rendering order, with their headings.
-    pub fn sections(&self) -> [(&'static str, &[String]); 5] {
+    pub fn sections(&self) -> [(&'static str, &[String]); 6] {
         [
             ("Facts", &self.facts),
             ("Goals", &self.goals),
             ("Decisions", &self.decisions),
+            ("Completed", &self.completed),
             ("Open items", &self.open_items),
             ("Artifacts", &self.artifacts),
         ]
@@ -86,6 +89,7 @@ impl Summary {
                 &mut self.facts,
                 &mut self.goals,
                 &mut self.open_items,
+                &mut self.completed,
                 &mut self.decisions,
             ];
             if let Some(items) = lists.into_iter().find(|l| !l.is_empty()) {

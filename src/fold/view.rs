@@ -1,7 +1,9 @@
 //! The view: what foldgate sends upstream instead of the full history.
 //!
-//! `view = pinned + [summary] + (kept user message) + M[p+covered..n)`.
-//! The pinned head is the leading run of `system`/`developer` messages.
+//! `view = pinned + (pins) + [summary] + (kept user message) + M[p+covered..n)`.
+//! The pinned head is the leading run of `system`/`developer` messages;
+//! pins are the covered messages `policy.pin` keeps (see [`super::pins`]),
+//! in order, ahead of the summary.
 //! Where the summary goes is the [`Placement`]:
 //!
 //! - `System` (default): its own `system` message right after the pinned head.
@@ -11,7 +13,8 @@
 //!   back to `System`.
 //! - `User`: a `user` message. When the next message in the view is also a
 //!   `user` message, a fixed assistant message ([`ACK_TEXT`]) goes between
-//!   them so roles keep alternating for templates that require it.
+//!   them so roles keep alternating for templates that require it; so it
+//!   does after each pin.
 //!
 //! Kept messages are cloned untouched. The layout is a pure function of the
 //! messages, the state and the placement, so equal inputs give equal bytes.
@@ -68,18 +71,28 @@ pub(crate) fn layout(
     };
     let p = pinned_len(messages);
     let text = state.render();
-    let mut items: Vec<Item> = Vec::with_capacity(messages.len() + 3 - state.covered);
+    let pins = &state.retained.pins;
+    let mut items: Vec<Item> = Vec::with_capacity(messages.len() + 3 + pins.len() - state.covered);
     let merged = match placement {
         Placement::Merge if p > 0 => merge_into(&messages[p - 1], &text),
         _ => None,
     };
     let kept = state.kept_user.map(|k| p + k);
     let first_after = kept.or(Some(p + state.covered).filter(|&i| i < messages.len()));
+    let pinned = pins.iter().map(|&k| Item::Original(p + k));
     if let Some(merged) = merged {
         items.extend((0..p - 1).map(Item::Original));
         items.push(Item::New(merged));
+        items.extend(pinned);
     } else {
         items.extend((0..p).map(Item::Original));
+        for pin in pinned {
+            items.push(pin);
+            // A user-placed summary follows: keep roles alternating.
+            if placement == Placement::User {
+                items.push(Item::New(ack_message()));
+            }
+        }
         let summary_role = if placement == Placement::User {
             "user"
         } else {
@@ -144,7 +157,8 @@ pub fn build_view_with(
             return Err(FoldError::StateMismatch { id: s.id.clone() });
         }
     }
-    let items = compression.apply(layout(messages, state, placement));
+    let mark = state.map_or(0, |s| s.retained.stubs_before);
+    let items = compression.apply_marked(layout(messages, state, placement), mark);
     Ok(materialize(messages, items))
 }
 

@@ -22,7 +22,7 @@ pub use memory::MemoryStore;
 pub use redis::RedisStore;
 pub use sqlite::SqliteStore;
 pub use sqlite::db::Pruned;
-pub use turns::Turns;
+pub use turns::{Turns, ViewIds};
 
 use crate::config::{StateBackend, StateConfig};
 use std::time::Duration;

@@ -2,13 +2,22 @@
 //! client's full-history tokens against the forwarded view's, for the
 //! dashboard's chart. In memory only and bounded (a chart, not a record):
 //! at most [`MAX_TURNS`] turns of at most [`MAX_CONVERSATIONS`]
-//! conversations, forgotten after `state.ttl` idle.
+//! conversations, forgotten after `state.ttl` idle. Beside the chart, each
+//! conversation's cache-stable share: requests whose forwarded messages
+//! start with every message of the previous request's (a prompt cache
+//! serves that whole prefix).
 
 use super::ConvKey;
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use xxhash_rust::xxh3::Xxh3Default;
+
+/// The identities of the messages a request forwarded (in order), put in
+/// the response's extensions by the chat pipeline.
+#[derive(Debug, Clone)]
+pub struct ViewIds(pub Arc<[u128]>);
 
 /// Turns kept per conversation; older ones are dropped.
 pub const MAX_TURNS: usize = 120;
@@ -26,9 +35,32 @@ pub struct Turn {
     pub tokens_out: u32,
     /// `x-foldgate-fold`: `none`, `reused` or `new`.
     pub fold: &'static str,
+    /// Whether the forwarded messages started with every message of the
+    /// previous request's (`None`: no previous request to compare).
+    pub stable: Option<bool>,
 }
 
-type Series = Arc<Mutex<VecDeque<Turn>>>;
+/// A conversation's requests as far as they are recorded.
+#[derive(Debug, Default)]
+struct Record {
+    turns: VecDeque<Turn>,
+    /// The previous request's message count and the hash of its identities.
+    last: Option<(usize, u64)>,
+    /// Requests compared with the previous one, and how many were stable.
+    compared: u64,
+    stable: u64,
+}
+
+type Series = Arc<Mutex<Record>>;
+
+/// The hash of the first `len` identities (`None` when there are fewer).
+fn prefix_hash(ids: &[u128], len: usize) -> Option<u64> {
+    let mut h = Xxh3Default::new();
+    for id in ids.get(..len)? {
+        h.update(&id.to_le_bytes());
+    }
+    Some(h.digest())
+}
 
 /// The turns of recent conversations.
 #[derive(Debug)]
@@ -48,8 +80,9 @@ impl Turns {
     }
 
     /// Records a turn from the `x-foldgate-*` headers of an intercepted
-    /// chat answer; does nothing when they are absent.
-    pub fn record(&self, key: ConvKey, headers: &http::HeaderMap) {
+    /// chat answer and the identities of the messages it forwarded; does
+    /// nothing when the headers are absent.
+    pub fn record(&self, key: ConvKey, headers: &http::HeaderMap, view: Option<&ViewIds>) {
         let number = |name: &str| headers.get(name)?.to_str().ok()?.parse::<u32>().ok();
         let (Some(tokens_in), Some(tokens_out)) = (
             number("x-foldgate-tokens-in"),
@@ -66,24 +99,44 @@ impl Turns {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let series = self.series.get_with(key, Series::default);
-        if let Ok(mut turns) = series.lock() {
-            if turns.len() == MAX_TURNS {
-                turns.pop_front();
+        if let Ok(mut record) = series.lock() {
+            let stable = match (record.last, view) {
+                (Some((len, hash)), Some(ids)) => Some(prefix_hash(&ids.0, len) == Some(hash)),
+                _ => None,
+            };
+            if let Some(stable) = stable {
+                record.compared += 1;
+                record.stable += u64::from(stable);
             }
-            turns.push_back(Turn {
+            record.last =
+                view.and_then(|ids| Some((ids.0.len(), prefix_hash(&ids.0, ids.0.len())?)));
+            if record.turns.len() == MAX_TURNS {
+                record.turns.pop_front();
+            }
+            record.turns.push_back(Turn {
                 at,
                 tokens_in,
                 tokens_out,
                 fold,
+                stable,
             });
         }
+    }
+
+    /// The conversation's cache-stable requests and the requests compared
+    /// (every recorded request after its first).
+    pub fn cache_stable(&self, key: &ConvKey) -> (u64, u64) {
+        self.series
+            .get(key)
+            .and_then(|s| s.lock().ok().map(|r| (r.stable, r.compared)))
+            .unwrap_or_default()
     }
 
     /// The conversation's recorded turns, oldest first.
     pub fn of(&self, key: &ConvKey) -> Vec<Turn> {
         self.series
             .get(key)
-            .and_then(|s| s.lock().ok().map(|t| t.iter().copied().collect()))
+            .and_then(|s| s.lock().ok().map(|r| r.turns.iter().copied().collect()))
             .unwrap_or_default()
     }
 }
@@ -100,18 +153,38 @@ mod tests {
             tenant: "t".into(),
             conversation: "c".into(),
         };
-        turns.record(key.clone(), &HeaderMap::new());
+        turns.record(key.clone(), &HeaderMap::new(), None);
         assert!(turns.of(&key).is_empty(), "a passthrough answer is no turn");
         for i in 0..MAX_TURNS as u32 + 5 {
             let mut h = HeaderMap::new();
             h.insert("x-foldgate-tokens-in", HeaderValue::from(1000 + i));
             h.insert("x-foldgate-tokens-out", HeaderValue::from(400 + i));
             h.insert("x-foldgate-fold", HeaderValue::from_static("reused"));
-            turns.record(key.clone(), &h);
+            turns.record(key.clone(), &h, None);
         }
         let kept = turns.of(&key);
         assert_eq!(kept.len(), MAX_TURNS);
         assert_eq!((kept[0].tokens_in, kept[0].tokens_out), (1005, 405));
         assert_eq!(kept[0].fold, "reused");
+    }
+
+    #[test]
+    fn a_request_is_stable_when_it_extends_the_previous_one() {
+        let turns = Turns::new(Duration::from_secs(60));
+        let key = ConvKey {
+            tenant: "t".into(),
+            conversation: "c".into(),
+        };
+        let mut h = HeaderMap::new();
+        h.insert("x-foldgate-tokens-in", HeaderValue::from(10));
+        h.insert("x-foldgate-tokens-out", HeaderValue::from(10));
+        let view = |ids: &[u128]| ViewIds(ids.into());
+        turns.record(key.clone(), &h, Some(&view(&[1, 2])));
+        turns.record(key.clone(), &h, Some(&view(&[1, 2, 3, 4])));
+        turns.record(key.clone(), &h, Some(&view(&[1, 9, 3, 4, 5])));
+        turns.record(key.clone(), &h, Some(&view(&[1, 9, 3, 4, 5, 6])));
+        assert_eq!(turns.cache_stable(&key), (2, 3));
+        let stable: Vec<Option<bool>> = turns.of(&key).iter().map(|t| t.stable).collect();
+        assert_eq!(stable, [None, Some(true), Some(false), Some(true)]);
     }
 }

@@ -19,6 +19,7 @@ pub fn drop_inventions(summary: &mut Summary, source: &str) -> u32 {
         &mut summary.facts,
         &mut summary.goals,
         &mut summary.decisions,
+        &mut summary.completed,
         &mut summary.open_items,
         &mut summary.artifacts,
     ];

@@ -17,7 +17,14 @@ use serde_json::{Map, Value};
 pub struct InvalidOutput(pub String);
 
 /// The list fields of a summary, in rendering order.
-const LISTS: [&str; 5] = ["facts", "goals", "decisions", "open_items", "artifacts"];
+const LISTS: [&str; 6] = [
+    "facts",
+    "goals",
+    "decisions",
+    "completed",
+    "open_items",
+    "artifacts",
+];
 
 /// Parses model output into a [`Summary`], with the repairs listed above.
 pub fn parse_summary(output: &str) -> Result<Summary, InvalidOutput> {
@@ -53,12 +60,14 @@ fn from_value(value: Value) -> Result<Summary, InvalidOutput> {
         return Err(InvalidOutput("not a JSON object".into()));
     };
     lift_nested_summary(&mut map);
-    let [facts, goals, decisions, open_items, artifacts] = LISTS.map(|key| list(&map, key));
+    let [facts, goals, decisions, completed, open_items, artifacts] =
+        LISTS.map(|key| list(&map, key));
     let summary = Summary {
         summary: narrative(map.get("summary"))?,
         facts: facts?,
         goals: goals?,
         decisions: decisions?,
+        completed: completed?,
         open_items: open_items?,
         artifacts: artifacts?,
     };

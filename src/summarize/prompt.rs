@@ -38,11 +38,12 @@ Rules:
 - Invent nothing. Record only what the messages say.
 - When decisions conflict, keep the most recent explicit decision and drop the superseded one.
 - A proposal, plan or intention is not a completed action: say \"proposed\" or \"planned\" unless the messages show it was done.
+- Keep finished work apart from pending work: \"completed\" lists what the messages show was done (with its ids, e.g. a todo's id or a commit), \"open_items\" only what is still to do. Never list finished work as open: the assistant would redo it.
 - Keep every fact, goal, decision, open item and artifact of the current summary that is still true.
 - No transcript, no filler, no pleasantries, no commentary on tone.
 
 Answer with a single JSON object and nothing else:
-{\"summary\": \"short narrative\", \"facts\": [\"...\"], \"goals\": [\"...\"], \"decisions\": [\"...\"], \"open_items\": [\"...\"], \"artifacts\": [\"...\"]}";
+{\"summary\": \"short narrative\", \"facts\": [\"...\"], \"goals\": [\"...\"], \"decisions\": [\"...\"], \"completed\": [\"...\"], \"open_items\": [\"...\"], \"artifacts\": [\"...\"]}";
 
 /// The JSON schema of the summary object, for `response_format`.
 pub fn schema() -> Value {
@@ -52,9 +53,9 @@ pub fn schema() -> Value {
         "properties": {
             "summary": { "type": "string" },
             "facts": list, "goals": list, "decisions": list,
-            "open_items": list, "artifacts": list,
+            "completed": list, "open_items": list, "artifacts": list,
         },
-        "required": ["summary", "facts", "goals", "decisions", "open_items", "artifacts"],
+        "required": ["summary", "facts", "goals", "decisions", "completed", "open_items", "artifacts"],
         "additionalProperties": false,
     })
 }

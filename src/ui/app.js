@@ -149,6 +149,16 @@ async function loadDetail(tenant, conversation) {
     ? 'Last ' + f.in_a_row + ' fold(s) failed; the next non-emergency fold waits ' + Math.ceil(f.retry_in_ms / 1000) + ' s.'
     : 'No recent fold failure.';
   $('failures').className = f ? 'failed' : '';
+  // Prompt-cache economy: requests whose forwarded prefix was unchanged,
+  // and pins the pin budget had to fold.
+  const cs = state.cache_stable;
+  const pins = state.pins_folded
+    ? ' Warning: ' + state.pins_folded + ' pinned message(s) over the pin budget (policy.pin_ratio) were folded.'
+    : '';
+  $('economy').textContent = (cs && cs.requests
+    ? 'Cache-stable requests: ' + cs.stable + ' of ' + cs.requests + ' (' + Math.round(100 * cs.share) + '%).'
+    : 'Cache-stable requests: none compared yet.') + pins;
+  $('economy').className = state.pins_folded ? 'failed' : '';
   const body = $('timeline').tBodies[0];
   body.replaceChildren();
   // The audit keeps the newest records; number them among all folds made.

@@ -106,7 +106,8 @@ pub fn check_view_with(
     folds: &HashMap<String, BTreeSet<usize>>,
     compression: &Compression,
 ) -> Vec<usize> {
-    let stubbed = check_stubs(ms, view, compression);
+    let mark = state.map_or(0, |s| s.retained.stubs_before);
+    let stubbed = check_stubs(ms, view, compression, mark);
     let Some(state) = state else {
         let unstubbed: Vec<Value> = view
             .iter()
@@ -167,7 +168,12 @@ pub fn check_view_with(
 
 /// The stubs of `view`, as `(view position, message index)`, each checked
 /// (see [`check_view_with`]).
-fn check_stubs(ms: &[Value], view: &[Value], compression: &Compression) -> Vec<(usize, usize)> {
+fn check_stubs(
+    ms: &[Value],
+    view: &[Value],
+    compression: &Compression,
+    mark: usize,
+) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     for (j, m) in view.iter().enumerate() {
         let text = m["content"].as_str().unwrap_or("");
@@ -175,9 +181,14 @@ fn check_stubs(ms: &[Value], view: &[Value], compression: &Compression) -> Vec<(
             continue;
         }
         let i = compression
-            .indices()
+            .stubbable()
+            .into_iter()
             .find(|&i| compression.stub_of(i) == Some(m))
             .unwrap_or_else(|| panic!("a stub compression did not choose: {m}"));
+        assert!(
+            compression.is_selected(i) || i < mark,
+            "stub of {i}: neither chosen by its batch nor under the fold's mark {mark}"
+        );
         let original = &ms[i];
         for key in ["role", "tool_call_id", "tool_calls"] {
             assert_eq!(m.get(key), original.get(key), "stub of {i} keeps its {key}");

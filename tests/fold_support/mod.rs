@@ -114,11 +114,26 @@ pub fn decide_counted(
     placement: Placement,
     count: fn(&Value) -> u32,
 ) -> Decision {
+    decide_stubbed(ms, (counts, &[]), chain, policy, budget, placement, count)
+}
+
+/// [`decide_counted`] where a fold may also stub the messages `stubbed`
+/// counts as stubs ([`foldgate::fold::Compression::stubbed`]).
+pub fn decide_stubbed(
+    ms: &[Value],
+    (counts, stubbed): (&[u32], &[u32]),
+    chain: &FoldChain,
+    policy: &Policy,
+    budget: &Budget,
+    placement: Placement,
+    count: fn(&Value) -> u32,
+) -> Decision {
     let ids = ids_of(ms);
     let request = Messages {
         values: ms,
         ids: &ids,
         counts,
+        stubbed,
     };
     plan(request, Some(chain), policy, budget, &count, placement)
 }
@@ -196,6 +211,7 @@ pub fn state_for(
         summarizer: None,
         api: "chat".into(),
         recall: false,
+        retained: Default::default(),
     }
 }
 

@@ -36,6 +36,7 @@ fn chain(depth: u32, created_at: u64) -> FoldChain {
         summarizer: None,
         api: "chat".into(),
         recall: false,
+        retained: Default::default(),
     });
     chain
 }

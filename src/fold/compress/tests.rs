@@ -1,0 +1,90 @@
+//! Unit tests of older-turn compression: selection in batches and stubs.
+use super::*;
+use serde_json::json;
+
+fn settings(batch: usize) -> Compress {
+    Compress {
+        enabled: true,
+        assistant: false,
+        min_tokens: 100,
+        after_turns: 2,
+        batch,
+        with_fold: true,
+    }
+}
+
+#[test]
+fn candidates_are_old_long_tool_results_in_batches() {
+    use Role::*;
+    let roles: Vec<Option<Role>> = [
+        Pinned, User, Assistant, Tool, Assistant, Tool, Tool, Assistant, Tool, User, Assistant,
+        Tool, Assistant,
+    ]
+    .into_iter()
+    .map(Some)
+    .collect();
+    let tokens = [50, 500, 500, 500, 10, 50, 500, 10, 500, 500, 10, 500, 10];
+    // Turns start at 1, 3, 5, 8, 9, 11; index 8 has two after it, 11 none.
+    assert_eq!(select(&roles, &tokens, &settings(1), 2), [3, 6, 8]);
+    assert_eq!(select(&roles, &tokens, &settings(2), 2), [3, 6]);
+    assert_eq!(
+        select(&roles, &tokens, &settings(4), 2),
+        Vec::<usize>::new()
+    );
+    // The preserved tail is never compressed.
+    assert_eq!(select(&roles, &tokens, &settings(1), 6), [3, 6]);
+    let assistant = Compress {
+        assistant: true,
+        ..settings(1)
+    };
+    assert_eq!(select(&roles, &tokens, &assistant, 2), [2, 3, 6, 8]);
+}
+
+#[test]
+fn a_stub_keeps_the_pair_and_names_what_it_was() {
+    let long = format!(
+        "total 4 files in /srv/app\n{}\nlistening on port 5433",
+        "x ".repeat(400)
+    );
+    let ms = vec![
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_7", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}),
+        json!({"role": "tool", "tool_call_id": "call_7", "name": "bash", "content": long}),
+    ];
+    let s = stub(&ms, 1, 420, true).unwrap();
+    assert_eq!(s["role"], "tool");
+    assert_eq!(s["tool_call_id"], "call_7");
+    assert_eq!(s["name"], "bash");
+    let text = s["content"].as_str().unwrap();
+    assert!(text.starts_with(STUB_PREFIX), "{text}");
+    assert!(text.contains("`bash`, call `call_7`; 420 tokens"), "{text}");
+    assert!(
+        text.contains("First line: total 4 files in /srv/app"),
+        "{text}"
+    );
+    assert!(
+        text.contains("- /srv/app") && text.contains("port 5433"),
+        "{text}"
+    );
+    assert!(text.contains("query \"call_7\""), "{text}");
+    assert_eq!(
+        stub(&ms, 1, 420, true),
+        Some(s),
+        "the same bytes every time"
+    );
+    let quiet = stub(&ms, 1, 420, false).unwrap();
+    assert!(!quiet.to_string().contains("foldgate_recall"), "{quiet}");
+    // A stub that is not smaller than its message is not used.
+    let count = |m: &Value| m["content"].as_str().map_or(0, |t| t.len() as u32 / 4);
+    let all = Compress {
+        min_tokens: 0,
+        after_turns: 1,
+        batch: 1,
+        ..Compress::default()
+    };
+    let mut ms = ms;
+    ms.push(json!({"role": "user", "content": "next"}));
+    let raw = [10, 420, 1];
+    assert_eq!(Compression::of(&ms, &raw, &all, 1, true, &count).len(), 1);
+    assert!(Compression::of(&ms, &[10, 20, 1], &all, 1, true, &count).is_empty());
+}

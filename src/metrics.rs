@@ -72,6 +72,9 @@ pub struct Metrics {
     pub archive_replayed: AtomicU64,
     /// Folds not made because the archive spool was full.
     pub archive_vetoes: AtomicU64,
+    /// Archive rows handed to the archive (queued), by what removed the
+    /// message from the view: `[fold, compress]` ([`ARCHIVE_SOURCES`]).
+    pub archive_rows: [AtomicU64; 2],
     /// Durations: foldgate's overhead, upstream and summarizer latency.
     pub latency: Latencies,
 }
@@ -124,6 +127,10 @@ pub const RECALL_CAUSES: [&str; 5] = [
     "unparseable",
     "recall_after_last",
 ];
+
+/// Label order of [`Metrics::archive_rows`]: rows of a fold's messages
+/// (a rebuild's counted again), and of messages first shown as stubs.
+pub const ARCHIVE_SOURCES: [&str; 2] = ["fold", "compress"];
 
 /// Reason label order of [`Metrics::folds_new`].
 pub const REASONS: [&str; 5] = ["emergency", "token", "overflow", "safety", "idle"];
@@ -297,6 +304,13 @@ impl Metrics {
                 "foldgate_folds_total{{reason=\"{reason}\"}} {}",
                 get(c)
             );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP foldgate_archive_rows_total Archive rows handed to the archive, by what removed the message from the view.\n# TYPE foldgate_archive_rows_total counter"
+        );
+        for (by, c) in ARCHIVE_SOURCES.iter().zip(&self.archive_rows) {
+            let _ = writeln!(out, "foldgate_archive_rows_total{{by=\"{by}\"}} {}", get(c));
         }
         let by_cause = [
             (

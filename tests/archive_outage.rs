@@ -250,6 +250,11 @@ async fn a_fact_folded_during_a_redis_outage_is_recalled_during_it_and_after_it(
         folded,
         "every spooled row replayed"
     );
+    assert_eq!(
+        metric(&metrics, "foldgate_archive_rows_total{by=\"fold\"}"),
+        folded,
+        "the rows handed to the archive are counted"
+    );
     // A second replica has no spool: what it finds is in Redis itself.
     let b = Foldgate::start(&config(&upstream, &redis, 64 << 20)).await;
     assert!(search(&b, "vault", "vault code").await.iter().any(is_fact));

@@ -1,7 +1,11 @@
 //! A 15-second run of the soak (`examples/soak`, full runs through
 //! `scripts/soak`) against this build's foldgate binary: faulty upstream,
-//! folding chat turns, hung-up streams, passthrough; it must end with no
-//! panic, a healthy server, a clean shutdown and bounded RSS and fds.
+//! folding turns of the three APIs with compression and recall rounds,
+//! hung-up streams, passthrough, Redis as the state backend restarted
+//! once in the middle (needs `redis-server`); it must end with no panic, a
+//! healthy server, a clean shutdown, bounded RSS and fds, no recall call
+//! shown to a client and archive rows in Redis = messages folded and
+//! stubbed.
 
 #![allow(
     clippy::unwrap_used,
@@ -10,10 +14,18 @@
     reason = "tests fail loudly; the no-panic rule is for the request path"
 )]
 
+#[path = "../examples/soak/answers.rs"]
+mod answers;
+#[path = "../examples/soak/convo.rs"]
+mod convo;
+#[path = "../examples/soak/redis.rs"]
+mod redis;
 #[path = "../examples/soak/rng.rs"]
 mod rng;
 #[path = "../examples/soak/run.rs"]
 mod run;
+#[path = "../examples/soak/tiers.rs"]
+mod tiers;
 #[path = "../examples/soak/traffic.rs"]
 mod traffic;
 #[path = "../examples/soak/upstream.rs"]

@@ -2,7 +2,8 @@
 //! readings and the checks (see `main.rs`). Also run, shortened, by
 //! `tests/soak_short.rs`.
 
-use crate::{traffic, upstream};
+use crate::redis::RedisServer;
+use crate::{tiers, traffic, upstream};
 use clap::Parser;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -20,6 +21,9 @@ const RSS_GROWTH_BOUND_KB: u64 = 64 * 1024;
 const FD_GROWTH_BOUND: u64 = 32;
 /// Largest share of requests that may time out or fail to reach foldgate.
 const MAX_UNREACHABLE_SHARE: f64 = 0.005;
+/// Redis is killed and restarted this often in a run of at least twice
+/// as long (a shorter run restarts it once, in the middle).
+const REDIS_RESTART_EVERY: Duration = Duration::from_secs(150);
 
 /// The soak's command line.
 #[derive(Parser)]
@@ -99,6 +103,7 @@ pub async fn run(args: Args) -> Result<bool, String> {
     let upstream_url = upstream::start(injected.clone(), args.seed)
         .await
         .map_err(|e| format!("upstream: {e}"))?;
+    let mut redis = RedisServer::start().await?;
     let port = free_port().map_err(|e| e.to_string())?;
     let base = format!("http://127.0.0.1:{port}");
     let config = dir.join("soak.toml");
@@ -110,9 +115,9 @@ pub async fn run(args: Args) -> Result<bool, String> {
              [providers.mock]\nbase_url = \"{upstream_url}/v1\"\nmodels = [\"*\"]\n\n\
              [models.\"soak-*\"]\ncontext_window = 8192\n\n\
              [tokens]\ncache_bytes = {}\n\n\
-             [state]\nbackend = \"sqlite\"\npath = \"{}\"\ncache_bytes = {}\n",
+             [state]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"500ms\"\ncache_bytes = {}\n",
             args.cache_bytes,
-            dir.join("soak.db").display(),
+            redis.url(),
             args.cache_bytes / 2
         ),
     )
@@ -147,7 +152,8 @@ pub async fn run(args: Args) -> Result<bool, String> {
     let at_start = usage(pid).ok_or("cannot read /proc for foldgate")?;
 
     println!(
-        "soak: foldgate pid {pid} on {base}, upstream {upstream_url}, {} s, {} workers, seed {:#x}, log {}",
+        "soak: foldgate pid {pid} on {base}, upstream {upstream_url}, redis {}, {} s, {} workers, seed {:#x}, log {}",
+        redis.url(),
         args.seconds,
         args.workers,
         args.seed,
@@ -167,8 +173,26 @@ pub async fn run(args: Args) -> Result<bool, String> {
     // RSS at each tenth of the run, to tell a plateau from a steady climb.
     let mut timeline: Vec<u64> = Vec::new();
     let mut alive = true;
+    let restart_every = if args.seconds >= 2 * REDIS_RESTART_EVERY.as_secs() {
+        REDIS_RESTART_EVERY
+    } else {
+        Duration::from_secs((args.seconds / 2).max(1))
+    };
+    let redis_down = Duration::from_secs((args.seconds / 60).clamp(2, 10));
+    let mut next_restart = started + restart_every;
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_secs(1)).await;
+        if Instant::now() >= next_restart
+            && Instant::now() + redis_down + Duration::from_secs(5) < deadline
+        {
+            println!(
+                "soak: {:.0} s: killing Redis for {} s",
+                started.elapsed().as_secs_f64(),
+                redis_down.as_secs()
+            );
+            redis.restart(redis_down).await?;
+            next_restart += restart_every;
+        }
         if let Ok(Some(_)) = guard.0.try_wait() {
             alive = false;
             break;
@@ -193,8 +217,10 @@ pub async fn run(args: Args) -> Result<bool, String> {
             }
         }
     }
-    // Let the clients' connections close before the last reading.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Let the spool drain, the last folds end and the clients'
+    // connections close before the last reading.
+    let settled = tiers::settle(&base).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let alive = alive && matches!(guard.0.try_wait(), Ok(None));
     let at_end = usage(pid);
     let healthy_at_end = alive && healthy(&base, Duration::from_secs(5)).await;
@@ -235,6 +261,8 @@ pub async fn run(args: Args) -> Result<bool, String> {
         i.summaries.load(Ordering::Relaxed),
         i.bad_summaries.load(Ordering::Relaxed),
     );
+    let leaked = outcomes.get("recall_leaked").copied().unwrap_or(0);
+    let tier_checks = tiers::report(settled.as_deref(), &mut redis, &injected, leaked).await;
     let warm = warm.unwrap_or(at_start);
     let show = |u: Option<Usage>| {
         u.map_or("gone".into(), |u| {
@@ -293,6 +321,9 @@ pub async fn run(args: Args) -> Result<bool, String> {
             MAX_UNREACHABLE_SHARE * 100.0
         ),
     );
+    for (ok, what) in tier_checks {
+        check(ok, what);
+    }
     match at_end {
         Some(end) => {
             check(

@@ -1,8 +1,14 @@
 //! The soak's clients: each worker loops until the deadline over a mix of
-//! chat turns in a growing conversation (folding under a small window),
-//! streams it hangs up on after the first chunk, passthrough requests and
-//! admin reads. Every outcome is counted by kind.
+//! turns in growing conversations of the three folded APIs (chat
+//! completions, Anthropic Messages, Responses; folding under a small
+//! window, with tool results compressed to stubs and recall rounds the
+//! upstream scripts), streams it hangs up on after the first chunk,
+//! passthrough requests and admin reads. Every outcome is counted by kind;
+//! an answer that shows the client `foldgate_recall` counts as
+//! `recall_leaked`.
 
+use crate::answers::Api;
+use crate::convo::{Convo, user_text};
 use crate::rng::Rng;
 use bytes::Bytes;
 use foldgate::body::{self, Body};
@@ -17,8 +23,6 @@ use std::time::{Duration, Instant};
 
 /// Longest a client waits for one whole exchange.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// A conversation starts over past this many messages.
-const MAX_MESSAGES: usize = 160;
 
 /// Outcomes by kind (`ok`, `status_500`, `body_error`, ...).
 pub type Outcomes = BTreeMap<String, u64>;
@@ -29,52 +33,49 @@ pub async fn worker(base: String, id: usize, seed: u64, deadline: Instant) -> Ou
         Client::builder(TokioExecutor::new()).build(HttpConnector::new());
     let mut rng = Rng::new(seed);
     let mut outcomes = Outcomes::new();
-    let mut conversation = 0usize;
-    let mut history: Vec<Value> = vec![
-        json!({"role": "system", "content": "You are a coding agent working on the soak project."}),
+    let mut convos = [
+        Convo::new(Api::Chat, id),
+        Convo::new(Api::Anthropic, id),
+        Convo::new(Api::Responses, id),
     ];
     while Instant::now() < deadline {
         let dice = rng.below(100);
         let kind = match dice {
-            0..55 => {
-                if history.len() > MAX_MESSAGES {
-                    history.truncate(1);
-                    conversation += 1;
-                }
-                history.push(json!({"role": "user", "content": user_text(&mut rng)}));
+            0..60 => {
+                let convo = &mut convos[match dice {
+                    0..30 => 0,
+                    30..45 => 1,
+                    _ => 2,
+                }];
+                convo.turn(&mut rng);
                 let stream = rng.below(2) == 0;
-                let body = json!({"model": "soak-model", "stream": stream, "messages": history});
-                let conv = format!("soak-{id}-{conversation}");
-                let (kind, _) = exchange(&client, chat(&base, &conv, &body), false).await;
-                let reply = if kind == "ok" {
-                    "Done: edited src/main.rs on port 8080."
-                } else {
-                    "(no answer)"
-                };
-                history.push(json!({"role": "assistant", "content": reply}));
+                let req = post(&base, convo.path(), &convo.id(), &convo.body(stream));
+                let (kind, _) = exchange(&client, req, false, true).await;
+                convo.answered(kind == "ok");
                 kind
             }
-            55..70 => {
-                let mut messages = history.clone();
-                messages.push(json!({"role": "user", "content": user_text(&mut rng)}));
-                let body = json!({"model": "soak-model", "stream": true, "messages": messages});
-                let conv = format!("soak-{id}-{conversation}");
-                exchange(&client, chat(&base, &conv, &body), true).await.0
+            60..70 => {
+                let convo = &convos[(dice % 3) as usize];
+                let body = convo.body_with_question(&mut rng, true);
+                let req = post(&base, convo.path(), &convo.id(), &body);
+                exchange(&client, req, true, true).await.0
             }
-            70..85 => {
+            70..82 => {
                 exchange(
                     &client,
                     plain(Method::GET, &format!("{base}/v1/models"), Bytes::new()),
+                    false,
                     false,
                 )
                 .await
                 .0
             }
-            85..95 => {
+            82..92 => {
                 let body = json!({"model": "soak-model", "input": user_text(&mut rng)}).to_string();
                 exchange(
                     &client,
                     plain(Method::POST, &format!("{base}/v1/embeddings"), body.into()),
+                    false,
                     false,
                 )
                 .await
@@ -89,6 +90,7 @@ pub async fn worker(base: String, id: usize, seed: u64, deadline: Instant) -> Ou
                         Bytes::new(),
                     ),
                     false,
+                    false,
                 )
                 .await
                 .0
@@ -99,26 +101,10 @@ pub async fn worker(base: String, id: usize, seed: u64, deadline: Instant) -> Ou
     outcomes
 }
 
-/// A user message of 100 to 600 tokens with identifiers in it.
-fn user_text(rng: &mut Rng) -> String {
-    let n = 100 + rng.below(500);
-    let mut text = format!(
-        "Task {}: fix ticket SOAK-{} in src/mod_{}.rs.",
-        rng.next() % 1000,
-        rng.below(10_000),
-        rng.below(50)
-    );
-    while (text.len() as u64) < n * 4 {
-        text.push_str(" the build on port 5433 fails after version 1.2.");
-        text.push_str(&rng.below(100).to_string());
-    }
-    text
-}
-
-fn chat(base: &str, conversation: &str, body: &Value) -> Request<Body> {
+fn post(base: &str, path: &str, conversation: &str, body: &Value) -> Request<Body> {
     let mut req = plain(
         Method::POST,
-        &format!("{base}/v1/chat/completions"),
+        &format!("{base}{path}"),
         body.to_string().into(),
     );
     if let Ok(v) = conversation.parse() {
@@ -145,11 +131,13 @@ fn plain(method: Method, url: &str, body: Bytes) -> Request<Body> {
 }
 
 /// Sends one request and reads the answer (or, with `hang_up`, only its
-/// first frame); returns the outcome's kind and the status.
+/// first frame); returns the outcome's kind and the status. With
+/// `model_answer`, an answer naming `foldgate_recall` is `recall_leaked`.
 async fn exchange(
     client: &Client<HttpConnector, Body>,
     req: Request<Body>,
     hang_up: bool,
+    model_answer: bool,
 ) -> (String, Option<StatusCode>) {
     let run = async {
         let resp = match client.request(req).await {
@@ -160,12 +148,18 @@ async fn exchange(
         let mut body = resp.into_body();
         if hang_up && status.is_success() {
             return match body.frame().await {
+                Some(Ok(f)) if model_answer && f.data_ref().is_some_and(|d| leaks(d)) => {
+                    ("recall_leaked".to_string(), Some(status))
+                }
                 Some(Ok(_)) => ("client_hang_up".to_string(), Some(status)),
                 _ => ("body_error".to_string(), Some(status)),
             };
         }
-        let complete = body.collect().await.is_ok();
+        let collected = body.collect().await.map(|c| c.to_bytes());
+        let leaked = model_answer && collected.as_ref().is_ok_and(|b| leaks(b));
+        let complete = collected.is_ok();
         let kind = match (status.as_u16(), complete) {
+            _ if leaked => "recall_leaked".to_string(),
             (200..=299, true) => "ok".to_string(),
             (_, false) => "body_error".to_string(),
             (code, true) => format!("status_{code}"),
@@ -176,6 +170,11 @@ async fn exchange(
         Ok(outcome) => outcome,
         Err(_) => ("client_timeout".to_string(), None),
     }
+}
+
+/// Whether a body shows the client foldgate's own tool.
+fn leaks(body: &[u8]) -> bool {
+    body.windows(15).any(|w| w == b"foldgate_recall")
 }
 
 /// The innermost cause of an error, for a low-cardinality label.

@@ -1,9 +1,13 @@
 //! The soak's mock upstream: a hyper HTTP/1.1 server on 127.0.0.1:0 that
-//! answers chat completions (JSON or SSE), `/models`, `/embeddings` and the
+//! answers chat completions, Anthropic Messages and Responses (JSON or
+//! SSE, see [`answers`](crate::answers)), `/models`, `/embeddings` and the
 //! summarizer, and injects faults: connections reset as soon as they are
 //! accepted, 500s, bodies aborted midway, slow SSE bodies, and summaries
-//! that are not JSON.
+//! that are not JSON. A request that offers `foldgate_recall` is answered
+//! with a call to it one time in four (a recall round); the round after
+//! it, normally.
 
+use crate::answers::{self, Api};
 use crate::rng::Rng;
 use bytes::Bytes;
 use foldgate::body::{self, Body, BoxError};
@@ -33,6 +37,14 @@ pub struct Injected {
     pub bad_summaries: AtomicU64,
     pub summaries: AtomicU64,
     pub requests: AtomicU64,
+    /// Answers that called `foldgate_recall`, whole and streamed.
+    pub recall_calls: AtomicU64,
+    pub recall_calls_streamed: AtomicU64,
+    /// Requests that offered the recall tool.
+    pub recall_offers: AtomicU64,
+    /// Anthropic Messages and Responses requests (summarizer excluded).
+    pub anthropic: AtomicU64,
+    pub responses: AtomicU64,
 }
 
 /// Starts the upstream; returns its base URL (`http://127.0.0.1:PORT`).
@@ -90,15 +102,41 @@ async fn answer(
         );
     }
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    if body.pointer("/messages/0/content").and_then(Value::as_str) == Some(SYSTEM_PROMPT) {
-        return summary(injected, dice).await;
+    if body.pointer("/messages/0/content").and_then(Value::as_str) == Some(SYSTEM_PROMPT)
+        || body["system"] == SYSTEM_PROMPT
+    {
+        return summary(injected, dice, path.ends_with("/messages")).await;
     }
+    let api = if path.ends_with("/messages") {
+        injected.anthropic.fetch_add(1, Ordering::Relaxed);
+        Api::Anthropic
+    } else if path.ends_with("/responses") {
+        injected.responses.fetch_add(1, Ordering::Relaxed);
+        Api::Responses
+    } else {
+        Api::Chat
+    };
     if dice < 6 {
         injected.errors_500.fetch_add(1, Ordering::Relaxed);
         return json_reply(
             StatusCode::INTERNAL_SERVER_ERROR,
             &json!({"error": {"message": "injected failure", "type": "server_error"}}),
         );
+    }
+    if answers::offers_recall(&body) {
+        injected.recall_offers.fetch_add(1, Ordering::Relaxed);
+        if !answers::after_recall(api, &body) && (20..45).contains(&dice) {
+            let n = injected.recall_calls.fetch_add(1, Ordering::Relaxed);
+            if body["stream"] == json!(true) {
+                injected
+                    .recall_calls_streamed
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            return answers::answer(api, &body, true, n);
+        }
+    }
+    if api != Api::Chat {
+        return answers::answer(api, &body, false, 0);
     }
     let prompt_tokens = bytes.len() as u64 / 4;
     let (abort, slow) = (dice < 10, (10..20).contains(&dice));
@@ -121,7 +159,7 @@ async fn answer(
     )
 }
 
-async fn summary(injected: &Injected, dice: u64) -> Response<Body> {
+async fn summary(injected: &Injected, dice: u64, anthropic: bool) -> Response<Body> {
     injected.summaries.fetch_add(1, Ordering::Relaxed);
     tokio::time::sleep(Duration::from_millis(20 + dice)).await;
     let content = if dice < 8 {
@@ -132,6 +170,14 @@ async fn summary(injected: &Injected, dice: u64) -> Response<Body> {
                "goals": ["finish the task"], "decisions": [], "open_items": [], "artifacts": ["src/main.rs"]})
         .to_string()
     };
+    if anthropic {
+        return json_reply(
+            StatusCode::OK,
+            &json!({"id": "msg_sum", "type": "message", "role": "assistant", "model": "soak-model",
+                "content": [{"type": "text", "text": content}], "stop_reason": "end_turn",
+                "usage": {"input_tokens": 500, "output_tokens": 60}}),
+        );
+    }
     json_reply(
         StatusCode::OK,
         &json!({"id": "sum", "object": "chat.completion", "model": "soak-model",
@@ -169,6 +215,11 @@ fn sse(prompt_tokens: u64, abort: bool, slow: bool) -> Response<Body> {
         let _ = tx.send(Ok(Bytes::from(format!("data: {usage}\n\n")))).await;
         let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
     });
+    channel_reply(rx)
+}
+
+/// A 200 event stream fed by `rx`; an `Err` item aborts it.
+pub fn channel_reply(rx: mpsc::Receiver<Result<Bytes, BoxError>>) -> Response<Body> {
     Response::builder()
         .status(StatusCode::OK)
         .header("content-type", "text/event-stream")
@@ -176,13 +227,7 @@ fn sse(prompt_tokens: u64, abort: bool, slow: bool) -> Response<Body> {
         .unwrap_or_else(|_| Response::new(body::empty()))
 }
 
-fn json_reply(status: StatusCode, value: &Value) -> Response<Body> {
-    Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .body(body::full(value.to_string()))
-        .unwrap_or_else(|_| Response::new(body::empty()))
-}
+use answers::json_reply;
 
 /// A body fed by a channel; an `Err` item aborts the response.
 struct Channel(mpsc::Receiver<Result<Bytes, BoxError>>);

@@ -36,6 +36,7 @@ use crate::state::ConvKey;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// The function tool through which a model recalls archived messages.
@@ -160,6 +161,8 @@ pub struct Archive {
     /// [`Archive::stored_key`]: a conversation's stubs are in every later
     /// view, and are stored once, not on every request.
     compressed: moka::sync::Cache<u128, ()>,
+    /// Counts the rows handed to the backend.
+    metrics: Arc<Metrics>,
 }
 
 /// Compressed messages remembered as stored (a forgotten one is stored
@@ -191,11 +194,12 @@ impl Archive {
         let backend = if !archive.enabled {
             Backend::Off
         } else {
-            Backend::open(config, metrics)?
+            Backend::open(config, metrics.clone())?
         };
         Ok(Self {
             backend,
             compressed: moka::sync::Cache::new(COMPRESSED_REMEMBERED),
+            metrics,
         })
     }
 
@@ -224,7 +228,9 @@ impl Archive {
             .filter(|(k, _)| !self.compressed.contains_key(k))
             .filter_map(|(k, position)| Some((k, rows(position)?)))
             .unzip();
+        let n = new.len() as u64;
         self.store(key, new)?;
+        self.metrics.archive_rows[1].fetch_add(n, Ordering::Relaxed);
         for k in keys {
             self.compressed.insert(k, ());
         }
@@ -298,7 +304,10 @@ impl Archive {
                 ))
             })
             .collect();
-        self.store(key, rows)
+        let n = rows.len() as u64;
+        self.store(key, rows)?;
+        self.metrics.archive_rows[0].fetch_add(n, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Whether [`Archive::record`] of `messages[i]` for each `i` in

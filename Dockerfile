@@ -2,6 +2,14 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
+# Dependencies in their own layer: built against stub sources, so a change
+# to src/ rebuilds only foldgate itself.
+RUN mkdir -p src benches \
+    && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
+    && for b in $(awk '/^\[\[bench\]\]/ { getline; gsub(/name = |"/, ""); print }' Cargo.toml); do \
+         echo 'fn main() {}' > "benches/$b.rs"; done \
+    && cargo build --release --locked --bin foldgate \
+    && rm -rf src benches target/release/.fingerprint/foldgate-* target/release/deps/*foldgate*
 COPY src ./src
 COPY benches ./benches
 RUN cargo build --release --locked --bin foldgate
@@ -15,6 +23,9 @@ COPY --from=build /src/target/release/foldgate /usr/local/bin/foldgate
 COPY config.toml /etc/foldgate/config.toml
 USER foldgate
 WORKDIR /var/lib/foldgate
+# State (foldgate.db), archive and spool live here with the default config:
+# mount a volume to keep summaries and archived messages across containers.
+VOLUME /var/lib/foldgate
 # Listen on every interface inside the container; override any key with
 # FOLDGATE_* variables or mount another file over /etc/foldgate/config.toml.
 ENV FOLDGATE_SERVER__LISTEN=0.0.0.0:8080 FOLDGATE_LOG=info

@@ -74,7 +74,7 @@ fn is_stub(m: &Value) -> bool {
     content_text(m).starts_with(STUB_PREFIX)
 }
 
-/// The rule, written out again from the README: tool results of at least
+/// The rule, written out again from docs/folding.md: tool results of at least
 /// `min` tokens (here: the long ones), outside the last `TAIL` messages,
 /// followed by at least `after` turns (a user message or the first of a
 /// run of tool results starts one); the first `floor(C / batch) * batch`.

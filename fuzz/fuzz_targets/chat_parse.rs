@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let parsed = serde_json::from_slice::<Value>(data);
-    // Known and not fixed (see the README's Fuzzing section): serde skips
+    // Known and not fixed (see docs/benchmarks.md, Fuzzing): serde skips
     // the fields it does not read without decoding them, so the fast path
     // accepts a lone surrogate (`\uDFFF`) or a number out of f64's range
     // there, which the full parser refuses.

@@ -5,7 +5,7 @@
 //! Checked: a summary read back from its own JSON is the same summary
 //! (repairs are idempotent); the invention check drops nothing on a second
 //! pass. (That a summary checked against its own text loses nothing does
-//! not hold yet: see the README.)
+//! not hold yet: see docs/benchmarks.md, Fuzzing.)
 
 #![no_main]
 
@@ -33,7 +33,7 @@ fn check(summary: &Summary, source: &str) {
     // Not checked any more: a summary checked against a source made of its
     // own text should lose nothing, but the extractor can name an
     // identifier the source does not contain verbatim (known, not fixed;
-    // see the README's Fuzzing section).
+    // see docs/benchmarks.md, Fuzzing).
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -9,7 +9,12 @@
 //! with every message of the previous request's, byte for byte: a prompt
 //! cache serves all of that prefix) and the billed input cost of the loop
 //! under two price sheets with prompt caching (see [`prices`]), summarizer
-//! input included.
+//! input included. The mock model calls `foldgate_recall` on every 5th
+//! request that offers it (asking for an early step's port); the table
+//! counts those recall rounds and the ones foldgate shortened or refused
+//! because the window had too little room left for the excerpts. A recall
+//! round's second upstream request is not billed here (the costs compare
+//! folding, not the model's choice to look something up).
 //!
 //! Modes: *economy* (the defaults: a rewrite brings the view down to the
 //! reset target, stubs ride on folds) and *every trigger* (the behaviour
@@ -34,7 +39,7 @@ mod prices;
 
 use common::llm::Llm;
 use common::tooloop::ToolLoop;
-use common::{Foldgate, post_json};
+use common::{Foldgate, metric, post_json};
 use foldgate::fold::compress::STUB_PREFIX;
 use prices::{Request, SHEETS};
 use serde_json::Value;
@@ -46,6 +51,8 @@ const WINDOWS: [u32; 3] = [32_000, 16_000, 6_000];
 const DIRECT_WINDOW: u32 = 1_000_000;
 /// The request's `max_tokens` (the loop's output reserve).
 const MAX_TOKENS: u32 = 200;
+/// The mock model calls `foldgate_recall` on every this-many requests.
+const RECALL_EVERY: usize = 5;
 
 /// Lines of step `k`'s output: 12 to 36 lines of 85 bytes, 1–3 KB.
 fn lines(k: usize) -> usize {
@@ -87,10 +94,15 @@ struct Figures {
     stable: usize,
     largest: u32,
     requests: Vec<Request>,
+    /// Recall rounds: answered, shortened for room, refused for room.
+    recalls: [f64; 3],
 }
 
 async fn replay(mode: &Mode, window: u32) -> Figures {
     let llm = Llm::start().await;
+    llm.state
+        .recall_every
+        .store(RECALL_EVERY, std::sync::atomic::Ordering::Relaxed);
     let toml = format!(
         "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"agent-*\"]\ncontext_window = {window}\n\
          [summarizer]\ntimeout = \"10s\"\n[policy]\nmode = \"inline\"\n{}{}",
@@ -108,6 +120,7 @@ async fn replay(mode: &Mode, window: u32) -> Figures {
         l.step(lines(step));
         let mut body = l.body("agent-model");
         body["max_tokens"] = MAX_TOKENS.into();
+        let before = llm.chat_requests().len();
         let reply = post_json(
             &format!("{}/v1/chat/completions", fg.url),
             &[
@@ -122,7 +135,9 @@ async fn replay(mode: &Mode, window: u32) -> Figures {
         f.folds += usize::from(folded);
         let tokens = reply.tokens_out();
         f.largest = f.largest.max(tokens);
-        let sent = llm.chat_requests().last().cloned().unwrap();
+        // The step's first upstream request (a recall round's follow-up
+        // adds the call and its result, which the next step does not carry).
+        let sent = llm.chat_requests()[before].clone();
         let messages = sent["messages"].as_array().cloned().unwrap();
         let stubs = messages
             .iter()
@@ -163,6 +178,13 @@ async fn replay(mode: &Mode, window: u32) -> Figures {
         previous = Some(messages);
     }
     f.summarizer_calls = llm.summarizer_calls();
+    let metrics = fg.metrics().await;
+    f.recalls = [
+        "foldgate_recall_calls_total",
+        "foldgate_recall_shortened_total",
+        "foldgate_recall_refused_total",
+    ]
+    .map(|name| metric(&metrics, name));
     f
 }
 
@@ -172,7 +194,7 @@ fn row(window: u32, mode: &str, f: &Figures) {
         .map(|s| format!("${:.4}", s.cost(&f.requests)))
         .collect();
     println!(
-        "| {window} | {mode} | {} | {} | {} | {}/{} ({:.0}%) | {} | {} |",
+        "| {window} | {mode} | {} | {} | {} | {}/{} ({:.0}%) | {} | {} / {} / {} | {} |",
         f.summarizer_calls,
         f.folds,
         f.compress_rewrites,
@@ -180,6 +202,9 @@ fn row(window: u32, mode: &str, f: &Figures) {
         STEPS - 1,
         100.0 * f.stable as f64 / (STEPS - 1) as f64,
         f.largest,
+        f.recalls[0],
+        f.recalls[1],
+        f.recalls[2],
         costs.join(" | "),
     );
 }
@@ -193,17 +218,17 @@ fn main() {
         println!("## A {STEPS}-step agent loop, tool outputs of 1–3 KB\n");
         let sheets: Vec<&str> = SHEETS.iter().map(|s| s.name).collect();
         println!(
-            "| window | mode | summarizer calls | folds | compression rewrites | cache-stable requests | largest prompt | {} |",
+            "| window | mode | summarizer calls | folds | compression rewrites | cache-stable requests | largest prompt | recall rounds / shortened / refused | {} |",
             sheets.join(" | ")
         );
-        println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|");
         let direct = replay(&DIRECT, DIRECT_WINDOW).await;
         for window in WINDOWS {
             if direct.largest + MAX_TOKENS <= window {
                 row(window, DIRECT.name, &direct);
             } else {
                 println!(
-                    "| {window} | {} | does not fit ({} tokens) | | | | | | |",
+                    "| {window} | {} | does not fit ({} tokens) | | | | | | | |",
                     DIRECT.name, direct.largest
                 );
             }

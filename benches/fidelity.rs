@@ -47,7 +47,12 @@ fn main() {
         );
         println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for window in [2_048u32, 4_096, 8_192] {
-            run(window).await;
+            run(window, "").await;
+        }
+        // The same at the fold depth before fold economy (shallower folds
+        // fold fewer identifiers into the same ledger budget).
+        for window in [2_048u32, 4_096] {
+            run(window, "reset_ratio = 0.7\n").await;
         }
     });
 }
@@ -77,11 +82,12 @@ fn turn(i: usize) -> Vec<Value> {
     ]
 }
 
-async fn run(window: u32) {
+/// One window; `policy` adds `[policy]` keys (shown in the row).
+async fn run(window: u32, policy: &str) {
     let llm = Llm::start().await;
     let fg = Foldgate::start(&format!(
         "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"bench-*\"]\ncontext_window = {window}\n\
-         [policy]\nmode = \"inline\"\n",
+         [policy]\nmode = \"inline\"\n{policy}",
         llm.url()
     ))
     .await;
@@ -161,7 +167,12 @@ async fn run(window: u32) {
     let mean = ledger_tokens.iter().map(|&t| f64::from(t)).sum::<f64>()
         / ledger_tokens.len().max(1) as f64;
     println!(
-        "| {window} | {folds} | {} / {} | {views} | {in_summary} of {folded} ({:.1}%) | {in_message} of {folded} ({:.1}%) | {:.1}% | {:.1}% | {mean:.0} / {} | {} |",
+        "| {window}{} | {folds} | {} / {} | {views} | {in_summary} of {folded} ({:.1}%) | {in_message} of {folded} ({:.1}%) | {:.1}% | {:.1}% | {mean:.0} / {} | {} |",
+        if policy.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", policy.trim())
+        },
         get("foldgate_summarizer_calls_total"),
         get("foldgate_fold_failures_total"),
         pct(in_summary),

@@ -80,7 +80,13 @@ async fn fold_events_carry_the_request_id() {
     assert!(access.contains("req-fold-42"), "{access}");
     // Milliseconds to the microsecond, not a float's full expansion.
     for field in ["upstream_ms=", "overhead_ms="] {
-        let value = access.split(field).nth(1).unwrap().split(' ').next().unwrap();
+        let value = access
+            .split(field)
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap();
         let decimals = value.split_once('.').map_or(0, |(_, d)| d.len());
         assert!(decimals <= 3, "{field}{value} in {access}");
     }

@@ -51,7 +51,10 @@ pub async fn serve(
     if let Err(e) = tokio::task::spawn_blocking(crate::tokens::Encoding::warm_up).await {
         tracing::warn!(error = %e, "loading the token tables failed; they load on first use");
     }
-    tracing::debug!(ms = loading.elapsed().as_millis() as u64, "token tables loaded");
+    tracing::debug!(
+        ms = loading.elapsed().as_millis() as u64,
+        "token tables loaded"
+    );
     if app.config.tokens.discover {
         let app = app.clone();
         tokio::spawn(async move { crate::discover::windows(&app).await });

@@ -75,6 +75,11 @@ pub struct LlmState {
     pub summarizer_in_flight: AtomicUsize,
     /// The most summarizer calls ever answered at once.
     pub summarizer_max_in_flight: AtomicUsize,
+    /// Call `foldgate_recall` on every Nth chat request that offers it
+    /// (0 = never); see [`recall_call`].
+    pub recall_every: AtomicUsize,
+    /// Recall calls made so far.
+    pub recalls: AtomicUsize,
 }
 
 /// Counts one summarizer call in flight until dropped.
@@ -195,6 +200,9 @@ async fn answer(state: Arc<LlmState>, r: Recorded) -> Response<foldgate::body::B
                 "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
         );
     }
+    if let Some(call) = recall_call(&state, &body) {
+        return mock::json(StatusCode::OK, &call);
+    }
     let usage = state.usage_prompt_tokens.load(Ordering::Relaxed);
     let usage = (usage > 0).then(
         || json!({"prompt_tokens": usage, "completion_tokens": 3, "total_tokens": usage + 3}),
@@ -222,6 +230,37 @@ async fn answer(state: Arc<LlmState>, r: Recorded) -> Response<foldgate::body::B
         reply["usage"] = u;
     }
     mock::json(StatusCode::OK, &reply)
+}
+
+/// A model that looks things up: on every `recall_every`th chat request
+/// that offers `foldgate_recall` and is not itself a recall round's
+/// follow-up, a whole (non-streamed) answer calling it. The Nth call asks
+/// for step N's port and entry file (see `tooloop`).
+fn recall_call(state: &LlmState, body: &Value) -> Option<Value> {
+    let every = state.recall_every.load(Ordering::Relaxed);
+    let offered = body["tools"].as_array().is_some_and(|tools| {
+        tools
+            .iter()
+            .any(|t| t.pointer("/function/name") == Some(&json!("foldgate_recall")))
+    });
+    let follow_up = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["tool_call_id"].as_str())
+        .is_some_and(|id| id.starts_with("call_recall"));
+    let seen = state.chat_requests.lock().unwrap().len();
+    if every == 0 || !offered || follow_up || seen % every != 0 || body["stream"] == json!(true) {
+        return None;
+    }
+    let n = state.recalls.fetch_add(1, Ordering::SeqCst) + 1;
+    let args = json!({"query": format!("port and entry of /srv/app/step{n}")}).to_string();
+    Some(json!({
+        "id": "chatcmpl-recall", "object": "chat.completion", "model": body["model"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": format!("call_recall_{n}"), "type": "function",
+                "function": {"name": "foldgate_recall", "arguments": args}}]},
+            "finish_reason": "tool_calls"}],
+    }))
 }
 
 async fn summarize(state: &LlmState, body: Value) -> Response<foldgate::body::Body> {

@@ -51,10 +51,15 @@ pub async fn serve(
     if let Err(e) = tokio::task::spawn_blocking(crate::tokens::Encoding::warm_up).await {
         tracing::warn!(error = %e, "loading the token tables failed; they load on first use");
     }
-    tracing::debug!(ms = loading.elapsed().as_millis() as u64, "token tables loaded");
-    if app.config.tokens.discover {
+    tracing::debug!(
+        ms = loading.elapsed().as_millis() as u64,
+        "token tables loaded"
+    );
+    // Before the first accept, so the first request already uses them.
+    app.load_learned_windows().await;
+    {
         let app = app.clone();
-        tokio::spawn(async move { crate::discover::windows(&app).await });
+        tokio::spawn(async move { crate::discover::startup(&app).await });
     }
     let service = stack::build(app.clone());
     let mut builder = auto::Builder::new(TokioExecutor::new());

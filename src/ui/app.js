@@ -103,6 +103,23 @@ async function loadTotals() {
   }
 }
 
+// ---- model windows, from /foldgate/windows --------------------------------
+
+// Local models without a known window fold too late (or never): say which,
+// and the config line that fixes it, as the start-up WARN does.
+async function loadWindows() {
+  const w = await (await api('/foldgate/windows')).json();
+  const box = $('windows');
+  box.replaceChildren();
+  box.hidden = !w.missing.length;
+  if (!w.missing.length) return;
+  box.append(el('p', 'No context window known for ' + w.missing.length + ' local model(s): foldgate assumes '
+    + fmt(w.default_context_window) + ' tokens and learns the real window only from a context-length error. Add to the config:'));
+  for (const m of w.missing) {
+    box.append(el('pre', m.config + '   # provider ' + m.provider + '; N = the context the server gives each request'));
+  }
+}
+
 // ---- the conversation list ------------------------------------------------
 
 async function loadList(more) {
@@ -214,6 +231,7 @@ async function refresh() {
   try {
     await loadList(false);
     await loadTotals();
+    await loadWindows();
     const first = listed[0];
     const keep = selected && listed.find((c) => c.tenant === selected.tenant && c.conversation === selected.conversation);
     const pick = keep || first;

@@ -69,4 +69,31 @@ impl App {
             config,
         })
     }
+
+    /// Takes `model`'s window from an upstream's context-length error: used
+    /// from now on and kept with the fold states, so a restart knows it.
+    pub async fn learn_window(&self, model: &str, window: u32) {
+        if window == 0 {
+            return;
+        }
+        let known = self.tokens.limits_quiet(model);
+        if known.source != crate::tokens::LimitSource::Config {
+            tracing::info!(
+                model,
+                context_window = window,
+                "context window learned from the upstream's context-length error"
+            );
+        }
+        self.tokens
+            .record_window(model, window, crate::tokens::LimitSource::Learned, "");
+        self.store.save_window(model, window).await;
+    }
+
+    /// Windows learned before a restart, read back from the state store.
+    pub async fn load_learned_windows(&self) {
+        for (model, window) in self.store.windows().await {
+            self.tokens
+                .record_window(&model, window, crate::tokens::LimitSource::Learned, "");
+        }
+    }
 }

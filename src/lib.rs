@@ -5,7 +5,7 @@
 //! - [`archive`]: every message a fold removed from the view, stored and searchable.
 //! - [`background`]: background fold jobs, one per conversation, and backoff.
 //! - [`config`]: figment configuration, validation, secrets.
-//! - [`discover`]: context windows read from providers at start-up (`tokens.discover`).
+//! - [`discover`]: context windows read from providers at start-up (`tokens.discover`), and the report of every model's window.
 //! - [`server`]: listener, TLS, the tower stack, graceful shutdown.
 //! - [`upstream`]: the pooled HTTPS client, provider routing, header hygiene.
 //! - [`proxy`]: the request handler: admin routes, passthrough, chat hook.

@@ -13,7 +13,7 @@
 mod common;
 
 use common::convo::{Convo, config, label};
-use common::llm::Llm;
+use common::llm::{Llm, Sum};
 use common::mock::Mock;
 use common::{Foldgate, post_json};
 use http::Response;
@@ -203,4 +203,74 @@ async fn the_console_check_sees_what_a_page_logs() {
     let console = page.console.join("\n");
     assert!(console.contains("deliberate"), "{console}");
     assert!(console.contains("undefinedCall"), "{console}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fold_stays_in_the_timeline_and_other_tenants_are_named() {
+    // The summarizer fails every attempt of the first fold, then works: the
+    // failure stays on the record after the success. The client sends the
+    // placeholder key `none`, a tenant of its own.
+    let llm = Llm::start().await;
+    llm.script([Sum::Status(500), Sum::Status(500), Sum::Status(500)]);
+    let fg = Foldgate::start(&config(
+        &llm,
+        // Inside [summarizer]: no backoff, so the next turn folds again.
+        &format!("failure_backoff = \"0s\"\n[server]\nadmin_token = \"{ADMIN}\"\n"),
+    ))
+    .await;
+    let mut convo = Convo::with_turns(55);
+    let url = format!("{}/v1/chat/completions", fg.url);
+    let headers = [
+        ("x-conversation-id", "dash-failing"),
+        ("authorization", "Bearer none"),
+    ];
+    let reply = post_json(&url, &headers, &convo.body()).await;
+    assert_eq!(label(&reply), "none", "the fold failed");
+    convo.next_turn("again");
+    let reply = post_json(&url, &headers, &convo.body()).await;
+    assert_eq!(label(&reply), "new", "the next one worked");
+
+    let page = chromium(&format!("{}/foldgate/ui#token={ADMIN}", fg.url)).await;
+    let dom = &page.dom;
+    assert!(page.console.is_empty(), "console: {:#?}", page.console);
+    let timeline = block(dom, "timeline", "</table>");
+    assert_eq!(
+        timeline.matches("<tr").count(),
+        3,
+        "header, the failure, the fold:\n{timeline}"
+    );
+    let failure_row = timeline
+        .find("<tr class=\"failed\"><td>failed</td>")
+        .unwrap_or_else(|| panic!("{timeline}"));
+    assert!(
+        failure_row < timeline.find("<td>1</td>").unwrap(),
+        "the failure comes before the fold that followed it:\n{timeline}"
+    );
+    assert!(timeline.contains("→ not folded"), "{timeline}");
+    assert!(
+        timeline.contains("500"),
+        "the summarizer's error:\n{timeline}"
+    );
+    let failures = element(dom, "failures");
+    assert!(failures.starts_with("Last fold failure: "), "{failures}");
+    assert!(failures.contains("a later fold succeeded"), "{failures}");
+    let chart = block(dom, "chart", "</svg>");
+    assert_eq!(chart.matches("class=\"failure\"").count(), 1, "{chart}");
+    assert!(
+        !element(dom, "tenants").contains("other credentials"),
+        "the admin reads everything:\n{dom}"
+    );
+
+    // Another credential reads none of it, and is told why and how.
+    let page = chromium(&format!("{}/foldgate/ui#token=sk-someone-else", fg.url)).await;
+    let hint = element(&page.dom, "tenants");
+    assert!(
+        hint.starts_with("1 conversation belongs to other credentials"),
+        "{}",
+        page.dom
+    );
+    assert!(hint.contains("enter the admin token"), "{hint}");
+    assert!(hint.contains("placeholder key \"none\""), "{hint}");
+    assert!(!page.dom.contains("dash-failing"), "nothing of it is shown");
+    assert_eq!(element(&page.dom, "status"), "", "{}", page.dom);
 }

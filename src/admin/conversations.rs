@@ -53,10 +53,62 @@ pub async fn list(app: &App, access: &Access, query: &str) -> Result<Value, ApiE
         .iter()
         .map(|(key, chain)| overview(app, key, chain))
         .collect();
+    let hidden = match (access.tenant(), &list.after) {
+        (Some(tenant), None) => hidden(app, tenant).await,
+        _ => Value::Null,
+    };
     Ok(json!({
         "conversations": conversations,
         "next": page.next.as_ref().map(ConvKey::to_cursor),
+        "hidden": hidden,
     }))
+}
+
+/// Placeholder keys SDKs and local-server recipes send when a server needs
+/// none: each is a tenant of its own, so its conversations are named.
+const PLACEHOLDER_KEYS: &[&str] = &["none", "EMPTY", "sk-no-key-required", "ollama", "lm-studio"];
+
+/// Conversations of other tenants than `tenant`, counted (never named) so
+/// the dashboard can say they exist and how to read them: among the first
+/// [`crate::state::MAX_LIMIT`] stored (`more` when there may be others),
+/// and which placeholder keys (`none`, …) own some of them.
+async fn hidden(app: &App, tenant: &str) -> Value {
+    let all = ListQuery {
+        tenant: None,
+        after: None,
+        limit: crate::state::MAX_LIMIT,
+    };
+    let page = app.store.list(&all).await;
+    let others: Vec<&ConvKey> = page
+        .conversations
+        .iter()
+        .map(|(key, _)| key)
+        .filter(|key| key.tenant != tenant)
+        .collect();
+    let keys: Vec<&str> = PLACEHOLDER_KEYS
+        .iter()
+        .copied()
+        .filter(|k| {
+            let owner = placeholder_tenant(k);
+            others.iter().any(|key| key.tenant == owner)
+        })
+        .collect();
+    let anonymous = others.iter().any(|key| key.tenant == "anonymous");
+    json!({
+        "conversations": others.len(),
+        "more": page.next.is_some(),
+        "placeholder_keys": keys,
+        "keyless": anonymous,
+    })
+}
+
+/// The tenant a client sending `Authorization: Bearer KEY` gets.
+fn placeholder_tenant(key: &str) -> String {
+    let mut headers = http::HeaderMap::new();
+    if let Ok(value) = http::HeaderValue::from_str(&format!("Bearer {key}")) {
+        headers.insert(http::header::AUTHORIZATION, value);
+    }
+    crate::chat::key::tenant(&headers)
 }
 
 fn bad(message: String, param: &'static str) -> ApiError {
@@ -80,6 +132,8 @@ fn overview(app: &App, key: &ConvKey, chain: &FoldChain) -> Value {
         "tokens_before": latest.map(|s| s.tokens_before),
         "tokens_after": latest.map(|s| s.tokens_after),
         "failures": failures(app, key),
+        "failed_folds": chain.failed_folds(),
+        "last_failure_at": chain.failures().last().map(|f| f.at),
         "saved": app.turns.of(key).iter().map(|t| u64::from(t.tokens_in.saturating_sub(t.tokens_out))).sum::<u64>(),
         "cache_stable": cache_stable(app, key),
         "pins_folded": latest.map(|s| s.retained.pins_folded),
@@ -151,6 +205,8 @@ pub async fn one(app: &App, access: &Access, id: &str) -> Result<Value, ApiError
                 "current": latest.map(|s| s.summary.render(s.folded())),
                 "ledger": latest.map(|s| s.ledger.render()),
                 "failures": failures(app, key),
+                "fold_failures": chain.failures(),
+                "failed_folds": chain.failed_folds(),
                 "turns": app.turns.of(key),
                 "cache_stable": cache_stable(app, key),
                 "pins_folded": latest.map(|s| s.retained.pins_folded),

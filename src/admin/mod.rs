@@ -2,6 +2,8 @@
 //!
 //! - `GET /foldgate/health`: liveness, always open.
 //! - `GET /foldgate/metrics`: Prometheus text.
+//! - `GET /foldgate/windows`: every model window with where it came from,
+//!   and the local models without one (with the config line to add).
 //! - `GET /foldgate/conversations`: a page of the conversations the
 //!   request may read ([`conversations::list`]).
 //! - `GET /foldgate/conversations/{id}`: a conversation's fold chain.
@@ -38,6 +40,7 @@ pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
             json(serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
         }
         (&Method::GET, "/foldgate/metrics") => metrics(app),
+        (&Method::GET, "/foldgate/windows") => json(windows(app)),
         (&Method::GET | &Method::HEAD, p) if crate::ui::is_ui(p) => crate::ui::serve(p),
         (&Method::GET, "/foldgate/conversations") => {
             let query = req.uri().query().unwrap_or("");
@@ -78,6 +81,27 @@ where
         Err(e) => Err(e),
     };
     result.map_or_else(ApiError::into_response, json)
+}
+
+/// Model windows: configured (by glob), read from providers or learned
+/// (by model id), and the local models foldgate knows no window for. Open
+/// like the metrics: model names and windows, no conversation.
+fn windows(app: &App) -> serde_json::Value {
+    let configured = app.config.models.iter().filter_map(|(glob, m)| {
+        let window = m.context_window?;
+        Some(serde_json::json!({ "model": glob, "context_window": window, "source": "config", "origin": "config" }))
+    });
+    let known = app.tokens.known_windows().into_iter().map(|k| {
+        let origin = k.origin();
+        let mut v = serde_json::json!(k);
+        v["origin"] = origin.into();
+        v
+    });
+    serde_json::json!({
+        "models": configured.chain(known).collect::<Vec<_>>(),
+        "missing": app.tokens.missing_windows(),
+        "default_context_window": app.config.tokens.default_context_window,
+    })
 }
 
 fn metrics(app: &App) -> Response<Body> {

@@ -9,7 +9,9 @@ use crate::background::Job;
 use crate::config::{Mode, OnFailure};
 use crate::error::ApiError;
 use crate::fold::ledger::{Ledger, LedgerUpdate};
-use crate::fold::{Decision, FoldChain, FoldPlan, FoldState, Reason, Summary, ViewInfo};
+use crate::fold::{
+    Decision, FailureRecord, FoldChain, FoldPlan, FoldState, Reason, Summary, ViewInfo,
+};
 use crate::metrics::Metrics;
 use crate::summarize::{Outcome, Target};
 use serde_json::{Value, json};
@@ -227,6 +229,17 @@ impl Turn {
                 if let Some(key) = &self.data.key {
                     app.background
                         .record_failure(key, self.app.config.summarizer.failure_backoff);
+                    // Kept with the fold history (and stored with it), so a
+                    // later success does not erase it.
+                    let mut kept = chain.as_deref().cloned().unwrap_or_default();
+                    kept.push_failure(FailureRecord::new(
+                        now_unix(),
+                        plan.reason,
+                        started == Started::Background,
+                        plan.tokens_before,
+                        &e.to_string(),
+                    ));
+                    app.store.save(key, Arc::new(kept)).await;
                 }
                 tracing::warn!(
                     target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
@@ -244,6 +257,7 @@ impl Turn {
         let state = FoldState {
             api: self.data.api.as_str().to_string(),
             recall: self.recall(),
+            background: started == Started::Background,
             ..FoldState::after(&plan, summary, ledger, now_unix())
         }
         .with_summarizer(&outcome.model, outcome.latency, outcome.calls);

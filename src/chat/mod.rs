@@ -12,7 +12,7 @@
 //! `x-foldgate-*` headers, usage read on the way for calibration.
 
 pub mod codec;
-mod context_error;
+pub(crate) mod context_error;
 mod fast;
 mod fold_run;
 #[doc(hidden)]
@@ -109,7 +109,7 @@ pub async fn handle(
                 );
                 Metrics::inc(&app.metrics.reactive_folds);
                 if let Some(window) = err.window {
-                    app.tokens.record_discovered(&request.model, window);
+                    app.learn_window(&request.model, window).await;
                 }
                 let window = err.window.unwrap_or(u32::MAX).min(prepared.tokens_out);
                 prepared = request.prepare_smaller(app, &parts.headers, window).await?;

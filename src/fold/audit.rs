@@ -2,7 +2,9 @@
 //! [`FoldChain::MAX`] states for matching requests; beside them it keeps a
 //! short record of every fold it made (trigger, depth, span, tokens,
 //! summarizer), for the admin API and the dashboard, up to
-//! [`Audit::MAX`] records, and the count of all.
+//! [`Audit::MAX`] records, and the count of all; and every fold that was
+//! tried and failed ([`FailureRecord`]), so a later success does not
+//! erase it.
 //!
 //! [`FoldChain`]: super::FoldChain
 //! [`FoldChain::MAX`]: super::FoldChain::MAX
@@ -27,6 +29,45 @@ pub struct FoldRecord {
     pub api: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summarizer: Option<SummarizerRun>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub background: bool,
+}
+
+/// A fold that was tried and not made: when, why it was tried, and what
+/// went wrong.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailureRecord {
+    /// Unix seconds when the fold gave up.
+    pub at: u64,
+    /// The trigger that asked for the fold.
+    pub reason: Reason,
+    /// Whether it ran in the background (else the request waited for it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub background: bool,
+    /// Estimated prompt tokens of the view it would have folded.
+    pub tokens_before: u32,
+    /// What failed, in short (the summarizer's error).
+    pub error: String,
+}
+
+impl FailureRecord {
+    /// Longest error text kept, in bytes.
+    pub const MAX_ERROR: usize = 300;
+
+    /// A record of a failure at `at`, its error cut to [`Self::MAX_ERROR`].
+    pub fn new(at: u64, reason: Reason, background: bool, tokens_before: u32, error: &str) -> Self {
+        let mut end = error.len().min(Self::MAX_ERROR);
+        while !error.is_char_boundary(end) {
+            end -= 1;
+        }
+        Self {
+            at,
+            reason,
+            background,
+            tokens_before,
+            error: error[..end].to_owned(),
+        }
+    }
 }
 
 impl From<&FoldState> for FoldRecord {
@@ -43,6 +84,7 @@ impl From<&FoldState> for FoldRecord {
             tokens_after: s.tokens_after,
             api: s.api.clone(),
             summarizer: s.summarizer.clone(),
+            background: s.background,
         }
     }
 }
@@ -54,6 +96,16 @@ pub struct Audit {
     pub total: u64,
     /// The newest records, oldest first, at most [`Audit::MAX`].
     pub records: Vec<FoldRecord>,
+    /// Failed folds, every one counted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed: u64,
+    /// The newest failures, oldest first, at most [`Audit::MAX_FAILURES`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<FailureRecord>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Audit {
@@ -63,11 +115,26 @@ impl Audit {
     /// than a conversation makes before `state.ttl` or `archive.ttl`.
     pub const MAX: usize = 1_000;
 
+    /// Failure records kept per conversation (a failing summarizer is
+    /// backed off, so they come slowly; the count goes on).
+    pub const MAX_FAILURES: usize = 100;
+
     /// The audit of `states` alone (a chain stored before the audit was).
     pub fn of(states: &[FoldState]) -> Self {
         Self {
             total: states.len() as u64,
             records: states.iter().map(FoldRecord::from).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Records a failed fold, dropping the oldest failure beyond the cap.
+    pub fn push_failure(&mut self, failure: FailureRecord) {
+        self.failed = self.failed.saturating_add(1);
+        self.failures.push(failure);
+        if self.failures.len() > Self::MAX_FAILURES {
+            let excess = self.failures.len() - Self::MAX_FAILURES;
+            self.failures.drain(..excess);
         }
     }
 

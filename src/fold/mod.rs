@@ -61,7 +61,7 @@ pub mod trigger;
 pub mod view;
 
 pub use crate::message::pinned_len;
-pub use audit::{Audit, FoldRecord};
+pub use audit::{Audit, FailureRecord, FoldRecord};
 pub use compress::Compression;
 pub use hash::{ChainHash, MessageId};
 pub use pins::PlanCall;

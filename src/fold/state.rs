@@ -9,7 +9,7 @@
 //! it was made from ([`FoldChain::best_match`]).
 
 use super::FoldPlan;
-use super::audit::{Audit, FoldRecord};
+use super::audit::{Audit, FailureRecord, FoldRecord};
 use super::hash::{ChainHash, MessageId, PrefixChain, ids_of};
 use super::ledger::Ledger;
 use super::pins::PlanCall;
@@ -105,6 +105,9 @@ pub struct FoldState {
     /// What the view keeps besides the summary: pins, stubs, the plan.
     #[serde(default, skip_serializing_if = "Retained::is_empty")]
     pub retained: Retained,
+    /// Whether the fold ran in the background (else a request waited for it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub background: bool,
 }
 
 /// What a fold keeps in the view besides its summary and kept user message.
@@ -175,6 +178,7 @@ impl FoldState {
             summarizer: None,
             recall: false,
             retained: plan.retained.clone(),
+            background: false,
         }
     }
 
@@ -322,7 +326,22 @@ impl FoldChain {
 
     /// Audit records held (for the memory bound's weight).
     pub fn records(&self) -> usize {
-        self.audit.records.len()
+        self.audit.records.len() + self.audit.failures.len()
+    }
+
+    /// Records a fold that was tried and failed.
+    pub fn push_failure(&mut self, failure: FailureRecord) {
+        self.audit.push_failure(failure);
+    }
+
+    /// The newest failed folds, oldest first.
+    pub fn failures(&self) -> &[FailureRecord] {
+        &self.audit.failures
+    }
+
+    /// Failed folds in this conversation, all of them.
+    pub fn failed_folds(&self) -> u64 {
+        self.audit.failed
     }
 
     /// The most recent state.
@@ -400,6 +419,7 @@ mod tests {
             recall: false,
             summarizer: None,
             retained: Retained::default(),
+            background: false,
         }
     }
 

@@ -55,9 +55,11 @@ pub async fn serve(
         ms = loading.elapsed().as_millis() as u64,
         "token tables loaded"
     );
-    if app.config.tokens.discover {
+    // Before the first accept, so the first request already uses them.
+    app.load_learned_windows().await;
+    {
         let app = app.clone();
-        tokio::spawn(async move { crate::discover::windows(&app).await });
+        tokio::spawn(async move { crate::discover::startup(&app).await });
     }
     let service = stack::build(app.clone());
     let mut builder = auto::Builder::new(TokioExecutor::new());

@@ -72,6 +72,16 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Page>;
     /// Number of conversations stored (approximate; for metrics).
     fn count(&self) -> u64;
+    /// Keeps a model's context window learned from an upstream's
+    /// context-length error, so a restart knows it (by model id; the
+    /// memory backend keeps nothing across restarts).
+    fn save_window<'a>(&'a self, _model: &'a str, _window: u32) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+    /// Every window kept by [`Store::save_window`], `(model, window)`.
+    fn windows(&self) -> BoxFuture<'_, Vec<(String, u32)>> {
+        Box::pin(async { Vec::new() })
+    }
 }
 
 /// One page of a listing.

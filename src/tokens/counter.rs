@@ -9,14 +9,15 @@ use super::hash::{hash_value, hash_values};
 use super::message::{REPLY_PRIMING, Rules};
 use super::registry::{self, LimitSource, ModelLimits};
 use super::tools::definitions_tokens;
+use super::windows::{KnownWindow, MissingWindow, Windows};
 use crate::config::{Config, ModelConfig, TokensConfig};
 use crate::glob;
 use crate::message::{Role, raw_message_id};
 use moka::sync::Cache;
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError, RwLock};
+use std::sync::{Mutex, PoisonError};
 
 /// Bytes charged per cache entry against `tokens.cache_bytes`: the key and
 /// value (40 bytes) with the hash table's control byte and spare capacity.
@@ -62,8 +63,8 @@ pub struct TokenCounter {
     built_ins: Cache<String, Option<(u32, Option<u32>)>>,
     hits: AtomicU64,
     misses: AtomicU64,
-    /// Windows from providers' `/models`, by lowercased model id.
-    discovered: RwLock<HashMap<String, u32>>,
+    /// Windows read from providers or learned from their errors.
+    windows: Windows,
     calibration: Calibrator,
     warned: Mutex<HashSet<String>>,
 }
@@ -101,7 +102,7 @@ impl TokenCounter {
             built_ins: Cache::new(4096),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
-            discovered: RwLock::new(HashMap::new()),
+            windows: Windows::default(),
             calibration: Calibrator::default(),
             warned: Mutex::new(HashSet::new()),
         }
@@ -227,11 +228,21 @@ impl TokenCounter {
     }
 
     /// `model`'s limits. The window comes from, in order: the most specific
-    /// `[models."glob"]` entry that sets `context_window`, a window recorded
-    /// by [`TokenCounter::record_discovered`], the built-in table, and
-    /// `tokens.default_context_window` (warned about once per model). The
-    /// output limit comes from config, else the built-in table.
+    /// `[models."glob"]` entry that sets `context_window`, a window read
+    /// from the provider or learned from its error ([`TokenCounter::record_window`]),
+    /// the built-in table, and `tokens.default_context_window` (warned
+    /// about once per model). The output limit comes from config, else the
+    /// built-in table.
     pub fn limits(&self, model: &str) -> ModelLimits {
+        let limits = self.limits_quiet(model);
+        if limits.source == LimitSource::Default {
+            self.warn_unknown(model);
+        }
+        limits
+    }
+
+    /// [`TokenCounter::limits`] without the unknown-model warning (for reports).
+    pub fn limits_quiet(&self, model: &str) -> ModelLimits {
         let built_in = self.built_in(model);
         let max_output_tokens = self
             .configured(model, |m| m.max_output_tokens)
@@ -239,12 +250,11 @@ impl TokenCounter {
         let (context_window, source) = if let Some(w) = self.configured(model, |m| m.context_window)
         {
             (w, LimitSource::Config)
-        } else if let Some(w) = self.discovered_window(model) {
-            (w, LimitSource::Discovered)
+        } else if let Some(found) = self.windows.get(model) {
+            found
         } else if let Some((w, _)) = built_in {
             (w, LimitSource::BuiltIn)
         } else {
-            self.warn_unknown(model);
             (self.settings.default_context_window, LimitSource::Default)
         };
         ModelLimits {
@@ -284,14 +294,35 @@ impl TokenCounter {
     /// [`super::parse_models_listing`]). Ids are matched case-insensitively
     /// and in full, router namespace included.
     pub fn record_discovered(&self, model: &str, context_window: u32) {
-        if context_window == 0 {
-            return;
-        }
-        let mut map = self
-            .discovered
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        map.insert(model.to_ascii_lowercase(), context_window);
+        self.record_window(model, context_window, LimitSource::Discovered, "");
+    }
+
+    /// Records `model`'s window, read from its provider
+    /// ([`LimitSource::Discovered`], `via` naming how) or learned from a
+    /// context-length error ([`LimitSource::Learned`]). The latest word
+    /// wins; a configured window still beats it.
+    pub fn record_window(&self, model: &str, context_window: u32, source: LimitSource, via: &str) {
+        self.windows.record(KnownWindow {
+            model: model.to_owned(),
+            context_window,
+            source,
+            via: via.to_owned(),
+        });
+    }
+
+    /// Every window read from a provider or learned, by model id.
+    pub fn known_windows(&self) -> Vec<KnownWindow> {
+        self.windows.all()
+    }
+
+    /// Replaces the list of local providers' models without a known window.
+    pub fn set_missing_windows(&self, missing: Vec<MissingWindow>) {
+        self.windows.set_missing(missing);
+    }
+
+    /// Local providers' models without a known window (start-up's report).
+    pub fn missing_windows(&self) -> Vec<MissingWindow> {
+        self.windows.missing()
     }
 
     /// Hits and misses of the count cache.
@@ -380,17 +411,6 @@ impl TokenCounter {
         glob::most_specific(keys, model)
             .and_then(|k| self.models.get(k))
             .and_then(field)
-    }
-
-    fn discovered_window(&self, model: &str) -> Option<u32> {
-        let map = self
-            .discovered
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        if map.is_empty() {
-            return None;
-        }
-        map.get(&model.to_ascii_lowercase()).copied()
     }
 
     fn warn_unknown(&self, model: &str) {

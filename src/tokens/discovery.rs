@@ -1,6 +1,7 @@
 //! Context windows from what providers answer: the `GET /models` listing
-//! (OpenRouter, vLLM, …), llama.cpp's `GET /props` and Ollama's
-//! `GET /api/tags` + `POST /api/show`. Parsers only; the calls are in
+//! (OpenRouter, vLLM, …), llama.cpp's `GET /props`, Ollama's
+//! `GET /api/tags` + `POST /api/show`, and the `GET /openapi.json` title
+//! that tells llama-cpp-python's server apart. Parsers only; the calls are in
 //! [`crate::discover`].
 
 use serde_json::Value;
@@ -44,6 +45,16 @@ pub fn parse_llamacpp_props(body: &[u8]) -> Option<u32> {
     value
         .pointer("/default_generation_settings/n_ctx")
         .and_then(as_window)
+}
+
+/// The `info.title` of a server's `GET /openapi.json` (FastAPI servers
+/// publish one): llama-cpp-python's is `🦙 llama.cpp Python API`.
+pub fn parse_openapi_title(body: &[u8]) -> Option<String> {
+    let value = serde_json::from_slice::<Value>(body).ok()?;
+    value
+        .pointer("/info/title")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
 }
 
 /// Ollama's `GET /api/tags`: the names of the local models.
@@ -215,6 +226,16 @@ mod tests {
             vec!["llama3.2:latest".to_string(), "qwen2.5:0.5b".to_string()]
         );
         assert!(parse_ollama_tags(b"<html>").is_empty());
+    }
+
+    #[test]
+    fn llama_cpp_python_openapi() {
+        let body = r#"{"openapi":"3.1.0","info":{"title":"🦙 llama.cpp Python API","version":"0.3.36"},"paths":{}}"#;
+        assert_eq!(
+            parse_openapi_title(body.as_bytes()).as_deref(),
+            Some("🦙 llama.cpp Python API")
+        );
+        assert_eq!(parse_openapi_title(br#"{"detail":"Not Found"}"#), None);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! - `usage`: [`UsageScanner`], reading `usage` out of responses.
 //! - `discovery`: parsers of providers' `/models`, llama.cpp's `/props`, Ollama's `/api/show`.
 //! - `report`: [`estimate_report`] for `foldgate estimate`.
+//! - `windows`: windows read from providers or learned, and the ones missing.
 
 mod cache;
 mod calibration;
@@ -26,15 +27,17 @@ mod registry;
 mod report;
 mod tools;
 mod usage;
+mod windows;
 
 pub use calibration::{ALPHA as CALIBRATION_ALPHA, MAX_FACTOR, MIN_FACTOR};
 pub use counter::{RawCount, TokenCounter};
 pub use discovery::{
     parse_llamacpp_props, parse_model_ids, parse_models_listing, parse_ollama_show,
-    parse_ollama_tags,
+    parse_ollama_tags, parse_openapi_title,
 };
 pub use encoding::Encoding;
 pub use estimate::{CacheStats, Estimate, default_reserve};
 pub use registry::{LimitSource, ModelLimits};
 pub use report::{EstimateError, estimate_report};
 pub use usage::UsageScanner;
+pub use windows::{KnownWindow, MissingWindow};

@@ -16,8 +16,11 @@ use crate::glob;
 pub enum LimitSource {
     /// A `[models."glob"]` entry with `context_window`.
     Config,
-    /// The provider's `/models` listing ([`super::TokenCounter::record_discovered`]).
+    /// Read from the provider at start-up: its `/models` listing, llama.cpp's
+    /// `/props`, Ollama's `/api/show`, a probe ([`super::TokenCounter::record_window`]).
     Discovered,
+    /// From an upstream's context-length error, kept with the fold states.
+    Learned,
     /// foldgate's built-in table of well-known models.
     BuiltIn,
     /// `tokens.default_context_window`: nothing named the model.
@@ -30,6 +33,7 @@ impl LimitSource {
         match self {
             Self::Config => "config",
             Self::Discovered => "discovered",
+            Self::Learned => "learned",
             Self::BuiltIn => "built-in",
             Self::Default => "default",
         }

@@ -103,6 +103,23 @@ async function loadTotals() {
   }
 }
 
+// ---- model windows, from /foldgate/windows --------------------------------
+
+// Local models without a known window fold too late (or never): say which,
+// and the config line that fixes it, as the start-up WARN does.
+async function loadWindows() {
+  const w = await (await api('/foldgate/windows')).json();
+  const box = $('windows');
+  box.replaceChildren();
+  box.hidden = !w.missing.length;
+  if (!w.missing.length) return;
+  box.append(el('p', 'No context window known for ' + w.missing.length + ' local model(s): foldgate assumes '
+    + fmt(w.default_context_window) + ' tokens and learns the real window only from a context-length error. Add to the config:'));
+  for (const m of w.missing) {
+    box.append(el('pre', m.config + '   # provider ' + m.provider + '; N = the context the server gives each request'));
+  }
+}
+
 // ---- the conversation list ------------------------------------------------
 
 async function loadList(more) {
@@ -119,7 +136,7 @@ async function loadList(more) {
       fmt(c.folds),
       (c.reason || '—') + ' · ' + when(c.last_fold_at),
       fmt(c.tokens_before) + ' → ' + fmt(c.tokens_after),
-      c.failures ? el('td', c.failures.in_a_row + ' in a row', 'failed') : '0',
+      failuresCell(c),
     ]);
     tr.dataset.tenant = c.tenant;
     tr.dataset.conversation = c.conversation;
@@ -128,7 +145,37 @@ async function loadList(more) {
   }
   cursor = page.next;
   $('more').hidden = !cursor;
-  if (!listed.length) status('No folded conversation this credential may read yet.');
+  if (!more) tenantHint(page.hidden);
+  if (!listed.length && !(page.hidden && page.hidden.conversations)) {
+    status('No folded conversation this credential may read yet.');
+  }
+}
+
+// Failed folds in a row now (backing off), else every failure recorded:
+// a later success does not hide that folds failed.
+function failuresCell(c) {
+  if (c.failures) return el('td', c.failures.in_a_row + ' in a row', 'failed');
+  if (c.failed_folds) return el('td', c.failed_folds + ' (last ' + when(c.last_failure_at) + ')', 'failed');
+  return '0';
+}
+
+// Conversations exist that this credential may not read: say so, and how.
+function tenantHint(hidden) {
+  const p = $('tenants');
+  const n = hidden ? hidden.conversations : 0;
+  p.hidden = !n;
+  if (!n) { p.textContent = ''; return; }
+  const ways = ['enter the admin token (server.admin_token)', 'or the API key their client sent'];
+  let text = (hidden.more ? 'More than ' : '') + n + ' conversation' + (n === 1 ? '' : 's')
+    + ' belong' + (n === 1 ? 's' : '') + ' to other credentials: foldgate keys conversations by the API key'
+    + ' the client sent, so each key (even a placeholder) is a tenant of its own. To read them, '
+    + ways.join(' ') + ' above.';
+  if (hidden.placeholder_keys.length) {
+    text += ' Some were sent with the placeholder key ' + hidden.placeholder_keys.map((k) => '"' + k + '"').join(', ')
+      + ': enter it above.';
+  }
+  if (hidden.keyless) text += ' Some were sent without a key: Forget the credential to read them from this machine.';
+  p.textContent = text;
 }
 
 // ---- one conversation -----------------------------------------------------
@@ -145,10 +192,16 @@ async function loadDetail(tenant, conversation) {
   const speaks = latest && latest.api ? ', ' + latest.api + ' API' : '';
   $('detail-title').textContent = 'Conversation ' + conversation + ' (tenant ' + state.tenant + speaks + ')';
   const f = state.failures;
+  const failed = state.fold_failures || [];
+  const last = failed[failed.length - 1];
   $('failures').textContent = f
     ? 'Last ' + f.in_a_row + ' fold(s) failed; the next non-emergency fold waits ' + Math.ceil(f.retry_in_ms / 1000) + ' s.'
-    : 'No recent fold failure.';
-  $('failures').className = f ? 'failed' : '';
+    : last
+      ? 'Last fold failure: ' + when(last.at) + ' (' + last.reason + (last.background ? ', background' : '') + '): '
+        + last.error + '. ' + state.failed_folds + ' failed fold(s) in all'
+        + (latest && latest.created_at >= last.at ? '; a later fold succeeded.' : '.')
+      : 'No fold failure recorded.';
+  $('failures').className = f || last ? 'failed' : '';
   // Prompt-cache economy: requests whose forwarded prefix was unchanged,
   // and pins the pin budget had to fold.
   const cs = state.cache_stable;
@@ -163,28 +216,45 @@ async function loadDetail(tenant, conversation) {
   body.replaceChildren();
   // The audit keeps the newest records; number them among all folds made.
   const first = (state.folds_made || state.folds.length) - state.folds.length;
-  state.folds.forEach((s, i) => {
-    const run = s.summarizer;
-    body.append(row([
-      String(first + i + 1), when(s.created_at), s.reason, fmt(s.depth), fmt(s.covered),
-      fmt(s.tokens_before) + ' → ' + fmt(s.tokens_after),
-      run ? run.model + (run.calls > 1 ? ' (' + run.calls + ' calls)' : '') : '—',
-      run ? fmt(run.latency_ms) + ' ms' : '—',
-    ]));
-  });
+  // Folds and failed folds, in the order they happened.
+  const events = state.folds.map((s, i) => ({ at: s.created_at, fold: s, n: first + i + 1 }))
+    .concat(failed.map((x) => ({ at: x.at, failure: x })))
+    // Times are in seconds: within one, a failure came before the fold
+    // that followed it (a success makes the next fold wait for growth).
+    .sort((a, b) => a.at - b.at || (a.failure ? 0 : 1) - (b.failure ? 0 : 1));
+  for (const e of events) {
+    const s = e.fold;
+    if (s) {
+      const run = s.summarizer;
+      body.append(row([
+        String(e.n), when(s.created_at), s.reason + (s.background ? ' · background' : ''), fmt(s.depth), fmt(s.covered),
+        fmt(s.tokens_before) + ' → ' + fmt(s.tokens_after),
+        run ? run.model + (run.calls > 1 ? ' (' + run.calls + ' calls)' : '') : '—',
+        run ? fmt(run.latency_ms) + ' ms' : '—',
+      ]));
+    } else {
+      const x = e.failure;
+      const tr = row([
+        'failed', when(x.at), x.reason + (x.background ? ' · background' : ''), '—', '—',
+        fmt(x.tokens_before) + ' → not folded', x.error, '—',
+      ]);
+      tr.className = 'failed';
+      body.append(tr);
+    }
+  }
   $('summary').textContent = state.current || '';
   $('ledger').textContent = state.ledger || '(empty: the summary kept every specific)';
-  chart(state.turns, state.folds);
+  chart(state.turns, state.folds, failed);
 }
 
 // Full-history tokens against forwarded tokens, turn by turn (the turns
 // this process recorded), or fold by fold when none were recorded.
-function chart(turns, folds) {
+function chart(turns, folds, failed) {
   const svg = $('chart');
   svg.replaceChildren();
   const points = turns.length
-    ? turns.map((t) => ({ full: t.tokens_in, sent: t.tokens_out, fold: t.fold === 'new' }))
-    : folds.map((s) => ({ full: s.tokens_before, sent: s.tokens_after, fold: true }));
+    ? turns.map((t) => ({ full: t.tokens_in, sent: t.tokens_out, at: t.at }))
+    : folds.map((s) => ({ full: s.tokens_before, sent: s.tokens_after, at: s.created_at * 1000 }));
   const W = 640, H = 220, L = 50, B = 20, T = 10;
   const max = Math.max(1, ...points.map((p) => Math.max(p.full, p.sent)));
   const x = (i) => L + (points.length > 1 ? (i * (W - L - 10)) / (points.length - 1) : (W - L) / 2);
@@ -204,7 +274,30 @@ function chart(turns, folds) {
   for (const key of ['full', 'sent']) {
     add('polyline', { class: key, points: points.map((p, i) => x(i) + ',' + y(p[key])).join(' ') });
   }
-  points.forEach((p, i) => { if (p.fold) add('circle', { cx: x(i), cy: y(p.sent), r: 4, class: 'fold' }); });
+  // One marker per fold (and per failed fold), at the first point at or
+  // after it: a background fold lands before the turn that reused it.
+  // Markers at the same point stack upwards, so three folds show three.
+  const slot = (unixSeconds) => {
+    const i = points.findIndex((p) => p.at >= unixSeconds * 1000);
+    return i < 0 ? points.length - 1 : i;
+  };
+  const stacked = new Map();
+  const mark = (unixSeconds) => {
+    const i = slot(unixSeconds);
+    const k = stacked.get(i) || 0;
+    stacked.set(i, k + 1);
+    return { cx: x(i), cy: Math.max(T + 4, y(points[i].sent) - 10 * k) };
+  };
+  if (!points.length) return;
+  for (const s of folds) {
+    const m = mark(s.created_at);
+    if (s.background) add('rect', { x: m.cx - 4, y: m.cy - 4, width: 8, height: 8, class: 'fold background' });
+    else add('circle', { cx: m.cx, cy: m.cy, r: 4, class: 'fold' });
+  }
+  for (const f of failed) {
+    const m = mark(f.at);
+    add('path', { d: 'M' + (m.cx - 4) + ' ' + (m.cy - 4) + 'l8 8m0 -8l-8 8', class: 'failure' });
+  }
 }
 
 // ---- start ----------------------------------------------------------------
@@ -214,6 +307,7 @@ async function refresh() {
   try {
     await loadList(false);
     await loadTotals();
+    await loadWindows();
     const first = listed[0];
     const keep = selected && listed.find((c) => c.tenant === selected.tenant && c.conversation === selected.conversation);
     const pick = keep || first;

@@ -212,6 +212,7 @@ pub fn state_for(
         api: "chat".into(),
         recall: false,
         retained: Default::default(),
+        background: false,
     }
 }
 

@@ -62,6 +62,10 @@ enum Unavailable {
     Failed,
 }
 
+/// The hash of learned context windows, model id → window (no expiry:
+/// a model's window outlives any conversation).
+const WINDOWS_KEY: &str = "foldgate:windows";
+
 fn state_key(key: &ConvKey) -> String {
     format!("foldgate:state:{}:{}", key.tenant, key.conversation)
 }
@@ -369,5 +373,27 @@ impl Store for RedisStore {
 
     fn count(&self) -> u64 {
         self.inner.hot.len()
+    }
+
+    fn save_window<'a>(&'a self, model: &'a str, window: u32) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let mut conn = self.inner.conn();
+            let cmd = redis::cmd("HSET")
+                .arg(WINDOWS_KEY)
+                .arg(model)
+                .arg(window)
+                .clone();
+            let _: Result<i64, _> = self.inner.op("HSET", cmd.query_async(&mut conn)).await;
+        })
+    }
+
+    fn windows(&self) -> BoxFuture<'_, Vec<(String, u32)>> {
+        Box::pin(async move {
+            let mut conn = self.inner.conn();
+            let cmd = redis::cmd("HGETALL").arg(WINDOWS_KEY).clone();
+            let found: Result<Vec<(String, u32)>, _> =
+                self.inner.op("HGETALL", cmd.query_async(&mut conn)).await;
+            found.unwrap_or_default()
+        })
     }
 }

@@ -44,6 +44,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX folds_conversation ON folds (conversation, tenant);
     CREATE INDEX folds_created_at ON folds (created_at);",
+    // 3: context windows learned from upstreams' context-length errors.
+    "CREATE TABLE windows (
+        model TEXT PRIMARY KEY,
+        context_window INTEGER NOT NULL,
+        learned_at INTEGER NOT NULL
+    ) WITHOUT ROWID;",
 ];
 
 /// The schema version this build writes.
@@ -262,6 +268,24 @@ pub fn save(conn: &Connection, key: &ConvKey, chain: &FoldChain, now: i64) -> Re
             .map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// Keeps `model`'s learned window (the latest replaces an earlier one).
+pub fn save_window(conn: &Connection, model: &str, window: u32, now: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO windows (model, context_window, learned_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (model) DO UPDATE SET context_window = ?2, learned_at = ?3",
+    )?
+    .execute(params![model, window, now])
+    .map(drop)
+}
+
+/// Every learned window, `(model, window)`.
+pub fn windows(conn: &Connection) -> rusqlite::Result<Vec<(String, u32)>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT model, context_window FROM windows ORDER BY model")?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    rows.collect()
 }
 
 /// Records that the conversation was used at `now`.

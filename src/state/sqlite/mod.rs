@@ -57,6 +57,14 @@ enum Cmd {
     Flush {
         reply: oneshot::Sender<()>,
     },
+    SaveWindow {
+        model: String,
+        window: u32,
+        at: i64,
+    },
+    Windows {
+        reply: oneshot::Sender<Vec<(String, u32)>>,
+    },
 }
 
 /// Fold chains in a SQLite file, behind the in-process layer.
@@ -208,6 +216,24 @@ impl Store for SqliteStore {
     fn count(&self) -> u64 {
         self.stored.load(Ordering::Relaxed)
     }
+
+    fn save_window<'a>(&'a self, model: &'a str, window: u32) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            self.send(Cmd::SaveWindow {
+                model: model.to_owned(),
+                window,
+                at: now_unix(),
+            });
+        })
+    }
+
+    fn windows(&self) -> BoxFuture<'_, Vec<(String, u32)>> {
+        Box::pin(async move {
+            self.ask(|reply| Cmd::Windows { reply })
+                .await
+                .unwrap_or_default()
+        })
+    }
 }
 
 /// The database thread: runs commands in arrival order, batching whatever
@@ -286,6 +312,17 @@ fn apply(conn: &mut Connection, batch: Vec<Cmd>, ttl: i64) {
                 }
             }
             Cmd::Flush { reply } => flushed.push(reply),
+            Cmd::SaveWindow { model, window, at } => {
+                if let Err(e) = db::save_window(&tx, &model, window, at) {
+                    tracing::warn!(target: "foldgate::state", model, error = %e, "SQLite write failed");
+                }
+            }
+            Cmd::Windows { reply } => {
+                let _ = reply.send(db::windows(&tx).unwrap_or_else(|e| {
+                    tracing::warn!(target: "foldgate::state", error = %e, "SQLite read failed");
+                    Vec::new()
+                }));
+            }
         }
     }
     if let Err(e) = tx.commit() {

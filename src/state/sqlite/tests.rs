@@ -37,6 +37,7 @@ fn chain(depth: u32, created_at: u64) -> FoldChain {
         api: "chat".into(),
         recall: false,
         retained: Default::default(),
+        background: false,
     });
     chain
 }

@@ -1,0 +1,58 @@
+//! The start-up report: one line per configured, discovered or learned
+//! model window, saying where it came from, and a WARN for each model of a
+//! local provider whose window nothing names (with the config line to add;
+//! the dashboard shows the same list, `GET /foldgate/windows`).
+
+use crate::app::App;
+use crate::tokens::{LimitSource, MissingWindow};
+use std::collections::BTreeMap;
+
+/// Logs every known window and the missing ones; `listed` holds the model
+/// ids each provider listed (empty without discovery).
+pub(super) fn log(app: &App, listed: &BTreeMap<String, Vec<String>>) {
+    for (glob, model) in &app.config.models {
+        if let Some(window) = model.context_window {
+            tracing::info!("model window: {glob} = {window} tokens (config)");
+        }
+    }
+    for known in app.tokens.known_windows() {
+        tracing::info!(
+            "model window: {} = {} tokens ({})",
+            known.model,
+            known.context_window,
+            known.origin()
+        );
+    }
+    let missing = missing(app, listed);
+    let default = app.config.tokens.default_context_window;
+    for m in &missing {
+        tracing::warn!(
+            "no context window known for model \"{}\" of local provider {}: foldgate assumes tokens.default_context_window = {default} and learns the real one only from a context-length error. Add to the config: {} (N: the context the server gives each request, e.g. llama_cpp.server --n_ctx, llama-server --ctx-size / --parallel, Ollama num_ctx)",
+            m.model,
+            m.provider,
+            m.config
+        );
+    }
+    app.tokens.set_missing_windows(missing);
+}
+
+/// The models of local providers (this machine, a private network) whose
+/// window would be the default: the ids each listed, else its model globs.
+fn missing(app: &App, listed: &BTreeMap<String, Vec<String>>) -> Vec<MissingWindow> {
+    let mut missing = Vec::new();
+    for (name, provider_config) in &app.config.providers {
+        if !app.upstreams.by_name(name).is_local() {
+            continue;
+        }
+        let models = match listed.get(name) {
+            Some(ids) if !ids.is_empty() => ids,
+            _ => &provider_config.models,
+        };
+        for model in models {
+            if app.tokens.limits_quiet(model).source == LimitSource::Default {
+                missing.push(MissingWindow::new(name, model));
+            }
+        }
+    }
+    missing
+}

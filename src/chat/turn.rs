@@ -72,6 +72,9 @@ pub struct Turn {
     pub(super) app: Arc<App>,
     pub(super) data: Arc<TurnData>,
     pub(super) budget: Budget,
+    /// When the request stops waiting for folds (`policy.fold_deadline`
+    /// from when the request was read).
+    pub(super) deadline: tokio::time::Instant,
 }
 
 /// The request's fixed facts.
@@ -161,10 +164,16 @@ impl Turn {
             .compression
             .stubbed(&data.counts, |c| data.estimate.calibrated(u64::from(c)));
         let budget = Budget::for_request(config, &data.policy, &data.estimate, now_unix());
+        let now = tokio::time::Instant::now();
+        // A deadline beyond the clock's range is no deadline.
+        let deadline = now
+            .checked_add(data.policy.fold_deadline)
+            .unwrap_or_else(|| now + std::time::Duration::from_secs(1 << 30));
         Self {
             app: app.clone(),
             data: Arc::new(data),
             budget,
+            deadline,
         }
     }
 

@@ -12,7 +12,6 @@
 //! - `estimate`: [`Estimate`], its result.
 //! - `usage`: [`UsageScanner`], reading `usage` out of responses.
 //! - `discovery`: parsers of providers' `/models`, llama.cpp's `/props`, Ollama's `/api/show`.
-//! - `report`: [`estimate_report`] for `foldgate estimate`.
 
 mod cache;
 mod calibration;
@@ -23,7 +22,6 @@ mod estimate;
 pub(crate) mod hash;
 pub mod message;
 mod registry;
-mod report;
 mod tools;
 mod usage;
 
@@ -36,5 +34,4 @@ pub use discovery::{
 pub use encoding::Encoding;
 pub use estimate::{CacheStats, Estimate, default_reserve};
 pub use registry::{LimitSource, ModelLimits};
-pub use report::{EstimateError, estimate_report};
 pub use usage::UsageScanner;

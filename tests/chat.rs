@@ -480,6 +480,34 @@ async fn a_summarizer_that_never_answers_costs_at_most_the_fold_deadline() {
     assert!(llm.chat_requests().is_empty(), "nothing is forwarded");
 }
 
+/// Background mode (the default): only an emergency waits for a fold, and
+/// the deadline bounds that wait too, the running fold's included.
+#[tokio::test]
+async fn an_emergency_fold_in_background_mode_is_bounded_by_the_fold_deadline() {
+    let llm = Llm::start().await;
+    llm.state
+        .summarizer_delay_ms
+        .store(600_000, Ordering::Relaxed);
+    let fg = Foldgate::start(
+        &config_with_deadline(&llm, "1s", "").replace("mode = \"inline\"", "mode = \"background\""),
+    )
+    .await;
+    // Over the 4,000-token window with the output reserve: an emergency.
+    let convo = Convo::with_turns(80);
+    for conversation in ["a", "b"] {
+        let started = std::time::Instant::now();
+        let reply = chat(&fg, conversation, &convo.body()).await;
+        let waited = started.elapsed();
+        assert!(waited < Duration::from_secs(3), "{waited:?}");
+        reply.assert_ok();
+        assert_eq!(label(&reply), "none");
+        assert_eq!(
+            reply.header("x-foldgate-warning"),
+            "fold failed: not done within policy.fold_deadline (1s)"
+        );
+    }
+}
+
 /// The client's request is rejected upstream as too long and the reactive
 /// fold fails: the client gets the upstream's answer at once (the same view
 /// would only be rejected again), saying foldgate tried.

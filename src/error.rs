@@ -48,8 +48,8 @@ pub enum ApiError {
     /// The upstream did not answer in time.
     #[error("upstream {provider} did not answer within {after:?}")]
     UpstreamTimeout { provider: String, after: Duration },
-    /// foldgate cannot serve the request right now (e.g. summarizer down
-    /// with `on_failure = "error"`).
+    /// foldgate cannot serve the request right now (a fold that failed is
+    /// [`ApiError::NotFolded`]).
     #[error("{0}")]
     Unavailable(String),
     /// A fold the request needed was tried and not made, with

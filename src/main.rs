@@ -147,7 +147,8 @@ fn check_config(path: Option<PathBuf>) -> ExitCode {
     match config.effective_toml() {
         Ok(text) => {
             let mut head = format!(
-                "# configuration is valid\n# read from: {} (then FOLDGATE_* environment variables)\n",
+                "# configuration is valid\n# read from: {} (then FOLDGATE_* environment variables)\n\
+                 # effective values, defaults included\n",
                 config.source_name()
             );
             for warning in config.key_warnings() {

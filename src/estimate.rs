@@ -67,10 +67,7 @@ pub fn report(
         Some(api) => (api, "given"),
         None => (Api::by_shape(&request), "by shape"),
     };
-    let field = match api {
-        Api::Responses => "input",
-        Api::Chat | Api::Anthropic => "messages",
-    };
+    let field = api.conversation_field();
     if !request.contains_key(field) {
         return Err(EstimateError::NoMessages(field, api.as_str()));
     }

@@ -129,6 +129,14 @@ impl Api {
         }
     }
 
+    /// The body field that holds the conversation.
+    pub fn conversation_field(self) -> &'static str {
+        match self {
+            Self::Chat | Self::Anthropic => "messages",
+            Self::Responses => "input",
+        }
+    }
+
     /// Reads a body of this API as the pipeline reads it, for an estimate
     /// made outside the proxy (`foldgate estimate`).
     pub fn read(self, bytes: &[u8]) -> Result<ReadBody, ApiError> {

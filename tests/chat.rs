@@ -480,6 +480,36 @@ async fn a_summarizer_that_never_answers_costs_at_most_the_fold_deadline() {
     assert!(llm.chat_requests().is_empty(), "nothing is forwarded");
 }
 
+/// One allowance for every fold a request waits for: an inline fold that
+/// used it up leaves none to the reactive fold after the upstream's 400.
+#[tokio::test]
+async fn the_inline_and_the_reactive_fold_share_one_deadline() {
+    let llm = Llm::start().await;
+    llm.state
+        .summarizer_delay_ms
+        .store(600_000, Ordering::Relaxed);
+    let fg = Foldgate::start(&config_with_deadline(&llm, "1s", "")).await;
+    let body = folding_history().body();
+    llm.state
+        .context_limit_bytes
+        .store(body.to_string().len() / 2, Ordering::Relaxed);
+    let started = std::time::Instant::now();
+    let reply = chat(&fg, "c", &body).await;
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_millis(1800), "{waited:?}");
+    assert_eq!(reply.status, 400);
+    assert_eq!(
+        reply.header("x-foldgate-warning"),
+        "fold failed: not done within policy.fold_deadline (1s); the upstream's context-length error is returned"
+    );
+    assert_eq!(llm.chat_requests().len(), 1);
+    let metrics = fg.metrics().await;
+    assert!(
+        metrics.contains("foldgate_fold_deadlines_total 1\n"),
+        "{metrics}"
+    );
+}
+
 /// Background mode (the default): only an emergency waits for a fold, and
 /// the deadline bounds that wait too, the running fold's included.
 #[tokio::test]

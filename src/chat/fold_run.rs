@@ -15,8 +15,7 @@ use crate::summarize::{Outcome, Target};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
-use tokio::time::Instant;
+use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 /// Room the summarizer's own instructions and framing take in its window.
@@ -129,34 +128,43 @@ impl Turn {
         })
     }
 
-    /// Folds while the request waits, until the request's fold deadline
-    /// (`policy.fold_deadline`, one for every fold the request waits for);
-    /// past it the request goes on without the fold (`base`'s view) as
-    /// `on_failure` says, and the fold runs on for the next turn. With
-    /// `wait`, a fold already running for the conversation is awaited up
-    /// to that long first.
+    /// Folds while the request waits, within what is left of the
+    /// request's `policy.fold_deadline` (one allowance for every fold the
+    /// request waits for); past it the request goes on without the fold
+    /// (`base`'s view) as `on_failure` says, and the fold runs on for the
+    /// next turn. With `wait`, a fold already running for the conversation
+    /// is awaited up to that long first.
     pub(super) async fn fold_inline(
         &self,
         wait: Option<Duration>,
         base: Option<&FoldState>,
     ) -> Result<Prepared, ApiError> {
-        if Instant::now() >= self.deadline {
+        let left = self.fold_time.left();
+        if left.is_zero() {
+            // An earlier fold of this request used the allowance up (and
+            // was counted then).
             return self.past_deadline(base);
         }
         let turn = self.clone();
         let fold = async move { turn.fold_locked(Started::Inline, wait).await };
         let task = tokio::spawn(fold.in_current_span());
-        match tokio::time::timeout_at(self.deadline, task).await {
+        let started = Instant::now();
+        let joined = tokio::time::timeout(left, task).await;
+        self.fold_time.spend(started.elapsed());
+        match joined {
             Ok(joined) => {
                 joined.map_err(|e| ApiError::Internal(format!("fold task failed: {e}")))?
             }
-            Err(_) => self.past_deadline(base),
+            Err(_) => {
+                Metrics::inc(&self.app.metrics.fold_deadlines);
+                self.fold_time.spend(left);
+                self.past_deadline(base)
+            }
         }
     }
 
     /// The request's fold deadline has passed with no fold made.
     fn past_deadline(&self, base: Option<&FoldState>) -> Result<Prepared, ApiError> {
-        Metrics::inc(&self.app.metrics.fold_deadlines);
         let limit = humantime_serde::re::humantime::format_duration(self.data.policy.fold_deadline);
         let conversation = self.data.key.as_ref().map(ToString::to_string);
         tracing::warn!(target: "foldgate::fold", conversation, deadline = %limit, "no fold within the request's fold deadline; going on without it");

@@ -48,10 +48,14 @@ pub enum ApiError {
     /// The upstream did not answer in time.
     #[error("upstream {provider} did not answer within {after:?}")]
     UpstreamTimeout { provider: String, after: Duration },
-    /// foldgate cannot serve the request right now (e.g. summarizer down
-    /// with `on_failure = "error"`).
+    /// foldgate cannot serve the request right now (a fold that failed is
+    /// [`ApiError::NotFolded`]).
     #[error("{0}")]
     Unavailable(String),
+    /// A fold the request needed was tried and not made, with
+    /// `on_failure = "error"`: `why` also goes in `x-foldgate-warning`.
+    #[error("foldgate tried to fold the conversation and could not: {why}: {detail}")]
+    NotFolded { why: String, detail: String },
     /// More requests are in flight than `server.max_concurrent_requests`.
     #[error("foldgate is at its limit of concurrent requests; retry shortly")]
     Overloaded,
@@ -87,7 +91,9 @@ impl ApiError {
                 StatusCode::BAD_GATEWAY
             }
             Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Self::Unavailable(_) | Self::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable(_) | Self::NotFolded { .. } | Self::Overloaded => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -105,7 +111,7 @@ impl ApiError {
             Self::UpstreamUnreachable { .. } => "upstream_unreachable",
             Self::UpstreamBroken { .. } => "upstream_broken",
             Self::UpstreamTimeout { .. } => "upstream_timeout",
-            Self::Unavailable(_) => "unavailable",
+            Self::Unavailable(_) | Self::NotFolded { .. } => "unavailable",
             Self::Overloaded => "overloaded",
             Self::Internal(_) => "internal_error",
         }
@@ -177,6 +183,11 @@ impl ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if let Self::NotFolded { why, .. } = &self {
+            if let Ok(value) = HeaderValue::from_str(&fold_failed(why)) {
+                response.headers_mut().insert("x-foldgate-warning", value);
+            }
+        }
         if matches!(self, Self::Unauthorized(_)) {
             response
                 .headers_mut()
@@ -185,6 +196,11 @@ impl ApiError {
         response.extensions_mut().insert(ErrorLabel(self.code()));
         response
     }
+}
+
+/// The `x-foldgate-warning` of a fold that was tried and not made.
+pub fn fold_failed(why: &str) -> String {
+    format!("fold failed: {why}")
 }
 
 #[cfg(test)]

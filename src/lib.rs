@@ -19,6 +19,7 @@
 //! - [`error`]: errors made by foldgate, rendered as OpenAI's error envelope.
 //! - [`tokens`]: token estimation, model windows, calibration.
 //! - [`fold`]: fold policy, cut planning and views (pure, no IO).
+//! - [`estimate`]: `foldgate estimate`: one request body counted as the proxy counts it, and its trigger point.
 //! - [`replay`]: `foldgate replay`: a recorded conversation through the fold engine, offline.
 //! - [`glob`]: model-name patterns.
 //! - [`body`]: the body type that crosses the stack.
@@ -32,6 +33,7 @@ pub mod chat;
 pub mod config;
 pub mod discover;
 pub mod error;
+pub mod estimate;
 pub mod fold;
 pub mod glob;
 pub mod message;

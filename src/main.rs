@@ -33,11 +33,16 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
-    /// Estimate a chat request's prompt tokens; reads the JSON body on stdin.
+    /// Estimate a request's prompt tokens as the proxy counts them, and
+    /// where a fold would trigger; reads the JSON body on stdin.
     Estimate {
         /// Model to count for (default: the body's `model`).
         #[arg(long, short, default_value = "")]
         model: String,
+        /// The body's API: chat, anthropic or responses (default: judged by
+        /// its shape).
+        #[arg(long, value_parser = foldgate::estimate::parse_api)]
+        api: Option<foldgate::chat::Api>,
         /// Configuration file (default: ./config.toml if present).
         #[arg(long, short)]
         config: Option<PathBuf>,
@@ -72,7 +77,7 @@ fn main() -> ExitCode {
         Command::Serve { config } => serve(config),
         Command::Prune { older_than, config } => prune(config, older_than),
         Command::CheckConfig { config } => check_config(config),
-        Command::Estimate { model, config } => {
+        Command::Estimate { model, api, config } => {
             let config = match load(config) {
                 Ok(c) => c,
                 Err(code) => return code,
@@ -81,7 +86,7 @@ fn main() -> ExitCode {
             if let Err(e) = std::io::Read::read_to_end(&mut std::io::stdin(), &mut body) {
                 return fail(&e);
             }
-            match foldgate::tokens::estimate_report(&config, &model, &body) {
+            match foldgate::estimate::report(&config, api, &model, &body) {
                 Ok(report) => out(&report.to_string()),
                 Err(e) => fail(&e),
             }
@@ -131,17 +136,19 @@ fn serve(path: Option<PathBuf>) -> ExitCode {
     }
 }
 
-/// Prints the effective configuration, after a header naming the file it
-/// came from and any warning. Only keys `config.toml` documents exist.
+/// Prints the effective configuration, defaults included, after a header
+/// naming the file it came from and any warning. Only keys `config.toml`
+/// documents exist.
 fn check_config(path: Option<PathBuf>) -> ExitCode {
     let config = match load(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    match toml::to_string_pretty(&config) {
+    match config.effective_toml() {
         Ok(text) => {
             let mut head = format!(
-                "# configuration is valid\n# read from: {} (then FOLDGATE_* environment variables)\n",
+                "# configuration is valid\n# read from: {} (then FOLDGATE_* environment variables)\n\
+                 # effective values, defaults included\n",
                 config.source_name()
             );
             for warning in config.key_warnings() {

@@ -41,6 +41,8 @@ pub struct Metrics {
     pub ledger_evictions: AtomicU64,
     /// Folds postponed because the conversation's last fold failed recently.
     pub folds_postponed: AtomicU64,
+    /// Requests that went on without a fold at `policy.fold_deadline`.
+    pub fold_deadlines: AtomicU64,
     /// Prompt tokens not sent upstream: the client's messages minus the
     /// forwarded view, summed over requests forwarded with a fold.
     pub tokens_saved: AtomicU64,
@@ -272,6 +274,11 @@ impl Metrics {
             "foldgate_folds_postponed_total",
             "Folds postponed after a recent summarizer failure of the conversation.",
             get(&self.folds_postponed),
+        );
+        counter(
+            "foldgate_fold_deadlines_total",
+            "Requests that went on without their fold at policy.fold_deadline.",
+            get(&self.fold_deadlines),
         );
         counter(
             "foldgate_tokens_saved_total",

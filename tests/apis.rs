@@ -330,6 +330,65 @@ async fn prompt_too_long_from_anthropic_folds_and_retries_once() {
     });
 }
 
+/// The field case on the Messages API: the upstream says the prompt is too
+/// long and the summarizer never answers. `policy.fold_deadline` bounds the
+/// wait, and the answer says foldgate tried, in Anthropic's shape.
+#[tokio::test]
+async fn a_reactive_fold_past_its_deadline_says_so_in_anthropics_shape() {
+    let llm = Llm::start().await;
+    llm.state.window_tokens.store(3000, Ordering::Relaxed);
+    llm.state
+        .summarizer_delay_ms
+        .store(600_000, Ordering::Relaxed);
+    let toml = |on_failure: &str| {
+        format!(
+            "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"tiny-*\"]\ncontext_window = 100000\n\
+             [policy]\nfold_deadline = \"1s\"\n[summarizer]\non_failure = \"{on_failure}\"\n",
+            llm.url()
+        )
+    };
+    async fn send(fg: &Foldgate) -> common::Reply {
+        let url = format!("{}/v1/messages", fg.url);
+        post_json(&url, &[("x-conversation-id", "big")], &long_anthropic(30)).await
+    }
+    let fg = Foldgate::start(&toml("passthrough")).await;
+    let started = std::time::Instant::now();
+    let reply = send(&fg).await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    // The upstream's own error, once, with why foldgate could not help.
+    assert_eq!(reply.status, 400);
+    assert!(
+        reply.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("prompt is too long")
+    );
+    assert_eq!(
+        reply.header("x-foldgate-warning"),
+        "fold failed: not done within policy.fold_deadline (1s); the upstream's context-length error is returned"
+    );
+    assert_eq!(llm.chat_requests().len(), 1);
+
+    let fg = Foldgate::start(&toml("error")).await;
+    let started = std::time::Instant::now();
+    let reply = send(&fg).await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    assert_eq!(reply.status, 503);
+    let body = reply.json();
+    assert_eq!(body["type"], "error", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("foldgate tried to fold the conversation and could not: not done within policy.fold_deadline (1s)"),
+        "{body}"
+    );
+    assert_eq!(
+        reply.header("x-foldgate-warning"),
+        "fold failed: not done within policy.fold_deadline (1s)"
+    );
+}
+
 #[tokio::test]
 async fn responses_with_history_upstream_are_forwarded_untouched() {
     let llm = Llm::start().await;

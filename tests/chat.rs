@@ -415,6 +415,203 @@ async fn context_length_error_triggers_one_emergency_fold() {
     assert_eq!(reply.json()["error"]["code"], "context_length_exceeded");
 }
 
+/// `config` with `policy.fold_deadline` set and `extra` appended.
+fn config_with_deadline(llm: &Llm, deadline: &str, extra: &str) -> String {
+    config(llm, extra).replace(
+        "mode = \"inline\"\n",
+        &format!("mode = \"inline\"\nfold_deadline = \"{deadline}\"\n"),
+    )
+}
+
+#[tokio::test]
+async fn a_summarizer_that_never_answers_costs_at_most_the_fold_deadline() {
+    let llm = Llm::start().await;
+    // Without the deadline: 3 attempts × the 5 s call timeout.
+    llm.state
+        .summarizer_delay_ms
+        .store(600_000, Ordering::Relaxed);
+    let fg = Foldgate::start(&config_with_deadline(&llm, "1s", "")).await;
+    let convo = folding_history();
+    let started = std::time::Instant::now();
+    let reply = chat(&fg, "c", &convo.body()).await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    // on_failure = "passthrough": forwarded unfolded, and the response says why.
+    reply.assert_ok();
+    assert_eq!(label(&reply), "none");
+    assert_eq!(
+        reply.header("x-foldgate-warning"),
+        "fold failed: not done within policy.fold_deadline (1s)"
+    );
+    assert_eq!(last_view(&llm), convo.messages);
+    assert!(
+        fg.metrics()
+            .await
+            .contains("foldgate_fold_deadlines_total 1")
+    );
+
+    // on_failure = "error": foldgate's own 503 says it tried, body and header.
+    let llm = Llm::start().await;
+    llm.state
+        .summarizer_delay_ms
+        .store(600_000, Ordering::Relaxed);
+    let fg = Foldgate::start(&config_with_deadline(
+        &llm,
+        "1s",
+        "on_failure = \"error\"\n",
+    ))
+    .await;
+    let started = std::time::Instant::now();
+    let reply = chat(&fg, "c", &convo.body()).await;
+    assert!(started.elapsed() < Duration::from_secs(3));
+    reply.assert_envelope(503, "unavailable");
+    let message = reply.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.starts_with("foldgate tried to fold the conversation and could not: not done within policy.fold_deadline (1s)"),
+        "{message}"
+    );
+    assert!(reply.header("x-foldgate-warning").contains("fold_deadline"));
+    assert!(llm.chat_requests().is_empty(), "nothing is forwarded");
+}
+
+/// One allowance for every fold a request waits for: an inline fold that
+/// used it up leaves none to the reactive fold after the upstream's 400.
+#[tokio::test]
+async fn the_inline_and_the_reactive_fold_share_one_deadline() {
+    let llm = Llm::start().await;
+    llm.state
+        .summarizer_delay_ms
+        .store(600_000, Ordering::Relaxed);
+    let fg = Foldgate::start(&config_with_deadline(&llm, "1s", "")).await;
+    let body = folding_history().body();
+    llm.state
+        .context_limit_bytes
+        .store(body.to_string().len() / 2, Ordering::Relaxed);
+    let started = std::time::Instant::now();
+    let reply = chat(&fg, "c", &body).await;
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_millis(1800), "{waited:?}");
+    assert_eq!(reply.status, 400);
+    assert_eq!(
+        reply.header("x-foldgate-warning"),
+        "fold failed: not done within policy.fold_deadline (1s); the upstream's context-length error is returned"
+    );
+    assert_eq!(llm.chat_requests().len(), 1);
+    let metrics = fg.metrics().await;
+    assert!(
+        metrics.contains("foldgate_fold_deadlines_total 1\n"),
+        "{metrics}"
+    );
+}
+
+/// Background mode (the default): only an emergency waits for a fold, and
+/// the deadline bounds that wait too, the running fold's included.
+#[tokio::test]
+async fn an_emergency_fold_in_background_mode_is_bounded_by_the_fold_deadline() {
+    let llm = Llm::start().await;
+    llm.state
+        .summarizer_delay_ms
+        .store(600_000, Ordering::Relaxed);
+    let fg = Foldgate::start(
+        &config_with_deadline(&llm, "1s", "").replace("mode = \"inline\"", "mode = \"background\""),
+    )
+    .await;
+    // Over the 4,000-token window with the output reserve: an emergency.
+    let convo = Convo::with_turns(80);
+    for conversation in ["a", "b"] {
+        let started = std::time::Instant::now();
+        let reply = chat(&fg, conversation, &convo.body()).await;
+        let waited = started.elapsed();
+        assert!(waited < Duration::from_secs(3), "{waited:?}");
+        reply.assert_ok();
+        assert_eq!(label(&reply), "none");
+        assert_eq!(
+            reply.header("x-foldgate-warning"),
+            "fold failed: not done within policy.fold_deadline (1s)"
+        );
+    }
+}
+
+/// The client's request is rejected upstream as too long and the reactive
+/// fold fails: the client gets the upstream's answer at once (the same view
+/// would only be rejected again), saying foldgate tried.
+#[tokio::test]
+async fn a_failed_reactive_fold_says_so() {
+    let llm = Llm::start().await;
+    llm.answer_always(Sum::Status(500));
+    let fg = Foldgate::start(&config(&llm, "")).await;
+    let body = Convo::with_turns(12).body_for("gpt-4o", false);
+    llm.state
+        .context_limit_bytes
+        .store(body.to_string().len() / 2, Ordering::Relaxed);
+    let reply = chat(&fg, "c", &body).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json()["error"]["code"], "context_length_exceeded");
+    assert_eq!(
+        reply.header("x-foldgate-warning"),
+        "fold failed: the summarizer failed; the upstream's context-length error is returned"
+    );
+    assert_eq!(llm.chat_requests().len(), 1, "not sent again unchanged");
+    assert_eq!(llm.summarizer_calls(), 3, "one fold, two retries");
+
+    // With on_failure = "error", foldgate answers itself, saying it tried.
+    let llm = Llm::start().await;
+    llm.answer_always(Sum::Status(500));
+    let fg = Foldgate::start(&config(&llm, "on_failure = \"error\"\n")).await;
+    llm.state
+        .context_limit_bytes
+        .store(body.to_string().len() / 2, Ordering::Relaxed);
+    let reply = chat(&fg, "c", &body).await;
+    reply.assert_envelope(503, "unavailable");
+    let message = reply.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.starts_with(
+            "foldgate tried to fold the conversation and could not: the summarizer failed: "
+        ),
+        "{message}"
+    );
+    assert_eq!(
+        reply.header("x-foldgate-warning"),
+        "fold failed: the summarizer failed"
+    );
+}
+
+/// The field case: a context-length 400 starts a reactive fold whose
+/// summarizer never answers. One deadline bounds the wait.
+#[tokio::test]
+async fn a_reactive_fold_is_bounded_by_the_fold_deadline() {
+    let llm = Llm::start().await;
+    llm.state
+        .summarizer_delay_ms
+        .store(600_000, Ordering::Relaxed);
+    let fg = Foldgate::start(&config_with_deadline(&llm, "1s", "")).await;
+    let body = Convo::with_turns(12).body_for("gpt-4o", false);
+    llm.state
+        .context_limit_bytes
+        .store(body.to_string().len() / 2, Ordering::Relaxed);
+    let started = std::time::Instant::now();
+    let reply = chat(&fg, "c", &body).await;
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json()["error"]["code"], "context_length_exceeded");
+    let warning = reply.header("x-foldgate-warning");
+    assert!(
+        warning.starts_with("fold failed: not done within policy.fold_deadline (1s)"),
+        "{warning}"
+    );
+    assert_eq!(llm.chat_requests().len(), 1);
+}
+
 #[tokio::test]
 async fn malformed_chat_requests_get_clear_400s() {
     let llm = Llm::start().await;

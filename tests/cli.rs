@@ -303,6 +303,73 @@ fn check_config_names_the_file_it_read_or_the_embedded_defaults() {
     );
 }
 
+/// The effective configuration has every section and every key, defaults
+/// included, and names the keys left unset.
+#[test]
+fn check_config_prints_every_default() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("config.toml"),
+        "[policy]\npreserve_recent = 3\n",
+    )
+    .unwrap();
+    let stdout = out_text(&check_config_in(dir.path(), &[]));
+    let config = effective(&stdout);
+    let policy = config["policy"].as_table().unwrap();
+    assert_eq!(policy["preserve_recent"].as_integer(), Some(3));
+    assert_eq!(policy["trigger_ratio"].as_float(), Some(0.8), "{stdout}");
+    assert_eq!(policy["prefold_ratio"].as_float(), Some(0.7), "{stdout}");
+    assert_eq!(policy["mode"].as_str(), Some("background"));
+    assert_eq!(policy["fold_deadline"].as_str(), Some("1m"));
+    for key in [
+        "reset_ratio",
+        "overflow_buffer",
+        "safety_user_turns",
+        "cooldown_messages",
+        "min_messages",
+        "summary_ratio",
+        "max_depth",
+        "pin",
+        "pin_ratio",
+        "plan_tools",
+    ] {
+        assert!(policy.contains_key(key), "policy.{key}: {stdout}");
+    }
+    let compress = config["compress"].as_table().unwrap();
+    assert_eq!(compress["enabled"].as_bool(), Some(true), "{stdout}");
+    assert_eq!(compress["min_tokens"].as_integer(), Some(500));
+    for key in ["assistant", "after_turns", "batch", "with_fold"] {
+        assert!(compress.contains_key(key), "compress.{key}: {stdout}");
+    }
+    for section in [
+        "server",
+        "providers",
+        "summarizer",
+        "summary",
+        "conversation",
+        "tokens",
+        "state",
+        "archive",
+        "log",
+    ] {
+        assert!(config.contains_key(section), "[{section}]: {stdout}");
+    }
+    // Keys with no value and no default are named, as comments.
+    assert!(
+        stdout.contains("[summarizer]\n# provider = (unset)\n# model = (unset)\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("# idle_fold_after = (unset)\n"), "{stdout}");
+    assert!(stdout.contains("# spool_path = (unset)\n"), "{stdout}");
+    // In the order config.toml documents them.
+    let at = |header: &str| {
+        stdout
+            .find(header)
+            .unwrap_or_else(|| panic!("{header}: {stdout}"))
+    };
+    assert!(at("[server]") < at("[policy]") && at("[policy]") < at("[summarizer]"));
+}
+
 #[test]
 fn check_config_prints_only_keys_the_shipped_config_documents() {
     let documented =
@@ -345,14 +412,170 @@ fn check_config_prints_only_keys_the_shipped_config_documents() {
 
 /// Runs `foldgate estimate` on `body` with a config file holding `toml`.
 fn estimate(toml: &str, body: &str) -> String {
+    estimate_with(toml, &[], body)
+}
+
+/// Runs `foldgate estimate ARGS` on `body` with a config file holding `toml`.
+fn estimate_with(toml: &str, args: &[&str], body: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.toml");
     std::fs::write(&path, toml).unwrap();
     let mut cmd = foldgate();
-    cmd.args(["estimate", "--config"]).arg(&path);
+    cmd.args(["estimate", "--config"]).arg(&path).args(args);
     let out = run_with_stdin(cmd, body);
     assert!(out.status.success(), "{}", err_text(&out));
     out_text(&out)
+}
+
+/// The value of a `key: value` line of `foldgate estimate`'s report.
+fn report_value<'a>(report: &'a str, key: &str) -> &'a str {
+    report
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(": "))
+        .unwrap_or_else(|| panic!("no {key} in:\n{report}"))
+}
+
+/// Text of about `tokens` o200k tokens.
+fn words(tokens: usize) -> String {
+    "the parser reads the config file and the cache keeps each result. ".repeat(tokens / 13)
+}
+
+/// An Anthropic Messages body of about 6,400 tokens, most of them in
+/// `system` and in tool results (which a chat-completions reading misses).
+fn anthropic_body() -> serde_json::Value {
+    serde_json::json!({
+        "model": "claude-sonnet-4-5", "max_tokens": 1024,
+        "system": [{"type": "text", "text": words(800)}],
+        "messages": [
+            {"role": "user", "content": "Read src/lib.rs and src/config.rs, then fix the cache."},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Reading both files."},
+                {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "src/lib.rs"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "read_file", "input": {"path": "src/config.rs"}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": words(2600)},
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": [{"type": "text", "text": words(2600)}]},
+            ]},
+            {"role": "assistant", "content": [{"type": "text", "text": words(300)}]},
+            {"role": "user", "content": [{"type": "text", "text": "Go on."}]},
+        ],
+    })
+}
+
+/// A Responses body: instructions, a function call and its output.
+fn responses_body() -> serde_json::Value {
+    serde_json::json!({
+        "model": "gpt-4o", "max_output_tokens": 500,
+        "instructions": words(300),
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "List the files."}]},
+            {"type": "function_call", "call_id": "call_1", "name": "shell", "arguments": "{\"cmd\":\"ls\"}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": words(1500)},
+            {"role": "user", "content": "Now read them."},
+        ],
+    })
+}
+
+/// `estimate` reads each API's body as the proxy reads it on that API's
+/// route, by flag or by shape: its `input_tokens` is the proxy's
+/// `x-foldgate-tokens-in`.
+#[tokio::test]
+async fn estimate_counts_each_api_as_the_proxy_does() {
+    let upstream = common::mock::Mock::echo().await;
+    let toml = common::config_for(&upstream.url, "");
+    let chat = serde_json::json!({"model": "gpt-4o", "max_tokens": 200, "messages": [
+        {"role": "system", "content": words(400)},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "shell", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": words(900)},
+    ]});
+    let cases = [
+        ("chat", "/v1/chat/completions", chat),
+        ("anthropic", "/v1/messages", anthropic_body()),
+        ("responses", "/v1/responses", responses_body()),
+    ];
+    // Reports first: the commands block, the proxy runs on this thread.
+    let reports: Vec<(String, String)> = cases
+        .iter()
+        .map(|(api, _, body)| {
+            let text = body.to_string();
+            let by_shape = estimate(&toml, &text);
+            assert_eq!(
+                report_value(&by_shape, "api"),
+                format!("{api} (by shape)"),
+                "{by_shape}"
+            );
+            let named = estimate_with(&toml, &["--api", api], &text);
+            assert_eq!(report_value(&named, "api"), format!("{api} (given)"));
+            assert_eq!(
+                report_value(&named, "input_tokens"),
+                report_value(&by_shape, "input_tokens")
+            );
+            (by_shape, named)
+        })
+        .collect();
+    let fg = common::Foldgate::start(&toml).await;
+    for ((api, route, body), (report, _)) in cases.iter().zip(&reports) {
+        let reply = common::post_json(&format!("{}{route}", fg.url), &[], body).await;
+        reply.assert_ok();
+        assert_eq!(
+            report_value(report, "input_tokens"),
+            reply.header("x-foldgate-tokens-in"),
+            "{api}: {report}"
+        );
+    }
+    // The Anthropic body is about 6,400 tokens, not a few hundred.
+    let anthropic: u32 = report_value(&reports[1].0, "input_tokens").parse().unwrap();
+    assert!((5_500..7_500).contains(&anthropic), "{}", reports[1].0);
+    let as_chat = estimate_with(&toml, &["--api", "chat"], &anthropic_body().to_string());
+    let as_chat: u32 = report_value(&as_chat, "input_tokens").parse().unwrap();
+    assert!(as_chat < anthropic / 2, "read as chat: {as_chat}");
+}
+
+/// `estimate` says where the proxy would fold the request, and how far
+/// away that is.
+#[test]
+fn estimate_prints_the_trigger_point_and_the_headroom() {
+    let toml = "[models.\"small-*\"]\ncontext_window = 8000\n[policy]\nmode = \"inline\"\n";
+    let body = |max_tokens: u32| {
+        let mut body = anthropic_body();
+        body["model"] = "small-model".into();
+        body["max_tokens"] = max_tokens.into();
+        body.to_string()
+    };
+    let report = estimate(toml, &body(100));
+    let tokens: i64 = report_value(&report, "input_tokens").parse().unwrap();
+    assert_eq!(
+        report_value(&report, "trigger_at"),
+        "6400 (trigger_ratio 0.8 of the window)"
+    );
+    assert!(!report.contains("prefold_at"), "inline mode: {report}");
+    let headroom: i64 = report_value(&report, "headroom")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(headroom, 6400 - tokens, "{report}");
+    // A large output reserve moves the point down: the emergency trigger.
+    let report = estimate(toml, &body(3000));
+    assert_eq!(
+        report_value(&report, "trigger_at"),
+        "5001 (the window less the output reserve: an emergency fold)"
+    );
+    assert!(
+        report_value(&report, "headroom")
+            .ends_with("(at or past the trigger: the proxy folds this request)"),
+        "{report}"
+    );
+    // Background mode (the default) also says where it starts folding ahead.
+    let report = estimate("[models.\"small-*\"]\ncontext_window = 8000\n", &body(100));
+    assert_eq!(
+        report_value(&report, "prefold_at"),
+        "5600 (background mode: folded off the request path from here)"
+    );
 }
 
 #[test]

@@ -8,10 +8,8 @@
 )]
 
 use foldgate::config::Config;
-use foldgate::tokens::{
-    Encoding, EstimateError, LimitSource, TokenCounter, UsageScanner, estimate_report,
-    parse_models_listing,
-};
+use foldgate::estimate::{EstimateError, report};
+use foldgate::tokens::{Encoding, LimitSource, TokenCounter, UsageScanner, parse_models_listing};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
@@ -401,20 +399,28 @@ fn tokens_estimate_report() {
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
-    let report = estimate_report(&Config::default(), "", &body).unwrap();
-    assert!(report.contains("model: gpt-4-0613\n"), "{report}");
-    assert!(report.contains("encoding: cl100k_base\n"));
-    assert!(report.contains("input_tokens: 129\n"));
-    assert!(report.contains("context_window: 8192 (built-in)\n"));
-    assert!(report.contains("ratio: 1.57%\n"));
+    let estimate = |model: &str, body: &[u8]| report(&Config::default(), None, model, body);
+    let text = estimate("", &body).unwrap();
+    assert!(text.contains("api: chat (by shape)\n"), "{text}");
+    assert!(text.contains("model: gpt-4-0613\n"), "{text}");
+    assert!(text.contains("encoding: cl100k_base\n"));
+    assert!(text.contains("input_tokens: 129\n"));
+    assert!(text.contains("context_window: 8192 (built-in)\n"));
+    assert!(text.contains("ratio: 1.57%\n"));
     // The default 4096, capped at a quarter of the 8192-token window, as the proxy plans.
-    assert!(report.contains("output_reserve: 2048\n"));
-    assert!(report.ends_with("calibration: 1.000"));
-    let report = estimate_report(&Config::default(), "gpt-4o", &body).unwrap();
-    assert!(report.contains("input_tokens: 124\n"));
+    assert!(text.contains("output_reserve: 2048\n"));
+    assert!(text.contains("calibration: 1.000\n"));
+    // The 2048 reserved leave less room than 0.80 × 8192: 8192 − 2048 + 1.
+    assert!(
+        text.contains("trigger_at: 6145 (the window less the output reserve: an emergency fold)\n"),
+        "{text}"
+    );
+    assert!(text.ends_with("headroom: 6016"), "{text}");
+    let text = estimate("gpt-4o", &body).unwrap();
+    assert!(text.contains("input_tokens: 124\n"));
     assert!(matches!(
-        estimate_report(&Config::default(), "gpt-4o", b"{\"model\":\"x\"}"),
-        Err(EstimateError::NoMessages)
+        estimate("gpt-4o", b"{\"model\":\"x\"}"),
+        Err(EstimateError::NoMessages("messages", "chat"))
     ));
 }
 

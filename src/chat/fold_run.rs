@@ -7,7 +7,7 @@ use super::turn::{Prepared, Turn, now_unix};
 use crate::archive::SpoolFull;
 use crate::background::Job;
 use crate::config::{Mode, OnFailure};
-use crate::error::ApiError;
+use crate::error::{ApiError, fold_failed};
 use crate::fold::ledger::{Ledger, LedgerUpdate};
 use crate::fold::{
     Decision, FailureRecord, FoldChain, FoldPlan, FoldState, Reason, Summary, ViewInfo,
@@ -17,7 +17,7 @@ use crate::summarize::{Outcome, Target};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 /// Room the summarizer's own instructions and framing take in its window.
@@ -72,7 +72,7 @@ impl Turn {
             Decision::Fold(plan) => {
                 let wait = (background && plan.reason == Reason::Emergency)
                     .then_some(self.app.config.summarizer.emergency_wait);
-                self.fold_inline(wait).await
+                self.fold_inline(wait, plan.base.as_ref()).await
             }
         }
     }
@@ -130,14 +130,48 @@ impl Turn {
         })
     }
 
-    /// Folds while the request waits. With `wait`, a fold already running
-    /// for the conversation is awaited up to that long first.
-    pub(super) async fn fold_inline(&self, wait: Option<Duration>) -> Result<Prepared, ApiError> {
+    /// Folds while the request waits, within what is left of the
+    /// request's `policy.fold_deadline` (one allowance for every fold the
+    /// request waits for); past it the request goes on without the fold
+    /// (`base`'s view) as `on_failure` says, and the fold runs on for the
+    /// next turn. With `wait`, a fold already running for the conversation
+    /// is awaited up to that long first.
+    pub(super) async fn fold_inline(
+        &self,
+        wait: Option<Duration>,
+        base: Option<&FoldState>,
+    ) -> Result<Prepared, ApiError> {
+        let left = self.fold_time.left();
+        if left.is_zero() {
+            // An earlier fold of this request used the allowance up (and
+            // was counted then).
+            return self.past_deadline(base);
+        }
         let turn = self.clone();
         let fold = async move { turn.fold_locked(Started::Inline, wait).await };
         let task = tokio::spawn(fold.in_current_span());
-        task.await
-            .map_err(|e| ApiError::Internal(format!("fold task failed: {e}")))?
+        let started = Instant::now();
+        let joined = tokio::time::timeout(left, task).await;
+        self.fold_time.spend(started.elapsed());
+        match joined {
+            Ok(joined) => {
+                joined.map_err(|e| ApiError::Internal(format!("fold task failed: {e}")))?
+            }
+            Err(_) => {
+                Metrics::inc(&self.app.metrics.fold_deadlines);
+                self.fold_time.spend(left);
+                self.past_deadline(base)
+            }
+        }
+    }
+
+    /// The request's fold deadline has passed with no fold made.
+    fn past_deadline(&self, base: Option<&FoldState>) -> Result<Prepared, ApiError> {
+        let limit = humantime_serde::re::humantime::format_duration(self.data.policy.fold_deadline);
+        let conversation = self.data.key.as_ref().map(ToString::to_string);
+        tracing::warn!(target: "foldgate::fold", conversation, deadline = %limit, "no fold within the request's fold deadline; going on without it");
+        let why = format!("not done within policy.fold_deadline ({limit})");
+        self.not_folded(base, &why, &"the fold goes on in the background")
     }
 
     /// Takes the conversation's fold lock, plans again (a fold that
@@ -245,7 +279,7 @@ impl Turn {
                     target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
                     folded = to_fold.len(), tokens_before = plan.tokens_before, outcome = "failed", error = %e,
                 );
-                return self.not_folded(plan.base.as_ref(), "the summarizer failed", &e);
+                return self.not_folded(plan.base.as_ref(), "the summarizer failed", &e.0);
             }
         };
         if let Some(key) = &self.data.key {
@@ -317,7 +351,8 @@ impl Turn {
 
     /// A fold the request needed was not made (`why`, for the client;
     /// `error`, the cause): `summarizer.on_failure` says whether the
-    /// request fails or goes on with the base state and a warning.
+    /// request fails or goes on with the base state; either way the
+    /// response says so in `x-foldgate-warning`.
     fn not_folded(
         &self,
         base: Option<&FoldState>,
@@ -325,12 +360,11 @@ impl Turn {
         error: &dyn std::fmt::Display,
     ) -> Result<Prepared, ApiError> {
         match self.app.config.summarizer.on_failure {
-            OnFailure::Error => Err(ApiError::Unavailable(format!(
-                "the conversation needs a fold and {why}: {error}"
-            ))),
-            OnFailure::Passthrough => {
-                self.reuse(base, Some(&format!("{why}; forwarded without a new fold")))
-            }
+            OnFailure::Error => Err(ApiError::NotFolded {
+                why: why.to_string(),
+                detail: error.to_string(),
+            }),
+            OnFailure::Passthrough => self.reuse(base, Some(&fold_failed(why))),
         }
     }
 

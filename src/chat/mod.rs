@@ -112,7 +112,21 @@ pub async fn handle(
                     app.learn_window(&request.model, window).await;
                 }
                 let window = err.window.unwrap_or(u32::MAX).min(prepared.tokens_out);
+                let rejected = prepared.tokens_out;
                 prepared = request.prepare_smaller(app, &parts.headers, window).await?;
+                if prepared.label != "new" && prepared.tokens_out >= rejected {
+                    // No smaller view: sending it again would only be
+                    // rejected again. The upstream's answer, and why.
+                    let why = prepared.warning.take().unwrap_or_else(|| {
+                        crate::error::fold_failed("no smaller view could be made")
+                    });
+                    prepared.warning = Some(format!(
+                        "{why}; the upstream's context-length error is returned"
+                    ));
+                    let mut response = Response::from_parts(head, body::full(error_body));
+                    annotate(&mut response, &prepared, conversation, key);
+                    return Ok(response);
+                }
             }
             _ => {
                 let mut response = Response::from_parts(head, body::full(error_body));

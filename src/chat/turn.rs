@@ -21,7 +21,7 @@ use crate::tokens::Estimate;
 use http::HeaderMap;
 use serde_json::{Map, Value};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What to forward, and what the response headers report.
 #[derive(Debug)]
@@ -72,6 +72,40 @@ pub struct Turn {
     pub(super) app: Arc<App>,
     pub(super) data: Arc<TurnData>,
     pub(super) budget: Budget,
+    /// What is left of the request's `policy.fold_deadline`.
+    pub(super) fold_time: Arc<FoldTime>,
+}
+
+/// What is left of a request's `policy.fold_deadline`: every fold the
+/// request waits for (an inline or emergency fold, then the reactive one)
+/// draws on the same allowance; time spent elsewhere (the upstream's
+/// answers) does not.
+#[derive(Debug)]
+pub(super) struct FoldTime(AtomicU64);
+
+impl FoldTime {
+    fn new(allowance: std::time::Duration) -> Self {
+        Self(AtomicU64::new(nanos(allowance)))
+    }
+
+    /// The time left.
+    pub(super) fn left(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
+
+    /// Takes `spent` off the time left.
+    pub(super) fn spend(&self, spent: std::time::Duration) {
+        let spent = nanos(spent);
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                Some(left.saturating_sub(spent))
+            });
+    }
+}
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The request's fixed facts.
@@ -161,10 +195,12 @@ impl Turn {
             .compression
             .stubbed(&data.counts, |c| data.estimate.calibrated(u64::from(c)));
         let budget = Budget::for_request(config, &data.policy, &data.estimate, now_unix());
+        let fold_time = Arc::new(FoldTime::new(data.policy.fold_deadline));
         Self {
             app: app.clone(),
             data: Arc::new(data),
             budget,
+            fold_time,
         }
     }
 

@@ -28,7 +28,6 @@ pub struct ArchiveConfig {
     /// beside `state.path`, with the extension `.archive.db`
     /// (`./foldgate.archive.db`). A file of its own, so archive writes
     /// never hold the state database's write lock.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
     /// How a conversation whose view hides archived messages gets them
     /// back. `tool`: the model is offered the `foldgate_recall` tool and
@@ -56,7 +55,6 @@ pub struct ArchiveConfig {
     /// too, so a replica restarted during an outage replays them; writes
     /// Redis takes never touch it. Unset (default): the spool is in memory
     /// only. A path that cannot be opened stops start-up.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub spool_path: Option<PathBuf>,
 }
 

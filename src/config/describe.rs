@@ -1,8 +1,10 @@
 //! What a loaded configuration amounts to, in words: the start-up line
-//! (which file, which providers, which summarizer) and the warnings about
-//! provider keys, shared by `serve` and `check-config`.
+//! (which file, which providers, which summarizer), the warnings about
+//! provider keys, shared by `serve` and `check-config`, and the effective
+//! configuration `check-config` prints.
 
-use super::Config;
+use super::{Config, resolve_compress, resolve_policy};
+use serde_json::Value;
 
 impl Config {
     /// The configuration's origin: the file read, or "embedded defaults".
@@ -62,6 +64,59 @@ impl Config {
                 })
             })
             .collect()
+    }
+}
+
+impl Config {
+    /// The effective configuration as TOML: every section and every key,
+    /// defaults included; `[policy]` and `[compress]` resolved as every
+    /// model gets them before provider and model overrides (which are
+    /// printed as set). A key with no value and no default is a comment
+    /// (`# tls_cert = (unset)`) at the top of its section.
+    pub fn effective_toml(&self) -> Result<String, String> {
+        let mut table = toml::Table::try_from(self).map_err(|e| e.to_string())?;
+        let policy = resolve_policy(&[&self.policy]);
+        let compress = resolve_compress(&[&self.compress]);
+        for (section, value) in [
+            ("policy", toml::Value::try_from(&policy)),
+            ("compress", toml::Value::try_from(compress)),
+        ] {
+            table.insert(section.into(), value.map_err(|e| e.to_string())?);
+        }
+        let mut text = toml::to_string_pretty(&table).map_err(|e| e.to_string())?;
+        // TOML has no null: find the unset keys in the JSON form.
+        let mut json = serde_json::to_value(self).map_err(|e| e.to_string())?;
+        if let Some(map) = json.as_object_mut() {
+            map.insert(
+                "policy".into(),
+                serde_json::to_value(&policy).unwrap_or_default(),
+            );
+        }
+        let mut unset = Vec::new();
+        unset_keys(&json, &mut Vec::new(), &mut unset);
+        for (section, key) in unset.iter().rev() {
+            let header = format!("[{section}]\n");
+            if let Some(at) = text.find(&header).map(|i| i + header.len()) {
+                text.insert_str(at, &format!("# {key} = (unset)\n"));
+            }
+        }
+        Ok(text)
+    }
+}
+
+/// The `(section, key)` of every `null` below `value`, in order.
+fn unset_keys(value: &Value, path: &mut Vec<String>, out: &mut Vec<(String, String)>) {
+    let Value::Object(map) = value else { return };
+    for (key, child) in map {
+        match child {
+            Value::Null if !path.is_empty() => out.push((path.join("."), key.clone())),
+            Value::Object(_) => {
+                path.push(key.clone());
+                unset_keys(child, path, out);
+                path.pop();
+            }
+            _ => {}
+        }
     }
 }
 

@@ -66,6 +66,14 @@ pub struct Policy {
     /// Tools whose newest call (with its arguments) is the current plan,
     /// rendered verbatim under its own heading in the summary.
     pub plan_tools: Vec<String>,
+    /// The longest a request waits for folding, all of it together: an
+    /// inline or emergency fold (waiting for a fold already running
+    /// included), the reactive fold after an upstream context-length
+    /// error, and every summarizer retry in them. Past it the request goes
+    /// on as `summarizer.on_failure` says, with `x-foldgate-warning`; the
+    /// fold itself runs on in the background.
+    #[serde(with = "humantime_serde")]
+    pub fold_deadline: Duration,
 }
 
 impl Default for Policy {
@@ -78,7 +86,7 @@ impl Default for Policy {
             safety_user_turns: 0,
             cooldown_messages: 2,
             min_messages: 4,
-            prefold_ratio: 0.80 - 0.10,
+            prefold_ratio: 0.70,
             mode: Mode::Background,
             summary_ratio: 0.15,
             max_depth: 0,
@@ -86,6 +94,7 @@ impl Default for Policy {
             pin: Patterns::defaults(),
             pin_ratio: 0.20,
             plan_tools: DEFAULT_PLAN_TOOLS.iter().map(|t| t.to_string()).collect(),
+            fold_deadline: Duration::from_secs(60),
         }
     }
 }
@@ -144,6 +153,13 @@ pub struct PolicyOverrides {
     /// See [`Policy::plan_tools`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan_tools: Option<Vec<String>>,
+    /// See [`Policy::fold_deadline`].
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub fold_deadline: Option<Duration>,
 }
 
 impl PolicyOverrides {
@@ -164,7 +180,8 @@ impl PolicyOverrides {
             mode,
             summary_ratio,
             max_depth,
-            pin_ratio
+            pin_ratio,
+            fold_deadline
         );
         if self.idle_fold_after.is_some() {
             base.idle_fold_after = self.idle_fold_after;
@@ -193,6 +210,9 @@ impl PolicyOverrides {
                 }
             }
         }
+        if self.fold_deadline.is_some_and(|d| d.is_zero()) {
+            return Err(format!("{at}.fold_deadline must be above 0"));
+        }
         if let (Some(trigger), Some(reset)) = (self.trigger_ratio, self.reset_ratio) {
             if reset > trigger {
                 return Err(format!(
@@ -215,7 +235,9 @@ pub fn resolve(levels: &[&PolicyOverrides]) -> Policy {
     policy.reset_ratio = policy.reset_ratio.min(policy.trigger_ratio);
     // Unset, the prefold ratio follows the trigger wherever it was set.
     if levels.iter().all(|l| l.prefold_ratio.is_none()) {
-        policy.prefold_ratio = (policy.trigger_ratio - 0.10).max(0.05);
+        // Rounded, so 0.80 gives 0.7, not 0.7000000000000001.
+        let below = ((policy.trigger_ratio - 0.10) * 1e6).round() / 1e6;
+        policy.prefold_ratio = below.max(0.05);
     }
     policy.prefold_ratio = policy.prefold_ratio.min(policy.trigger_ratio);
     policy

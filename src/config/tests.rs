@@ -170,6 +170,31 @@ fn new_policy_knobs_load_at_every_level() {
 }
 
 #[test]
+fn the_fold_deadline_defaults_to_a_minute_and_is_overridable() {
+    use std::time::Duration;
+    let c = Config::from_toml(
+        "[policy]\nfold_deadline = \"90s\"\n[models.\"local*\"]\nfold_deadline = \"5m\"\n",
+    )
+    .unwrap();
+    assert_eq!(Policy::default().fold_deadline, Duration::from_secs(60));
+    assert_eq!(
+        c.policy_for("openai", "gpt-4o").fold_deadline,
+        Duration::from_secs(90)
+    );
+    assert_eq!(
+        c.policy_for("openai", "local-llama").fold_deadline,
+        Duration::from_secs(300)
+    );
+    let err = Config::from_toml("[policy]\nfold_deadline = \"0s\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("policy.fold_deadline must be above 0"),
+        "{err}"
+    );
+}
+
+#[test]
 fn windows_too_small_for_a_fold_are_warned_about() {
     let fine = Config::from_toml("[models.\"smol*\"]\ncontext_window = 2048\n").unwrap();
     assert!(fine.small_window_warnings().is_empty());

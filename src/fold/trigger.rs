@@ -38,10 +38,22 @@ pub(crate) struct Observed<'a> {
     pub now_unix: u64,
 }
 
+/// The fewest view tokens at which the emergency trigger fires: the view
+/// and the output reserve no longer fit the window.
+pub fn emergency_at(context_window: u32, output_reserve: u32) -> u64 {
+    (u64::from(context_window) + 1).saturating_sub(u64::from(output_reserve))
+}
+
+/// The fewest view tokens at which the token trigger fires (once cooled
+/// down, and from `min_messages` messages on): `ratio` of the window.
+pub fn token_at(ratio: f64, context_window: u32) -> u64 {
+    (ratio * f64::from(context_window)).ceil() as u64
+}
+
 /// The trigger that fires, if any.
 pub(crate) fn evaluate(seen: &Observed<'_>, policy: &Policy, budget: &Budget) -> Option<Reason> {
-    let window = u64::from(budget.context_window);
-    if seen.view_tokens + u64::from(budget.output_reserve) > window {
+    let window = budget.context_window;
+    if seen.view_tokens >= emergency_at(window, budget.output_reserve) {
         return Some(Reason::Emergency);
     }
     if seen.messages < policy.min_messages {
@@ -51,7 +63,7 @@ pub(crate) fn evaluate(seen: &Observed<'_>, policy: &Policy, budget: &Budget) ->
         .base
         .map_or(seen.messages, |b| seen.messages.saturating_sub(b.messages));
     let cooled = seen.base.is_none() || new_messages >= policy.cooldown_messages;
-    if cooled && seen.view_tokens as f64 >= policy.trigger_ratio * window as f64 {
+    if cooled && seen.view_tokens >= token_at(policy.trigger_ratio, window) {
         return Some(Reason::Token);
     }
     if policy.overflow_buffer > 0 && seen.unfolded > policy.preserve_recent + policy.overflow_buffer

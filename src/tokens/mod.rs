@@ -12,7 +12,6 @@
 //! - `estimate`: [`Estimate`], its result.
 //! - `usage`: [`UsageScanner`], reading `usage` out of responses.
 //! - `discovery`: parsers of providers' `/models`, llama.cpp's `/props`, Ollama's `/api/show`.
-//! - `report`: [`estimate_report`] for `foldgate estimate`.
 //! - `windows`: windows read from providers or learned, and the ones missing.
 
 mod cache;
@@ -24,7 +23,6 @@ mod estimate;
 pub(crate) mod hash;
 pub mod message;
 mod registry;
-mod report;
 mod tools;
 mod usage;
 mod windows;
@@ -38,6 +36,5 @@ pub use discovery::{
 pub use encoding::Encoding;
 pub use estimate::{CacheStats, Estimate, default_reserve};
 pub use registry::{LimitSource, ModelLimits};
-pub use report::{EstimateError, estimate_report};
 pub use usage::UsageScanner;
 pub use windows::{KnownWindow, MissingWindow};

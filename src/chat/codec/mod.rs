@@ -79,6 +79,76 @@ impl Api {
         }
     }
 
+    /// The API named `chat`, `anthropic` or `responses` ([`Api::as_str`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Chat, Self::Anthropic, Self::Responses]
+            .into_iter()
+            .find(|api| api.as_str() == name)
+    }
+
+    /// The API a body is written for, judged by its shape when its route is
+    /// not known (`foldgate estimate`): Responses when it has `input` and
+    /// no `messages`; Anthropic when it has a top-level `system`, content
+    /// blocks only Anthropic has (`tool_use`, `tool_result`, `thinking`,
+    /// an image with a `source`), or `max_tokens` with `text` blocks and
+    /// only user and assistant turns; chat completions otherwise.
+    pub fn by_shape(body: &Map<String, Value>) -> Self {
+        let messages = match body.get("messages") {
+            Some(Value::Array(messages)) => messages.as_slice(),
+            Some(_) => return Self::Chat,
+            None if body.contains_key("input") => return Self::Responses,
+            None => return Self::Chat,
+        };
+        if body.contains_key("system") {
+            return Self::Anthropic;
+        }
+        let blocks = || {
+            messages
+                .iter()
+                .filter_map(|m| m.get("content").and_then(Value::as_array))
+                .flatten()
+        };
+        let anthropic_only = blocks().any(|b| {
+            matches!(
+                b.get("type").and_then(Value::as_str),
+                Some("tool_use" | "tool_result" | "thinking" | "redacted_thinking")
+            ) || (b.get("type").and_then(Value::as_str) == Some("image")
+                && b.get("source").is_some())
+        });
+        let text_blocks = blocks().any(|b| b.get("type").and_then(Value::as_str) == Some("text"));
+        let two_roles = messages.iter().all(|m| {
+            matches!(
+                m.get("role").and_then(Value::as_str),
+                Some("user" | "assistant")
+            ) && m.get("tool_calls").is_none()
+        });
+        if anthropic_only || (body.contains_key("max_tokens") && text_blocks && two_roles) {
+            Self::Anthropic
+        } else {
+            Self::Chat
+        }
+    }
+
+    /// The body field that holds the conversation.
+    pub fn conversation_field(self) -> &'static str {
+        match self {
+            Self::Chat | Self::Anthropic => "messages",
+            Self::Responses => "input",
+        }
+    }
+
+    /// Reads a body of this API as the pipeline reads it, for an estimate
+    /// made outside the proxy (`foldgate estimate`).
+    pub fn read(self, bytes: &[u8]) -> Result<ReadBody, ApiError> {
+        let decoded = self.decode(bytes)?;
+        let fields = decoded.estimate_fields().clone();
+        Ok(ReadBody {
+            messages: decoded.messages,
+            fields,
+            untouched: decoded.opaque,
+        })
+    }
+
     /// Reads a body of this API for the fold engine.
     pub(super) fn decode(self, bytes: &[u8]) -> Result<Decoded, ApiError> {
         match self {
@@ -134,6 +204,18 @@ impl Api {
             }
         }
     }
+}
+
+/// A request body as the pipeline reads it, for an estimate.
+#[derive(Debug)]
+pub struct ReadBody {
+    /// The conversation as the fold engine reads it (chat-completions
+    /// messages, one per unit a cut may not split).
+    pub messages: Vec<Value>,
+    /// The top-level fields the estimate reads, in chat-completions names.
+    pub fields: Map<String, Value>,
+    /// Why the proxy forwards the request untouched, when it does.
+    pub untouched: Option<&'static str>,
 }
 
 /// A request body read for the fold engine.

@@ -9,7 +9,8 @@
 //! - [`server`]: listener, TLS, the tower stack, graceful shutdown.
 //! - [`upstream`]: the pooled HTTPS client, provider routing, header hygiene.
 //! - [`proxy`]: the request handler: admin routes, passthrough, chat hook.
-//! - [`chat`]: the chat-completions pipeline: fold, forward, reactive retry.
+//! - [`chat`]: the conversation pipeline: fold, forward, reactive retry, recall rounds.
+//! - [`api`]: the wire formats (chat completions, Anthropic, Responses), one folder each behind one trait.
 //! - [`summarize`]: the summarizer calls: prompt, formats, retries, repair.
 //! - [`state`]: fold-state storage and per-conversation single-flight.
 //! - [`message`]: the message vocabulary: roles, pinned head, tool pairing.
@@ -24,6 +25,7 @@
 //! - [`body`]: the body type that crosses the stack.
 
 pub mod admin;
+pub mod api;
 pub mod app;
 pub mod archive;
 pub mod background;

@@ -22,7 +22,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     if path == "/foldgate" || path.starts_with("/foldgate/") {
         return crate::admin::handle(&app, req).await;
     }
-    let shape = chat::error_shape(req.method(), path);
+    let shape = crate::api::error_shape(req.method(), path);
     forward(&app, req)
         .await
         .unwrap_or_else(|e| e.into_response_as(shape))
@@ -36,7 +36,7 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
     if content_length(&parts.headers).is_some_and(|len| len > limit as u64) {
         return Err(ApiError::BodyTooLarge { limit });
     }
-    if let Some(api) = chat::Api::of(&parts.method, parts.uri.path()) {
+    if let Some(api) = crate::api::of(&parts.method, parts.uri.path()) {
         let bytes = read_body(incoming, limit).await?;
         let response = chat::handle(app, api, parts, bytes).await?;
         if let Some(key) = response.extensions().get::<ConvKey>() {

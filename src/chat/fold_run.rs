@@ -242,7 +242,7 @@ impl Turn {
         let mut summary = outcome.summary;
         let ledger = self.fit_summary(&plan, &mut summary, &to_fold);
         let state = FoldState {
-            api: self.data.api.as_str().to_string(),
+            api: self.data.api.name().to_string(),
             recall: self.recall(),
             ..FoldState::after(&plan, summary, ledger, now_unix())
         }

@@ -1,7 +1,7 @@
 //! The conversation pipeline: intercepts `POST …/chat/completions`,
 //! `…/messages` (Anthropic) and `…/responses` (OpenAI Responses), applies
 //! or makes a fold, forwards the view, and streams the answer back. Each
-//! wire format is a [`codec`] over one shared pipeline.
+//! wire format is one [`crate::api::WireApi`]; this pipeline names none.
 //!
 //! `ChatRequest::read` (the raw JSON: model, provider, conversation key,
 //! estimate, the fold chain, read once) → untouched, or upgraded once to
@@ -11,30 +11,24 @@
 //! on a context-length 400, one emergency fold and retry → response with
 //! `x-foldgate-*` headers, usage read on the way for calibration.
 
-pub mod codec;
-mod context_error;
 mod fast;
 mod fold_run;
-#[doc(hidden)]
-pub mod fuzzing;
 pub mod key;
 mod recall;
 mod request;
 mod tap;
 mod turn;
 
-pub use codec::Api;
-pub use context_error::{ContextError, detect as detect_context_error};
-
+use crate::api::Api;
 use crate::app::App;
 use crate::body::{self, Body};
-use crate::error::{ApiError, ErrorShape};
+use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::upstream::UpstreamLatency;
 use crate::upstream::{Provider, headers};
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use request::ChatRequest;
 use std::sync::Arc;
@@ -43,12 +37,6 @@ use turn::Prepared;
 
 /// Largest upstream 400 body read to look for a context-length error.
 const MAX_ERROR_BODY: usize = 1 << 20;
-
-/// The shape of foldgate's own errors for a request: Anthropic's on the
-/// Messages route, OpenAI's everywhere else.
-pub fn error_shape(method: &Method, path: &str) -> ErrorShape {
-    Api::of(method, path).map_or(ErrorShape::OpenAi, Api::error_shape)
-}
 
 /// Handles one conversation request whose body has been read: prepare the
 /// view, send it, and on a context-length error fold once more and retry
@@ -79,7 +67,9 @@ pub async fn handle(
                             prepared.raw_tokens_out.saturating_add(injection.tokens);
                         let api = request.api;
                         request.body_with(&mut prepared, |fields| {
-                            recall::inject::place(api, fields, &injection.text)
+                            if let Some(items) = api.conversation(fields) {
+                                api.place_recalled(items, &injection.text);
+                            }
                         })?
                     }
                     None => request.body(&mut prepared)?,
@@ -99,7 +89,7 @@ pub async fn handle(
             return Ok(response);
         }
         let error_body = read_bounded(incoming).await?;
-        match context_error::detect(&error_body) {
+        match request.api.context_error(&error_body) {
             Some(err) if !retried => {
                 retried = true;
                 tracing::info!(

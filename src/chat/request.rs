@@ -3,10 +3,11 @@
 //! upgraded to the parsed form — the body as values and the request's
 //! [`Turn`] — at most once, and only when a fold may apply.
 
-use super::codec::{Api, Decoded, Wire};
 use super::fast::{self, Look};
 use super::key;
 use super::turn::{Prepared, Turn};
+use crate::api::Api;
+use crate::api::codec::{Decoded, Wire};
 use crate::app::App;
 use crate::error::ApiError;
 use crate::message::ids_of;
@@ -59,7 +60,7 @@ impl ChatRequest {
         headers: &HeaderMap,
         bytes: Bytes,
     ) -> Result<Self, ApiError> {
-        if let Some(raw) = fast::parse(&bytes).filter(|_| api == Api::Chat) {
+        if let Some(raw) = api.shallow(&bytes) {
             let provider = app.upstreams.route(Some(&raw.model))?;
             let look = fast::route(app, headers, &raw, &provider.name).await?;
             let model = raw.model;
@@ -92,7 +93,7 @@ impl ChatRequest {
             .unwrap_or_else(|| ids_of(&decoded.messages));
         let look = match decoded.opaque {
             Some(why) => {
-                tracing::debug!(api = api.as_str(), why, "forwarded untouched");
+                tracing::debug!(api = api.name(), why, "forwarded untouched");
                 Look {
                     key: None,
                     untouched: Some(Prepared::untouched(&estimate, &ids)),
@@ -290,52 +291,4 @@ impl ChatRequest {
             _ => Err(ApiError::Internal("request not parsed".into())),
         }
     }
-}
-
-/// Parses and checks the body: a JSON object with a string `model` and an
-/// array of message objects.
-pub(super) fn parse(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let bad =
-        |message: String, param: Option<&'static str>| ApiError::BadRequest { message, param };
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| bad(format!("request body is not valid JSON: {e}"), None))?;
-    let Value::Object(map) = value else {
-        return Err(bad("request body must be a JSON object".into(), None));
-    };
-    match map.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => {}
-        Some(_) => {
-            return Err(bad(
-                "`model` must be a non-empty string".into(),
-                Some("model"),
-            ));
-        }
-        None => {
-            return Err(bad(
-                "you must provide a `model` parameter".into(),
-                Some("model"),
-            ));
-        }
-    }
-    match map.get("messages") {
-        Some(Value::Array(messages)) => {
-            if let Some(i) = messages
-                .iter()
-                .position(|m| !m.get("role").is_some_and(Value::is_string))
-            {
-                return Err(bad(
-                    format!("messages[{i}] must be an object with a string `role`"),
-                    Some("messages"),
-                ));
-            }
-        }
-        Some(_) => return Err(bad("`messages` must be an array".into(), Some("messages"))),
-        None => {
-            return Err(bad(
-                "you must provide a `messages` parameter".into(),
-                Some("messages"),
-            ));
-        }
-    }
-    Ok(map)
 }

@@ -2,8 +2,8 @@
 //! forward: the plan, the untouched messages, a reused fold, a postponed
 //! fold, a refusal. Deciding when to fold, and folding, is in `fold_run`.
 
-use super::codec::Api;
 use super::fast::Look;
+use crate::api::Api;
 use crate::app::App;
 use crate::archive::Row;
 use crate::config::{Placement, Policy, Recall};
@@ -226,14 +226,7 @@ impl Turn {
         let positions = stubbed.iter().filter_map(|&i| Some((i, *data.ids.get(i)?)));
         let stored = self.app.archive.store_compressed(key, positions, |i| {
             let (message, id) = (data.messages.get(i)?, *data.ids.get(i)?);
-            Some(Row::of(
-                i,
-                message,
-                id,
-                ARCHIVE_FOLD,
-                data.api.as_str(),
-                now,
-            ))
+            Some(Row::of(i, message, id, ARCHIVE_FOLD, data.api.name(), now))
         });
         if let Err(full) = stored {
             tracing::warn!(target: "foldgate::archive", conversation = %key, error = %full, "compression not applied");
@@ -450,7 +443,7 @@ fn compression_for(
     api: Api,
 ) -> Compression {
     let mut settings = app.config.compress_for(provider, model);
-    settings.assistant &= api == Api::Chat;
+    settings.assistant &= api.compresses_answers();
     if !settings.active() || !app.archive.enabled() || key.is_none() {
         return Compression::default();
     }

@@ -208,7 +208,7 @@ impl dyn WireApi {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::archive::RECALL_TOOL;
+    use crate::message::RECALL_TOOL;
     use recall::input::MAX_QUERY_CHARS;
     use serde_json::json;
 

@@ -39,17 +39,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// The function tool through which a model recalls archived messages.
-pub const RECALL_TOOL: &str = "foldgate_recall";
-
-/// The line a summary ends with when the model may recall what it folded.
-pub fn recall_hint() -> String {
-    format!(
-        "The folded messages are archived verbatim: to see an exact detail the summary lacks \
-         (a file's content, an error, a value), call the {RECALL_TOOL} tool with a query."
-    )
-}
-
 /// One archived message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {

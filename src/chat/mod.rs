@@ -5,7 +5,7 @@
 //!
 //! `ChatRequest::read` (the raw JSON: model, provider, conversation key,
 //! estimate, the fold chain, read once) → untouched, or upgraded once to
-//! the parsed form and its `Turn` → [`crate::fold::plan`] → (fold
+//! the parsed form and its `FoldRequest` → [`crate::fold::plan`] → (fold
 //! under the conversation's single-flight lock → summarizer → new state) →
 //! forward (the client's bytes when the view is the messages unchanged) →
 //! on a context-length 400, one emergency fold and retry → response with

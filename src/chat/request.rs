@@ -1,11 +1,11 @@
 //! One chat request and what has been computed about it: read from the raw
 //! JSON first (model, provider, conversation key, estimate, fold chain),
 //! upgraded to the parsed form — the body as values and the request's
-//! [`Turn`] — at most once, and only when a fold may apply.
+//! [`FoldRequest`] — at most once, and only when a fold may apply.
 
 use super::fast::{self, Look};
 use super::key;
-use super::turn::{Prepared, Turn};
+use super::turn::{FoldRequest, Prepared};
 use crate::api::Api;
 use crate::api::codec::{Decoded, Wire};
 use crate::app::App;
@@ -44,7 +44,7 @@ enum Stage {
     Parsed {
         fields: Map<String, Value>,
         wire: Option<Wire>,
-        turn: Turn,
+        turn: FoldRequest,
     },
     /// Only while upgrading.
     Upgrading,
@@ -221,7 +221,7 @@ impl ChatRequest {
     }
 
     /// The request's fold facts, once parsed.
-    pub fn turn(&self) -> Option<&Turn> {
+    pub fn turn(&self) -> Option<&FoldRequest> {
         match &self.stage {
             Stage::Parsed { turn, .. } => Some(turn),
             _ => None,
@@ -254,7 +254,11 @@ impl ChatRequest {
     }
 
     /// The decoded form, built on first use.
-    fn upgrade(&mut self, app: &Arc<App>, headers: &HeaderMap) -> Result<&mut Turn, ApiError> {
+    fn upgrade(
+        &mut self,
+        app: &Arc<App>,
+        headers: &HeaderMap,
+    ) -> Result<&mut FoldRequest, ApiError> {
         if let Stage::Raw { decoded, .. } = &mut self.stage {
             if decoded.is_none() {
                 *decoded = Some(Box::new(self.api.decode(&self.bytes)?));
@@ -275,7 +279,7 @@ impl ChatRequest {
                 estimate_fields,
                 ..
             } = *decoded;
-            let turn = Turn::new(
+            let turn = FoldRequest::new(
                 app.clone(),
                 look,
                 &self.provider.name,

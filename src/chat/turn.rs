@@ -1,4 +1,4 @@
-//! One chat request's facts for folding ([`Turn`]) and the views it can
+//! One chat request's facts for folding ([`FoldRequest`]) and the views it can
 //! forward: the plan, the untouched messages, a reused fold, a postponed
 //! fold, a refusal. Deciding when to fold, and folding, is in `fold_run`.
 
@@ -68,14 +68,14 @@ impl Prepared {
 /// Everything about one request that a fold needs. Cheap to clone, owned,
 /// so a fold can outlive the request in a background task.
 #[derive(Clone)]
-pub struct Turn {
+pub struct FoldRequest {
     pub(super) app: Arc<App>,
-    pub(super) data: Arc<TurnData>,
+    pub(super) data: Arc<FoldRequestData>,
     pub(super) budget: Budget,
 }
 
 /// The request's fixed facts.
-pub(super) struct TurnData {
+pub(super) struct FoldRequestData {
     pub model: String,
     pub provider: String,
     pub key: Option<ConvKey>,
@@ -99,7 +99,7 @@ pub(super) struct TurnData {
     pub placement: Placement,
 }
 
-impl Turn {
+impl FoldRequest {
     /// Gathers what the decision needs from the first look (key, message
     /// identities, estimate) and the request's top-level `fields`; takes
     /// the engine's `messages` (aligned with the look's identities and
@@ -138,7 +138,7 @@ impl Turn {
             &estimate,
             api,
         );
-        let data = TurnData {
+        let data = FoldRequestData {
             counts: compression.counts(&estimate.messages, |c| estimate.calibrated(u64::from(c))),
             stubbed: Vec::new(),
             compression,

@@ -27,6 +27,7 @@ mod report;
 mod tools;
 mod usage;
 
+pub use crate::config::default_reserve;
 pub use calibration::{ALPHA as CALIBRATION_ALPHA, MAX_FACTOR, MIN_FACTOR};
 pub use counter::{RawCount, TokenCounter};
 pub use discovery::{
@@ -34,7 +35,7 @@ pub use discovery::{
     parse_ollama_tags,
 };
 pub use encoding::Encoding;
-pub use estimate::{CacheStats, Estimate, default_reserve};
+pub use estimate::{CacheStats, Estimate};
 pub use registry::{LimitSource, ModelLimits};
 pub use report::{EstimateError, estimate_report};
 pub use usage::UsageScanner;

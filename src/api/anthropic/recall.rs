@@ -7,10 +7,10 @@
 //! numbered after the blocks already shown, and the last `message_delta`
 //! carrying the usage of every round, summed.
 
-use crate::api::recall::calls::{Call, Calls, Carry, Gap, Turn, summed};
+use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, summed};
 use crate::api::recall::input::bounded;
 use crate::api::recall::stream::{self, Hold};
-use crate::archive::RECALL_TOOL;
+use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -296,12 +296,12 @@ impl stream::Round for Round {
         &mut self.gap
     }
 
-    fn end(self: Box<Self>) -> Option<Turn> {
+    fn end(self: Box<Self>) -> Option<RecallTurn> {
         if !self.hold.holding() {
             return None;
         }
         let content: Vec<Value> = self.blocks.into_values().collect();
-        Some(Turn {
+        Some(RecallTurn {
             messages: vec![json!({"role": "assistant", "content": content})],
             calls: self.calls.recalls(),
             usage: Some(self.usage),

@@ -2,10 +2,10 @@
 //! get it, the model's recall calls in a whole or streamed answer, and
 //! hiding them from the client.
 
-use crate::api::recall::calls::{Call, Calls, Carry, Gap, Turn, summed};
+use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, summed};
 use crate::api::recall::input::bounded;
 use crate::api::recall::stream::{self, Hold};
-use crate::archive::RECALL_TOOL;
+use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
@@ -220,12 +220,12 @@ impl stream::Round for Round {
         })
     }
 
-    fn end(self: Box<Self>) -> Option<Turn> {
+    fn end(self: Box<Self>) -> Option<RecallTurn> {
         if !self.hold.holding() {
             return None;
         }
         let calls = self.calls.recalls();
-        Some(Turn {
+        Some(RecallTurn {
             messages: vec![assistant_message(&self.content, &calls)],
             calls,
             usage: self.usage,

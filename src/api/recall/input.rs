@@ -4,7 +4,7 @@
 //! readable, so a recall call in them is still found and answered instead
 //! of reaching the client.
 
-use crate::archive::RECALL_TOOL;
+use crate::message::RECALL_TOOL;
 use serde_json::{Value, json};
 
 /// Longest query searched and echoed in the result, in characters: a

@@ -7,7 +7,7 @@ pub mod calls;
 pub mod input;
 pub mod stream;
 
-use crate::archive::RECALL_TOOL;
+use crate::message::RECALL_TOOL;
 use serde_json::{Map, Value, json};
 
 /// What the tool says it does, to the model.

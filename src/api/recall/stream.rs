@@ -2,7 +2,7 @@
 //! implements over its events, what a round holds back ([`Hold`]), and the
 //! SSE helpers the APIs share. The rounds themselves run in the pipeline.
 
-use super::calls::{Calls, Gap, Turn};
+use super::calls::{Calls, Gap, RecallTurn};
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -48,7 +48,7 @@ pub trait Round: Send {
     ) -> Option<Bytes>;
     /// At the end of the round's stream: the turn foldgate answers, when
     /// the round held recall calls only.
-    fn end(self: Box<Self>) -> Option<Turn>;
+    fn end(self: Box<Self>) -> Option<RecallTurn>;
 
     /// Takes one whole event; returns what goes to the client now. Events
     /// pass until one shows a recall call; from there they are held, until

@@ -9,10 +9,10 @@
 //! `response.completed` listing every shown item under the first round's
 //! id, with the usage of every round summed.
 
-use crate::api::recall::calls::{Call, Calls, Carry, Gap, SEPARATOR, Turn, summed};
+use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, SEPARATOR, summed};
 use crate::api::recall::input::bounded;
 use crate::api::recall::stream::{self, Hold};
-use crate::archive::RECALL_TOOL;
+use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -312,11 +312,11 @@ impl stream::Round for Round {
         &mut self.carry.gap
     }
 
-    fn end(self: Box<Self>) -> Option<Turn> {
+    fn end(self: Box<Self>) -> Option<RecallTurn> {
         if !self.hold.holding() {
             return None;
         }
-        Some(Turn {
+        Some(RecallTurn {
             messages: self.items.into_values().collect(),
             calls: self.calls.recalls(),
             usage: self.usage,

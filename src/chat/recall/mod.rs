@@ -33,7 +33,7 @@ use super::request::ChatRequest;
 use super::tap::OnUsage;
 use super::turn::Prepared;
 use crate::api::Api;
-use crate::api::recall::calls::{self, Calls, Carry, Turn};
+use crate::api::recall::calls::{self, Calls, Carry, RecallTurn};
 use crate::api::recall::stream::Round;
 use crate::api::recall::{input, push_tool};
 use crate::app::App;
@@ -216,7 +216,7 @@ impl Session {
                 let calls = calls.recalls();
                 let messages = self.api.answer_messages(&answer, &calls);
                 let usage = answer.get("usage").cloned();
-                let turn = Turn {
+                let turn = RecallTurn {
                     messages,
                     calls,
                     usage,
@@ -263,7 +263,7 @@ impl Session {
     /// the API allows (Anthropic needs it defined while its history has a
     /// `tool_use`). The model's calls go in with their query bounded, so
     /// a huge argument does not ride along in every later request.
-    async fn next_round(&mut self, mut turn: Turn) -> Result<Answer, ApiError> {
+    async fn next_round(&mut self, mut turn: RecallTurn) -> Result<Answer, ApiError> {
         if let Some(usage) = &turn.usage {
             calls::add_usage(&mut self.usage, usage);
         }

@@ -15,7 +15,7 @@
 
 use super::Session;
 use super::broken::Cause;
-use crate::api::recall::calls::{Carry, Turn};
+use crate::api::recall::calls::{Carry, RecallTurn};
 use crate::api::recall::stream::Round;
 use crate::body::BoxError;
 use crate::tokens::UsageScanner;
@@ -34,7 +34,7 @@ enum Ended {
     /// The client's response is complete, or the client went away.
     Done,
     /// The round held recall calls only: foldgate answers them.
-    Turn(Turn),
+    Turn(RecallTurn),
     /// The round broke while held: nothing of what broke was shown, so
     /// the fallback can continue from `Carry`.
     Broken(Cause, String, Carry),

@@ -9,7 +9,7 @@
 //! - [`server`]: listener, TLS, the tower stack, graceful shutdown.
 //! - [`upstream`]: the pooled HTTPS client, provider routing, header hygiene.
 //! - [`proxy`]: the request handler: admin routes, passthrough, chat hook.
-//! - [`chat`]: the conversation pipeline: fold, forward, reactive retry, recall rounds.
+//! - [`pipeline`]: the conversation pipeline: key, estimate, plan, fold, forward, retry, recall rounds.
 //! - [`api`]: the wire formats (chat completions, Anthropic, Responses), one folder each behind one trait.
 //! - [`summarize`]: the summarizer calls: prompt, formats, retries, repair.
 //! - [`state`]: fold-state storage and per-conversation single-flight.
@@ -30,7 +30,6 @@ pub mod app;
 pub mod archive;
 pub mod background;
 pub mod body;
-pub mod chat;
 pub mod config;
 pub mod discover;
 pub mod error;
@@ -38,6 +37,7 @@ pub mod fold;
 pub mod glob;
 pub mod message;
 pub mod metrics;
+pub mod pipeline;
 pub mod proxy;
 pub mod replay;
 pub mod server;

@@ -3,7 +3,7 @@
 //! A [`WireApi`] is everything one API means to the pipeline: the route it
 //! serves, its error shape and context-length error, how its body becomes
 //! the fold engine's messages and a view goes back into it, where the
-//! summary goes, and its recall round. The pipeline (`crate::chat`) holds
+//! summary goes, and its recall round. The pipeline ([`crate::pipeline`]) holds
 //! an [`Api`] and names none of them; adding an API is a folder here and
 //! one line in [`APIS`].
 //!
@@ -22,10 +22,11 @@ pub mod context_error;
 pub mod fuzzing;
 pub mod recall;
 pub mod responses;
+pub mod summary;
 
 pub use context_error::ContextError;
 
-use crate::config::Placement;
+use crate::config::{Placement, ProviderApi};
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
 use bytes::Bytes;
@@ -34,6 +35,7 @@ use http::Method;
 use recall::calls::{Call, Calls, Carry};
 use recall::stream::Round;
 use serde_json::{Map, Value};
+use summary::SummaryCall;
 
 /// An API foldgate folds: one implementation of [`WireApi`], for the life
 /// of the process.
@@ -57,10 +59,18 @@ pub fn named(name: &str) -> Option<Api> {
     APIS.iter().copied().find(|api| api.name() == name)
 }
 
+/// The API providers set to `api` speak: the one their summarizer calls
+/// are shaped for.
+pub fn for_provider(provider: ProviderApi) -> Option<Api> {
+    APIS.iter()
+        .copied()
+        .find(|api| api.provider_api() == Some(provider))
+}
+
 /// The shape of foldgate's own errors for a request: its API's, else
 /// OpenAI's.
 pub fn error_shape(method: &Method, path: &str) -> ErrorShape {
-    of(method, path).map_or(ErrorShape::OpenAi, |api| api.error_shape())
+    of(method, path).map_or(ErrorShape::OPENAI, |api| api.error_shape())
 }
 
 /// One wire format, as the pipeline uses it. The fold engine works on
@@ -75,13 +85,28 @@ pub trait WireApi: Send + Sync + 'static {
 
     /// The shape of foldgate's own errors on this API's route.
     fn error_shape(&self) -> ErrorShape {
-        ErrorShape::OpenAi
+        ErrorShape::OPENAI
     }
 
     /// Reads an upstream 400 body; `Some` when it says the prompt is too
     /// long for the model.
     fn context_error(&self, body: &[u8]) -> Option<ContextError> {
         context_error::detect(body)
+    }
+
+    // --- Provider and summarizer ---
+
+    /// The `api` setting of providers that speak this API, when a
+    /// provider may be set to it.
+    fn provider_api(&self) -> Option<ProviderApi> {
+        None
+    }
+
+    /// The body of a summarizer call to a provider that speaks this API
+    /// (`None`: this API carries none); it is sent to [`WireApi::path`]
+    /// under `/v1`.
+    fn summary_body(&self, _call: SummaryCall<'_>) -> Option<Value> {
+        None
     }
 
     // --- Codec ---
@@ -211,6 +236,7 @@ mod tests {
     use crate::message::RECALL_TOOL;
     use recall::input::MAX_QUERY_CHARS;
     use serde_json::json;
+    use summary::Format;
 
     fn api(name: &str) -> Api {
         named(name).unwrap()
@@ -291,5 +317,34 @@ mod tests {
         place("responses", &mut responses, "BLOCK");
         assert_eq!(responses["input"][0]["content"], "BLOCK");
         assert_eq!(responses["input"][1]["content"], "q");
+    }
+
+    #[test]
+    fn summarizer_calls_take_each_providers_shape() {
+        let call = |format, completion_param| SummaryCall {
+            model: "m",
+            system: "s",
+            user: "u".into(),
+            schema: || json!({}),
+            format,
+            max_tokens: 100,
+            completion_param,
+        };
+        let chat = for_provider(ProviderApi::Openai).unwrap();
+        let anthropic = for_provider(ProviderApi::Anthropic).unwrap();
+        assert_eq!((chat.name(), anthropic.name()), ("chat", "anthropic"));
+        let b = chat.summary_body(call(Format::JsonSchema, false)).unwrap();
+        assert_eq!(b["response_format"]["type"], "json_schema");
+        assert_eq!(b["max_tokens"], 100);
+        let b = chat.summary_body(call(Format::Instructions, true)).unwrap();
+        assert!(b.get("response_format").is_none());
+        assert_eq!(b["max_completion_tokens"], 100);
+        let b = anthropic
+            .summary_body(call(Format::JsonSchema, true))
+            .unwrap();
+        assert_eq!((&b["system"], &b["max_tokens"]), (&json!("s"), &json!(100)));
+        assert!(b.get("response_format").is_none());
+        assert_eq!(Format::JsonSchema.downgrade(), Some(Format::JsonObject));
+        assert_eq!(Format::Instructions.downgrade(), None);
     }
 }

@@ -10,7 +10,6 @@
 //!   and searched with it.
 //! - `memory`: this process only, scored by [`query`] too.
 //! - [`query`]: what a search asks for, scan scoring, excerpts.
-//! - [`http`]: `GET /foldgate/conversations/{id}/archive`.
 //!
 //! The backend follows `state.backend`. Writes never wait: SQLite queues
 //! them to its own thread, Redis spools them for a writer task of its own.
@@ -18,7 +17,6 @@
 //! that made it is not made: a message leaves the view only once its
 //! archive row is held somewhere.
 
-pub mod http;
 mod memory;
 pub mod query;
 mod redis;

@@ -12,7 +12,8 @@ use super::WireApi;
 use super::codec::{Decoded, Wire, object};
 use super::recall::calls::{Call, Calls, Carry};
 use super::recall::stream::{self, Round};
-use crate::config::Placement;
+use super::summary::SummaryCall;
+use crate::config::{Placement, ProviderApi};
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
 use bytes::Bytes;
@@ -30,8 +31,24 @@ impl WireApi for Anthropic {
         "/messages"
     }
 
+    /// `{"type":"error","error":{"type","message"}}`.
     fn error_shape(&self) -> ErrorShape {
-        ErrorShape::Anthropic
+        ErrorShape(error_envelope)
+    }
+
+    fn provider_api(&self) -> Option<ProviderApi> {
+        Some(ProviderApi::Anthropic)
+    }
+
+    /// The system prompt in `system`, no `response_format` (the prompt
+    /// asks for JSON).
+    fn summary_body(&self, call: SummaryCall<'_>) -> Option<Value> {
+        Some(json!({
+            "model": call.model,
+            "max_tokens": call.max_tokens,
+            "system": call.system,
+            "messages": [{ "role": "user", "content": call.user }],
+        }))
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {
@@ -107,4 +124,18 @@ impl WireApi for Anthropic {
     fn place_recalled(&self, items: &mut Vec<Value>, block: &str) {
         recall::place_recalled(items, block);
     }
+}
+
+/// Anthropic's error envelope for one of foldgate's own errors.
+fn error_envelope(error: &ApiError) -> Value {
+    let kind = match error.status().as_u16() {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        503 => "overloaded_error",
+        504 => "timeout_error",
+        _ => "api_error",
+    };
+    json!({"type": "error", "error": {"type": kind, "message": error.to_string()}})
 }

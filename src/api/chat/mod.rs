@@ -11,6 +11,8 @@ use super::WireApi;
 use super::codec::{Decoded, RawRequest, Wire};
 use super::recall::calls::{Call, Calls, Carry};
 use super::recall::stream::{self, Round};
+use super::summary::{Format, SummaryCall};
+use crate::config::ProviderApi;
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use bytes::Bytes;
@@ -26,6 +28,40 @@ impl WireApi for Chat {
 
     fn path(&self) -> &'static str {
         "/chat/completions"
+    }
+
+    fn provider_api(&self) -> Option<ProviderApi> {
+        Some(ProviderApi::Openai)
+    }
+
+    /// The system prompt and the user's, `response_format` as `format`
+    /// says, and the limit in the parameter the model takes.
+    fn summary_body(&self, call: SummaryCall<'_>) -> Option<Value> {
+        let mut body = json!({
+            "model": call.model,
+            "messages": [
+                { "role": "system", "content": call.system },
+                { "role": "user", "content": call.user },
+            ],
+            "stream": false,
+        });
+        let limit_key = if call.completion_param {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        body[limit_key] = json!(call.max_tokens);
+        match call.format {
+            Format::JsonSchema => {
+                body["response_format"] = json!({
+                    "type": "json_schema",
+                    "json_schema": { "name": "conversation_summary", "strict": true, "schema": (call.schema)() },
+                });
+            }
+            Format::JsonObject => body["response_format"] = json!({ "type": "json_object" }),
+            Format::Instructions => {}
+        }
+        Some(body)
     }
 
     fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {

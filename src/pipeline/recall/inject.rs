@@ -9,7 +9,7 @@
 //! changed otherwise, and the block is never archived (the client never
 //! sends it back).
 
-use super::super::request::ChatRequest;
+use super::super::request::ConvRequest;
 use super::super::turn::Prepared;
 use super::fit;
 use super::room::{self, Fit};
@@ -57,9 +57,9 @@ pub struct Injection {
 /// The injection `request` gets, when its conversation injects, its view
 /// hides archived messages, and a hit absent from the view covers enough
 /// of the query within the room left.
-pub(in crate::chat) async fn plan(
+pub(in crate::pipeline) async fn plan(
     app: &App,
-    request: &ChatRequest,
+    request: &ConvRequest,
     prepared: &Prepared,
 ) -> Option<Injection> {
     let turn = request.turn().filter(|t| t.inject())?;

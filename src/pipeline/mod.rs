@@ -1,9 +1,9 @@
-//! The conversation pipeline: intercepts `POST …/chat/completions`,
-//! `…/messages` (Anthropic) and `…/responses` (OpenAI Responses), applies
-//! or makes a fold, forwards the view, and streams the answer back. Each
-//! wire format is one [`crate::api::WireApi`]; this pipeline names none.
+//! The conversation pipeline: takes a `POST` to a route an API in
+//! [`crate::api`] serves, applies or makes a fold, forwards the view, and
+//! streams the answer back. Each wire format is one
+//! [`crate::api::WireApi`]; the pipeline names none of them.
 //!
-//! `ChatRequest::read` (the raw JSON: model, provider, conversation key,
+//! `ConvRequest::read` (the raw JSON: model, provider, conversation key,
 //! estimate, the fold chain, read once) → untouched, or upgraded once to
 //! the parsed form and its `FoldRequest` → [`crate::fold::plan`] → (fold
 //! under the conversation's single-flight lock → summarizer → new state) →
@@ -30,7 +30,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
-use request::ChatRequest;
+use request::ConvRequest;
 use std::sync::Arc;
 use std::time::Instant;
 use turn::Prepared;
@@ -48,7 +48,7 @@ pub async fn handle(
     bytes: Bytes,
 ) -> Result<Response<Body>, ApiError> {
     Metrics::inc(&app.metrics.chat_requests);
-    let mut request = ChatRequest::read(app, api, &parts.headers, bytes).await?;
+    let mut request = ConvRequest::read(app, api, &parts.headers, bytes).await?;
     let conversation = request.conversation_header();
     let key = request.key().cloned();
     let mut prepared = request.prepare(app, &parts.headers).await?;

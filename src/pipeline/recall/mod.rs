@@ -29,7 +29,7 @@ pub(super) mod inject;
 pub(super) mod room;
 mod stream;
 
-use super::request::ChatRequest;
+use super::request::ConvRequest;
 use super::tap::OnUsage;
 use super::turn::Prepared;
 use crate::api::Api;
@@ -93,7 +93,7 @@ impl Session {
     /// model free to choose its tools; takes the view from `prepared`.
     pub fn offer(
         app: &Arc<App>,
-        request: &mut ChatRequest,
+        request: &mut ConvRequest,
         prepared: &mut Prepared,
         parts: &Parts,
     ) -> Option<Self> {

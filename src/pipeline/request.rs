@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 
 /// A conversation request on its way through the pipeline.
-pub(super) struct ChatRequest {
+pub(super) struct ConvRequest {
     /// The wire format.
     pub api: Api,
     /// The body as the client sent it.
@@ -50,7 +50,7 @@ enum Stage {
     Upgrading,
 }
 
-impl ChatRequest {
+impl ConvRequest {
     /// The first look: what the request's raw JSON tells (chat completions
     /// only; other APIs, and bodies the fast reader cannot take, are
     /// decoded, which also reports what is wrong with a bad body).

@@ -8,7 +8,7 @@
 //! - [`discover`]: context windows read from providers at start-up (`tokens.discover`).
 //! - [`server`]: listener, TLS, the tower stack, graceful shutdown.
 //! - [`upstream`]: the pooled HTTPS client, provider routing, header hygiene.
-//! - [`proxy`]: the request handler: admin routes, passthrough, chat hook.
+//! - [`proxy`]: the request handler: admin routes, passthrough, the pipeline for API routes.
 //! - [`pipeline`]: the conversation pipeline: key, estimate, plan, fold, forward, retry, recall rounds.
 //! - [`api`]: the wire formats (chat completions, Anthropic, Responses), one folder each behind one trait.
 //! - [`summarize`]: the summarizer calls: prompt, formats, retries, repair.

@@ -3,16 +3,18 @@
 //! A [`WireApi`] is everything one API means to the pipeline: the route it
 //! serves, its error shape and context-length error, how its body becomes
 //! the fold engine's messages and a view goes back into it, where the
-//! summary goes, and its recall round. The pipeline ([`crate::pipeline`]) holds
-//! an [`Api`] and names none of them; adding an API is a folder here and
-//! one line in [`APIS`].
+//! summary goes, how its answers report usage, its recall round, and the
+//! summarizer's call to a provider that speaks it. The pipeline
+//! ([`crate::pipeline`]) holds an [`Api`] and names none of them; adding
+//! an API is a folder here and one line in [`APIS`].
 //!
 //! - [`chat`]: OpenAI chat completions; the messages are the engine's.
 //! - [`anthropic`]: Anthropic Messages; `system` pinned, `tool_use` and
 //!   its `tool_result`s one unit, the summary appended to `system`.
 //! - [`responses`]: OpenAI Responses; `instructions` pinned, calls and
 //!   outputs paired by `call_id`.
-//! - [`codec`], [`recall`], [`context_error`]: what the APIs share.
+//! - [`codec`], [`recall`], [`context_error`], [`summary`]: what the APIs
+//!   share.
 
 pub mod anthropic;
 pub mod chat;
@@ -29,6 +31,7 @@ pub use context_error::ContextError;
 use crate::config::{Placement, ProviderApi};
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
+use crate::tokens::UsageReader;
 use bytes::Bytes;
 use codec::{Decoded, RawRequest, Wire};
 use http::Method;
@@ -50,8 +53,7 @@ pub fn of(method: &Method, path: &str) -> Option<Api> {
     if method != Method::POST {
         return None;
     }
-    let path = path.strip_prefix("/v1").unwrap_or(path);
-    APIS.iter().copied().find(|api| api.path() == path)
+    APIS.iter().copied().find(|api| api.serves(path))
 }
 
 /// The API of this name ([`WireApi::name`]).
@@ -83,6 +85,11 @@ pub trait WireApi: Send + Sync + 'static {
     /// The path it serves (a `POST`), after an optional `/v1`.
     fn path(&self) -> &'static str;
 
+    /// Whether a `POST` to `path` is this API's.
+    fn serves(&self, path: &str) -> bool {
+        path.strip_prefix("/v1").unwrap_or(path) == self.path()
+    }
+
     /// The shape of foldgate's own errors on this API's route.
     fn error_shape(&self) -> ErrorShape {
         ErrorShape::OPENAI
@@ -103,10 +110,22 @@ pub trait WireApi: Send + Sync + 'static {
     }
 
     /// The body of a summarizer call to a provider that speaks this API
-    /// (`None`: this API carries none); it is sent to [`WireApi::path`]
-    /// under `/v1`.
+    /// (`None`: this API carries none).
     fn summary_body(&self, _call: SummaryCall<'_>) -> Option<Value> {
         None
+    }
+
+    /// Where a summarizer call to `model` goes on the provider.
+    fn summary_path(&self, _model: &str) -> String {
+        format!("/v1{}", self.path())
+    }
+
+    // --- Usage ---
+
+    /// How an answer on this API reports its prompt tokens (read as it
+    /// streams by, for calibration).
+    fn usage(&self) -> UsageReader {
+        UsageReader::USAGE
     }
 
     // --- Codec ---

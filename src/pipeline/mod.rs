@@ -83,7 +83,7 @@ pub async fn handle(
                     let observe = observed(app, &prepared, request.model);
                     session.respond(head, incoming, observe).await?
                 }
-                _ => respond(app, head, incoming, &prepared, request.model),
+                _ => respond(app, request.api, head, incoming, &prepared, request.model),
             };
             annotate(&mut response, &prepared, conversation, key);
             return Ok(response);
@@ -141,6 +141,7 @@ pub(super) async fn send(
 /// `usage` read on the way for calibration (the caller adds the headers).
 fn respond(
     app: &App,
+    api: Api,
     head: http::response::Parts,
     incoming: hyper::body::Incoming,
     prepared: &Prepared,
@@ -150,7 +151,7 @@ fn respond(
     let observe = observed(app, prepared, model);
     Response::from_parts(
         head,
-        body::boxed(tap::UsageTap::new(incoming, sse, observe)),
+        body::boxed(tap::UsageTap::new(incoming, sse, api.usage(), observe)),
     )
 }
 

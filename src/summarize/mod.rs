@@ -402,7 +402,7 @@ async fn post(
     body: Value,
     timeout: Duration,
 ) -> Result<(StatusCode, Bytes), String> {
-    let path = format!("/v1{}", speaks(target)?.path());
+    let path = speaks(target)?.summary_path(&target.model);
     let mut req = Request::post(path)
         .header(header::CONTENT_TYPE, "application/json")
         .body(body::full(body.to_string()))

@@ -38,4 +38,4 @@ pub use encoding::Encoding;
 pub use estimate::{CacheStats, Estimate};
 pub use registry::{LimitSource, ModelLimits};
 pub use report::{EstimateError, estimate_report};
-pub use usage::UsageScanner;
+pub use usage::{UsageReader, UsageScanner};

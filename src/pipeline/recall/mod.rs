@@ -195,7 +195,7 @@ impl Session {
                 }
             };
             if let Some(observe) = self.observe.take() {
-                let mut scanner = UsageScanner::new(false);
+                let mut scanner = UsageScanner::with(false, self.api.usage());
                 scanner.feed(&bytes);
                 if let Some(tokens) = scanner.finish() {
                     observe(tokens);

@@ -86,7 +86,11 @@ async fn stream_round(
     mut incoming: Incoming,
     tx: &Tx,
 ) -> Ended {
-    let mut scanner = session.observe.is_some().then(|| UsageScanner::new(true));
+    let reader = session.api.usage();
+    let mut scanner = session
+        .observe
+        .is_some()
+        .then(|| UsageScanner::with(true, reader));
     let mut events = Events::default();
     while let Some(frame) = incoming.frame().await {
         let data = match frame {

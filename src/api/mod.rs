@@ -35,9 +35,11 @@ use crate::tokens::UsageReader;
 use bytes::Bytes;
 use codec::{Decoded, RawRequest, Wire};
 use http::Method;
+use http::header::{AUTHORIZATION, HeaderName};
 use recall::calls::{Call, Calls, Carry};
 use recall::stream::Round;
 use serde_json::{Map, Value};
+use std::sync::LazyLock;
 use summary::SummaryCall;
 
 /// An API foldgate folds: one implementation of [`WireApi`], for the life
@@ -67,6 +69,22 @@ pub fn for_provider(provider: ProviderApi) -> Option<Api> {
     APIS.iter()
         .copied()
         .find(|api| api.provider_api() == Some(provider))
+}
+
+/// The headers a client's or provider's API key may come in, each once,
+/// in the order of [`APIS`] (`Authorization` first).
+pub fn key_headers() -> &'static [HeaderName] {
+    static NAMES: LazyLock<Vec<HeaderName>> = LazyLock::new(|| {
+        let mut names: Vec<HeaderName> = Vec::with_capacity(APIS.len());
+        for api in APIS {
+            let (name, _) = api.key_header("");
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    });
+    &NAMES
 }
 
 /// The shape of foldgate's own errors for a request: its API's, else
@@ -102,6 +120,12 @@ pub trait WireApi: Send + Sync + 'static {
     }
 
     // --- Provider and summarizer ---
+
+    /// The header a provider speaking this API reads its `key` from, and
+    /// the header's value.
+    fn key_header(&self, key: &str) -> (HeaderName, String) {
+        (AUTHORIZATION, format!("Bearer {key}"))
+    }
 
     /// The `api` setting of providers that speak this API, when a
     /// provider may be set to it.
@@ -365,5 +389,18 @@ mod tests {
         assert!(b.get("response_format").is_none());
         assert_eq!(Format::JsonSchema.downgrade(), Some(Format::JsonObject));
         assert_eq!(Format::Instructions.downgrade(), None);
+    }
+
+    #[test]
+    fn key_headers_are_each_apis_once() {
+        let x_api_key = HeaderName::from_static("x-api-key");
+        assert_eq!(key_headers(), [AUTHORIZATION, x_api_key.clone()]);
+        let anthropic = for_provider(ProviderApi::Anthropic).unwrap();
+        assert_eq!(anthropic.key_header("k"), (x_api_key, "k".to_string()));
+        let chat = for_provider(ProviderApi::Openai).unwrap();
+        assert_eq!(
+            chat.key_header("k"),
+            (AUTHORIZATION, "Bearer k".to_string())
+        );
     }
 }

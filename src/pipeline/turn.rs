@@ -123,9 +123,9 @@ impl FoldRequest {
             .unwrap_or_default()
             .to_string();
         let mut auth = HeaderMap::new();
-        for name in [http::header::AUTHORIZATION.as_str(), "x-api-key"] {
+        for name in crate::api::key_headers() {
             if let Some(v) = headers.get(name) {
-                auth.insert(name, v.clone());
+                auth.insert(name.clone(), v.clone());
             }
         }
         let policy = config.policy_for(provider, &model);

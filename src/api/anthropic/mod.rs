@@ -17,6 +17,7 @@ use crate::config::{Placement, ProviderApi};
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
 use bytes::Bytes;
+use http::HeaderName;
 use serde_json::{Map, Value, json};
 
 /// Anthropic Messages.
@@ -38,6 +39,11 @@ impl WireApi for Anthropic {
 
     fn provider_api(&self) -> Option<ProviderApi> {
         Some(ProviderApi::Anthropic)
+    }
+
+    /// `x-api-key: KEY`.
+    fn key_header(&self, key: &str) -> (HeaderName, String) {
+        (HeaderName::from_static("x-api-key"), key.to_string())
     }
 
     /// The system prompt in `system`, no `response_format` (the prompt

@@ -4,7 +4,7 @@
 //! pipeline in [`super::turn`].
 
 use super::key;
-use super::turn::{Prepared, now_unix};
+use super::prepared::{Prepared, now_unix};
 use crate::api::codec::RawRequest;
 use crate::app::App;
 use crate::config::Mode;

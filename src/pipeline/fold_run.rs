@@ -3,7 +3,8 @@
 //! new state, the event log. Inline folds run in a task of their own too,
 //! so a client that hangs up does not cancel a fold it started.
 
-use super::turn::{FoldRequest, Prepared, now_unix};
+use super::prepared::{Prepared, now_unix};
+use super::turn::FoldRequest;
 use crate::archive::SpoolFull;
 use crate::background::Job;
 use crate::config::{Mode, OnFailure};

@@ -14,6 +14,7 @@
 mod fast;
 mod fold_run;
 pub mod key;
+mod prepared;
 mod recall;
 mod request;
 mod tap;
@@ -30,10 +31,10 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
+use prepared::Prepared;
 use request::ConvRequest;
 use std::sync::Arc;
 use std::time::Instant;
-use turn::Prepared;
 
 /// Largest upstream 400 body read to look for a context-length error.
 const MAX_ERROR_BODY: usize = 1 << 20;

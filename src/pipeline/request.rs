@@ -5,7 +5,8 @@
 
 use super::fast::{self, Look};
 use super::key;
-use super::turn::{FoldRequest, Prepared};
+use super::prepared::Prepared;
+use super::turn::FoldRequest;
 use crate::api::Api;
 use crate::api::codec::{Decoded, Wire};
 use crate::app::App;

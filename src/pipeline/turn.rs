@@ -1,8 +1,9 @@
-//! One chat request's facts for folding ([`FoldRequest`]) and the views it can
+//! One request's facts for folding ([`FoldRequest`]) and the views it can
 //! forward: the plan, the untouched messages, a reused fold, a postponed
 //! fold, a refusal. Deciding when to fold, and folding, is in `fold_run`.
 
 use super::fast::Look;
+use super::prepared::{Prepared, now_unix};
 use crate::api::Api;
 use crate::app::App;
 use crate::archive::Row;
@@ -22,48 +23,6 @@ use http::HeaderMap;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-
-/// What to forward, and what the response headers report.
-#[derive(Debug)]
-pub struct Prepared {
-    /// The view to send, laid out over the engine's messages; `None`
-    /// sends the client's bytes unchanged.
-    pub view: Option<Vec<Item>>,
-    /// `none`, `reused` or `new`.
-    pub label: &'static str,
-    /// Estimated tokens of the client's messages (calibrated).
-    pub tokens_in: u32,
-    /// Estimated tokens of the forwarded prompt (calibrated).
-    pub tokens_out: u32,
-    /// The same, uncalibrated, for calibration against upstream usage.
-    pub raw_tokens_out: u32,
-    /// A note for `x-foldgate-warning` (e.g. the summarizer failed).
-    pub warning: Option<String>,
-    /// Messages the view shows compressed to stubs.
-    pub compressed: usize,
-    /// Recalled excerpts injected before the last user message.
-    pub injected: usize,
-    /// The identities of the forwarded messages, in order (for the
-    /// dashboard's cache-stable share).
-    pub view_ids: Arc<[u128]>,
-}
-
-impl Prepared {
-    /// The client's request forwarded as it is, by this estimate.
-    pub fn untouched(estimate: &Estimate, ids: &[MessageId]) -> Self {
-        Self {
-            view: None,
-            label: "none",
-            tokens_in: estimate.input_tokens,
-            tokens_out: estimate.input_tokens,
-            raw_tokens_out: estimate.raw_input_tokens,
-            warning: None,
-            compressed: 0,
-            injected: 0,
-            view_ids: ids.into(),
-        }
-    }
-}
 
 /// Everything about one request that a fold needs. Cheap to clone, owned,
 /// so a fold can outlive the request in a background task.
@@ -454,11 +413,4 @@ fn compression_for(
         let me = (*ids.get(i)?, *raw.get(i)?);
         app.stubs.get(messages, i, me, (model, recall), &count)
     })
-}
-
-/// The clock, in Unix seconds.
-pub(super) fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

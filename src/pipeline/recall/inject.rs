@@ -9,8 +9,8 @@
 //! changed otherwise, and the block is never archived (the client never
 //! sends it back).
 
+use super::super::prepared::Prepared;
 use super::super::request::ConvRequest;
-use super::super::turn::Prepared;
 use super::fit;
 use super::room::{self, Fit};
 use crate::app::App;

@@ -29,9 +29,9 @@ pub(super) mod inject;
 pub(super) mod room;
 mod stream;
 
+use super::prepared::Prepared;
 use super::request::ConvRequest;
 use super::tap::OnUsage;
-use super::turn::Prepared;
 use crate::api::Api;
 use crate::api::recall::calls::{self, Calls, Carry, RecallTurn};
 use crate::api::recall::stream::Round;

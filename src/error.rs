@@ -64,14 +64,28 @@ pub enum ApiError {
     Internal(String),
 }
 
-/// Which API's error shape foldgate answers in: OpenAI's envelope, or
-/// Anthropic's `{"type":"error","error":{"type","message"}}` on the
-/// Messages route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ErrorShape {
-    #[default]
-    OpenAi,
-    Anthropic,
+/// The shape foldgate answers its own errors in on a route: the JSON
+/// envelope its API writes an error as. OpenAI's is the default; an API
+/// with a shape of its own ([`crate::api::WireApi::error_shape`]) gives
+/// its writer.
+#[derive(Clone, Copy)]
+pub struct ErrorShape(pub fn(&ApiError) -> serde_json::Value);
+
+impl ErrorShape {
+    /// OpenAI's envelope `{"error":{"message","type","param","code"}}`.
+    pub const OPENAI: Self = Self(ApiError::openai_envelope);
+}
+
+impl Default for ErrorShape {
+    fn default() -> Self {
+        Self::OPENAI
+    }
+}
+
+impl std::fmt::Debug for ErrorShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ErrorShape")
+    }
 }
 
 /// The short, low-cardinality label of an error, set as a response
@@ -131,22 +145,27 @@ impl ApiError {
         }
     }
 
-    /// Anthropic's `error.type` for this error.
-    fn anthropic_kind(&self) -> &'static str {
-        match self.status().as_u16() {
-            400 => "invalid_request_error",
-            401 => "authentication_error",
-            404 => "not_found_error",
-            413 => "request_too_large",
-            503 => "overloaded_error",
-            504 => "timeout_error",
-            _ => "api_error",
-        }
+    /// OpenAI's error envelope for this error.
+    fn openai_envelope(&self) -> serde_json::Value {
+        let param = match self {
+            Self::BadRequest { param, .. } => *param,
+            Self::ContextLength(_) => Some("messages"),
+            Self::ModelNotFound(_) => Some("model"),
+            _ => None,
+        };
+        serde_json::json!({
+            "error": {
+                "message": self.to_string(),
+                "type": self.kind(),
+                "param": param,
+                "code": self.code(),
+            }
+        })
     }
 
     /// Renders the OpenAI error envelope, logging the error once here.
     pub fn into_response(self) -> Response<Body> {
-        self.into_response_as(ErrorShape::OpenAi)
+        self.into_response_as(ErrorShape::OPENAI)
     }
 
     /// Renders the error in `shape`, logging it once here.
@@ -157,26 +176,7 @@ impl ApiError {
         } else {
             tracing::debug!(code = self.code(), error = %self, "request rejected");
         }
-        let param = match &self {
-            Self::BadRequest { param, .. } => *param,
-            Self::ContextLength(_) => Some("messages"),
-            Self::ModelNotFound(_) => Some("model"),
-            _ => None,
-        };
-        let envelope = match shape {
-            ErrorShape::OpenAi => serde_json::json!({
-                "error": {
-                    "message": self.to_string(),
-                    "type": self.kind(),
-                    "param": param,
-                    "code": self.code(),
-                }
-            }),
-            ErrorShape::Anthropic => serde_json::json!({
-                "type": "error",
-                "error": {"type": self.anthropic_kind(), "message": self.to_string()},
-            }),
-        };
+        let envelope = (shape.0)(&self);
         let mut response = Response::new(body::full(envelope.to_string()));
         *response.status_mut() = status;
         response.headers_mut().insert(

@@ -4,11 +4,12 @@
 //! where a fold would trigger for its model under the configuration and
 //! the headroom left before it.
 
-use crate::chat::Api;
+use crate::api::codec::ReadBody;
+use crate::api::{Api, anthropic::Anthropic, chat::Chat, responses::Responses};
 use crate::config::{Config, Mode};
 use crate::fold::trigger::{emergency_at, token_at};
 use crate::tokens::{Encoding, TokenCounter};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::fmt::Write as _;
 
 /// Why a request body could not be estimated.
@@ -32,7 +33,7 @@ pub enum EstimateError {
 }
 
 /// Estimates `body` for `model` (empty: the body's own `model`) on `api`
-/// (`None`: judged by the body's shape, [`Api::by_shape`]) and reports it,
+/// (`None`: judged by the body's shape, [`by_shape`]) and reports it,
 /// one `key: value` per line:
 ///
 /// ```text
@@ -65,11 +66,11 @@ pub fn report(
     };
     let (api, how) = match api {
         Some(api) => (api, "given"),
-        None => (Api::by_shape(&request), "by shape"),
+        None => (by_shape(&request), "by shape"),
     };
     let field = api.conversation_field();
     if !request.contains_key(field) {
-        return Err(EstimateError::NoMessages(field, api.as_str()));
+        return Err(EstimateError::NoMessages(field, api.name()));
     }
     let model = match (model, request.get("model").and_then(Value::as_str)) {
         ("", Some(own)) => own.to_string(),
@@ -78,9 +79,7 @@ pub fn report(
     };
     request.insert("model".into(), Value::String(model.clone()));
     let bytes = serde_json::to_vec(&request)?;
-    let read = api
-        .read(&bytes)
-        .map_err(|e| EstimateError::Invalid(e.to_string()))?;
+    let read = ReadBody::read(api, &bytes).map_err(|e| EstimateError::Invalid(e.to_string()))?;
     let counter = TokenCounter::new(config);
     let estimate = counter.estimate_messages(&model, &read.messages, &read.fields);
     let limits = counter.limits(&model);
@@ -89,7 +88,7 @@ pub fn report(
 
     let mut out = String::new();
     // Writing to a String cannot fail.
-    let _ = writeln!(out, "api: {} ({how})", api.as_str());
+    let _ = writeln!(out, "api: {} ({how})", api.name());
     let _ = writeln!(out, "model: {model}");
     let _ = writeln!(out, "encoding: {}", Encoding::for_model(&model).name());
     let scale = counter.token_scale(&model);
@@ -164,9 +163,53 @@ fn trigger_lines(
     out
 }
 
+/// The API a body is written for, judged by its shape when its route is
+/// not known: Responses when it has `input` and no `messages`; Anthropic
+/// when it has a top-level `system`, content blocks only Anthropic has
+/// (`tool_use`, `tool_result`, `thinking`, an image with a `source`), or
+/// `max_tokens` with `text` blocks and only user and assistant turns;
+/// chat completions otherwise.
+pub fn by_shape(body: &Map<String, Value>) -> Api {
+    let messages = match body.get("messages") {
+        Some(Value::Array(messages)) => messages.as_slice(),
+        Some(_) => return &Chat,
+        None if body.contains_key("input") => return &Responses,
+        None => return &Chat,
+    };
+    if body.contains_key("system") {
+        return &Anthropic;
+    }
+    let kind = |b: &Value| b.get("type").and_then(Value::as_str).map(str::to_owned);
+    let blocks = || {
+        messages
+            .iter()
+            .filter_map(|m| m.get("content").and_then(Value::as_array))
+            .flatten()
+    };
+    let anthropic_only = blocks().any(|b| {
+        matches!(
+            kind(b).as_deref(),
+            Some("tool_use" | "tool_result" | "thinking" | "redacted_thinking")
+        ) || (kind(b).as_deref() == Some("image") && b.get("source").is_some())
+    });
+    let text_blocks = blocks().any(|b| kind(b).as_deref() == Some("text"));
+    let two_roles = messages.iter().all(|m| {
+        matches!(
+            m.get("role").and_then(Value::as_str),
+            Some("user" | "assistant")
+        ) && m.get("tool_calls").is_none()
+    });
+    if anthropic_only || (body.contains_key("max_tokens") && text_blocks && two_roles) {
+        &Anthropic
+    } else {
+        &Chat
+    }
+}
+
 /// The API named by `--api`, for clap.
 pub fn parse_api(name: &str) -> Result<Api, String> {
-    Api::from_name(name).ok_or_else(|| format!("{name:?}: expected chat, anthropic or responses"))
+    crate::api::named(name)
+        .ok_or_else(|| format!("{name:?}: expected chat, anthropic or responses"))
 }
 
 #[cfg(test)]
@@ -184,15 +227,15 @@ mod tests {
     #[test]
     fn shapes() {
         let chat = r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}]}"#;
-        assert_eq!(Api::by_shape(&body(chat)), Api::Chat);
+        assert_eq!(by_shape(&body(chat)).name(), "chat");
         let parts = r#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#;
-        assert_eq!(Api::by_shape(&body(parts)), Api::Anthropic);
+        assert_eq!(by_shape(&body(parts)).name(), "anthropic");
         let system = r#"{"model":"m","system":"s","messages":[{"role":"user","content":"hi"}]}"#;
-        assert_eq!(Api::by_shape(&body(system)), Api::Anthropic);
+        assert_eq!(by_shape(&body(system)).name(), "anthropic");
         let tools = r#"{"model":"m","messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"x"}]}]}"#;
-        assert_eq!(Api::by_shape(&body(tools)), Api::Anthropic);
+        assert_eq!(by_shape(&body(tools)).name(), "anthropic");
         let responses = r#"{"model":"m","input":"hi"}"#;
-        assert_eq!(Api::by_shape(&body(responses)), Api::Responses);
+        assert_eq!(by_shape(&body(responses)).name(), "responses");
     }
 
     #[test]
@@ -223,7 +266,7 @@ prefold_at: 89600 (background mode: folded off the request path from here)\nhead
             Err(EstimateError::NoMessages("messages", "chat"))
         ));
         assert!(matches!(
-            report(&c, Some(Api::Responses), "m", br#"{"messages":[]}"#),
+            report(&c, Some(&Responses), "m", br#"{"messages":[]}"#),
             Err(EstimateError::NoMessages("input", "responses"))
         ));
         assert!(matches!(

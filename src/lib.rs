@@ -8,8 +8,9 @@
 //! - [`discover`]: context windows read from providers at start-up (`tokens.discover`), and the report of every model's window.
 //! - [`server`]: listener, TLS, the tower stack, graceful shutdown.
 //! - [`upstream`]: the pooled HTTPS client, provider routing, header hygiene.
-//! - [`proxy`]: the request handler: admin routes, passthrough, chat hook.
-//! - [`chat`]: the chat-completions pipeline: fold, forward, reactive retry.
+//! - [`proxy`]: the request handler: admin routes, passthrough, the pipeline for API routes.
+//! - [`pipeline`]: the conversation pipeline: key, estimate, plan, fold, forward, retry, recall rounds.
+//! - [`api`]: the wire formats (chat completions, Anthropic, Responses), one folder each behind one trait.
 //! - [`summarize`]: the summarizer calls: prompt, formats, retries, repair.
 //! - [`state`]: fold-state storage and per-conversation single-flight.
 //! - [`message`]: the message vocabulary: roles, pinned head, tool pairing.
@@ -25,11 +26,11 @@
 //! - [`body`]: the body type that crosses the stack.
 
 pub mod admin;
+pub mod api;
 pub mod app;
 pub mod archive;
 pub mod background;
 pub mod body;
-pub mod chat;
 pub mod config;
 pub mod discover;
 pub mod error;
@@ -38,6 +39,7 @@ pub mod fold;
 pub mod glob;
 pub mod message;
 pub mod metrics;
+pub mod pipeline;
 pub mod proxy;
 pub mod replay;
 pub mod server;

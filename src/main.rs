@@ -42,7 +42,7 @@ enum Command {
         /// The body's API: chat, anthropic or responses (default: judged by
         /// its shape).
         #[arg(long, value_parser = foldgate::estimate::parse_api)]
-        api: Option<foldgate::chat::Api>,
+        api: Option<foldgate::api::Api>,
         /// Configuration file (default: ./config.toml if present).
         #[arg(long, short)]
         config: Option<PathBuf>,

@@ -5,6 +5,10 @@
 use serde_json::Value;
 use xxhash_rust::xxh3::xxh3_128;
 
+/// The function tool through which a model recalls archived messages
+/// (foldgate's own: it answers the calls and hides them from the client).
+pub const RECALL_TOOL: &str = "foldgate_recall";
+
 /// A message's role, as far as folding cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {

@@ -4,8 +4,8 @@
 
 use crate::app::App;
 use crate::body::{self, Body};
-use crate::chat;
 use crate::error::ApiError;
+use crate::pipeline;
 use crate::state::ConvKey;
 use crate::upstream::{UpstreamLatency, headers};
 use bytes::Bytes;
@@ -22,7 +22,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     if path == "/foldgate" || path.starts_with("/foldgate/") {
         return crate::admin::handle(&app, req).await;
     }
-    let shape = chat::error_shape(req.method(), path);
+    let shape = crate::api::error_shape(req.method(), path);
     forward(&app, req)
         .await
         .unwrap_or_else(|e| e.into_response_as(shape))
@@ -32,13 +32,13 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
 async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     let limit = app.config.server.max_body_bytes;
     let (parts, incoming) = req.into_parts();
-    chat::key::check_header(&parts.headers, &app.config.conversation)?;
+    pipeline::key::check_header(&parts.headers, &app.config.conversation)?;
     if content_length(&parts.headers).is_some_and(|len| len > limit as u64) {
         return Err(ApiError::BodyTooLarge { limit });
     }
-    if let Some(api) = chat::Api::of(&parts.method, parts.uri.path()) {
+    if let Some(api) = crate::api::of(&parts.method, parts.uri.path()) {
         let bytes = read_body(incoming, limit).await?;
-        let response = chat::handle(app, api, parts, bytes).await?;
+        let response = pipeline::handle(app, api, parts, bytes).await?;
         if let Some(key) = response.extensions().get::<ConvKey>() {
             let view = response.extensions().get::<crate::state::ViewIds>();
             app.turns.record(key.clone(), response.headers(), view);

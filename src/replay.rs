@@ -123,7 +123,7 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
             Compression::default()
         };
         let counts = compression.counts(&estimate.messages, |c| estimate.calibrated(u64::from(c)));
-        let turn = Turn {
+        let turn = ReplayTurn {
             config,
             counter: &counter,
             model,
@@ -187,7 +187,7 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
 }
 
 /// One request's facts, as the proxy's request path has them.
-struct Turn<'a> {
+struct ReplayTurn<'a> {
     config: &'a Config,
     counter: &'a TokenCounter,
     model: &'a str,
@@ -199,7 +199,7 @@ struct Turn<'a> {
     stubbed: &'a [u32],
 }
 
-impl Turn<'_> {
+impl ReplayTurn<'_> {
     fn plan(&self, chain: &FoldChain) -> Decision {
         let count = |m: &Value| self.counter.message_tokens(self.model, m);
         let request = Messages {

@@ -77,7 +77,7 @@ fn assert_loop(
         let (view, summary) = view_of(body);
         let own = |item: &Value| {
             item.to_string().contains(HEADING_PREFIX)
-                || item["content"] == json!(foldgate::chat::codec::CONTINUE_TEXT)
+                || item["content"] == json!(foldgate::api::anthropic::CONTINUE_TEXT)
         };
         assert_covers(sent, &view, &summary, own);
         folded += usize::from(!summary.is_empty());
@@ -476,7 +476,7 @@ async fn an_anthropic_provider_summarizes_on_its_messages_api_with_its_key() {
 
 #[test]
 fn a_view_that_keeps_everything_encodes_back_to_the_body() {
-    use foldgate::chat::fuzzing::codec;
+    use foldgate::api::fuzzing::codec;
     let anthropic = long_anthropic(3);
     let responses = json!({"model": "gpt-x", "instructions": "i", "store": false, "input": [
         {"role": "user", "content": "go"},

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 const WINDOW: u32 = 4000;
 const FACT: &str = "the favourite colour of the customer is teal";
 const QUESTION: &str = "what is the favourite colour of the customer?";
-/// How the block starts (`foldgate::chat` keeps it private to the crate).
+/// How the block starts (`foldgate::pipeline` keeps it private to the crate).
 const HEADING: &str = "[foldgate] Recalled from earlier in this conversation";
 
 struct Upstream {

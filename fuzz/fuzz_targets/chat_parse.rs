@@ -6,7 +6,7 @@
 
 #![no_main]
 
-use foldgate::chat::fuzzing::{fast_parse, full_parse};
+use foldgate::api::fuzzing::{fast_parse, full_parse};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

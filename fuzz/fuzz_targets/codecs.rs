@@ -7,7 +7,7 @@
 
 #![no_main]
 
-use foldgate::chat::fuzzing::codec;
+use foldgate::api::fuzzing::codec;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

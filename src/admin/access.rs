@@ -3,8 +3,8 @@
 //! same credential the same way.
 
 use crate::app::App;
-use crate::chat::key;
 use crate::error::ApiError;
+use crate::pipeline::key;
 use crate::upstream::headers;
 use http::HeaderMap;
 

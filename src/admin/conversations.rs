@@ -108,7 +108,7 @@ fn placeholder_tenant(key: &str) -> String {
     if let Ok(value) = http::HeaderValue::from_str(&format!("Bearer {key}")) {
         headers.insert(http::header::AUTHORIZATION, value);
     }
-    crate::chat::key::tenant(&headers)
+    crate::pipeline::key::tenant(&headers)
 }
 
 fn bad(message: String, param: &'static str) -> ApiError {

@@ -8,7 +8,7 @@
 //!   request may read ([`conversations::list`]).
 //! - `GET /foldgate/conversations/{id}`: a conversation's fold chain.
 //! - `GET /foldgate/conversations/{id}/archive?q=`: a search of its archived
-//!   messages ([`crate::archive::http`]).
+//!   messages ([`archive`]).
 //! - `GET /foldgate/ui`: the dashboard ([`crate::ui`]); its data comes
 //!   from the two routes above.
 //!
@@ -19,16 +19,16 @@
 //! admin token is set.
 
 pub mod access;
+mod archive;
 mod conversations;
 
 pub use access::may_read_keyless;
 
 use crate::app::App;
-use crate::archive::http as archive;
 use crate::body::{self, Body};
-use crate::chat::key;
 use crate::error::ApiError;
 use crate::metrics::Gauge;
+use crate::pipeline::key;
 use http::{HeaderValue, Method, Request, Response, header};
 use hyper::body::Incoming;
 

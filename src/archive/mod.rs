@@ -10,7 +10,6 @@
 //!   and searched with it.
 //! - `memory`: this process only, scored by [`query`] too.
 //! - [`query`]: what a search asks for, scan scoring, excerpts.
-//! - [`http`]: `GET /foldgate/conversations/{id}/archive`.
 //!
 //! The backend follows `state.backend`. Writes never wait: SQLite queues
 //! them to its own thread, Redis spools them for a writer task of its own.
@@ -18,7 +17,6 @@
 //! that made it is not made: a message leaves the view only once its
 //! archive row is held somewhere.
 
-pub mod http;
 mod memory;
 pub mod query;
 mod redis;
@@ -38,17 +36,6 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-/// The function tool through which a model recalls archived messages.
-pub const RECALL_TOOL: &str = "foldgate_recall";
-
-/// The line a summary ends with when the model may recall what it folded.
-pub fn recall_hint() -> String {
-    format!(
-        "The folded messages are archived verbatim: to see an exact detail the summary lacks \
-         (a file's content, an error, a value), call the {RECALL_TOOL} tool with a query."
-    )
-}
 
 /// One archived message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -302,7 +302,7 @@ impl Config {
                 let window = u64::from(model.context_window?);
                 let provider = self.provider_for(Some(pattern)).map_or("", |(n, _)| n);
                 let policy = self.policy_for(provider, pattern);
-                let reserve = u64::from(crate::tokens::default_reserve(
+                let reserve = u64::from(default_reserve(
                     self.tokens.default_output_reserve,
                     model.context_window?,
                 ));

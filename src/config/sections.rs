@@ -317,6 +317,13 @@ pub struct TokensConfig {
     pub discover: bool,
 }
 
+/// The output reserve of a request that sets no `max_tokens`:
+/// `tokens.default_output_reserve`, but at most a quarter of the window, so
+/// a default alone never claims most of a small window.
+pub fn default_reserve(configured: u32, context_window: u32) -> u32 {
+    configured.min(context_window / 4)
+}
+
 impl Default for TokensConfig {
     fn default() -> Self {
         Self {

@@ -20,7 +20,7 @@
 //! model on two cores); nothing is generated.
 
 use super::{Call, Found, exchange, fetch, has_window};
-use crate::chat::context_error;
+use crate::api::context_error;
 use crate::tokens;
 use crate::upstream::Provider;
 use http::{Method, StatusCode};

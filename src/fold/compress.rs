@@ -33,8 +33,8 @@
 
 use super::extract::{extract, message_text};
 use super::view::Item;
-use crate::archive::RECALL_TOOL;
 use crate::config::Compress;
+use crate::message::RECALL_TOOL;
 use crate::message::{MessageId, Role, pinned_count, tool_call_id};
 use serde_json::Value;
 use std::sync::Arc;

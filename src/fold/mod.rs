@@ -126,7 +126,7 @@ pub struct Budget {
 impl Budget {
     /// A request's budget, one rule for the proxy and `foldgate replay`:
     /// the window and output reserve as the estimate has them (a default
-    /// reserve already capped, see [`crate::tokens::default_reserve`]), the
+    /// reserve already capped, see [`crate::config::default_reserve`]), the
     /// overhead calibrated, and the summary's share of the window.
     pub fn for_request(
         config: &Config,

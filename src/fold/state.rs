@@ -217,7 +217,7 @@ impl FoldState {
         }
         if self.recall {
             text.push_str("\n\n");
-            text.push_str(&crate::archive::recall_hint());
+            text.push_str(&super::summary::recall_hint());
         }
         text
     }

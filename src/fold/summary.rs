@@ -6,6 +6,7 @@
 //! Every item appears verbatim, and the same summary renders to the same
 //! bytes on every request, so the upstream's prompt cache stays warm.
 
+use crate::message::RECALL_TOOL;
 use serde::{Deserialize, Serialize};
 
 /// Summarizer output: a short narrative plus lists kept item by item.
@@ -106,6 +107,14 @@ impl Summary {
         }
         trimmed
     }
+}
+
+/// The line a summary ends with when the model may recall what it folded.
+pub fn recall_hint() -> String {
+    format!(
+        "The folded messages are archived verbatim: to see an exact detail the summary lacks \
+         (a file's content, an error, a value), call the {RECALL_TOOL} tool with a query."
+    )
 }
 
 #[cfg(test)]

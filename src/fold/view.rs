@@ -39,7 +39,7 @@ pub fn ack_message() -> Value {
 /// a request message compressed to a stub (its index and the stub, in the
 /// engine's chat-completions form; a codec keeps the wire pairing).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Item {
+pub enum Item {
     Original(usize),
     New(Value),
     Stub(usize, Value),

@@ -94,7 +94,7 @@ where
             } else {
                 "missing API key"
             };
-            let shape = crate::chat::error_shape(req.method(), req.uri().path());
+            let shape = crate::api::error_shape(req.method(), req.uri().path());
             Box::pin(async move { Ok(ApiError::Unauthorized(message).into_response_as(shape)) })
         }
     }
@@ -156,7 +156,7 @@ where
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned();
-        let route = crate::chat::Api::of(&method, &path).map_or("other", |api| api.as_str());
+        let route = crate::api::of(&method, &path).map_or("other", |api| api.name());
         let metrics = self.metrics.clone();
         let fut = self.inner.call(req);
         Box::pin(async move {
@@ -244,7 +244,7 @@ where
             return Box::pin(self.inner.call(req));
         }
         let Ok(permit) = slots.clone().try_acquire_owned() else {
-            let shape = crate::chat::error_shape(req.method(), req.uri().path());
+            let shape = crate::api::error_shape(req.method(), req.uri().path());
             let mut response = ApiError::Overloaded.into_response_as(shape);
             response.headers_mut().insert(
                 http::header::RETRY_AFTER,

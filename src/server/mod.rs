@@ -92,7 +92,7 @@ pub async fn serve(
         let service = TowerToHyperService::new(service.clone().map_request(
             move |mut req: http::Request<hyper::body::Incoming>| {
                 req.extensions_mut()
-                    .insert(crate::chat::key::PeerAddr(peer));
+                    .insert(crate::pipeline::key::PeerAddr(peer));
                 req
             },
         ));

@@ -5,7 +5,7 @@ use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
 use crate::proxy;
-use http::header::{AUTHORIZATION, HeaderName, PROXY_AUTHORIZATION};
+use http::header::{HeaderName, PROXY_AUTHORIZATION};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use std::convert::Infallible;
@@ -73,11 +73,12 @@ pub fn build(app: Arc<App>) -> AppService {
                 .on_eos(())
                 .on_failure(()),
         )
-        .layer(SetSensitiveRequestHeadersLayer::new([
-            AUTHORIZATION,
-            PROXY_AUTHORIZATION,
-            HeaderName::from_static("x-api-key"),
-        ]))
+        .layer(SetSensitiveRequestHeadersLayer::new(
+            crate::api::key_headers()
+                .iter()
+                .cloned()
+                .chain([PROXY_AUTHORIZATION]),
+        ))
         .layer(access_log)
         .layer(ShedLayer::new(shed))
         .layer(AuthLayer::new(keys, admin))

@@ -26,7 +26,7 @@ pub const MAX_CONVERSATIONS: u64 = 4096;
 
 /// One forwarded chat request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Turn {
+pub struct TurnRecord {
     /// Unix milliseconds when the answer started.
     pub at: u64,
     /// Estimated tokens of the client's messages (`x-foldgate-tokens-in`).
@@ -43,7 +43,7 @@ pub struct Turn {
 /// A conversation's requests as far as they are recorded.
 #[derive(Debug, Default)]
 struct Record {
-    turns: VecDeque<Turn>,
+    turns: VecDeque<TurnRecord>,
     /// The previous request's message count and the hash of its identities.
     last: Option<(usize, u64)>,
     /// Requests compared with the previous one, and how many were stable.
@@ -113,7 +113,7 @@ impl Turns {
             if record.turns.len() == MAX_TURNS {
                 record.turns.pop_front();
             }
-            record.turns.push_back(Turn {
+            record.turns.push_back(TurnRecord {
                 at,
                 tokens_in,
                 tokens_out,
@@ -133,7 +133,7 @@ impl Turns {
     }
 
     /// The conversation's recorded turns, oldest first.
-    pub fn of(&self, key: &ConvKey) -> Vec<Turn> {
+    pub fn of(&self, key: &ConvKey) -> Vec<TurnRecord> {
         self.series
             .get(key)
             .and_then(|s| s.lock().ok().map(|r| r.turns.iter().copied().collect()))

@@ -20,8 +20,9 @@ pub use check::drop_inventions;
 pub use parse::{InvalidOutput, parse_summary, parse_truncated};
 pub use prompt::Format;
 
+use crate::api::summary::SummaryCall;
 use crate::body;
-use crate::config::{ProviderApi, SummarizerConfig};
+use crate::config::SummarizerConfig;
 use crate::fold::Summary;
 use crate::upstream::Provider;
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -225,16 +226,18 @@ impl Summarizer {
                 Some(h) => format!("{user}\n\n{h}"),
                 None => user.to_string(),
             };
-            let body = match target.provider.api() {
-                ProviderApi::Anthropic => prompt::messages_api_body(&target.model, prompt, limit),
-                ProviderApi::Openai => prompt::request_body(
-                    &target.model,
-                    prompt,
-                    learned.format,
-                    limit,
-                    learned.completion_param,
-                ),
+            let call = SummaryCall {
+                model: &target.model,
+                system: prompt::SYSTEM_PROMPT,
+                user: prompt,
+                schema: prompt::schema,
+                format: learned.format,
+                max_tokens: limit,
+                completion_param: learned.completion_param,
             };
+            let body = speaks(target)?
+                .summary_body(call)
+                .ok_or_else(|| no_calls(target))?;
             calls += 1;
             spent.calls += 1;
             let attempt = {
@@ -378,18 +381,28 @@ impl Summarizer {
     }
 }
 
-/// POSTs the call to the target (a chat completion, or a Messages call
-/// for an Anthropic provider) and reads the whole answer.
+/// The API the target's provider speaks, which shapes its calls.
+fn speaks(target: &Target) -> Result<crate::api::Api, String> {
+    crate::api::for_provider(target.provider.api()).ok_or_else(|| no_calls(target))
+}
+
+/// Why a provider gets no summarizer call.
+fn no_calls(target: &Target) -> String {
+    format!(
+        "provider {} speaks no API that carries summarizer calls",
+        target.provider.name
+    )
+}
+
+/// POSTs the call to the target, on the route of the API its provider
+/// speaks, and reads the whole answer.
 async fn post(
     target: &Target,
     credentials: &Credentials,
     body: Value,
     timeout: Duration,
 ) -> Result<(StatusCode, Bytes), String> {
-    let path = match target.provider.api() {
-        ProviderApi::Anthropic => "/v1/messages",
-        ProviderApi::Openai => "/v1/chat/completions",
-    };
+    let path = speaks(target)?.summary_path(&target.model);
     let mut req = Request::post(path)
         .header(header::CONTENT_TYPE, "application/json")
         .body(body::full(body.to_string()))

@@ -5,27 +5,7 @@ use crate::fold::Summary;
 use serde_json::{Value, json};
 use std::fmt::Write;
 
-/// How the summarizer is asked for JSON; downgraded when a model rejects it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Format {
-    /// `response_format: {"type": "json_schema", ...}` (strict schema).
-    JsonSchema,
-    /// `response_format: {"type": "json_object"}`.
-    JsonObject,
-    /// No `response_format`; the prompt alone asks for JSON.
-    Instructions,
-}
-
-impl Format {
-    /// The next weaker format, if any.
-    pub fn downgrade(self) -> Option<Self> {
-        match self {
-            Self::JsonSchema => Some(Self::JsonObject),
-            Self::JsonObject => Some(Self::Instructions),
-            Self::Instructions => None,
-        }
-    }
-}
+pub use crate::api::summary::Format;
 
 /// The summarizer's standing instructions (DESIGN.md §2).
 pub const SYSTEM_PROMPT: &str = "\
@@ -89,52 +69,6 @@ pub fn retry_hint(error: &str, truncated: bool, failures: u32) -> String {
     }
     hint.push_str(" Answer again with one JSON object whose summary is a string and whose lists hold plain strings.");
     hint
-}
-
-/// The chat-completions body of one summarizer call.
-pub fn request_body(
-    model: &str,
-    user: String,
-    format: Format,
-    max_tokens: u32,
-    completion_param: bool,
-) -> Value {
-    let mut body = json!({
-        "model": model,
-        "messages": [
-            { "role": "system", "content": SYSTEM_PROMPT },
-            { "role": "user", "content": user },
-        ],
-        "stream": false,
-    });
-    let limit_key = if completion_param {
-        "max_completion_tokens"
-    } else {
-        "max_tokens"
-    };
-    body[limit_key] = json!(max_tokens);
-    match format {
-        Format::JsonSchema => {
-            body["response_format"] = json!({
-                "type": "json_schema",
-                "json_schema": { "name": "conversation_summary", "strict": true, "schema": schema() },
-            });
-        }
-        Format::JsonObject => body["response_format"] = json!({ "type": "json_object" }),
-        Format::Instructions => {}
-    }
-    body
-}
-
-/// The same call in Anthropic's Messages API: the system prompt in
-/// `system`, no `response_format` (the prompt asks for JSON).
-pub fn messages_api_body(model: &str, user: String, max_tokens: u32) -> Value {
-    json!({
-        "model": model,
-        "max_tokens": max_tokens,
-        "system": SYSTEM_PROMPT,
-        "messages": [{ "role": "user", "content": user }],
-    })
 }
 
 /// Renders messages as a compact transcript, one block per message, with
@@ -234,17 +168,5 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("### tool [result of c1]\nfn main() {}"), "{t}");
-    }
-
-    #[test]
-    fn formats_shape_the_request() {
-        let b = request_body("m", "u".into(), Format::JsonSchema, 100, false);
-        assert_eq!(b["response_format"]["type"], "json_schema");
-        assert_eq!(b["max_tokens"], 100);
-        let b = request_body("m", "u".into(), Format::Instructions, 100, true);
-        assert!(b.get("response_format").is_none());
-        assert_eq!(b["max_completion_tokens"], 100);
-        assert_eq!(Format::JsonSchema.downgrade(), Some(Format::JsonObject));
-        assert_eq!(Format::Instructions.downgrade(), None);
     }
 }

@@ -4,12 +4,13 @@
 use super::cache::{CountCache, Key};
 use super::calibration::Calibrator;
 use super::encoding::{Encoding, base_name};
-use super::estimate::{CacheStats, Estimate, apply, default_reserve, saturate};
+use super::estimate::{CacheStats, Estimate, apply, saturate};
 use super::hash::{hash_value, hash_values};
 use super::message::{REPLY_PRIMING, Rules};
 use super::registry::{self, LimitSource, ModelLimits};
 use super::tools::definitions_tokens;
 use super::windows::{KnownWindow, MissingWindow, Windows};
+use crate::config::default_reserve;
 use crate::config::{Config, ModelConfig, TokensConfig};
 use crate::glob;
 use crate::message::{Role, raw_message_id};

@@ -18,7 +18,7 @@ pub struct Estimate {
     /// The prompt's estimated tokens: `raw_input_tokens × factor`, rounded up.
     pub input_tokens: u32,
     /// Tokens kept free for the completion: `max_completion_tokens`, else
-    /// `max_tokens`, else [`default_reserve`], capped by the model's
+    /// `max_tokens`, else [`crate::config::default_reserve`], capped by the model's
     /// `max_output_tokens` when known. The proxy plans with exactly this.
     pub output_reserve: u32,
     /// The model's context window.
@@ -31,13 +31,6 @@ impl Estimate {
     pub fn calibrated(&self, raw: u64) -> u32 {
         apply(raw, self.factor)
     }
-}
-
-/// The output reserve of a request that sets no `max_tokens`:
-/// `tokens.default_output_reserve`, but at most a quarter of the window, so
-/// a default alone never claims most of a small window.
-pub fn default_reserve(configured: u32, context_window: u32) -> u32 {
-    configured.min(context_window / 4)
 }
 
 /// Hit and miss counts of the per-message cache, since start.

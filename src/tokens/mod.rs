@@ -27,6 +27,7 @@ mod tools;
 mod usage;
 mod windows;
 
+pub use crate::config::default_reserve;
 pub use calibration::{ALPHA as CALIBRATION_ALPHA, MAX_FACTOR, MIN_FACTOR};
 pub use counter::{RawCount, TokenCounter};
 pub use discovery::{
@@ -34,7 +35,7 @@ pub use discovery::{
     parse_ollama_tags, parse_openapi_title,
 };
 pub use encoding::Encoding;
-pub use estimate::{CacheStats, Estimate, default_reserve};
+pub use estimate::{CacheStats, Estimate};
 pub use registry::{LimitSource, ModelLimits};
-pub use usage::UsageScanner;
+pub use usage::{UsageReader, UsageScanner};
 pub use windows::{KnownWindow, MissingWindow};

@@ -21,6 +21,7 @@ pub const MAX_LINE_BYTES: usize = 1024 * 1024;
 #[derive(Debug)]
 pub struct UsageScanner {
     sse: bool,
+    reader: UsageReader,
     /// JSON: the body so far. SSE: the unfinished last line.
     buf: Vec<u8>,
     /// JSON: the body was too large. SSE: skipping to the next newline.
@@ -29,10 +30,17 @@ pub struct UsageScanner {
 }
 
 impl UsageScanner {
-    /// A scanner for an SSE stream (`text/event-stream`) or a JSON body.
+    /// A scanner for an SSE stream (`text/event-stream`) or a JSON body
+    /// that reports usage as [`UsageReader::USAGE`] reads it.
     pub fn new(is_sse: bool) -> Self {
+        Self::with(is_sse, UsageReader::USAGE)
+    }
+
+    /// A scanner for usage as `reader` reads it.
+    pub fn with(is_sse: bool, reader: UsageReader) -> Self {
         Self {
             sse: is_sse,
+            reader,
             buf: Vec::new(),
             overflow: false,
             found: None,
@@ -64,9 +72,7 @@ impl UsageScanner {
         } else if self.overflow {
             None
         } else {
-            serde_json::from_slice::<Envelope>(&self.buf)
-                .ok()
-                .and_then(Envelope::prompt_tokens)
+            (self.reader.prompt_tokens)(&self.buf)
         }
     }
 
@@ -104,29 +110,52 @@ impl UsageScanner {
         let Some(data) = line.strip_prefix(b"data:") else {
             return;
         };
-        if !has_usage_object(data) {
+        if !has_object(data, self.reader.key) {
             return;
         }
-        if let Some(n) = serde_json::from_slice::<Envelope>(data)
-            .ok()
-            .and_then(Envelope::prompt_tokens)
-        {
+        if let Some(n) = (self.reader.prompt_tokens)(data) {
             self.found = Some(n);
         }
     }
 }
 
-/// Whether `data` holds `"usage"` followed by `:` and an object.
-fn has_usage_object(data: &[u8]) -> bool {
-    const KEY: &[u8] = b"\"usage\"";
+/// How an API reports the prompt tokens of an answer: the key (quoted)
+/// whose object holds them, so an event without one is not parsed, and the
+/// reader of a JSON body or event that has one.
+#[derive(Debug, Clone, Copy)]
+pub struct UsageReader {
+    /// The quoted key, e.g. `"usage"`.
+    pub key: &'static [u8],
+    /// The prompt tokens a body or event reports.
+    pub prompt_tokens: fn(&[u8]) -> Option<u32>,
+}
+
+impl UsageReader {
+    /// `usage` as chat completions, Responses (also under `response`) and
+    /// Anthropic Messages (also under `message`, cached tokens added) write it.
+    pub const USAGE: Self = Self {
+        key: b"\"usage\"",
+        prompt_tokens: usage_prompt_tokens,
+    };
+}
+
+/// The prompt tokens of a body or event in [`UsageReader::USAGE`]'s shapes.
+fn usage_prompt_tokens(data: &[u8]) -> Option<u32> {
+    serde_json::from_slice::<Envelope>(data)
+        .ok()
+        .and_then(Envelope::prompt_tokens)
+}
+
+/// Whether `data` holds `key` followed by `:` and an object.
+fn has_object(data: &[u8], key: &[u8]) -> bool {
     let mut from = 0;
-    while let Some(at) = data[from..].windows(KEY.len()).position(|w| w == KEY) {
-        let after = &data[from + at + KEY.len()..];
+    while let Some(at) = data[from..].windows(key.len()).position(|w| w == key) {
+        let after = &data[from + at + key.len()..];
         let mut it = after.iter().copied().skip_while(u8::is_ascii_whitespace);
         if it.next() == Some(b':') && it.find(|b| !b.is_ascii_whitespace()) == Some(b'{') {
             return true;
         }
-        from += at + KEY.len();
+        from += at + key.len();
     }
     false
 }
@@ -250,6 +279,7 @@ event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_toke
 
     #[test]
     fn usage_detection() {
+        let has_usage_object = |data: &[u8]| has_object(data, UsageReader::USAGE.key);
         assert!(has_usage_object(br#"{"usage" : {"a":1}}"#));
         assert!(!has_usage_object(br#"{"usage":null}"#));
         assert!(!has_usage_object(br#"{"usage_x":{}}"#));

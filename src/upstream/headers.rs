@@ -41,16 +41,17 @@ pub fn to_upstream(
     strip_hop_by_hop(headers);
     headers.remove(header::HOST);
     if drop_client_auth || provider_key.is_some() {
-        headers.remove(header::AUTHORIZATION);
-        headers.remove("x-api-key");
+        for name in crate::api::key_headers() {
+            headers.remove(name);
+        }
     }
     let Some((key, api)) = provider_key else {
         return;
     };
-    let (name, value) = match api {
-        ProviderApi::Openai => (header::AUTHORIZATION, format!("Bearer {key}")),
-        ProviderApi::Anthropic => (HeaderName::from_static("x-api-key"), key.to_string()),
+    let Some(api) = crate::api::for_provider(api) else {
+        return;
     };
+    let (name, value) = api.key_header(key);
     if let Ok(mut value) = HeaderValue::from_str(&value) {
         value.set_sensitive(true);
         headers.insert(name, value);
@@ -72,7 +73,8 @@ pub fn to_client(headers: &mut HeaderMap) {
 }
 
 /// The bearer credential a request carries: `Authorization: Bearer X`, else
-/// `x-api-key: X` (Anthropic-style clients).
+/// the key in another API's key header (`x-api-key: X` for Anthropic-style
+/// clients).
 pub fn credential(headers: &HeaderMap) -> Option<&str> {
     let bearer = headers
         .get(header::AUTHORIZATION)
@@ -82,7 +84,12 @@ pub fn credential(headers: &HeaderMap) -> Option<&str> {
                 .or_else(|| v.strip_prefix("bearer "))
         })
         .map(str::trim);
-    bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+    bearer.or_else(|| {
+        crate::api::key_headers()
+            .iter()
+            .filter(|name| **name != header::AUTHORIZATION)
+            .find_map(|name| headers.get(name).and_then(|v| v.to_str().ok()))
+    })
 }
 
 #[cfg(test)]

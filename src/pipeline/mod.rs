@@ -1,54 +1,43 @@
-//! The conversation pipeline: intercepts `POST …/chat/completions`,
-//! `…/messages` (Anthropic) and `…/responses` (OpenAI Responses), applies
-//! or makes a fold, forwards the view, and streams the answer back. Each
-//! wire format is a [`codec`] over one shared pipeline.
+//! The conversation pipeline: takes a `POST` to a route an API in
+//! [`crate::api`] serves, applies or makes a fold, forwards the view, and
+//! streams the answer back. Each wire format is one
+//! [`crate::api::WireApi`]; the pipeline names none of them.
 //!
-//! `ChatRequest::read` (the raw JSON: model, provider, conversation key,
+//! `ConvRequest::read` (the raw JSON: model, provider, conversation key,
 //! estimate, the fold chain, read once) → untouched, or upgraded once to
-//! the parsed form and its `Turn` → [`crate::fold::plan`] → (fold
+//! the parsed form and its `FoldRequest` → [`crate::fold::plan`] → (fold
 //! under the conversation's single-flight lock → summarizer → new state) →
 //! forward (the client's bytes when the view is the messages unchanged) →
 //! on a context-length 400, one emergency fold and retry → response with
 //! `x-foldgate-*` headers, usage read on the way for calibration.
 
-pub mod codec;
-pub(crate) mod context_error;
 mod fast;
 mod fold_run;
-#[doc(hidden)]
-pub mod fuzzing;
 pub mod key;
+mod prepared;
 mod recall;
 mod request;
 mod tap;
 mod turn;
 
-pub use codec::Api;
-pub use context_error::{ContextError, detect as detect_context_error};
-
+use crate::api::Api;
 use crate::app::App;
 use crate::body::{self, Body};
-use crate::error::{ApiError, ErrorShape};
+use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::upstream::UpstreamLatency;
 use crate::upstream::{Provider, headers};
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
-use request::ChatRequest;
+use prepared::Prepared;
+use request::ConvRequest;
 use std::sync::Arc;
 use std::time::Instant;
-use turn::Prepared;
 
 /// Largest upstream 400 body read to look for a context-length error.
 const MAX_ERROR_BODY: usize = 1 << 20;
-
-/// The shape of foldgate's own errors for a request: Anthropic's on the
-/// Messages route, OpenAI's everywhere else.
-pub fn error_shape(method: &Method, path: &str) -> ErrorShape {
-    Api::of(method, path).map_or(ErrorShape::OpenAi, Api::error_shape)
-}
 
 /// Handles one conversation request whose body has been read: prepare the
 /// view, send it, and on a context-length error fold once more and retry
@@ -60,7 +49,7 @@ pub async fn handle(
     bytes: Bytes,
 ) -> Result<Response<Body>, ApiError> {
     Metrics::inc(&app.metrics.chat_requests);
-    let mut request = ChatRequest::read(app, api, &parts.headers, bytes).await?;
+    let mut request = ConvRequest::read(app, api, &parts.headers, bytes).await?;
     let conversation = request.conversation_header();
     let key = request.key().cloned();
     let mut prepared = request.prepare(app, &parts.headers).await?;
@@ -79,7 +68,9 @@ pub async fn handle(
                             prepared.raw_tokens_out.saturating_add(injection.tokens);
                         let api = request.api;
                         request.body_with(&mut prepared, |fields| {
-                            recall::inject::place(api, fields, &injection.text)
+                            if let Some(items) = api.conversation(fields) {
+                                api.place_recalled(items, &injection.text);
+                            }
                         })?
                     }
                     None => request.body(&mut prepared)?,
@@ -93,13 +84,13 @@ pub async fn handle(
                     let observe = observed(app, &prepared, request.model);
                     session.respond(head, incoming, observe).await?
                 }
-                _ => respond(app, head, incoming, &prepared, request.model),
+                _ => respond(app, request.api, head, incoming, &prepared, request.model),
             };
             annotate(&mut response, &prepared, conversation, key);
             return Ok(response);
         }
         let error_body = read_bounded(incoming).await?;
-        match context_error::detect(&error_body) {
+        match request.api.context_error(&error_body) {
             Some(err) if !retried => {
                 retried = true;
                 tracing::info!(
@@ -165,6 +156,7 @@ pub(super) async fn send(
 /// `usage` read on the way for calibration (the caller adds the headers).
 fn respond(
     app: &App,
+    api: Api,
     head: http::response::Parts,
     incoming: hyper::body::Incoming,
     prepared: &Prepared,
@@ -174,7 +166,7 @@ fn respond(
     let observe = observed(app, prepared, model);
     Response::from_parts(
         head,
-        body::boxed(tap::UsageTap::new(incoming, sse, observe)),
+        body::boxed(tap::UsageTap::new(incoming, sse, api.usage(), observe)),
     )
 }
 

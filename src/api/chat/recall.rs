@@ -2,9 +2,10 @@
 //! get it, the model's recall calls in a whole or streamed answer, and
 //! hiding them from the client.
 
-use super::calls::{Call, Calls, Carry, Gap, Turn, summed};
-use super::stream::{self, Hold};
-use crate::archive::RECALL_TOOL;
+use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, summed};
+use crate::api::recall::input::bounded;
+use crate::api::recall::stream::{self, Hold};
+use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
@@ -14,8 +15,8 @@ pub fn tool() -> Value {
         "type": "function",
         "function": {
             "name": RECALL_TOOL,
-            "description": super::DESCRIPTION,
-            "parameters": super::parameters(),
+            "description": crate::api::recall::DESCRIPTION,
+            "parameters": crate::api::recall::parameters(),
         }
     })
 }
@@ -30,7 +31,7 @@ pub fn offerable(fields: &Map<String, Value>) -> bool {
         None | Some(Value::Null) => true,
         Some(choice) => choice.as_str() == Some("auto"),
     };
-    one_choice && free && !super::has_tool(fields, name_of)
+    one_choice && free && !crate::api::recall::has_tool(fields, name_of)
 }
 
 /// A tool's name.
@@ -219,12 +220,12 @@ impl stream::Round for Round {
         })
     }
 
-    fn end(self: Box<Self>) -> Option<Turn> {
+    fn end(self: Box<Self>) -> Option<RecallTurn> {
         if !self.hold.holding() {
             return None;
         }
         let calls = self.calls.recalls();
-        Some(Turn {
+        Some(RecallTurn {
             messages: vec![assistant_message(&self.content, &calls)],
             calls,
             usage: self.usage,
@@ -262,10 +263,24 @@ fn hide_in_chunk(chunk: &mut Value, recall: &[u64]) -> bool {
     changed
 }
 
+/// Rewrites the recall calls of a round's messages to carry their bounded
+/// query.
+pub fn bound(messages: &mut [Value]) {
+    for message in messages.iter_mut() {
+        if let Some(Value::Array(calls)) = message.get_mut("tool_calls") {
+            for call in calls.iter_mut().filter(|c| name_of(c) == Some(RECALL_TOOL)) {
+                let args = call.pointer("/function/arguments").and_then(Value::as_str);
+                let args = bounded(args.unwrap_or_default()).to_string();
+                call["function"]["arguments"] = Value::String(args);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chat::recall::stream::Round as _;
+    use crate::api::recall::stream::Round as _;
 
     fn fields(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap_or_default()
@@ -302,16 +317,16 @@ mod tests {
     #[test]
     fn the_tool_comes_and_goes_without_touching_the_clients() {
         let mut f = fields(json!({"tools": [{"type": "function", "function": {"name": "ls"}}]}));
-        super::super::push_tool(&mut f, tool());
+        crate::api::recall::push_tool(&mut f, tool());
         assert_eq!(f["tools"].as_array().map(Vec::len), Some(2));
-        super::super::remove_tool(&mut f, name_of);
+        crate::api::recall::remove_tool(&mut f, name_of);
         assert_eq!(
             f["tools"],
             json!([{"type": "function", "function": {"name": "ls"}}])
         );
         let mut bare = Map::new();
-        super::super::push_tool(&mut bare, tool());
-        super::super::remove_tool(&mut bare, name_of);
+        crate::api::recall::push_tool(&mut bare, tool());
+        crate::api::recall::remove_tool(&mut bare, name_of);
         assert!(bare.is_empty());
     }
 

@@ -4,7 +4,8 @@
 //! them and streams the next round into the same response; if a client
 //! tool call shows up too, what was held is released with the recall
 //! calls removed, and the rest passes filtered. Each API reads its own
-//! events ([`Round`]); the splitting and the rounds are here.
+//! events ([`Round`], each API's own); the splitting and the rounds are
+//! here.
 //!
 //! A round that breaks while held (cut, or still calling the tool after
 //! the last round) falls back like a whole answer, the fallback streamed
@@ -14,13 +15,13 @@
 
 use super::Session;
 use super::broken::Cause;
-use super::calls::{Calls, Carry, Gap, Turn};
+use crate::api::recall::calls::{Carry, RecallTurn};
+use crate::api::recall::stream::Round;
 use crate::body::BoxError;
 use crate::tokens::UsageScanner;
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use serde_json::Value;
 use tokio::sync::mpsc::Sender;
 
 /// Largest event held while looking for its end; a longer one passes raw.
@@ -28,85 +29,12 @@ const MAX_EVENT: usize = 4 << 20;
 
 type Tx = Sender<Result<Bytes, BoxError>>;
 
-/// An event as it came, with its JSON data when it has some.
-pub type Chunk = (Bytes, Option<Value>);
-
-/// Whether a round is holding its events back, and why not.
-#[derive(Debug, Default)]
-pub struct Hold {
-    /// Events held since the first recall call, with their data.
-    held: Option<Vec<Chunk>>,
-    /// Recall and client calls in one answer: recall calls are removed.
-    pub mixed: bool,
-}
-
-impl Hold {
-    /// Whether the round holds recall calls only (so far).
-    pub fn holding(&self) -> bool {
-        self.held.is_some()
-    }
-}
-
-/// One API's reading of one round's events.
-pub(super) trait Round: Send {
-    /// Gathers what the event tells: text, calls, usage.
-    fn read(&mut self, event: &Value);
-    /// The round's calls so far.
-    fn calls(&self) -> &Calls;
-    /// Whether the round's request could not offer recall again.
-    fn last(&self) -> bool;
-    fn hold(&mut self) -> &mut Hold;
-    /// Whether text was shown, in this round or before it.
-    fn gap(&mut self) -> &mut Gap;
-    /// The event as the client gets it, if at all: recall calls removed
-    /// once the answer is mixed, numbering and usage carried over from
-    /// earlier rounds (`prior`: their usage, summed).
-    fn outgoing(
-        &mut self,
-        raw: Bytes,
-        event: Option<Value>,
-        recall: &[u64],
-        prior: &Value,
-    ) -> Option<Bytes>;
-    /// At the end of the round's stream: the turn foldgate answers, when
-    /// the round held recall calls only.
-    fn end(self: Box<Self>) -> Option<Turn>;
-
-    /// Takes one whole event; returns what goes to the client now. Events
-    /// pass until one shows a recall call; from there they are held, until
-    /// a client call releases them filtered. A round that could not offer
-    /// the tool holds too: its recall call breaks it ([`run`]).
-    fn event(&mut self, raw: Bytes, prior: &Value) -> Vec<Bytes> {
-        let event = chunk_of(&raw);
-        if let Some(event) = &event {
-            self.read(event);
-        }
-        let recall = self.calls().recall_indices();
-        let mut out = Vec::new();
-        if !recall.is_empty() && !self.hold().mixed {
-            if self.calls().any_client() {
-                self.hold().mixed = true;
-                for (raw, event) in self.hold().held.take().unwrap_or_default() {
-                    out.extend(self.outgoing(raw, event, &recall, prior));
-                }
-            } else if self.hold().held.is_none() {
-                self.hold().held = Some(Vec::new());
-            }
-        }
-        match &mut self.hold().held {
-            Some(held) => held.push((raw, event)),
-            None => out.extend(self.outgoing(raw, event, &recall, prior)),
-        }
-        out
-    }
-}
-
 /// How one streamed round ended.
 enum Ended {
     /// The client's response is complete, or the client went away.
     Done,
     /// The round held recall calls only: foldgate answers them.
-    Turn(Turn),
+    Turn(RecallTurn),
     /// The round broke while held: nothing of what broke was shown, so
     /// the fallback can continue from `Carry`.
     Broken(Cause, String, Carry),
@@ -158,7 +86,11 @@ async fn stream_round(
     mut incoming: Incoming,
     tx: &Tx,
 ) -> Ended {
-    let mut scanner = session.observe.is_some().then(|| UsageScanner::new(true));
+    let reader = session.api.usage();
+    let mut scanner = session
+        .observe
+        .is_some()
+        .then(|| UsageScanner::with(true, reader));
     let mut events = Events::default();
     while let Some(frame) = incoming.frame().await {
         let data = match frame {
@@ -217,70 +149,6 @@ async fn stream_round(
     Ended::Turn(turn)
 }
 
-/// The JSON object of a `data:` event (`None`: `[DONE]`, comments, pings
-/// without data), lone surrogate escapes read as U+FFFD.
-pub fn chunk_of(raw: &[u8]) -> Option<Value> {
-    let text = std::str::from_utf8(raw).ok()?;
-    let data = text.lines().find_map(|l| l.strip_prefix("data:"))?.trim();
-    super::input::parse(data.as_bytes()).filter(Value::is_object)
-}
-
-/// An SSE event carrying `value` as its data.
-pub fn data_event(value: &Value) -> Bytes {
-    Bytes::from(format!("data: {value}\n\n"))
-}
-
-/// An SSE event named `name` carrying `value`.
-pub fn named_event(name: &str, value: &Value) -> Bytes {
-    Bytes::from(format!("event: {name}\ndata: {value}\n\n"))
-}
-
-/// Puts the separator `gap` says is due in front of the text at
-/// `pointer`; returns whether it did.
-pub fn separate(value: &mut Value, pointer: &str, gap: &mut Gap) -> bool {
-    let Some(Value::String(text)) = value.pointer_mut(pointer) else {
-        return false;
-    };
-    match gap.text(text) {
-        Some(separated) => {
-            *text = separated;
-            true
-        }
-        None => false,
-    }
-}
-
-/// Sets the string at `pointer` to `to` when it is `from`; returns
-/// whether it did.
-pub fn replace_str(value: &mut Value, pointer: &str, from: &str, to: &str) -> bool {
-    match value.pointer_mut(pointer) {
-        Some(slot) if slot.as_str() == Some(from) => {
-            *slot = Value::String(to.to_string());
-            true
-        }
-        _ => false,
-    }
-}
-
-/// Renumbers the index in `value`'s `field` for the client: after the
-/// `offset` items shown in earlier rounds, less the `hidden` (removed)
-/// ones before it. `None` when the item is hidden itself; else whether the
-/// number changed (no index: unchanged).
-pub fn renumber(value: &mut Value, field: &str, offset: u64, hidden: &[u64]) -> Option<bool> {
-    let Some(index) = value.get(field).and_then(Value::as_u64) else {
-        return Some(false);
-    };
-    if hidden.contains(&index) {
-        return None;
-    }
-    let below = hidden.iter().filter(|&&h| h < index).count() as u64;
-    let to = offset + index - below;
-    if to != index {
-        value[field] = Value::from(to);
-    }
-    Some(to != index)
-}
-
 /// Splits a byte stream into SSE events (each ending with a blank line).
 #[derive(Default)]
 struct Events {
@@ -324,7 +192,6 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn events_split_across_chunks_and_line_endings() {
@@ -335,18 +202,5 @@ mod tests {
             ["data: 1\n\n", "data: 2\r\n\r\n"]
         );
         assert_eq!(e.rest(), "data: 3");
-    }
-
-    #[test]
-    fn chunks_are_the_json_data_of_events() {
-        let named = named_event("message_stop", &json!({"type": "message_stop"}));
-        assert_eq!(chunk_of(&named), Some(json!({"type": "message_stop"})));
-        assert_eq!(chunk_of(b"data: [DONE]\n\n"), None);
-        assert_eq!(chunk_of(b": keep-alive\n\n"), None);
-        let mut v = json!({"index": 4});
-        assert_eq!(renumber(&mut v, "index", 1, &[0, 3]), Some(true));
-        assert_eq!(v["index"], 3);
-        assert_eq!(renumber(&mut json!({"index": 3}), "index", 0, &[3]), None);
-        assert_eq!(renumber(&mut json!({}), "index", 5, &[]), Some(false));
     }
 }

@@ -2,7 +2,8 @@
 //! the calls of one answer gathered by index, the turn a round ends with,
 //! and usage summed over rounds.
 
-use crate::archive::{Excerpt, RECALL_TOOL};
+use crate::archive::Excerpt;
+use crate::message::RECALL_TOOL;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -121,7 +122,7 @@ impl Calls {
 /// A round that ended with recall calls only: what foldgate appends to
 /// its copy of the request before it answers them.
 #[derive(Debug)]
-pub struct Turn {
+pub struct RecallTurn {
     /// The assistant's message (or Responses output items), as the API
     /// takes them back.
     pub messages: Vec<Value>,

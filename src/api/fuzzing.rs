@@ -1,5 +1,5 @@
-//! Entry points for the fuzz targets in `fuzz/`: the chat body parsers,
-//! which are private to this module. Not an API; hidden from the docs.
+//! Entry points for the fuzz targets in `fuzz/`: the chat body parsers
+//! and every API's codec. Not an API; hidden from the docs.
 
 use serde_json::{Map, Value};
 
@@ -16,7 +16,7 @@ pub struct FastChat {
 
 /// The fast path's shallow read (`None`: the full parser decides).
 pub fn fast_parse(bytes: &[u8]) -> Option<FastChat> {
-    super::fast::parse(bytes).map(|raw| FastChat {
+    super::chat::shallow::parse(bytes).map(|raw| FastChat {
         model: raw.model,
         rest: raw.rest,
         messages: raw.messages.iter().map(|m| m.get().to_string()).collect(),
@@ -25,7 +25,7 @@ pub fn fast_parse(bytes: &[u8]) -> Option<FastChat> {
 
 /// The full parser: the body as a JSON object, or the 400's message.
 pub fn full_parse(bytes: &[u8]) -> Result<Map<String, Value>, String> {
-    super::request::parse(bytes).map_err(|e| e.to_string())
+    super::chat::codec::parse(bytes).map_err(|e| e.to_string())
 }
 
 /// What a codec read from a body, for the codec fuzz target.
@@ -46,13 +46,8 @@ pub struct CodecRead {
 /// Decodes `bytes` as `api` (`chat`, `anthropic`, `responses`) and encodes
 /// the identity view back; `Err` is the 400's message.
 pub fn codec(api: &str, bytes: &[u8]) -> Result<CodecRead, String> {
-    use super::codec::Api;
     use crate::fold::view::Item;
-    let api = match api {
-        "anthropic" => Api::Anthropic,
-        "responses" => Api::Responses,
-        _ => Api::Chat,
-    };
+    let api: super::Api = super::named(api).unwrap_or(&super::chat::Chat);
     let mut decoded = api.decode(bytes).map_err(|e| e.to_string())?;
     let layout = (0..decoded.messages.len()).map(Item::Original).collect();
     let (units, items) = match &decoded.wire {

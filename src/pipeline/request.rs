@@ -1,12 +1,14 @@
 //! One chat request and what has been computed about it: read from the raw
 //! JSON first (model, provider, conversation key, estimate, fold chain),
 //! upgraded to the parsed form — the body as values and the request's
-//! [`Turn`] — at most once, and only when a fold may apply.
+//! [`FoldRequest`] — at most once, and only when a fold may apply.
 
-use super::codec::{Api, Decoded, Wire};
 use super::fast::{self, Look};
 use super::key;
-use super::turn::{Prepared, Turn};
+use super::prepared::Prepared;
+use super::turn::FoldRequest;
+use crate::api::Api;
+use crate::api::codec::{Decoded, Wire};
 use crate::app::App;
 use crate::error::ApiError;
 use crate::message::ids_of;
@@ -17,7 +19,7 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 
 /// A conversation request on its way through the pipeline.
-pub(super) struct ChatRequest {
+pub(super) struct ConvRequest {
     /// The wire format.
     pub api: Api,
     /// The body as the client sent it.
@@ -43,13 +45,13 @@ enum Stage {
     Parsed {
         fields: Map<String, Value>,
         wire: Option<Wire>,
-        turn: Turn,
+        turn: FoldRequest,
     },
     /// Only while upgrading.
     Upgrading,
 }
 
-impl ChatRequest {
+impl ConvRequest {
     /// The first look: what the request's raw JSON tells (chat completions
     /// only; other APIs, and bodies the fast reader cannot take, are
     /// decoded, which also reports what is wrong with a bad body).
@@ -59,7 +61,7 @@ impl ChatRequest {
         headers: &HeaderMap,
         bytes: Bytes,
     ) -> Result<Self, ApiError> {
-        if let Some(raw) = fast::parse(&bytes).filter(|_| api == Api::Chat) {
+        if let Some(raw) = api.shallow(&bytes) {
             let provider = app.upstreams.route(Some(&raw.model))?;
             let look = fast::route(app, headers, &raw, &provider.name).await?;
             let model = raw.model;
@@ -92,7 +94,7 @@ impl ChatRequest {
             .unwrap_or_else(|| ids_of(&decoded.messages));
         let look = match decoded.opaque {
             Some(why) => {
-                tracing::debug!(api = api.as_str(), why, "forwarded untouched");
+                tracing::debug!(api = api.name(), why, "forwarded untouched");
                 Look {
                     key: None,
                     untouched: Some(Prepared::untouched(&estimate, &ids)),
@@ -220,7 +222,7 @@ impl ChatRequest {
     }
 
     /// The request's fold facts, once parsed.
-    pub fn turn(&self) -> Option<&Turn> {
+    pub fn turn(&self) -> Option<&FoldRequest> {
         match &self.stage {
             Stage::Parsed { turn, .. } => Some(turn),
             _ => None,
@@ -253,7 +255,11 @@ impl ChatRequest {
     }
 
     /// The decoded form, built on first use.
-    fn upgrade(&mut self, app: &Arc<App>, headers: &HeaderMap) -> Result<&mut Turn, ApiError> {
+    fn upgrade(
+        &mut self,
+        app: &Arc<App>,
+        headers: &HeaderMap,
+    ) -> Result<&mut FoldRequest, ApiError> {
         if let Stage::Raw { decoded, .. } = &mut self.stage {
             if decoded.is_none() {
                 *decoded = Some(Box::new(self.api.decode(&self.bytes)?));
@@ -274,7 +280,7 @@ impl ChatRequest {
                 estimate_fields,
                 ..
             } = *decoded;
-            let turn = Turn::new(
+            let turn = FoldRequest::new(
                 app.clone(),
                 look,
                 &self.provider.name,
@@ -290,52 +296,4 @@ impl ChatRequest {
             _ => Err(ApiError::Internal("request not parsed".into())),
         }
     }
-}
-
-/// Parses and checks the body: a JSON object with a string `model` and an
-/// array of message objects.
-pub(super) fn parse(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let bad =
-        |message: String, param: Option<&'static str>| ApiError::BadRequest { message, param };
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| bad(format!("request body is not valid JSON: {e}"), None))?;
-    let Value::Object(map) = value else {
-        return Err(bad("request body must be a JSON object".into(), None));
-    };
-    match map.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => {}
-        Some(_) => {
-            return Err(bad(
-                "`model` must be a non-empty string".into(),
-                Some("model"),
-            ));
-        }
-        None => {
-            return Err(bad(
-                "you must provide a `model` parameter".into(),
-                Some("model"),
-            ));
-        }
-    }
-    match map.get("messages") {
-        Some(Value::Array(messages)) => {
-            if let Some(i) = messages
-                .iter()
-                .position(|m| !m.get("role").is_some_and(Value::is_string))
-            {
-                return Err(bad(
-                    format!("messages[{i}] must be an object with a string `role`"),
-                    Some("messages"),
-                ));
-            }
-        }
-        Some(_) => return Err(bad("`messages` must be an array".into(), Some("messages"))),
-        None => {
-            return Err(bad(
-                "you must provide a `messages` parameter".into(),
-                Some("messages"),
-            ));
-        }
-    }
-    Ok(map)
 }

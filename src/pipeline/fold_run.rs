@@ -3,7 +3,8 @@
 //! new state, the event log. Inline folds run in a task of their own too,
 //! so a client that hangs up does not cancel a fold it started.
 
-use super::turn::{Prepared, Turn, now_unix};
+use super::prepared::{Prepared, now_unix};
+use super::turn::FoldRequest;
 use crate::archive::SpoolFull;
 use crate::background::Job;
 use crate::config::{Mode, OnFailure};
@@ -39,7 +40,7 @@ impl Started {
     }
 }
 
-impl Turn {
+impl FoldRequest {
     /// Decides, folds if this request must wait for it, and returns what
     /// to forward; the messages the view compresses are archived first.
     /// `chain` is the conversation's fold chain as the request loaded it.
@@ -289,7 +290,7 @@ impl Turn {
         let mut summary = outcome.summary;
         let ledger = self.fit_summary(&plan, &mut summary, &to_fold);
         let state = FoldState {
-            api: self.data.api.as_str().to_string(),
+            api: self.data.api.name().to_string(),
             recall: self.recall(),
             background: started == Started::Background,
             ..FoldState::after(&plan, summary, ledger, now_unix())
@@ -385,7 +386,7 @@ impl Turn {
         let previous = base.map(|b| b.ledger.clone()).unwrap_or_default();
         // The recall hint closes the summary: its room comes first.
         let hint = if self.recall() {
-            count(&crate::archive::recall_hint())
+            count(&crate::fold::summary::recall_hint())
         } else {
             0
         };

@@ -1,209 +1,28 @@
-//! Wire formats: each maps its request body to the fold engine's messages
-//! (chat-completions messages, one per unit a cut may not split) and a
-//! view of those messages back to its own body. The pipeline around them
-//! (key, estimate, plan, fold, forward, retry) is shared.
-//!
-//! - Chat completions: the messages are the engine's messages.
-//! - Anthropic Messages ([`anthropic`]): `system` is pinned; a `tool_use`
-//!   and the `tool_result`s answering it are never separated; the summary
-//!   is appended to `system`.
-//! - OpenAI Responses ([`responses`]): `instructions` and leading
-//!   system/developer items are pinned; a call and its output are never
-//!   separated, nor a reasoning item from the item it precedes.
+//! What the APIs' codecs share: the decoded body ([`Decoded`]), the wire
+//! items behind the engine's messages ([`Wire`]), and the helpers each
+//! codec builds them with. Each API maps its request body to the fold
+//! engine's messages (chat-completions messages, one per unit a cut may
+//! not split) and a view of those messages back to its own body.
 
-mod anthropic;
-mod responses;
-
-pub use anthropic::CONTINUE_TEXT;
-
-use crate::config::Placement;
-use crate::error::{ApiError, ErrorShape};
-use crate::fold::view::{self, Item};
+use crate::error::ApiError;
+use crate::fold::view::Item;
 use crate::message::MessageId;
-use bytes::Bytes;
-use http::Method;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use std::ops::Range;
 use xxhash_rust::xxh3::Xxh3Default;
 
-/// The APIs whose conversations foldgate folds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
-    /// OpenAI chat completions, `POST /v1/chat/completions`.
-    Chat,
-    /// Anthropic Messages, `POST /v1/messages`.
-    Anthropic,
-    /// OpenAI Responses, `POST /v1/responses`.
-    Responses,
-}
-
-impl Api {
-    /// The API a request speaks, when foldgate folds it.
-    pub fn of(method: &Method, path: &str) -> Option<Self> {
-        if method != Method::POST {
-            return None;
-        }
-        match path.strip_prefix("/v1").unwrap_or(path) {
-            "/chat/completions" => Some(Self::Chat),
-            "/messages" => Some(Self::Anthropic),
-            "/responses" => Some(Self::Responses),
-            _ => None,
-        }
-    }
-
-    /// A short label for logs, metrics and the admin API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Chat => "chat",
-            Self::Anthropic => "anthropic",
-            Self::Responses => "responses",
-        }
-    }
-
-    /// The shape of foldgate's own errors on this API's route.
-    pub fn error_shape(self) -> ErrorShape {
-        match self {
-            Self::Anthropic => ErrorShape::Anthropic,
-            Self::Chat | Self::Responses => ErrorShape::OpenAi,
-        }
-    }
-
-    /// Where the summary goes: Anthropic takes it in `system` only; a
-    /// Responses request's pinned head may be `instructions`, which cannot
-    /// take a merge.
-    pub fn placement(self, configured: Placement) -> Placement {
-        match (self, configured) {
-            (Self::Chat, p) => p,
-            (Self::Anthropic, _) | (Self::Responses, Placement::Merge) => Placement::System,
-            (Self::Responses, p) => p,
-        }
-    }
-
-    /// The API named `chat`, `anthropic` or `responses` ([`Api::as_str`]).
-    pub fn from_name(name: &str) -> Option<Self> {
-        [Self::Chat, Self::Anthropic, Self::Responses]
-            .into_iter()
-            .find(|api| api.as_str() == name)
-    }
-
-    /// The API a body is written for, judged by its shape when its route is
-    /// not known (`foldgate estimate`): Responses when it has `input` and
-    /// no `messages`; Anthropic when it has a top-level `system`, content
-    /// blocks only Anthropic has (`tool_use`, `tool_result`, `thinking`,
-    /// an image with a `source`), or `max_tokens` with `text` blocks and
-    /// only user and assistant turns; chat completions otherwise.
-    pub fn by_shape(body: &Map<String, Value>) -> Self {
-        let messages = match body.get("messages") {
-            Some(Value::Array(messages)) => messages.as_slice(),
-            Some(_) => return Self::Chat,
-            None if body.contains_key("input") => return Self::Responses,
-            None => return Self::Chat,
-        };
-        if body.contains_key("system") {
-            return Self::Anthropic;
-        }
-        let blocks = || {
-            messages
-                .iter()
-                .filter_map(|m| m.get("content").and_then(Value::as_array))
-                .flatten()
-        };
-        let anthropic_only = blocks().any(|b| {
-            matches!(
-                b.get("type").and_then(Value::as_str),
-                Some("tool_use" | "tool_result" | "thinking" | "redacted_thinking")
-            ) || (b.get("type").and_then(Value::as_str) == Some("image")
-                && b.get("source").is_some())
-        });
-        let text_blocks = blocks().any(|b| b.get("type").and_then(Value::as_str) == Some("text"));
-        let two_roles = messages.iter().all(|m| {
-            matches!(
-                m.get("role").and_then(Value::as_str),
-                Some("user" | "assistant")
-            ) && m.get("tool_calls").is_none()
-        });
-        if anthropic_only || (body.contains_key("max_tokens") && text_blocks && two_roles) {
-            Self::Anthropic
-        } else {
-            Self::Chat
-        }
-    }
-
-    /// The body field that holds the conversation.
-    pub fn conversation_field(self) -> &'static str {
-        match self {
-            Self::Chat | Self::Anthropic => "messages",
-            Self::Responses => "input",
-        }
-    }
-
-    /// Reads a body of this API as the pipeline reads it, for an estimate
-    /// made outside the proxy (`foldgate estimate`).
-    pub fn read(self, bytes: &[u8]) -> Result<ReadBody, ApiError> {
-        let decoded = self.decode(bytes)?;
-        let fields = decoded.estimate_fields().clone();
-        Ok(ReadBody {
-            messages: decoded.messages,
-            fields,
-            untouched: decoded.opaque,
-        })
-    }
-
-    /// Reads a body of this API for the fold engine.
-    pub(super) fn decode(self, bytes: &[u8]) -> Result<Decoded, ApiError> {
-        match self {
-            Self::Chat => {
-                let mut fields = super::request::parse(bytes)?;
-                let messages = take_array(&mut fields, "messages");
-                Ok(Decoded {
-                    fields,
-                    messages,
-                    ids: None,
-                    wire: None,
-                    estimate_fields: None,
-                    opaque: None,
-                })
-            }
-            Self::Anthropic => anthropic::decode(object(bytes)?),
-            Self::Responses => responses::decode(object(bytes)?),
-        }
-    }
-
-    /// The body to forward: `fields` with the conversation field refilled
-    /// from `items`, a view of `messages` (the engine's) laid out by the
-    /// fold engine; `wire` is what the decode kept of the original items.
-    pub(super) fn encode(
-        self,
-        fields: &mut Map<String, Value>,
-        messages: &[Value],
-        wire: Option<&Wire>,
-        items: Vec<Item>,
-    ) -> Result<Bytes, ApiError> {
-        self.fill(fields, messages, wire, items);
-        serde_json::to_vec(fields)
-            .map(Bytes::from)
-            .map_err(|e| ApiError::Internal(e.to_string()))
-    }
-
-    /// [`Api::encode`] without the serialization: `fields` with the view in.
-    pub(super) fn fill(
-        self,
-        fields: &mut Map<String, Value>,
-        messages: &[Value],
-        wire: Option<&Wire>,
-        items: Vec<Item>,
-    ) {
-        match (self, wire) {
-            (Self::Anthropic, Some(wire)) => anthropic::encode(fields, wire, items),
-            (Self::Responses, Some(wire)) => {
-                fields.insert("input".into(), Value::Array(responses::encode(wire, items)));
-            }
-            _ => {
-                let view = view::materialize(messages, items);
-                fields.insert("messages".into(), Value::Array(view));
-            }
-        }
-    }
+/// A request read shallowly, without building a `Value` tree: its
+/// engine messages stay JSON text, other fields are skipped unless the
+/// estimate needs them. The pipeline's fast path decides from it alone.
+pub struct RawRequest<'a> {
+    /// The `model` field.
+    pub model: String,
+    /// The top-level fields the estimate reads (model, tool definitions,
+    /// response format, output limits).
+    pub rest: Map<String, Value>,
+    /// The messages, as the client wrote them.
+    pub messages: Vec<&'a RawValue>,
 }
 
 /// A request body as the pipeline reads it, for an estimate.
@@ -218,8 +37,22 @@ pub struct ReadBody {
     pub untouched: Option<&'static str>,
 }
 
+impl ReadBody {
+    /// Reads a body of `api` as the pipeline reads it, for an estimate
+    /// made outside the proxy (`foldgate estimate`).
+    pub fn read(api: super::Api, bytes: &[u8]) -> Result<Self, ApiError> {
+        let decoded = api.decode(bytes)?;
+        let fields = decoded.estimate_fields().clone();
+        Ok(Self {
+            messages: decoded.messages,
+            fields,
+            untouched: decoded.opaque,
+        })
+    }
+}
+
 /// A request body read for the fold engine.
-pub(super) struct Decoded {
+pub struct Decoded {
     /// The body's fields; the conversation field is left in place as a
     /// `null` the view refills, so the field order is kept.
     pub fields: Map<String, Value>,
@@ -251,7 +84,7 @@ impl Decoded {
 /// The items of a non-chat body and which of them each engine message
 /// stands for.
 #[derive(Debug, Default)]
-pub(super) struct Wire {
+pub struct Wire {
     /// The conversation's items, as the client sent them.
     pub items: Vec<Value>,
     /// `units[i]`: the items of engine message `i`; `None` for a pinned
@@ -262,7 +95,11 @@ pub(super) struct Wire {
 impl Wire {
     /// The items of a view, in order; `made` turns each of foldgate's own
     /// messages into an item in place, or takes it elsewhere (`None`).
-    fn render(&self, items: Vec<Item>, mut made: impl FnMut(Value) -> Option<Value>) -> Vec<Value> {
+    pub(super) fn render(
+        &self,
+        items: Vec<Item>,
+        mut made: impl FnMut(Value) -> Option<Value>,
+    ) -> Vec<Value> {
         let mut out = Vec::with_capacity(self.items.len() + 2);
         for item in items {
             match item {
@@ -287,7 +124,7 @@ impl Wire {
 /// and its pairing (`tool_use_id`, `call_id`) and every other field; the
 /// first result's content becomes the stub's text, the others' a pointer
 /// to it (the stub's specifics and the archive cover all of them).
-fn stubbed(items: &[Value], stub: &Value) -> Vec<Value> {
+pub(super) fn stubbed(items: &[Value], stub: &Value) -> Vec<Value> {
     let text = stub.get("content").and_then(Value::as_str).unwrap_or("");
     let mut first = true;
     let mut next = || {
@@ -321,7 +158,7 @@ fn stubbed(items: &[Value], stub: &Value) -> Vec<Value> {
 const STUB_SIBLING: &str = "[foldgate: compressed with the tool result before it]";
 
 /// The identity of a unit of items: their serialized JSON, hashed.
-fn unit_id<'a>(items: impl IntoIterator<Item = &'a Value>) -> MessageId {
+pub(super) fn unit_id<'a>(items: impl IntoIterator<Item = &'a Value>) -> MessageId {
     let mut h = HashWriter(Xxh3Default::new());
     for item in items {
         // Serialised straight into the hash; a separator between items.
@@ -347,7 +184,7 @@ impl std::io::Write for HashWriter {
 }
 
 /// The body as a JSON object.
-fn object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+pub(super) fn object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice(bytes) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(bad("request body must be a JSON object", None)),
@@ -356,7 +193,7 @@ fn object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
 }
 
 /// The request's `model`, which must be a non-empty string.
-fn model(fields: &Map<String, Value>) -> Result<String, ApiError> {
+pub(super) fn model(fields: &Map<String, Value>) -> Result<String, ApiError> {
     match fields.get("model") {
         Some(Value::String(m)) if !m.is_empty() => Ok(m.clone()),
         Some(_) => Err(bad("`model` must be a non-empty string", Some("model"))),
@@ -364,7 +201,7 @@ fn model(fields: &Map<String, Value>) -> Result<String, ApiError> {
     }
 }
 
-fn bad(message: &str, param: Option<&'static str>) -> ApiError {
+pub(super) fn bad(message: &str, param: Option<&'static str>) -> ApiError {
     ApiError::BadRequest {
         message: message.to_string(),
         param,
@@ -372,7 +209,7 @@ fn bad(message: &str, param: Option<&'static str>) -> ApiError {
 }
 
 /// Takes an array field's items, leaving `null` in its place.
-fn take_array(fields: &mut Map<String, Value>, name: &str) -> Vec<Value> {
+pub(super) fn take_array(fields: &mut Map<String, Value>, name: &str) -> Vec<Value> {
     match fields.get_mut(name).map(Value::take) {
         Some(Value::Array(items)) => items,
         _ => Vec::new(),
@@ -381,7 +218,7 @@ fn take_array(fields: &mut Map<String, Value>, name: &str) -> Vec<Value> {
 
 /// The text of a content field: a string, or the `text` of its parts
 /// (nested `content` arrays included), one per line.
-fn text_of(content: &Value) -> String {
+pub(super) fn text_of(content: &Value) -> String {
     let mut out = String::new();
     collect_text(content, &mut out);
     out
@@ -416,14 +253,14 @@ fn push_line(out: &mut String, s: &str) {
 
 /// A chat-completions tool call for the engine (pairing and the ledger
 /// read its id, name and arguments).
-fn tool_call(id: &str, name: &str, arguments: String) -> Value {
+pub(super) fn tool_call(id: &str, name: &str, arguments: String) -> Value {
     json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
 }
 
 /// The fields the estimate reads, in chat-completions names: `model`,
 /// function `tools` (named, with their schema under `schema`) and the
 /// output limit found under `max`.
-fn estimate_fields(
+pub(super) fn estimate_fields(
     fields: &Map<String, Value>,
     model: String,
     schema: &str,
@@ -454,7 +291,7 @@ fn estimate_fields(
 /// The engine's messages of a non-chat body as they are built: each with
 /// its identity and the items it stands for.
 #[derive(Default)]
-struct Units {
+pub(super) struct Units {
     messages: Vec<Value>,
     ids: Vec<MessageId>,
     ranges: Vec<Option<Range<usize>>>,
@@ -462,7 +299,7 @@ struct Units {
 
 impl Units {
     /// A pinned top-level field (`system`, `instructions`), when it has text.
-    fn pin(&mut self, name: &str, field: Option<&Value>) {
+    pub(super) fn pin(&mut self, name: &str, field: Option<&Value>) {
         let Some(field) = field else { return };
         let text = text_of(field);
         if !text.is_empty() {
@@ -474,14 +311,14 @@ impl Units {
     }
 
     /// The engine message for `items[range]`.
-    fn push(&mut self, message: Value, items: &[Value], range: Range<usize>) {
+    pub(super) fn push(&mut self, message: Value, items: &[Value], range: Range<usize>) {
         self.messages.push(message);
         self.ids.push(unit_id(&items[range.clone()]));
         self.ranges.push(Some(range));
     }
 
     /// The decoded body.
-    fn decoded(
+    pub(super) fn decoded(
         self,
         fields: Map<String, Value>,
         items: Vec<Value>,
@@ -505,18 +342,6 @@ impl Units {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn routes() {
-        let post = Method::POST;
-        assert_eq!(Api::of(&post, "/v1/chat/completions"), Some(Api::Chat));
-        assert_eq!(Api::of(&post, "/chat/completions"), Some(Api::Chat));
-        assert_eq!(Api::of(&post, "/v1/messages"), Some(Api::Anthropic));
-        assert_eq!(Api::of(&post, "/v1/responses"), Some(Api::Responses));
-        assert_eq!(Api::of(&post, "/v1/messages/count_tokens"), None);
-        assert_eq!(Api::of(&post, "/v1/responses/compact"), None);
-        assert_eq!(Api::of(&Method::GET, "/v1/responses"), None);
-    }
 
     #[test]
     fn text_of_parts() {

@@ -4,8 +4,8 @@
 //! best hit's matching lines, and a call with no room at all gets a
 //! one-line "no room" answer instead of a request that cannot fit.
 
-use super::calls::Call;
 use super::room::{self, Fit};
+use crate::api::recall::calls::Call;
 use crate::app::App;
 use crate::archive::query::{self, Query};
 use crate::state::ConvKey;

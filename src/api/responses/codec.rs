@@ -11,14 +11,16 @@
 //!   upstream untouched.
 //! - The summary is a message item of its own, after the pinned items.
 
-use super::{Decoded, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call};
+use crate::api::codec::{
+    Decoded, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call,
+};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use crate::message::role;
 use serde_json::{Map, Value, json};
 
 /// Reads a Responses body.
-pub(super) fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
+pub fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
     let model = model(&fields)?;
     let held_upstream = ["previous_response_id", "conversation"]
         .iter()
@@ -138,7 +140,7 @@ fn engine_message(unit: &[Value]) -> Value {
 
 /// The `input` items of the view; foldgate's own messages become message
 /// items where the layout puts them.
-pub(super) fn encode(wire: &Wire, items: Vec<Item>) -> Vec<Value> {
+pub fn encode(wire: &Wire, items: Vec<Item>) -> Vec<Value> {
     wire.render(items, |made| {
         let role = role(&made).unwrap_or("system").to_string();
         Some(json!({"role": role, "content": text_of(&made["content"])}))

@@ -9,9 +9,8 @@
 //! changed otherwise, and the block is never archived (the client never
 //! sends it back).
 
-use super::super::codec::Api;
-use super::super::request::ChatRequest;
-use super::super::turn::Prepared;
+use super::super::prepared::Prepared;
+use super::super::request::ConvRequest;
 use super::fit;
 use super::room::{self, Fit};
 use crate::app::App;
@@ -20,7 +19,7 @@ use crate::archive::{Excerpt, Hit};
 use crate::fold::extract::message_text;
 use crate::fold::view::Item;
 use crate::message::{Role, is_role};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use std::collections::HashSet;
 
 /// The block's first line: what it is and why it is there.
@@ -58,9 +57,9 @@ pub struct Injection {
 /// The injection `request` gets, when its conversation injects, its view
 /// hides archived messages, and a hit absent from the view covers enough
 /// of the query within the room left.
-pub(in crate::chat) async fn plan(
+pub(in crate::pipeline) async fn plan(
     app: &App,
-    request: &ChatRequest,
+    request: &ConvRequest,
     prepared: &Prepared,
 ) -> Option<Injection> {
     let turn = request.turn().filter(|t| t.inject())?;
@@ -190,59 +189,10 @@ fn render(excerpts: &[Excerpt]) -> String {
     out
 }
 
-/// Places the block right before the last user message of `fields` (the
-/// request with its view in), as `api` allows: chat completions and
-/// Responses get a user message (item) of its own; Anthropic, whose roles
-/// must alternate, gets it as the first text block of that message. A
-/// user message that carries tool results is not the user's.
-pub fn place(api: Api, fields: &mut Map<String, Value>, block: &str) {
-    let field = super::conversation_field(api);
-    let Some(Value::Array(items)) = fields.get_mut(field) else {
-        return;
-    };
-    let Some(at) = items.iter().rposition(|m| is_user_turn(api, m)) else {
-        return;
-    };
-    match api {
-        Api::Chat | Api::Responses => {
-            items.insert(at, json!({"role": "user", "content": block}));
-        }
-        Api::Anthropic => {
-            let Some(message) = items.get_mut(at).and_then(Value::as_object_mut) else {
-                return;
-            };
-            let first = json!({"type": "text", "text": block});
-            let content = match message.remove("content") {
-                Some(Value::String(s)) => vec![first, json!({"type": "text", "text": s})],
-                Some(Value::Array(mut blocks)) => {
-                    blocks.insert(0, first);
-                    blocks
-                }
-                _ => vec![first],
-            };
-            message.insert("content".into(), Value::Array(content));
-        }
-    }
-}
-
-/// Whether a wire message (item) is a user's turn: role `user`, and for
-/// Anthropic no `tool_result` block in it.
-fn is_user_turn(api: Api, message: &Value) -> bool {
-    let user = message.get("role").and_then(Value::as_str) == Some("user");
-    let results = message
-        .get("content")
-        .and_then(Value::as_array)
-        .is_some_and(|blocks| {
-            blocks
-                .iter()
-                .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-        });
-    user && !(api == Api::Anthropic && results)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn the_query_is_the_last_user_message_and_the_last_calls_arguments() {
@@ -270,38 +220,5 @@ mod tests {
         ));
         assert!(covers("favourite colour: teal", &words));
         assert!(!covers("a new customer signed up", &words));
-    }
-
-    #[test]
-    fn the_block_goes_before_the_last_user_message_in_each_api() {
-        let mut chat = json!({"messages": [
-            {"role": "system", "content": "s"}, {"role": "user", "content": "a"},
-            {"role": "assistant", "content": "b"}, {"role": "user", "content": "q"}]});
-        let fields = chat.as_object_mut().unwrap_or_else(|| unreachable!());
-        place(Api::Chat, fields, "BLOCK");
-        let m = &chat["messages"];
-        assert_eq!(m[3], json!({"role": "user", "content": "BLOCK"}));
-        assert_eq!(m[4]["content"], "q");
-
-        let mut anthropic = json!({"messages": [
-            {"role": "user", "content": "q"},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "ls", "input": {}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}]}]});
-        let fields = anthropic.as_object_mut().unwrap_or_else(|| unreachable!());
-        place(Api::Anthropic, fields, "BLOCK");
-        let m = &anthropic["messages"];
-        assert_eq!(m.as_array().map(Vec::len), Some(3), "no message added");
-        assert_eq!(m[0]["content"][0]["text"], "BLOCK");
-        assert_eq!(m[0]["content"][1], json!({"type": "text", "text": "q"}));
-        assert_eq!(m[2]["content"][0]["type"], "tool_result");
-
-        let mut responses = json!({"input": [
-            {"role": "user", "content": "q"},
-            {"type": "function_call", "call_id": "c", "name": "ls", "arguments": "{}"},
-            {"type": "function_call_output", "call_id": "c", "output": "x"}]});
-        let fields = responses.as_object_mut().unwrap_or_else(|| unreachable!());
-        place(Api::Responses, fields, "BLOCK");
-        assert_eq!(responses["input"][0]["content"], "BLOCK");
-        assert_eq!(responses["input"][1]["content"], "q");
     }
 }

@@ -2,7 +2,7 @@
 //! holding back a single chunk.
 
 use crate::body::BoxError;
-use crate::tokens::UsageScanner;
+use crate::tokens::{UsageReader, UsageScanner};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::pin::Pin;
@@ -23,11 +23,12 @@ pin_project_lite::pin_project! {
 }
 
 impl<B> UsageTap<B> {
-    /// Wraps `inner`; `sse` says whether it is an event stream.
-    pub fn new(inner: B, sse: bool, on_usage: OnUsage) -> Self {
+    /// Wraps `inner`; `sse` says whether it is an event stream, `reader`
+    /// how its API reports usage.
+    pub fn new(inner: B, sse: bool, reader: UsageReader, on_usage: OnUsage) -> Self {
         Self {
             inner,
-            scanner: Some(UsageScanner::new(sse)),
+            scanner: Some(UsageScanner::with(sse, reader)),
             on_usage: Some(on_usage),
         }
     }

@@ -4,7 +4,8 @@
 //! pipeline in [`super::turn`].
 
 use super::key;
-use super::turn::{Prepared, now_unix};
+use super::prepared::{Prepared, now_unix};
+use crate::api::codec::RawRequest;
 use crate::app::App;
 use crate::config::Mode;
 use crate::error::ApiError;
@@ -14,71 +15,7 @@ use crate::message::{MessageId, Role, pinned_count};
 use crate::state::ConvKey;
 use crate::tokens::Estimate;
 use http::HeaderMap;
-use serde::Deserialize;
-use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 use std::sync::Arc;
-
-/// A chat request read shallowly: messages stay JSON text, other fields
-/// are skipped unless the estimate needs them.
-pub(super) struct RawChat<'a> {
-    /// The `model` field.
-    pub model: String,
-    /// The top-level fields the estimate reads (model, tool definitions,
-    /// response format, output limits).
-    pub rest: Map<String, Value>,
-    /// The messages, as the client wrote them.
-    pub messages: Vec<&'a RawValue>,
-}
-
-/// The fields the fast path reads; every other field is skipped unparsed.
-#[derive(Deserialize)]
-struct Shallow<'a> {
-    model: Option<Value>,
-    #[serde(borrow)]
-    messages: Option<Vec<&'a RawValue>>,
-    tools: Option<Value>,
-    functions: Option<Value>,
-    response_format: Option<Value>,
-    max_tokens: Option<Value>,
-    max_completion_tokens: Option<Value>,
-}
-
-/// Reads the body shallowly. `None` when it is not a plain, well-formed
-/// chat request: the full parser then reports exactly what is wrong (or
-/// handles the oddity, such as duplicate keys).
-pub(super) fn parse(bytes: &[u8]) -> Option<RawChat<'_>> {
-    // serde reads a struct from a JSON array too, and skips the strings of
-    // unread fields without checking their UTF-8: neither body is JSON a
-    // chat request can be (found by fuzzing).
-    if bytes.trim_ascii_start().first() != Some(&b'{') || std::str::from_utf8(bytes).is_err() {
-        return None;
-    }
-    let shallow: Shallow<'_> = serde_json::from_slice(bytes).ok()?;
-    let model = match &shallow.model {
-        Some(Value::String(m)) if !m.is_empty() => m.clone(),
-        _ => return None,
-    };
-    let mut rest = Map::new();
-    let fields = [
-        ("model", shallow.model),
-        ("tools", shallow.tools),
-        ("functions", shallow.functions),
-        ("response_format", shallow.response_format),
-        ("max_tokens", shallow.max_tokens),
-        ("max_completion_tokens", shallow.max_completion_tokens),
-    ];
-    for (name, value) in fields {
-        if let Some(value) = value {
-            rest.insert(name.to_string(), value);
-        }
-    }
-    Some(RawChat {
-        model,
-        rest,
-        messages: shallow.messages?,
-    })
-}
 
 /// What the first look found: the conversation key, the estimate, the
 /// conversation's fold chain (read once, here), and whether the request
@@ -99,7 +36,7 @@ pub(super) struct Look {
 pub(super) async fn route(
     app: &App,
     headers: &HeaderMap,
-    raw: &RawChat<'_>,
+    raw: &RawRequest<'_>,
     provider: &str,
 ) -> Result<Look, ApiError> {
     let tokens = &app.tokens;

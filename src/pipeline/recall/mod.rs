@@ -20,25 +20,22 @@
 //!   first request without the tool; when that breaks too, the client gets
 //!   an error ([`broken`]). A recall call never reaches the client.
 //!
-//! Each API reads and writes its own shapes: chat completions ([`chat`]),
-//! Anthropic Messages ([`anthropic`]) and the Responses API
-//! ([`responses`]).
+//! Each API reads and writes its own shapes (its `recall.rs` under
+//! [`crate::api`]); the rounds are run here, naming none of them.
 
-mod anthropic;
 mod broken;
-mod calls;
-mod chat;
 mod fit;
 pub(super) mod inject;
-mod input;
-mod responses;
 pub(super) mod room;
 mod stream;
 
-use super::codec::Api;
-use super::request::ChatRequest;
+use super::prepared::Prepared;
+use super::request::ConvRequest;
 use super::tap::OnUsage;
-use super::turn::Prepared;
+use crate::api::Api;
+use crate::api::recall::calls::{self, Calls, Carry, RecallTurn};
+use crate::api::recall::stream::Round;
+use crate::api::recall::{input, push_tool};
 use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
@@ -48,86 +45,16 @@ use crate::tokens::UsageScanner;
 use crate::upstream::Provider;
 use broken::{Answer, Cause};
 use bytes::Bytes;
-use calls::{Calls, Carry, Turn};
 use http::request::Parts;
 use http::{HeaderValue, Response, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// Largest whole answer read to look for recall calls.
 const MAX_ANSWER: usize = 16 << 20;
-
-/// What the tool says it does, to the model.
-const DESCRIPTION: &str = "Look up earlier messages of this conversation that were folded out of view \
-                           (they are archived verbatim). Returns the best-matching passages with their \
-                           turn and role. Use it when you need an exact detail the summary lacks.";
-
-/// The tool's parameters, as a JSON schema.
-fn parameters() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "query": {
-                "type": "string",
-                "description": "Words, identifiers, paths or a tool call id to search for"
-            }
-        },
-        "required": ["query"]
-    })
-}
-
-/// Whether the request's `tools` has one that `name` calls the recall tool.
-fn has_tool(fields: &Map<String, Value>, name: fn(&Value) -> Option<&str>) -> bool {
-    fields
-        .get("tools")
-        .and_then(Value::as_array)
-        .is_some_and(|tools| {
-            tools
-                .iter()
-                .any(|t| name(t) == Some(crate::archive::RECALL_TOOL))
-        })
-}
-
-/// The recall tool in `api`'s shape.
-fn tool(api: Api) -> Value {
-    match api {
-        Api::Chat => chat::tool(),
-        Api::Anthropic => anthropic::tool(),
-        Api::Responses => responses::tool(),
-    }
-}
-
-/// Appends `tool` to the request's `tools`.
-fn push_tool(fields: &mut Map<String, Value>, tool: Value) {
-    match fields.get_mut("tools") {
-        Some(Value::Array(tools)) => tools.push(tool),
-        _ => {
-            fields.insert("tools".into(), Value::Array(vec![tool]));
-        }
-    }
-}
-
-/// Takes the recall tool (named by `name`) out of the request's `tools`;
-/// `tools` goes when it was the only one.
-fn remove_tool(fields: &mut Map<String, Value>, name: fn(&Value) -> Option<&str>) {
-    if let Some(Value::Array(tools)) = fields.get_mut("tools") {
-        tools.retain(|t| name(t) != Some(crate::archive::RECALL_TOOL));
-        if tools.is_empty() {
-            fields.remove("tools");
-        }
-    }
-}
-
-/// The request field holding the conversation.
-fn conversation_field(api: Api) -> &'static str {
-    match api {
-        Api::Responses => "input",
-        Api::Chat | Api::Anthropic => "messages",
-    }
-}
 
 /// One request's recall rounds: foldgate's copy of the forwarded request
 /// (the recall tool in it) and what the rounds so far added up to.
@@ -166,32 +93,28 @@ impl Session {
     /// model free to choose its tools; takes the view from `prepared`.
     pub fn offer(
         app: &Arc<App>,
-        request: &mut ChatRequest,
+        request: &mut ConvRequest,
         prepared: &mut Prepared,
         parts: &Parts,
     ) -> Option<Self> {
         let api = request.api;
-        let offerable = |fields: &Map<String, Value>| match api {
-            Api::Chat => chat::offerable(fields),
-            Api::Anthropic => anthropic::offerable(fields),
-            Api::Responses => responses::offerable(fields),
-        };
-        let offered =
-            prepared.view.is_some() && request.recall() && request.fields().is_some_and(offerable);
+        let offered = prepared.view.is_some()
+            && request.recall()
+            && request.fields().is_some_and(|f| api.recall_offerable(f));
         if !offered {
             return None;
         }
         let key = request.key()?.clone();
         let (window, reserve) = request.limits()?;
         let mut fields = request.view_fields(prepared)?;
-        let tool = tool(api);
+        let tool = api.recall_tool();
         let used = prepared.tokens_out.saturating_add(fit::json_tokens(
             app,
             &request.model,
             std::slice::from_ref(&tool),
         ));
         push_tool(&mut fields, tool);
-        let first_len = conversation(api, &mut fields).map_or(0, |m| m.len());
+        let first_len = api.conversation(&mut fields).map_or(0, |m| m.len());
         let mut parts = parts.clone();
         parts.headers.insert(
             header::ACCEPT_ENCODING,
@@ -272,7 +195,7 @@ impl Session {
                 }
             };
             if let Some(observe) = self.observe.take() {
-                let mut scanner = UsageScanner::new(false);
+                let mut scanner = UsageScanner::with(false, self.api.usage());
                 scanner.feed(&bytes);
                 if let Some(tokens) = scanner.finish() {
                     observe(tokens);
@@ -291,13 +214,9 @@ impl Session {
             }
             if calls.recall_only() {
                 let calls = calls.recalls();
-                let messages = match self.api {
-                    Api::Chat => vec![chat::answer_message(&answer, &calls)],
-                    Api::Anthropic => vec![anthropic::answer_message(&answer)],
-                    Api::Responses => responses::answer_items(&answer),
-                };
+                let messages = self.api.answer_messages(&answer, &calls);
                 let usage = answer.get("usage").cloned();
-                let turn = Turn {
+                let turn = RecallTurn {
                     messages,
                     calls,
                     usage,
@@ -306,11 +225,7 @@ impl Session {
                 (head, incoming) = self.next_round(turn).await?;
                 continue;
             }
-            match self.api {
-                Api::Chat => chat::hide(&mut answer),
-                Api::Anthropic => anthropic::hide(&mut answer),
-                Api::Responses => responses::hide(&mut answer),
-            }
+            self.api.hide(&mut answer);
             if let Some(answer) = answer.as_object_mut().filter(|_| !self.usage.is_null()) {
                 let last = answer.get("usage").cloned().unwrap_or_default();
                 answer.insert("usage".into(), calls::summed(&self.usage, &last));
@@ -323,39 +238,18 @@ impl Session {
 
     /// The tool calls of a whole answer.
     fn calls(&self, answer: &Value) -> Calls {
-        match self.api {
-            Api::Chat => chat::calls(answer),
-            Api::Anthropic => anthropic::calls(answer),
-            Api::Responses => responses::calls(answer),
-        }
+        self.api.calls(answer)
     }
 
     /// A reader for the current round's streamed events, continuing what
     /// `carry` says the earlier rounds showed.
-    fn stream_round(&self, carry: Carry) -> Box<dyn stream::Round> {
-        let (last, later) = (self.last(), self.rounds > 0);
-        match self.api {
-            Api::Chat => Box::new(chat::Round::new(last)),
-            Api::Anthropic => Box::new(anthropic::Round::new(last, later, carry.shown)),
-            Api::Responses => Box::new(responses::Round::new(last, later, carry)),
-        }
+    fn stream_round(&self, carry: Carry) -> Box<dyn Round> {
+        self.api.stream_round(self.last(), self.rounds > 0, carry)
     }
 
     /// The event that ends a stream foldgate cannot finish.
     fn error_event(&self, message: &str) -> Bytes {
-        match self.api {
-            Api::Anthropic => stream::named_event(
-                "error",
-                &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
-            ),
-            Api::Responses => stream::named_event(
-                "error",
-                &json!({"type": "error", "code": "server_error", "message": message}),
-            ),
-            Api::Chat => {
-                stream::data_event(&json!({"error": {"message": message, "type": "server_error"}}))
-            }
-        }
+        self.api.error_event(message)
     }
 
     /// Whether the current round's request can no longer offer recall.
@@ -369,13 +263,13 @@ impl Session {
     /// the API allows (Anthropic needs it defined while its history has a
     /// `tool_use`). The model's calls go in with their query bounded, so
     /// a huge argument does not ride along in every later request.
-    async fn next_round(&mut self, mut turn: Turn) -> Result<Answer, ApiError> {
+    async fn next_round(&mut self, mut turn: RecallTurn) -> Result<Answer, ApiError> {
         if let Some(usage) = &turn.usage {
             calls::add_usage(&mut self.usage, usage);
         }
         // This request's fold may have just queued what it archived.
         self.app.archive.flush().await;
-        input::bound(self.api, &mut turn.messages);
+        self.api.bound_calls(&mut turn.messages);
         // The round's call message goes in whatever the results take.
         let asked = fit::json_tokens(&self.app, &self.model, &turn.messages);
         let used = self.used.saturating_add(asked);
@@ -389,42 +283,22 @@ impl Session {
         m.recall_refused
             .fetch_add(answers.refused, Ordering::Relaxed);
         let texts = answers.texts;
-        let results = match self.api {
-            Api::Chat => chat::results(&turn.calls, texts),
-            Api::Anthropic => anthropic::results(&turn.calls, texts),
-            Api::Responses => responses::results(&turn.calls, texts),
-        };
+        let results = self.api.results(&turn.calls, texts);
         self.used = used.saturating_add(fit::json_tokens(&self.app, &self.model, &results));
-        if let Some(messages) = conversation(self.api, &mut self.fields) {
+        if let Some(messages) = self.api.conversation(&mut self.fields) {
             messages.extend(turn.messages);
             messages.extend(results);
         }
         self.rounds += 1;
-        if self.last() && self.api != Api::Anthropic {
-            self.remove_tool();
+        if self.last() && !self.api.keeps_recall_tool() {
+            self.api.remove_recall_tool(&mut self.fields);
         }
         self.ask().await
-    }
-
-    fn remove_tool(&mut self) {
-        let name = match self.api {
-            Api::Chat => chat::name_of,
-            Api::Anthropic => anthropic::name_of,
-            Api::Responses => responses::name_of,
-        };
-        remove_tool(&mut self.fields, name);
     }
 
     async fn send(&mut self) -> Result<(http::response::Parts, Incoming), ApiError> {
         super::send(&self.app, &self.provider, &self.parts, self.body()?).await
     }
-}
-
-/// The request's conversation (messages, or Responses input items).
-fn conversation(api: Api, fields: &mut Map<String, Value>) -> Option<&mut Vec<Value>> {
-    fields
-        .get_mut(conversation_field(api))
-        .and_then(Value::as_array_mut)
 }
 
 /// A response of `head` carrying `bytes`, its length set.

@@ -9,9 +9,10 @@
 //! `response.completed` listing every shown item under the first round's
 //! id, with the usage of every round summed.
 
-use super::calls::{Call, Calls, Carry, Gap, SEPARATOR, Turn, summed};
-use super::stream::{self, Hold};
-use crate::archive::RECALL_TOOL;
+use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, SEPARATOR, summed};
+use crate::api::recall::input::bounded;
+use crate::api::recall::stream::{self, Hold};
+use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -21,8 +22,8 @@ pub fn tool() -> Value {
     json!({
         "type": "function",
         "name": RECALL_TOOL,
-        "description": super::DESCRIPTION,
-        "parameters": super::parameters(),
+        "description": crate::api::recall::DESCRIPTION,
+        "parameters": crate::api::recall::parameters(),
     })
 }
 
@@ -33,7 +34,7 @@ pub fn offerable(fields: &Map<String, Value>) -> bool {
         None | Some(Value::Null) => true,
         Some(choice) => choice.as_str() == Some("auto"),
     };
-    free && !super::has_tool(fields, name_of)
+    free && !crate::api::recall::has_tool(fields, name_of)
 }
 
 /// A tool's name.
@@ -311,11 +312,11 @@ impl stream::Round for Round {
         &mut self.carry.gap
     }
 
-    fn end(self: Box<Self>) -> Option<Turn> {
+    fn end(self: Box<Self>) -> Option<RecallTurn> {
         if !self.hold.holding() {
             return None;
         }
-        Some(Turn {
+        Some(RecallTurn {
             messages: self.items.into_values().collect(),
             calls: self.calls.recalls(),
             usage: self.usage,
@@ -324,10 +325,20 @@ impl stream::Round for Round {
     }
 }
 
+/// Rewrites the recall calls of a round's items to carry their bounded
+/// query.
+pub fn bound(items: &mut [Value]) {
+    for item in items.iter_mut().filter(|i| is_recall(i)) {
+        let args = item.get("arguments").and_then(Value::as_str);
+        let args = bounded(args.unwrap_or_default()).to_string();
+        item["arguments"] = Value::String(args);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chat::recall::stream::Round as _;
+    use crate::api::recall::stream::Round as _;
 
     fn ev(v: Value) -> Bytes {
         let name = kind(&v).to_string();

@@ -7,9 +7,10 @@
 //! numbered after the blocks already shown, and the last `message_delta`
 //! carrying the usage of every round, summed.
 
-use super::calls::{Call, Calls, Carry, Gap, Turn, summed};
-use super::stream::{self, Hold};
-use crate::archive::RECALL_TOOL;
+use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, summed};
+use crate::api::recall::input::bounded;
+use crate::api::recall::stream::{self, Hold};
+use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,8 +19,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub fn tool() -> Value {
     json!({
         "name": RECALL_TOOL,
-        "description": super::DESCRIPTION,
-        "input_schema": super::parameters(),
+        "description": crate::api::recall::DESCRIPTION,
+        "input_schema": crate::api::recall::parameters(),
     })
 }
 
@@ -30,7 +31,7 @@ pub fn offerable(fields: &Map<String, Value>) -> bool {
         None | Some(Value::Null) => true,
         Some(choice) => choice.get("type").and_then(Value::as_str) == Some("auto"),
     };
-    free && !super::has_tool(fields, name_of)
+    free && !crate::api::recall::has_tool(fields, name_of)
 }
 
 /// A tool's name.
@@ -295,12 +296,12 @@ impl stream::Round for Round {
         &mut self.gap
     }
 
-    fn end(self: Box<Self>) -> Option<Turn> {
+    fn end(self: Box<Self>) -> Option<RecallTurn> {
         if !self.hold.holding() {
             return None;
         }
         let content: Vec<Value> = self.blocks.into_values().collect();
-        Some(Turn {
+        Some(RecallTurn {
             messages: vec![json!({"role": "assistant", "content": content})],
             calls: self.calls.recalls(),
             usage: Some(self.usage),
@@ -312,10 +313,63 @@ impl stream::Round for Round {
     }
 }
 
+/// Rewrites the recall calls of a round's messages to carry their bounded
+/// query.
+pub fn bound(messages: &mut [Value]) {
+    for message in messages.iter_mut() {
+        if let Some(Value::Array(blocks)) = message.get_mut("content") {
+            let calls = blocks.iter_mut().filter(|b| {
+                b.get("type").and_then(Value::as_str) == Some("tool_use")
+                    && b.get("name").and_then(Value::as_str) == Some(RECALL_TOOL)
+            });
+            for block in calls {
+                let input = block.get("input").map(Value::to_string);
+                block["input"] = bounded(&input.unwrap_or_default());
+            }
+        }
+    }
+}
+
+/// Places recalled excerpts as the first text block of the last user
+/// message: roles must alternate, and a user message that carries tool
+/// results is not the user's.
+pub fn place_recalled(items: &mut [Value], block: &str) {
+    let Some(at) = items.iter().rposition(is_user_turn) else {
+        return;
+    };
+    let Some(message) = items.get_mut(at).and_then(Value::as_object_mut) else {
+        return;
+    };
+    let first = json!({"type": "text", "text": block});
+    let content = match message.remove("content") {
+        Some(Value::String(s)) => vec![first, json!({"type": "text", "text": s})],
+        Some(Value::Array(mut blocks)) => {
+            blocks.insert(0, first);
+            blocks
+        }
+        _ => vec![first],
+    };
+    message.insert("content".into(), Value::Array(content));
+}
+
+/// Whether a message is a user's turn: role `user`, no `tool_result` in it.
+fn is_user_turn(message: &Value) -> bool {
+    let user = message.get("role").and_then(Value::as_str) == Some("user");
+    let results = message
+        .get("content")
+        .and_then(Value::as_array)
+        .is_some_and(|blocks| {
+            blocks
+                .iter()
+                .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+        });
+    user && !results
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chat::recall::stream::Round as _;
+    use crate::api::recall::stream::Round as _;
 
     fn ev(v: Value) -> Bytes {
         let name = kind(&v).to_string();

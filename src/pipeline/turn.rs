@@ -1,9 +1,10 @@
-//! One chat request's facts for folding ([`Turn`]) and the views it can
+//! One request's facts for folding ([`FoldRequest`]) and the views it can
 //! forward: the plan, the untouched messages, a reused fold, a postponed
 //! fold, a refusal. Deciding when to fold, and folding, is in `fold_run`.
 
-use super::codec::Api;
 use super::fast::Look;
+use super::prepared::{Prepared, now_unix};
+use crate::api::Api;
 use crate::app::App;
 use crate::archive::Row;
 use crate::config::{Placement, Policy, Recall};
@@ -23,54 +24,12 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// What to forward, and what the response headers report.
-#[derive(Debug)]
-pub struct Prepared {
-    /// The view to send, laid out over the engine's messages; `None`
-    /// sends the client's bytes unchanged.
-    pub view: Option<Vec<Item>>,
-    /// `none`, `reused` or `new`.
-    pub label: &'static str,
-    /// Estimated tokens of the client's messages (calibrated).
-    pub tokens_in: u32,
-    /// Estimated tokens of the forwarded prompt (calibrated).
-    pub tokens_out: u32,
-    /// The same, uncalibrated, for calibration against upstream usage.
-    pub raw_tokens_out: u32,
-    /// A note for `x-foldgate-warning` (e.g. the summarizer failed).
-    pub warning: Option<String>,
-    /// Messages the view shows compressed to stubs.
-    pub compressed: usize,
-    /// Recalled excerpts injected before the last user message.
-    pub injected: usize,
-    /// The identities of the forwarded messages, in order (for the
-    /// dashboard's cache-stable share).
-    pub view_ids: Arc<[u128]>,
-}
-
-impl Prepared {
-    /// The client's request forwarded as it is, by this estimate.
-    pub fn untouched(estimate: &Estimate, ids: &[MessageId]) -> Self {
-        Self {
-            view: None,
-            label: "none",
-            tokens_in: estimate.input_tokens,
-            tokens_out: estimate.input_tokens,
-            raw_tokens_out: estimate.raw_input_tokens,
-            warning: None,
-            compressed: 0,
-            injected: 0,
-            view_ids: ids.into(),
-        }
-    }
-}
-
 /// Everything about one request that a fold needs. Cheap to clone, owned,
 /// so a fold can outlive the request in a background task.
 #[derive(Clone)]
-pub struct Turn {
+pub struct FoldRequest {
     pub(super) app: Arc<App>,
-    pub(super) data: Arc<TurnData>,
+    pub(super) data: Arc<FoldRequestData>,
     pub(super) budget: Budget,
     /// What is left of the request's `policy.fold_deadline`.
     pub(super) fold_time: Arc<FoldTime>,
@@ -109,7 +68,7 @@ fn nanos(d: std::time::Duration) -> u64 {
 }
 
 /// The request's fixed facts.
-pub(super) struct TurnData {
+pub(super) struct FoldRequestData {
     pub model: String,
     pub provider: String,
     pub key: Option<ConvKey>,
@@ -133,7 +92,7 @@ pub(super) struct TurnData {
     pub placement: Placement,
 }
 
-impl Turn {
+impl FoldRequest {
     /// Gathers what the decision needs from the first look (key, message
     /// identities, estimate) and the request's top-level `fields`; takes
     /// the engine's `messages` (aligned with the look's identities and
@@ -157,9 +116,9 @@ impl Turn {
             .unwrap_or_default()
             .to_string();
         let mut auth = HeaderMap::new();
-        for name in [http::header::AUTHORIZATION.as_str(), "x-api-key"] {
+        for name in crate::api::key_headers() {
             if let Some(v) = headers.get(name) {
-                auth.insert(name, v.clone());
+                auth.insert(name.clone(), v.clone());
             }
         }
         let policy = config.policy_for(provider, &model);
@@ -172,7 +131,7 @@ impl Turn {
             &estimate,
             api,
         );
-        let data = TurnData {
+        let data = FoldRequestData {
             counts: compression.counts(&estimate.messages, |c| estimate.calibrated(u64::from(c))),
             stubbed: Vec::new(),
             compression,
@@ -262,14 +221,7 @@ impl Turn {
         let positions = stubbed.iter().filter_map(|&i| Some((i, *data.ids.get(i)?)));
         let stored = self.app.archive.store_compressed(key, positions, |i| {
             let (message, id) = (data.messages.get(i)?, *data.ids.get(i)?);
-            Some(Row::of(
-                i,
-                message,
-                id,
-                ARCHIVE_FOLD,
-                data.api.as_str(),
-                now,
-            ))
+            Some(Row::of(i, message, id, ARCHIVE_FOLD, data.api.name(), now))
         });
         if let Err(full) = stored {
             tracing::warn!(target: "foldgate::archive", conversation = %key, error = %full, "compression not applied");
@@ -486,7 +438,7 @@ fn compression_for(
     api: Api,
 ) -> Compression {
     let mut settings = app.config.compress_for(provider, model);
-    settings.assistant &= api == Api::Chat;
+    settings.assistant &= api.compresses_answers();
     if !settings.active() || !app.archive.enabled() || key.is_none() {
         return Compression::default();
     }
@@ -497,11 +449,4 @@ fn compression_for(
         let me = (*ids.get(i)?, *raw.get(i)?);
         app.stubs.get(messages, i, me, (model, recall), &count)
     })
-}
-
-/// The clock, in Unix seconds.
-pub(super) fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

@@ -5,7 +5,7 @@
 //! clean error in its API's shape (a whole answer) or the API's error
 //! event (a stream).
 
-use super::{Session, conversation};
+use super::Session;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, RECALL_CAUSES};
 use hyper::body::Incoming;
@@ -65,10 +65,10 @@ impl Session {
             "a recall round broke; asking once more as the first request, without the tool");
         Metrics::inc(&self.app.metrics.recall_fallbacks[cause as usize]);
         self.fell_back = true;
-        if let Some(messages) = conversation(self.api, &mut self.fields) {
+        if let Some(messages) = self.api.conversation(&mut self.fields) {
             messages.truncate(self.first_len);
         }
-        self.remove_tool();
+        self.api.remove_recall_tool(&mut self.fields);
         self.rounds = self.app.config.archive.recall_rounds;
         match self.send().await {
             Ok((head, incoming)) if head.status.is_success() => Ok((head, incoming)),

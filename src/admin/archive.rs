@@ -71,7 +71,7 @@ pub async fn search(
             .hits(&key, &q, limit)
             .await
             .iter()
-            .map(super::Hit::to_json)
+            .map(crate::archive::Hit::to_json)
             .collect();
         results.push(json!({ "tenant": key.tenant, "archived": archived, "hits": hits }));
     }

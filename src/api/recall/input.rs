@@ -4,8 +4,7 @@
 //! readable, so a recall call in them is still found and answered instead
 //! of reaching the client.
 
-use super::super::codec::Api;
-use crate::archive::RECALL_TOOL;
+use crate::message::RECALL_TOOL;
 use serde_json::{Value, json};
 
 /// Longest query searched and echoed in the result, in characters: a
@@ -45,48 +44,8 @@ pub fn query(arguments: &str) -> Result<String, String> {
 /// `{"query": …}` bounded as [`query`] cuts it, or `{}` when the model's
 /// arguments were not a query (its result says why), so what the model
 /// sent, however large, is not sent again with every later round.
-fn bounded(arguments: &str) -> Value {
+pub fn bounded(arguments: &str) -> Value {
     query(arguments).map_or_else(|_| json!({}), |q| json!({ "query": q }))
-}
-
-/// Rewrites the recall calls of a turn's messages (in `api`'s shape) to
-/// carry [`bounded`] arguments.
-pub fn bound(api: Api, messages: &mut [Value]) {
-    let named =
-        |v: &Value, pointer: &str| v.pointer(pointer).and_then(Value::as_str) == Some(RECALL_TOOL);
-    for message in messages.iter_mut() {
-        match api {
-            Api::Chat => {
-                if let Some(Value::Array(calls)) = message.get_mut("tool_calls") {
-                    for call in calls.iter_mut().filter(|c| named(c, "/function/name")) {
-                        let args = call.pointer("/function/arguments").and_then(Value::as_str);
-                        let args = bounded(args.unwrap_or_default()).to_string();
-                        call["function"]["arguments"] = Value::String(args);
-                    }
-                }
-            }
-            Api::Anthropic => {
-                if let Some(Value::Array(blocks)) = message.get_mut("content") {
-                    let calls = blocks.iter_mut().filter(|b| {
-                        b.get("type").and_then(Value::as_str) == Some("tool_use")
-                            && named(b, "/name")
-                    });
-                    for block in calls {
-                        let input = block.get("input").map(Value::to_string);
-                        block["input"] = bounded(&input.unwrap_or_default());
-                    }
-                }
-            }
-            Api::Responses => {
-                let is_call = message.get("type").and_then(Value::as_str) == Some("function_call");
-                if is_call && named(message, "/name") {
-                    let args = message.get("arguments").and_then(Value::as_str);
-                    let args = bounded(args.unwrap_or_default()).to_string();
-                    message["arguments"] = Value::String(args);
-                }
-            }
-        }
-    }
 }
 
 /// The JSON value of `bytes`; when the strict parse fails, lone surrogate
@@ -169,35 +128,6 @@ mod tests {
             assert!(why.contains("{\"query\""), "{bad}: {why}");
             assert!(!why.contains('\n'), "{bad}: {why}");
         }
-    }
-
-    #[test]
-    fn calls_go_back_with_their_bounded_query_on_every_api() {
-        let huge = json!({ "query": "x".repeat(1 << 20) }).to_string();
-        let cut = json!({ "query": "x".repeat(MAX_QUERY_CHARS) });
-        let mut chat = vec![json!({"role": "assistant", "tool_calls": [
-            {"id": "a", "function": {"name": RECALL_TOOL, "arguments": huge}},
-            {"id": "b", "function": {"name": "ls", "arguments": "{\"p\": 1}"}}]})];
-        bound(Api::Chat, &mut chat);
-        assert_eq!(
-            chat[0]["tool_calls"][0]["function"]["arguments"],
-            cut.to_string()
-        );
-        assert_eq!(
-            chat[0]["tool_calls"][1]["function"]["arguments"],
-            "{\"p\": 1}"
-        );
-        let input: Value = serde_json::from_str(&huge).unwrap_or_default();
-        let mut anthropic = vec![json!({"role": "assistant", "content": [
-            {"type": "text", "text": "hm"},
-            {"type": "tool_use", "id": "a", "name": RECALL_TOOL, "input": input}]})];
-        bound(Api::Anthropic, &mut anthropic);
-        assert_eq!(anthropic[0]["content"][1]["input"], cut);
-        let mut responses = vec![
-            json!({"type": "function_call", "call_id": "a", "name": RECALL_TOOL, "arguments": "not json"}),
-        ];
-        bound(Api::Responses, &mut responses);
-        assert_eq!(responses[0]["arguments"], "{}");
     }
 
     #[test]

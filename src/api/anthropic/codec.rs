@@ -11,7 +11,9 @@
 //!   caching and fewer than 4 breakpoints remain. Other blocks
 //!   (`cache_control` markers, `thinking`) pass through untouched.
 
-use super::{Decoded, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call};
+use crate::api::codec::{
+    Decoded, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call,
+};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use serde_json::{Map, Value, json};
@@ -23,7 +25,7 @@ const MAX_BREAKPOINTS: usize = 4;
 pub const CONTINUE_TEXT: &str = "(The earlier conversation is summarized in the system prompt.)";
 
 /// Reads a Messages body.
-pub(super) fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
+pub fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
     let model = model(&fields)?;
     // Roles beyond `user` and `assistant` (Claude Code sends `system`
     // reminders between turns) are the API's to judge.
@@ -112,7 +114,7 @@ fn flatten(blocks: &[Value]) -> Vec<Value> {
 }
 
 /// Refills `messages` from the view and appends the summary to `system`.
-pub(super) fn encode(fields: &mut Map<String, Value>, wire: &Wire, items: Vec<Item>) {
+pub fn encode(fields: &mut Map<String, Value>, wire: &Wire, items: Vec<Item>) {
     let mut summary = None;
     let mut messages = wire.render(items, |made| {
         summary = Some(text_of(&made["content"]));

@@ -1,0 +1,128 @@
+//! OpenAI chat completions (`POST /v1/chat/completions`): the messages
+//! are the engine's messages. The only API with a fast path: its body is
+//! read shallowly first ([`shallow`]) and decoded only when a fold may
+//! apply ([`codec`]).
+
+pub mod codec;
+pub mod recall;
+pub mod shallow;
+
+use super::WireApi;
+use super::codec::{Decoded, RawRequest, Wire};
+use super::recall::calls::{Call, Calls, Carry};
+use super::recall::stream::{self, Round};
+use super::summary::{Format, SummaryCall};
+use crate::config::ProviderApi;
+use crate::error::ApiError;
+use crate::fold::view::Item;
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+/// OpenAI chat completions.
+pub struct Chat;
+
+impl WireApi for Chat {
+    fn name(&self) -> &'static str {
+        "chat"
+    }
+
+    fn path(&self) -> &'static str {
+        "/chat/completions"
+    }
+
+    fn provider_api(&self) -> Option<ProviderApi> {
+        Some(ProviderApi::Openai)
+    }
+
+    /// The system prompt and the user's, `response_format` as `format`
+    /// says, and the limit in the parameter the model takes.
+    fn summary_body(&self, call: SummaryCall<'_>) -> Option<Value> {
+        let mut body = json!({
+            "model": call.model,
+            "messages": [
+                { "role": "system", "content": call.system },
+                { "role": "user", "content": call.user },
+            ],
+            "stream": false,
+        });
+        let limit_key = if call.completion_param {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        body[limit_key] = json!(call.max_tokens);
+        match call.format {
+            Format::JsonSchema => {
+                body["response_format"] = json!({
+                    "type": "json_schema",
+                    "json_schema": { "name": "conversation_summary", "strict": true, "schema": (call.schema)() },
+                });
+            }
+            Format::JsonObject => body["response_format"] = json!({ "type": "json_object" }),
+            Format::Instructions => {}
+        }
+        Some(body)
+    }
+
+    fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
+        shallow::parse(bytes)
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {
+        codec::decode(bytes)
+    }
+
+    fn fill(
+        &self,
+        fields: &mut Map<String, Value>,
+        messages: &[Value],
+        _wire: Option<&Wire>,
+        items: Vec<Item>,
+    ) {
+        codec::fill(fields, messages, items);
+    }
+
+    fn compresses_answers(&self) -> bool {
+        true
+    }
+
+    fn recall_tool(&self) -> Value {
+        recall::tool()
+    }
+
+    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool {
+        recall::offerable(fields)
+    }
+
+    fn remove_recall_tool(&self, fields: &mut Map<String, Value>) {
+        super::recall::remove_tool(fields, recall::name_of);
+    }
+
+    fn calls(&self, answer: &Value) -> Calls {
+        recall::calls(answer)
+    }
+
+    fn answer_messages(&self, answer: &Value, calls: &[Call]) -> Vec<Value> {
+        vec![recall::answer_message(answer, calls)]
+    }
+
+    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
+        recall::results(calls, texts)
+    }
+
+    fn hide(&self, answer: &mut Value) {
+        recall::hide(answer);
+    }
+
+    fn stream_round(&self, last: bool, _later: bool, _carry: Carry) -> Box<dyn Round> {
+        Box::new(recall::Round::new(last))
+    }
+
+    fn bound_calls(&self, messages: &mut [Value]) {
+        recall::bound(messages);
+    }
+
+    fn error_event(&self, message: &str) -> Bytes {
+        stream::data_event(&json!({"error": {"message": message, "type": "server_error"}}))
+    }
+}

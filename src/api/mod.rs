@@ -1,0 +1,406 @@
+//! The wire formats foldgate folds, one folder each, behind one trait.
+//!
+//! A [`WireApi`] is everything one API means to the pipeline: the route it
+//! serves, its error shape and context-length error, how its body becomes
+//! the fold engine's messages and a view goes back into it, where the
+//! summary goes, how its answers report usage, its recall round, and the
+//! summarizer's call to a provider that speaks it. The pipeline
+//! ([`crate::pipeline`]) holds an [`Api`] and names none of them; adding
+//! an API is a folder here and one line in [`APIS`].
+//!
+//! - [`chat`]: OpenAI chat completions; the messages are the engine's.
+//! - [`anthropic`]: Anthropic Messages; `system` pinned, `tool_use` and
+//!   its `tool_result`s one unit, the summary appended to `system`.
+//! - [`responses`]: OpenAI Responses; `instructions` pinned, calls and
+//!   outputs paired by `call_id`.
+//! - [`codec`], [`recall`], [`context_error`], [`summary`]: what the APIs
+//!   share.
+
+pub mod anthropic;
+pub mod chat;
+pub mod codec;
+pub mod context_error;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod recall;
+pub mod responses;
+pub mod summary;
+
+pub use context_error::ContextError;
+
+use crate::config::{Placement, ProviderApi};
+use crate::error::{ApiError, ErrorShape};
+use crate::fold::view::Item;
+use crate::tokens::UsageReader;
+use bytes::Bytes;
+use codec::{Decoded, RawRequest, Wire};
+use http::Method;
+use http::header::{AUTHORIZATION, HeaderName};
+use recall::calls::{Call, Calls, Carry};
+use recall::stream::Round;
+use serde_json::{Map, Value};
+use std::sync::LazyLock;
+use summary::SummaryCall;
+
+/// An API foldgate folds: one implementation of [`WireApi`], for the life
+/// of the process.
+pub type Api = &'static dyn WireApi;
+
+/// Every API foldgate folds. A new API is one more line here.
+static APIS: [Api; 3] = [&chat::Chat, &anthropic::Anthropic, &responses::Responses];
+
+/// The API a request speaks, when foldgate folds it: a `POST` to the
+/// path an API serves, with or without the leading `/v1`.
+pub fn of(method: &Method, path: &str) -> Option<Api> {
+    if method != Method::POST {
+        return None;
+    }
+    APIS.iter().copied().find(|api| api.serves(path))
+}
+
+/// The API of this name ([`WireApi::name`]).
+pub fn named(name: &str) -> Option<Api> {
+    APIS.iter().copied().find(|api| api.name() == name)
+}
+
+/// The API providers set to `api` speak: the one their summarizer calls
+/// are shaped for.
+pub fn for_provider(provider: ProviderApi) -> Option<Api> {
+    APIS.iter()
+        .copied()
+        .find(|api| api.provider_api() == Some(provider))
+}
+
+/// The headers a client's or provider's API key may come in, each once,
+/// in the order of [`APIS`] (`Authorization` first).
+pub fn key_headers() -> &'static [HeaderName] {
+    static NAMES: LazyLock<Vec<HeaderName>> = LazyLock::new(|| {
+        let mut names: Vec<HeaderName> = Vec::with_capacity(APIS.len());
+        for api in APIS {
+            let (name, _) = api.key_header("");
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    });
+    &NAMES
+}
+
+/// The shape of foldgate's own errors for a request: its API's, else
+/// OpenAI's.
+pub fn error_shape(method: &Method, path: &str) -> ErrorShape {
+    of(method, path).map_or(ErrorShape::OPENAI, |api| api.error_shape())
+}
+
+/// One wire format, as the pipeline uses it. The fold engine works on
+/// chat-completions messages (one per unit a cut may not split); an API
+/// maps its body to them and a view of them back.
+pub trait WireApi: Send + Sync + 'static {
+    /// A short label for logs, metrics and the admin API.
+    fn name(&self) -> &'static str;
+
+    /// The path it serves (a `POST`), after an optional `/v1`.
+    fn path(&self) -> &'static str;
+
+    /// Whether a `POST` to `path` is this API's.
+    fn serves(&self, path: &str) -> bool {
+        path.strip_prefix("/v1").unwrap_or(path) == self.path()
+    }
+
+    /// The shape of foldgate's own errors on this API's route.
+    fn error_shape(&self) -> ErrorShape {
+        ErrorShape::OPENAI
+    }
+
+    /// Reads an upstream 400 body; `Some` when it says the prompt is too
+    /// long for the model.
+    fn context_error(&self, body: &[u8]) -> Option<ContextError> {
+        context_error::detect(body)
+    }
+
+    // --- Provider and summarizer ---
+
+    /// The header a provider speaking this API reads its `key` from, and
+    /// the header's value.
+    fn key_header(&self, key: &str) -> (HeaderName, String) {
+        (AUTHORIZATION, format!("Bearer {key}"))
+    }
+
+    /// The `api` setting of providers that speak this API, when a
+    /// provider may be set to it.
+    fn provider_api(&self) -> Option<ProviderApi> {
+        None
+    }
+
+    /// The body of a summarizer call to a provider that speaks this API
+    /// (`None`: this API carries none).
+    fn summary_body(&self, _call: SummaryCall<'_>) -> Option<Value> {
+        None
+    }
+
+    /// Where a summarizer call to `model` goes on the provider.
+    fn summary_path(&self, _model: &str) -> String {
+        format!("/v1{}", self.path())
+    }
+
+    // --- Usage ---
+
+    /// How an answer on this API reports its prompt tokens (read as it
+    /// streams by, for calibration).
+    fn usage(&self) -> UsageReader {
+        UsageReader::USAGE
+    }
+
+    // --- Codec ---
+
+    /// The body read shallowly, when the API has a reader for the fast
+    /// path (`None`: the body is decoded).
+    fn shallow<'a>(&self, _bytes: &'a [u8]) -> Option<RawRequest<'a>> {
+        None
+    }
+
+    /// Reads a body for the fold engine; `Err` is the client's 400.
+    fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError>;
+
+    /// Fills `fields` with the view: `items` laid out by the fold engine
+    /// over `messages` (the engine's); `wire` is what the decode kept of
+    /// the original items.
+    fn fill(
+        &self,
+        fields: &mut Map<String, Value>,
+        messages: &[Value],
+        wire: Option<&Wire>,
+        items: Vec<Item>,
+    );
+
+    /// Where the summary goes, given the configured placement.
+    fn placement(&self, configured: Placement) -> Placement {
+        configured
+    }
+
+    /// Whether older assistant answers may be compressed to stubs (only
+    /// where a stub keeps the wire pairing).
+    fn compresses_answers(&self) -> bool {
+        false
+    }
+
+    // --- Recall round ---
+
+    /// The request field holding the conversation.
+    fn conversation_field(&self) -> &'static str {
+        "messages"
+    }
+
+    /// The recall tool, in this API's shape.
+    fn recall_tool(&self) -> Value;
+
+    /// Whether a request may get the recall tool: the model free to pick
+    /// its tools, and no tool of that name already.
+    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool;
+
+    /// Takes the recall tool out of the request's `tools`.
+    fn remove_recall_tool(&self, fields: &mut Map<String, Value>);
+
+    /// Whether the tool must stay defined after the last round (the
+    /// history then holds calls of it).
+    fn keeps_recall_tool(&self) -> bool {
+        false
+    }
+
+    /// The tool calls of a whole answer.
+    fn calls(&self, answer: &Value) -> Calls;
+
+    /// What a whole answer whose calls are all recall calls adds to the
+    /// conversation.
+    fn answer_messages(&self, answer: &Value, calls: &[Call]) -> Vec<Value>;
+
+    /// The messages answering `calls` with `texts`.
+    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value>;
+
+    /// Removes recall calls from a whole answer for the client.
+    fn hide(&self, answer: &mut Value);
+
+    /// A reader for one streamed round's events: whether its request
+    /// could not offer the tool again (`last`), whether rounds came before
+    /// it (`later`), and what they showed (`carry`).
+    fn stream_round(&self, last: bool, later: bool, carry: Carry) -> Box<dyn Round>;
+
+    /// Rewrites the recall calls of a round's messages to carry their
+    /// bounded query ([`recall::input::bounded`]).
+    fn bound_calls(&self, messages: &mut [Value]);
+
+    /// The event that ends a stream foldgate cannot finish.
+    fn error_event(&self, message: &str) -> Bytes;
+
+    /// Places recalled excerpts (`block`) right before the last user turn
+    /// of the conversation's `items`.
+    fn place_recalled(&self, items: &mut Vec<Value>, block: &str) {
+        recall::before_last_user(items, block);
+    }
+}
+
+impl std::fmt::Debug for dyn WireApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl dyn WireApi {
+    /// The body to forward: `fields` with the view in ([`WireApi::fill`]),
+    /// serialized.
+    pub fn encode(
+        &self,
+        fields: &mut Map<String, Value>,
+        messages: &[Value],
+        wire: Option<&Wire>,
+        items: Vec<Item>,
+    ) -> Result<Bytes, ApiError> {
+        self.fill(fields, messages, wire, items);
+        serde_json::to_vec(fields)
+            .map(Bytes::from)
+            .map_err(|e| ApiError::Internal(e.to_string()))
+    }
+
+    /// The request's conversation (its messages or items).
+    pub fn conversation<'a>(
+        &self,
+        fields: &'a mut Map<String, Value>,
+    ) -> Option<&'a mut Vec<Value>> {
+        fields
+            .get_mut(self.conversation_field())
+            .and_then(Value::as_array_mut)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::RECALL_TOOL;
+    use recall::input::MAX_QUERY_CHARS;
+    use serde_json::json;
+    use summary::Format;
+
+    fn api(name: &str) -> Api {
+        named(name).unwrap()
+    }
+
+    #[test]
+    fn routes() {
+        let post = Method::POST;
+        let name = |path| of(&post, path).map(|api| api.name());
+        assert_eq!(name("/v1/chat/completions"), Some("chat"));
+        assert_eq!(name("/chat/completions"), Some("chat"));
+        assert_eq!(name("/v1/messages"), Some("anthropic"));
+        assert_eq!(name("/v1/responses"), Some("responses"));
+        assert_eq!(name("/v1/messages/count_tokens"), None);
+        assert_eq!(name("/v1/responses/compact"), None);
+        assert_eq!(of(&Method::GET, "/v1/responses").map(|a| a.name()), None);
+    }
+
+    #[test]
+    fn calls_go_back_with_their_bounded_query_on_every_api() {
+        let huge = json!({ "query": "x".repeat(1 << 20) }).to_string();
+        let cut = json!({ "query": "x".repeat(MAX_QUERY_CHARS) });
+        let mut chat = vec![json!({"role": "assistant", "tool_calls": [
+            {"id": "a", "function": {"name": RECALL_TOOL, "arguments": huge}},
+            {"id": "b", "function": {"name": "ls", "arguments": "{\"p\": 1}"}}]})];
+        api("chat").bound_calls(&mut chat);
+        assert_eq!(
+            chat[0]["tool_calls"][0]["function"]["arguments"],
+            cut.to_string()
+        );
+        assert_eq!(
+            chat[0]["tool_calls"][1]["function"]["arguments"],
+            "{\"p\": 1}"
+        );
+        let input: Value = serde_json::from_str(&huge).unwrap_or_default();
+        let mut anthropic = vec![json!({"role": "assistant", "content": [
+            {"type": "text", "text": "hm"},
+            {"type": "tool_use", "id": "a", "name": RECALL_TOOL, "input": input}]})];
+        api("anthropic").bound_calls(&mut anthropic);
+        assert_eq!(anthropic[0]["content"][1]["input"], cut);
+        let mut responses = vec![
+            json!({"type": "function_call", "call_id": "a", "name": RECALL_TOOL, "arguments": "not json"}),
+        ];
+        api("responses").bound_calls(&mut responses);
+        assert_eq!(responses[0]["arguments"], "{}");
+    }
+
+    #[test]
+    fn recalled_excerpts_go_before_the_last_user_message_in_each_api() {
+        let place = |name: &str, body: &mut Value, block: &str| {
+            let api = api(name);
+            let fields = body.as_object_mut().unwrap();
+            api.place_recalled(api.conversation(fields).unwrap(), block);
+        };
+        let mut chat = json!({"messages": [
+            {"role": "system", "content": "s"}, {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"}, {"role": "user", "content": "q"}]});
+        place("chat", &mut chat, "BLOCK");
+        let m = &chat["messages"];
+        assert_eq!(m[3], json!({"role": "user", "content": "BLOCK"}));
+        assert_eq!(m[4]["content"], "q");
+
+        let mut anthropic = json!({"messages": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "ls", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}]}]});
+        place("anthropic", &mut anthropic, "BLOCK");
+        let m = &anthropic["messages"];
+        assert_eq!(m.as_array().map(Vec::len), Some(3), "no message added");
+        assert_eq!(m[0]["content"][0]["text"], "BLOCK");
+        assert_eq!(m[0]["content"][1], json!({"type": "text", "text": "q"}));
+        assert_eq!(m[2]["content"][0]["type"], "tool_result");
+
+        let mut responses = json!({"input": [
+            {"role": "user", "content": "q"},
+            {"type": "function_call", "call_id": "c", "name": "ls", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": "x"}]});
+        place("responses", &mut responses, "BLOCK");
+        assert_eq!(responses["input"][0]["content"], "BLOCK");
+        assert_eq!(responses["input"][1]["content"], "q");
+    }
+
+    #[test]
+    fn summarizer_calls_take_each_providers_shape() {
+        let call = |format, completion_param| SummaryCall {
+            model: "m",
+            system: "s",
+            user: "u".into(),
+            schema: || json!({}),
+            format,
+            max_tokens: 100,
+            completion_param,
+        };
+        let chat = for_provider(ProviderApi::Openai).unwrap();
+        let anthropic = for_provider(ProviderApi::Anthropic).unwrap();
+        assert_eq!((chat.name(), anthropic.name()), ("chat", "anthropic"));
+        let b = chat.summary_body(call(Format::JsonSchema, false)).unwrap();
+        assert_eq!(b["response_format"]["type"], "json_schema");
+        assert_eq!(b["max_tokens"], 100);
+        let b = chat.summary_body(call(Format::Instructions, true)).unwrap();
+        assert!(b.get("response_format").is_none());
+        assert_eq!(b["max_completion_tokens"], 100);
+        let b = anthropic
+            .summary_body(call(Format::JsonSchema, true))
+            .unwrap();
+        assert_eq!((&b["system"], &b["max_tokens"]), (&json!("s"), &json!(100)));
+        assert!(b.get("response_format").is_none());
+        assert_eq!(Format::JsonSchema.downgrade(), Some(Format::JsonObject));
+        assert_eq!(Format::Instructions.downgrade(), None);
+    }
+
+    #[test]
+    fn key_headers_are_each_apis_once() {
+        let x_api_key = HeaderName::from_static("x-api-key");
+        assert_eq!(key_headers(), [AUTHORIZATION, x_api_key.clone()]);
+        let anthropic = for_provider(ProviderApi::Anthropic).unwrap();
+        assert_eq!(anthropic.key_header("k"), (x_api_key, "k".to_string()));
+        let chat = for_provider(ProviderApi::Openai).unwrap();
+        assert_eq!(
+            chat.key_header("k"),
+            (AUTHORIZATION, "Bearer k".to_string())
+        );
+    }
+}

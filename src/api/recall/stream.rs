@@ -1,0 +1,163 @@
+//! A streamed recall round, as each API reads it: the [`Round`] an API
+//! implements over its events, what a round holds back ([`Hold`]), and the
+//! SSE helpers the APIs share. The rounds themselves run in the pipeline.
+
+use super::calls::{Calls, Gap, RecallTurn};
+use bytes::Bytes;
+use serde_json::Value;
+
+/// An event as it came, with its JSON data when it has some.
+pub type Chunk = (Bytes, Option<Value>);
+
+/// Whether a round is holding its events back, and why not.
+#[derive(Debug, Default)]
+pub struct Hold {
+    /// Events held since the first recall call, with their data.
+    held: Option<Vec<Chunk>>,
+    /// Recall and client calls in one answer: recall calls are removed.
+    pub mixed: bool,
+}
+
+impl Hold {
+    /// Whether the round holds recall calls only (so far).
+    pub fn holding(&self) -> bool {
+        self.held.is_some()
+    }
+}
+
+/// One API's reading of one round's events.
+pub trait Round: Send {
+    /// Gathers what the event tells: text, calls, usage.
+    fn read(&mut self, event: &Value);
+    /// The round's calls so far.
+    fn calls(&self) -> &Calls;
+    /// Whether the round's request could not offer recall again.
+    fn last(&self) -> bool;
+    fn hold(&mut self) -> &mut Hold;
+    /// Whether text was shown, in this round or before it.
+    fn gap(&mut self) -> &mut Gap;
+    /// The event as the client gets it, if at all: recall calls removed
+    /// once the answer is mixed, numbering and usage carried over from
+    /// earlier rounds (`prior`: their usage, summed).
+    fn outgoing(
+        &mut self,
+        raw: Bytes,
+        event: Option<Value>,
+        recall: &[u64],
+        prior: &Value,
+    ) -> Option<Bytes>;
+    /// At the end of the round's stream: the turn foldgate answers, when
+    /// the round held recall calls only.
+    fn end(self: Box<Self>) -> Option<RecallTurn>;
+
+    /// Takes one whole event; returns what goes to the client now. Events
+    /// pass until one shows a recall call; from there they are held, until
+    /// a client call releases them filtered. A round that could not offer
+    /// the tool holds too: its recall call breaks it ([`run`]).
+    fn event(&mut self, raw: Bytes, prior: &Value) -> Vec<Bytes> {
+        let event = chunk_of(&raw);
+        if let Some(event) = &event {
+            self.read(event);
+        }
+        let recall = self.calls().recall_indices();
+        let mut out = Vec::new();
+        if !recall.is_empty() && !self.hold().mixed {
+            if self.calls().any_client() {
+                self.hold().mixed = true;
+                for (raw, event) in self.hold().held.take().unwrap_or_default() {
+                    out.extend(self.outgoing(raw, event, &recall, prior));
+                }
+            } else if self.hold().held.is_none() {
+                self.hold().held = Some(Vec::new());
+            }
+        }
+        match &mut self.hold().held {
+            Some(held) => held.push((raw, event)),
+            None => out.extend(self.outgoing(raw, event, &recall, prior)),
+        }
+        out
+    }
+}
+
+/// The JSON object of a `data:` event (`None`: `[DONE]`, comments, pings
+/// without data), lone surrogate escapes read as U+FFFD.
+pub fn chunk_of(raw: &[u8]) -> Option<Value> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let data = text.lines().find_map(|l| l.strip_prefix("data:"))?.trim();
+    super::input::parse(data.as_bytes()).filter(Value::is_object)
+}
+
+/// An SSE event carrying `value` as its data.
+pub fn data_event(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+/// An SSE event named `name` carrying `value`.
+pub fn named_event(name: &str, value: &Value) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {value}\n\n"))
+}
+
+/// Puts the separator `gap` says is due in front of the text at
+/// `pointer`; returns whether it did.
+pub fn separate(value: &mut Value, pointer: &str, gap: &mut Gap) -> bool {
+    let Some(Value::String(text)) = value.pointer_mut(pointer) else {
+        return false;
+    };
+    match gap.text(text) {
+        Some(separated) => {
+            *text = separated;
+            true
+        }
+        None => false,
+    }
+}
+
+/// Sets the string at `pointer` to `to` when it is `from`; returns
+/// whether it did.
+pub fn replace_str(value: &mut Value, pointer: &str, from: &str, to: &str) -> bool {
+    match value.pointer_mut(pointer) {
+        Some(slot) if slot.as_str() == Some(from) => {
+            *slot = Value::String(to.to_string());
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Renumbers the index in `value`'s `field` for the client: after the
+/// `offset` items shown in earlier rounds, less the `hidden` (removed)
+/// ones before it. `None` when the item is hidden itself; else whether the
+/// number changed (no index: unchanged).
+pub fn renumber(value: &mut Value, field: &str, offset: u64, hidden: &[u64]) -> Option<bool> {
+    let Some(index) = value.get(field).and_then(Value::as_u64) else {
+        return Some(false);
+    };
+    if hidden.contains(&index) {
+        return None;
+    }
+    let below = hidden.iter().filter(|&&h| h < index).count() as u64;
+    let to = offset + index - below;
+    if to != index {
+        value[field] = Value::from(to);
+    }
+    Some(to != index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn chunks_are_the_json_data_of_events() {
+        let named = named_event("message_stop", &json!({"type": "message_stop"}));
+        assert_eq!(chunk_of(&named), Some(json!({"type": "message_stop"})));
+        assert_eq!(chunk_of(b"data: [DONE]\n\n"), None);
+        assert_eq!(chunk_of(b": keep-alive\n\n"), None);
+        let mut v = json!({"index": 4});
+        assert_eq!(renumber(&mut v, "index", 1, &[0, 3]), Some(true));
+        assert_eq!(v["index"], 3);
+        assert_eq!(renumber(&mut json!({"index": 3}), "index", 0, &[3]), None);
+        assert_eq!(renumber(&mut json!({}), "index", 5, &[]), Some(false));
+    }
+}

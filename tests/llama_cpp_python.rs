@@ -383,3 +383,31 @@ async fn start_up_warns_with_the_config_line_for_a_local_model_without_a_window(
         "start-up names the configured window: {seen:#?}"
     );
 }
+
+#[tokio::test]
+async fn the_catch_all_pattern_is_missing_only_while_no_window_is_configured() {
+    let server = Server::start(false).await;
+    let missing = |fg: Foldgate| async move {
+        // The report is made once, just after start-up.
+        for _ in 0..100 {
+            let w = windows(&fg).await;
+            if w["missing"].as_array().is_some_and(|m| !m.is_empty()) {
+                return w["missing"].clone();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        windows(&fg).await["missing"].clone()
+    };
+    let bare = Foldgate::start(&config(&server, "[tokens]\ndiscover = false\n")).await;
+    assert_eq!(
+        missing(bare).await,
+        json!([{"provider": "local", "model": "*",
+                "config": "[models.\"*\"] context_window = N"}])
+    );
+    let configured = Foldgate::start(&config(
+        &server,
+        "[tokens]\ndiscover = false\n[models.\"demo-*\"]\ncontext_window = 4000\n",
+    ))
+    .await;
+    assert_eq!(missing(configured).await, json!([]));
+}

@@ -37,7 +37,8 @@ pub(super) fn log(app: &App, listed: &BTreeMap<String, Vec<String>>) {
 }
 
 /// The models of local providers (this machine, a private network) whose
-/// window would be the default: the ids each listed, else its model globs.
+/// window would be the default: the ids each listed, else its model globs
+/// (the catch-all `*` only while no `[models."…"]` window is configured).
 fn missing(app: &App, listed: &BTreeMap<String, Vec<String>>) -> Vec<MissingWindow> {
     let mut missing = Vec::new();
     for (name, provider_config) in &app.config.providers {
@@ -49,6 +50,11 @@ fn missing(app: &App, listed: &BTreeMap<String, Vec<String>>) -> Vec<MissingWind
             _ => &provider_config.models,
         };
         for model in models {
+            // The catch-all pattern names no model: when the config gives
+            // windows for the models it uses, it is not a missing one.
+            if model == "*" && !app.config.models.is_empty() {
+                continue;
+            }
             if app.tokens.limits_quiet(model).source == LimitSource::Default {
                 missing.push(MissingWindow::new(name, model));
             }

@@ -282,15 +282,26 @@ function chart(turns, folds, failed) {
     return i < 0 ? points.length - 1 : i;
   };
   const stacked = new Map();
-  const mark = (unixSeconds) => {
-    const i = slot(unixSeconds);
+  const mark = (unixSeconds) => markAt(slot(unixSeconds));
+  if (!points.length) return;
+  // A fold a request waited for is at the turn that says `new`: the
+  // newest such folds and turns pair up from the end (timestamps have
+  // whole seconds, too coarse for turns that come fast). Others, and
+  // background folds, go by time.
+  const newTurns = turns.map((t, i) => (t.fold === 'new' ? i : -1)).filter((i) => i >= 0);
+  const waited = folds.filter((s) => !s.background);
+  const atTurn = new Map();
+  waited.slice(-newTurns.length || waited.length).forEach((s, k, list) => {
+    const turn = newTurns[newTurns.length - list.length + k];
+    if (turn !== undefined) atTurn.set(s, turn);
+  });
+  const markAt = (i) => {
     const k = stacked.get(i) || 0;
     stacked.set(i, k + 1);
     return { cx: x(i), cy: Math.max(T + 4, y(points[i].sent) - 10 * k) };
   };
-  if (!points.length) return;
   for (const s of folds) {
-    const m = mark(s.created_at);
+    const m = atTurn.has(s) ? markAt(atTurn.get(s)) : mark(s.created_at);
     if (s.background) add('rect', { x: m.cx - 4, y: m.cy - 4, width: 8, height: 8, class: 'fold background' });
     else add('circle', { cx: m.cx, cy: m.cy, r: 4, class: 'fold' });
   }

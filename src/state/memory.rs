@@ -38,17 +38,37 @@ pub(super) fn weight(chain: &FoldChain) -> usize {
         .iter()
         .map(|s| {
             let sum = &s.summary;
-            256 + sum.summary.len()
-                + sum
-                    .sections()
-                    .iter()
-                    .flat_map(|(_, items)| items.iter())
-                    .map(String::len)
-                    .sum::<usize>()
+            let sections: usize = sum
+                .sections()
+                .iter()
+                .flat_map(|(_, items)| items.iter())
+                .map(|item| STRING + item.len())
+                .sum();
+            // The ledger is most of a state's memory: up to a few hundred
+            // items, each two strings and its numbers.
+            let ledger: usize = s
+                .ledger
+                .items()
+                .iter()
+                .map(|i| LEDGER_ITEM + i.value.len() + i.context.len() + 8 * i.numbers.len())
+                .sum();
+            STATE
+                + s.id.len()
+                + s.parent.as_ref().map_or(0, String::len)
+                + sum.summary.len()
+                + sections
+                + ledger
         })
         .sum();
     states + 200 * chain.records()
 }
+
+/// What a weight counts beside text: a `FoldState` with its fixed fields
+/// and vectors, a `String` in a list, a `LedgerItem` (its strings' and
+/// vector's headers, kind and flags).
+const STATE: usize = 512;
+const STRING: usize = 32;
+const LEDGER_ITEM: usize = 112;
 
 impl Store for MemoryStore {
     fn load<'a>(&'a self, key: &'a ConvKey) -> BoxFuture<'a, Option<Arc<FoldChain>>> {
@@ -87,5 +107,65 @@ impl Store for MemoryStore {
 
     fn count(&self) -> u64 {
         self.cache.entry_count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::weight;
+    use crate::fold::ledger::{Ledger, LedgerItem};
+    use crate::fold::{ChainHash, FoldChain, FoldState, Reason, Summary};
+
+    fn chain(ledger: Ledger) -> FoldChain {
+        let mut chain = FoldChain::new();
+        chain.push(FoldState {
+            id: "s1".into(),
+            parent: None,
+            depth: 1,
+            summary: Summary {
+                summary: "the story".into(),
+                ..Summary::default()
+            },
+            ledger,
+            covered: 10,
+            kept_user: None,
+            chain: ChainHash([7; 32]),
+            user_turns: 5,
+            messages: 14,
+            created_at: 1,
+            tokens_before: 3000,
+            tokens_after: 900,
+            reason: Reason::Token,
+            summarizer: None,
+            api: "chat".into(),
+            recall: false,
+            retained: Default::default(),
+            background: false,
+        });
+        chain
+    }
+
+    #[test]
+    fn a_ledger_weighs_what_its_items_hold() {
+        let items: Vec<LedgerItem> = (0..200)
+            .map(|i| {
+                LedgerItem::new(
+                    format!("src/queue/mod{i}.rs"),
+                    "where the failing test lives".into(),
+                    None,
+                )
+            })
+            .collect();
+        let ledger: Ledger = serde_json::from_value(serde_json::to_value(items).unwrap()).unwrap();
+        let text: usize = ledger
+            .items()
+            .iter()
+            .map(|i| i.value.len() + i.context.len())
+            .sum();
+        let extra = weight(&chain(ledger)) - weight(&chain(Ledger::default()));
+        assert!(
+            extra >= text + 200 * 100,
+            "200 items of {text} text bytes weigh only {extra} more"
+        );
     }
 }

@@ -382,12 +382,11 @@ impl StubCache {
             moka::sync::Cache::builder()
                 .max_capacity(bytes)
                 .weigher(|_, v: &Arc<(Value, u32)>| {
-                    // A stub's text dominates its size.
-                    let text =
-                        v.0.get("content")
-                            .and_then(Value::as_str)
-                            .map_or(0, str::len);
-                    u32::try_from(text + 128).unwrap_or(u32::MAX)
+                    // A stub is small; its JSON text (content blocks of
+                    // Anthropic and Responses stubs included) stands for
+                    // its size, with a tree's overhead on top.
+                    let text = serde_json::to_vec(&v.0).map_or(0, |t| t.len());
+                    u32::try_from(2 * text + 128).unwrap_or(u32::MAX)
                 })
                 .build(),
         )

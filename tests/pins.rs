@@ -315,3 +315,60 @@ async fn over_the_pin_budget_the_oldest_pins_fold_with_a_warning() {
     .json();
     assert_eq!(state["states"][0]["pins_folded"], 1, "{state}");
 }
+
+/// The ledger keeps what the plan marks completed apart from open work: a
+/// summarizer that keeps no identifier, a ticket and a host planted early,
+/// a TodoWrite call that completes the ticket's item only.
+#[tokio::test]
+async fn the_ledger_keeps_completed_items_apart_from_open_ones() {
+    use foldgate::fold::ledger::{DONE_HEADING, LEDGER_HEADING};
+    let llm = Llm::start().await;
+    llm.answer_always(common::llm::Sum::Lossy);
+    let fg = Foldgate::start(&format!(
+        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"agent-*\"]\ncontext_window = 4000\n\
+         [policy]\nmode = \"inline\"\n",
+        llm.url()
+    ))
+    .await;
+    let todos = json!({"todos": [
+        {"content": "Fix invoice INV-QP20931", "status": "completed"},
+        {"content": "Move the queue to falcon.corp", "status": "in_progress"}]});
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a coding agent."}),
+        json!({"role": "user", "content": "Invoice INV-QP20931 is wrong, and the queue must move to falcon.corp."}),
+        json!({"role": "assistant", "content": "Planning.", "tool_calls": [{"id": "t1", "type": "function",
+            "function": {"name": "TodoWrite", "arguments": todos.to_string()}}]}),
+        json!({"role": "tool", "tool_call_id": "t1", "content": "Todos updated"}),
+    ];
+    for k in 0..40 {
+        messages.push(json!({"role": "user", "content": format!("step {k}: {}", "keep going with the work ".repeat(16))}));
+        messages.push(json!({"role": "assistant", "content": "ok"}));
+    }
+    let reply = post_json(
+        &format!("{}/v1/chat/completions", fg.url),
+        &[("x-conversation-id", "done-apart")],
+        &json!({"model": "agent-model", "max_tokens": 100, "messages": messages}),
+    )
+    .await;
+    reply.assert_ok();
+    assert_eq!(reply.header("x-foldgate-fold"), "new");
+    let sent = llm.chat_requests().last().cloned().unwrap();
+    let summary = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .find(|t| t.contains(LEDGER_HEADING))
+        .unwrap()
+        .to_owned();
+    let (open, done) = summary
+        .split_once(LEDGER_HEADING)
+        .unwrap()
+        .1
+        .split_once(DONE_HEADING)
+        .expect("a completed section");
+    assert!(open.contains("falcon.corp"), "{summary}");
+    assert!(!open.contains("INV-QP20931"), "{summary}");
+    assert!(done.contains("INV-QP20931"), "{summary}");
+    assert!(!done.contains("falcon.corp"), "{summary}");
+}

@@ -58,6 +58,10 @@ pub struct LedgerItem {
     /// For a collapsed template (`Step 1–20`), its numbers, ascending.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub numbers: Vec<u64>,
+    /// Named by an item the newest plan-tool call marks completed:
+    /// rendered apart from the open ones, so finished work is not redone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub done: bool,
 }
 
 impl LedgerItem {
@@ -70,6 +74,7 @@ impl LedgerItem {
             kind,
             assistant: false,
             numbers: Vec::new(),
+            done: false,
         }
     }
 }
@@ -200,6 +205,14 @@ impl Ledger {
     pub fn render(&self) -> String {
         render_items(&self.items)
     }
+
+    /// Marks the items that `completed` (texts of the plan's completed
+    /// entries) name, word for word, as done; the others as open.
+    pub fn mark_done(&mut self, completed: &[String]) {
+        for item in &mut self.items {
+            item.done = completed.iter().any(|t| contains_token(t, &item.value));
+        }
+    }
 }
 
 /// Candidate items in order, each value once (the first offer wins).
@@ -231,12 +244,23 @@ fn render_items(items: &[LedgerItem]) -> String {
         return String::new();
     }
     let mut out = String::from(LEDGER_HEADING);
-    for item in items {
+    for item in items.iter().filter(|i| !i.done) {
         out.push('\n');
         push_line(&mut out, item);
     }
+    if items.iter().any(|i| i.done) {
+        out.push('\n');
+        out.push_str(DONE_HEADING);
+        for item in items.iter().filter(|i| i.done) {
+            out.push('\n');
+            push_line(&mut out, item);
+        }
+    }
     out
 }
+
+/// Heads the ledger items the plan marks completed (after the open ones).
+pub const DONE_HEADING: &str = "Completed (per the plan; do not redo):";
 
 fn push_line(out: &mut String, item: &LedgerItem) {
     out.push_str("- ");

@@ -90,6 +90,36 @@ impl PlanCall {
         })
     }
 
+    /// The texts of the entries this call marks completed (`status`
+    /// `completed`, `done` or `complete`, in any list of objects among its
+    /// arguments: TodoWrite's `todos`, update_plan's `plan`, …), each
+    /// entry's string fields but its status and id joined.
+    pub fn completed(&self) -> Vec<String> {
+        let Ok(Value::Object(arguments)) = serde_json::from_str::<Value>(&self.arguments) else {
+            return Vec::new();
+        };
+        arguments
+            .values()
+            .filter_map(Value::as_array)
+            .flatten()
+            .filter_map(Value::as_object)
+            .filter(|entry| {
+                entry
+                    .get("status")
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| matches!(s, "completed" | "done" | "complete"))
+            })
+            .map(|entry| {
+                entry
+                    .iter()
+                    .filter(|(k, _)| !matches!(k.as_str(), "status" | "id"))
+                    .filter_map(|(_, v)| v.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    }
+
     /// The plan section of the summary message.
     pub fn render(&self) -> String {
         format!(
@@ -160,5 +190,38 @@ mod tests {
         assert_eq!(plan.arguments, r#"{"todos":[2]}"#);
         assert!(plan.render().starts_with(PLAN_HEADING));
         assert_eq!(PlanCall::newest(ms[1..2].iter(), &policy), None);
+    }
+
+    #[test]
+    fn completed_entries_are_read_from_the_plan_tools_lists() {
+        let todo = PlanCall {
+            tool: "TodoWrite".into(),
+            arguments: json!({"todos": [
+                {"id": "1", "content": "Fix INV-QP20931", "status": "completed", "activeForm": "Fixing it"},
+                {"id": "2", "content": "Deploy falcon.corp", "status": "in_progress"},
+            ]})
+            .to_string(),
+        };
+        assert_eq!(
+            todo.completed(),
+            vec!["Fix INV-QP20931 Fixing it".to_owned()]
+        );
+        let codex = PlanCall {
+            tool: "update_plan".into(),
+            arguments: json!({"explanation": "x", "plan": [
+                {"step": "Run cargo test -p billing", "status": "completed"},
+                {"step": "Open a PR", "status": "pending"},
+            ]})
+            .to_string(),
+        };
+        assert_eq!(
+            codex.completed(),
+            vec!["Run cargo test -p billing".to_owned()]
+        );
+        let broken = PlanCall {
+            tool: "TodoWrite".into(),
+            arguments: "{not json".into(),
+        };
+        assert!(broken.completed().is_empty());
     }
 }

@@ -11,7 +11,7 @@ use crate::config::{Mode, OnFailure};
 use crate::error::{ApiError, fold_failed};
 use crate::fold::ledger::{Ledger, LedgerUpdate};
 use crate::fold::{
-    Decision, FailureRecord, FoldChain, FoldPlan, FoldState, Reason, Summary, ViewInfo,
+    Decision, FailureRecord, FoldChain, FoldPlan, FoldState, PlanCall, Reason, Summary, ViewInfo,
 };
 use crate::metrics::Metrics;
 use crate::summarize::{Outcome, Target};
@@ -391,12 +391,19 @@ impl FoldRequest {
             0
         };
         let reserve = self.budget.summary_reserve.saturating_sub(hint);
+        // Items the newest plan call marks completed are kept apart.
+        let completed = plan
+            .retained
+            .plan
+            .as_ref()
+            .map(PlanCall::completed)
+            .unwrap_or_default();
         let mut attempts = 0;
         let LedgerUpdate { ledger, evicted } = loop {
             attempts += 1;
             let text = summary.render(folded_count);
             let narrative = count(&text);
-            let update = Ledger::after_fold(
+            let mut update = Ledger::after_fold(
                 &previous,
                 previous_summary.as_deref(),
                 folded,
@@ -404,6 +411,7 @@ impl FoldRequest {
                 reserve.saturating_sub(narrative).max(reserve / 2),
                 &count,
             );
+            update.ledger.mark_done(&completed);
             let room = reserve.saturating_sub(count(&update.ledger.render()));
             if narrative <= room || attempts == 3 || !summary.trim_to(folded_count, room, &count) {
                 break update;

@@ -155,6 +155,7 @@ pub(super) fn collapse(items: Vec<LedgerItem>) -> Vec<LedgerItem> {
             kind: t.kind,
             assistant: group.iter().all(|&m| items[m].assistant),
             numbers,
+            done: false,
         });
     }
     out
@@ -180,6 +181,7 @@ mod tests {
             kind: Some(kind),
             assistant: false,
             numbers: Vec::new(),
+            done: false,
         }
     }
 

@@ -199,3 +199,24 @@ fn serializes_as_a_list() {
     let back: Ledger = serde_json::from_str(&text).unwrap_or_default();
     assert_eq!(back, ledger);
 }
+
+#[test]
+fn items_the_plan_completed_render_apart_after_the_open_ones() {
+    let mut ledger = Ledger {
+        items: vec![
+            item("src/queue/mod.rs", "ported"),
+            item("INV-QP20931", "the invoice to fix"),
+            item("billing-v2", "the branch"),
+        ],
+    };
+    ledger.mark_done(&["Port src/queue/mod.rs to the new queue".to_owned()]);
+    assert_eq!(
+        ledger.render(),
+        format!(
+            "{LEDGER_HEADING}\n- INV-QP20931 — the invoice to fix\n- billing-v2 — the branch\n{DONE_HEADING}\n- src/queue/mod.rs — ported"
+        )
+    );
+    // A later plan that reopens the item moves it back.
+    ledger.mark_done(&[]);
+    assert!(!ledger.render().contains(DONE_HEADING));
+}

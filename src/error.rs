@@ -239,7 +239,7 @@ pub enum StartupError {
     /// Upstream clients could not be built.
     #[error("upstream: {0}")]
     Upstream(String),
-    /// The state store could not be opened.
+    /// The state store or the archive could not be opened.
     #[error("state: {0}")]
-    State(String),
+    State(#[from] crate::state::StoreError),
 }

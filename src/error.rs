@@ -238,7 +238,7 @@ pub enum StartupError {
     Tls(String),
     /// Upstream clients could not be built.
     #[error("upstream: {0}")]
-    Upstream(String),
+    Upstream(#[from] crate::upstream::UpstreamError),
     /// The state store or the archive could not be opened.
     #[error("state: {0}")]
     State(#[from] crate::state::StoreError),

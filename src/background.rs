@@ -11,6 +11,7 @@
 //! to the pending job or is released, and shutdown does not wait for it.
 
 use crate::state::ConvKey;
+use backon::{BackoffBuilder, ExponentialBuilder};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -20,6 +21,9 @@ use tokio_util::task::TaskTracker;
 
 /// Conversations with recent failures kept before expired ones are swept.
 const MAX_BACKOFFS: usize = 4096;
+
+/// The failure backoff's cap, as doublings of its base (32 × base).
+const MAX_DOUBLINGS: u32 = 5;
 
 /// One fold, ready to run.
 pub type Job = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
@@ -132,7 +136,7 @@ impl Background {
             backoff.retain(|_, &mut (_, until)| until > now);
         }
         let failures = backoff.get(key).map_or(1, |&(n, _)| n.saturating_add(1));
-        let wait = base.saturating_mul(1 << (failures - 1).min(5));
+        let wait = failure_wait(base, failures);
         backoff.insert(key.clone(), (failures, Instant::now() + wait));
     }
 
@@ -140,6 +144,21 @@ impl Background {
     pub fn record_success(&self, key: &ConvKey) {
         lock(&self.backoff).remove(key);
     }
+}
+
+/// The wait after `failures` failed folds in a row (at least one): `base`,
+/// doubled with each further failure, at most 32 × `base`. No jitter: one
+/// conversation's folds never fail in step with another's.
+fn failure_wait(base: Duration, failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(MAX_DOUBLINGS);
+    ExponentialBuilder::default()
+        .with_min_delay(base)
+        .with_max_delay(base.saturating_mul(1 << MAX_DOUBLINGS))
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+        .nth(doublings as usize)
+        .unwrap_or(base)
 }
 
 /// A conversation's claim on running jobs. Released in the same critical
@@ -261,5 +280,33 @@ mod tests {
         assert!(!bg.backing_off(&k));
         bg.record_failure(&k, Duration::ZERO);
         assert!(!bg.backing_off(&k), "a zero backoff never blocks");
+    }
+
+    #[test]
+    fn failure_wait_doubles_up_to_32_times_base() {
+        let base = Duration::from_secs(30);
+        let waits: Vec<u64> = (1..=9).map(|n| failure_wait(base, n).as_secs()).collect();
+        assert_eq!(waits, [30, 60, 120, 240, 480, 960, 960, 960, 960]);
+        assert_eq!(failure_wait(base, u32::MAX), base * 32);
+        assert_eq!(failure_wait(Duration::ZERO, 7), Duration::ZERO);
+        assert_eq!(
+            failure_wait(Duration::from_millis(250), 3),
+            Duration::from_secs(1)
+        );
+        // Saturates rather than overflowing on an absurd base.
+        assert_eq!(failure_wait(Duration::MAX, 3), Duration::MAX);
+    }
+
+    #[test]
+    fn failures_count_and_wait_grows() {
+        let bg = Background::default();
+        let k = key("c");
+        for n in 1..=3 {
+            bg.record_failure(&k, Duration::from_secs(60));
+            let (count, wait) = bg.failures(&k).unwrap();
+            assert_eq!(count, n);
+            assert!(wait > Duration::from_secs(60 << (n - 1)) - Duration::from_secs(1));
+            assert!(wait <= Duration::from_secs(60 << (n - 1)));
+        }
     }
 }

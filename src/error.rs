@@ -238,8 +238,8 @@ pub enum StartupError {
     Tls(String),
     /// Upstream clients could not be built.
     #[error("upstream: {0}")]
-    Upstream(String),
-    /// The state store could not be opened.
+    Upstream(#[from] crate::upstream::UpstreamError),
+    /// The state store or the archive could not be opened.
     #[error("state: {0}")]
-    State(String),
+    State(#[from] crate::state::StoreError),
 }

@@ -133,6 +133,12 @@ async fn listing_rules(fg: &Foldgate) {
     get(fg, "/foldgate/conversations?after=nocolon", &a)
         .await
         .assert_envelope(400, "invalid_request");
+    // Malformed escapes are kept as written, so they fail the same checks.
+    for query in ["limit=%zz", "limit=%3", "limit=1%", "after=%E2%82"] {
+        get(fg, &format!("/foldgate/conversations?{query}"), &a)
+            .await
+            .assert_envelope(400, "invalid_request");
+    }
     // 404 with a message that says why: unknown, or another tenant's.
     for (path, key) in [
         ("/foldgate/conversations/never-seen", "Bearer sk-a"),

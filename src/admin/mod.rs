@@ -50,7 +50,7 @@ pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
             .await
         }
         (&Method::GET, p) if archive::id_of(p).is_some() => {
-            let id = percent_decode(archive::id_of(p).unwrap_or_default(), false);
+            let id = decode_segment(archive::id_of(p).unwrap_or_default());
             let query = req.uri().query().unwrap_or("");
             guarded(app, &req, |access| async move {
                 archive::search(app, access.tenant(), &id, query_pairs(query)).await
@@ -58,7 +58,7 @@ pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
             .await
         }
         (&Method::GET, p) if p.starts_with("/foldgate/conversations/") => {
-            let id = percent_decode(&p["/foldgate/conversations/".len()..], false);
+            let id = decode_segment(&p["/foldgate/conversations/".len()..]);
             guarded(app, &req, |access| async move {
                 conversations::one(app, &access, &id).await
             })
@@ -147,28 +147,13 @@ fn metrics(app: &App) -> Response<Body> {
     response
 }
 
-/// Decodes `%XX` escapes (and, in a query, `+` as a space).
-fn percent_decode(segment: &str, query: bool) -> String {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(if query && bytes[i] == b'+' {
-            b' '
-        } else {
-            bytes[i]
-        });
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// Decodes a path segment's `%XX` escapes (a `+` stays a plus). A
+/// malformed escape is kept as written and invalid UTF-8 becomes U+FFFD,
+/// so a bad id is simply not found.
+fn decode_segment(segment: &str) -> String {
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 fn json(value: serde_json::Value) -> Response<Body> {
@@ -180,12 +165,12 @@ fn json(value: serde_json::Value) -> Response<Body> {
     response
 }
 
-/// The decoded `name=value` pairs of a query string.
+/// The decoded `name=value` pairs of a query string (`+` is a space; a
+/// malformed escape is kept as written, so a bad value fails the route's
+/// own check with a 400).
 fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
-    query.split('&').filter(|p| !p.is_empty()).map(|pair| {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        (percent_decode(name, true), percent_decode(value, true))
-    })
+    form_urlencoded::parse(query.as_bytes())
+        .map(|(name, value)| (name.into_owned(), value.into_owned()))
 }
 
 #[cfg(test)]
@@ -203,6 +188,24 @@ mod tests {
                 ("flag".into(), String::new())
             ]
         );
-        assert_eq!(percent_decode("a+b%20c", false), "a+b c");
+        assert_eq!(decode_segment("a+b%20c"), "a+b c");
+    }
+
+    #[test]
+    fn malformed_escapes_are_kept_as_written() {
+        let pairs: Vec<_> = query_pairs("limit=%zz&after=%4&q=100%&x=%E2%82&=v&k=a=b").collect();
+        assert_eq!(
+            pairs,
+            [
+                ("limit".into(), "%zz".into()),
+                ("after".into(), "%4".into()),
+                ("q".into(), "100%".into()),
+                ("x".into(), "\u{fffd}".into()),
+                (String::new(), "v".into()),
+                ("k".into(), "a=b".into()),
+            ]
+        );
+        assert_eq!(decode_segment("c%2F1%"), "c/1%");
+        assert_eq!(decode_segment("%C3%A9%ff"), "\u{e9}\u{fffd}");
     }
 }

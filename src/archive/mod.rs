@@ -31,6 +31,7 @@ use crate::fold::extract::message_text;
 use crate::message::{self, MessageId};
 use crate::metrics::Metrics;
 use crate::state::ConvKey;
+use crate::state::StoreError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
@@ -176,7 +177,7 @@ fn now_unix() -> i64 {
 impl Archive {
     /// Opens the archive in the state's backend (Redis inside the runtime);
     /// the spool counts into `metrics`.
-    pub fn open(config: &Config, metrics: Arc<Metrics>) -> Result<Self, String> {
+    pub fn open(config: &Config, metrics: Arc<Metrics>) -> Result<Self, StoreError> {
         let archive = &config.archive;
         let backend = if !archive.enabled {
             Backend::Off
@@ -243,7 +244,7 @@ impl Archive {
 
 impl Backend {
     /// The state backend's archive (Redis inside the runtime).
-    fn open(config: &Config, metrics: Arc<Metrics>) -> Result<Self, String> {
+    fn open(config: &Config, metrics: Arc<Metrics>) -> Result<Self, StoreError> {
         let archive = &config.archive;
         Ok(match config.state.backend {
             StateBackend::Memory => Self::Memory(memory::MemoryArchive::new(
@@ -403,7 +404,7 @@ impl Archive {
 
 /// `foldgate prune`: deletes messages archived longer ago than
 /// `older_than` from the SQLite archive; returns how many.
-pub fn prune(config: &Config, older_than: Duration) -> Result<usize, String> {
+pub fn prune(config: &Config, older_than: Duration) -> Result<usize, StoreError> {
     let cutoff = now_unix().saturating_sub(i64::try_from(older_than.as_secs()).unwrap_or(i64::MAX));
     sqlite::prune(&config.archive.path_for(&config.state), cutoff)
 }

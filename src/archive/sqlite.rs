@@ -9,6 +9,7 @@ use super::query::Query;
 use super::{Hit, Row};
 use crate::config::ArchiveConfig;
 use crate::state::ConvKey;
+use crate::state::StoreError;
 use rusqlite::{Connection, params};
 use std::path::Path;
 use std::sync::mpsc;
@@ -50,7 +51,7 @@ const MIGRATIONS: &[&str] = &[
 ];
 
 /// Opens (creating and migrating) the archive database at `path`.
-fn open(path: &Path) -> Result<Connection, String> {
+fn open(path: &Path) -> Result<Connection, StoreError> {
     crate::state::sqlite::db::open_with(path, "archive.path", MIGRATIONS)
 }
 
@@ -93,7 +94,7 @@ pub struct SqliteArchive {
 
 impl SqliteArchive {
     /// Opens (creating and migrating) the archive database at `path`.
-    pub fn open(path: &Path, config: &ArchiveConfig) -> Result<Self, String> {
+    pub fn open(path: &Path, config: &ArchiveConfig) -> Result<Self, StoreError> {
         let conn = open(path)?;
         let (tx, rx) = mpsc::channel();
         let ttl = i64::try_from(config.ttl.as_secs()).unwrap_or(i64::MAX);
@@ -101,7 +102,10 @@ impl SqliteArchive {
         let worker = std::thread::Builder::new()
             .name("foldgate-archive".into())
             .spawn(move || run(conn, &rx, ttl, max))
-            .map_err(|e| format!("archive: cannot start the SQLite thread: {e}"))?;
+            .map_err(|source| StoreError::Thread {
+                what: "archive",
+                source,
+            })?;
         tracing::info!(target: "foldgate::archive", path = %path.display(), "folded messages archived in SQLite");
         Ok(Self {
             tx: Some(tx),
@@ -350,10 +354,10 @@ fn expire(conn: &Connection, cutoff: i64) -> rusqlite::Result<usize> {
 
 /// `foldgate prune`: deletes rows archived before `cutoff` from the
 /// archive database at `path`, when there is one.
-pub fn prune(path: &Path, cutoff: i64) -> Result<usize, String> {
+pub fn prune(path: &Path, cutoff: i64) -> Result<usize, StoreError> {
     if !path.exists() {
         return Ok(0);
     }
     let conn = open(path)?;
-    expire(&conn, cutoff).map_err(|e| format!("archive.path {}: {e}", path.display()))
+    expire(&conn, cutoff).map_err(|e| StoreError::from(e).at("archive.path", path))
 }

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize, Serializer};
 use std::fmt;
+use subtle::ConstantTimeEq;
 
 /// A secret value. `Debug`, `Display` and `Serialize` print `****`, so a
 /// secret cannot leak through logs or `foldgate check-config`.
@@ -20,16 +21,11 @@ impl Secret {
         &self.0
     }
 
-    /// Whether `offered` is this secret, compared without an early exit on
-    /// the first differing byte, so timing tells nothing about the value.
+    /// Whether `offered` is this secret, compared in constant time
+    /// (`subtle`), so timing tells nothing about the value (only whether
+    /// the lengths differ).
     pub fn matches(&self, offered: &str) -> bool {
-        self.0.len() == offered.len()
-            && self
-                .0
-                .bytes()
-                .zip(offered.bytes())
-                .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-                == 0
+        self.0.as_bytes().ct_eq(offered.as_bytes()).into()
     }
 }
 

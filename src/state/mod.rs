@@ -10,6 +10,7 @@
 //! [`open`] picks the backend from `[state]`; [`prune`] serves
 //! `foldgate prune`.
 
+mod error;
 mod hot;
 pub mod list;
 mod memory;
@@ -17,6 +18,7 @@ pub mod redis;
 pub mod sqlite;
 pub mod turns;
 
+pub use error::StoreError;
 pub use list::{ListQuery, MAX_LIMIT};
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
@@ -144,7 +146,7 @@ impl Flights {
 
 /// Opens the configured backend. Redis must be opened inside the Tokio
 /// runtime; a Redis that is down is not an error (see [`RedisStore`]).
-pub fn open(config: &StateConfig) -> Result<Arc<dyn Store>, String> {
+pub fn open(config: &StateConfig) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match config.backend {
         StateBackend::Memory => Arc::new(MemoryStore::new(config)),
         StateBackend::Sqlite => Arc::new(SqliteStore::open(config)?),
@@ -155,12 +157,9 @@ pub fn open(config: &StateConfig) -> Result<Arc<dyn Store>, String> {
 /// Deletes states unused for `older_than` and audit rows made before then.
 /// Only SQLite keeps anything to prune: Redis and memory states expire
 /// after `state.ttl` on their own.
-pub fn prune(config: &StateConfig, older_than: Duration) -> Result<Pruned, String> {
+pub fn prune(config: &StateConfig, older_than: Duration) -> Result<Pruned, StoreError> {
     if config.backend != StateBackend::Sqlite {
-        return Err(format!(
-            "prune works on state.backend = \"sqlite\"; {:?} states expire after state.ttl on their own",
-            config.backend
-        ));
+        return Err(StoreError::NothingToPrune(config.backend));
     }
     let mut conn = sqlite::db::open(&config.path)?;
     let now = std::time::SystemTime::now()
@@ -168,5 +167,5 @@ pub fn prune(config: &StateConfig, older_than: Duration) -> Result<Pruned, Strin
         .map_or(0, |d| d.as_secs());
     let cutoff = i64::try_from(now.saturating_sub(older_than.as_secs())).unwrap_or(i64::MAX);
     sqlite::db::prune(&mut conn, cutoff)
-        .map_err(|e| format!("state.path {}: {e}", config.path.display()))
+        .map_err(|e| StoreError::from(e).at("state.path", &config.path))
 }

@@ -13,6 +13,7 @@
 //! ([`check`]). Calls per provider are bounded (`max_concurrent`).
 
 mod check;
+mod error;
 mod parse;
 pub mod prompt;
 
@@ -27,6 +28,7 @@ use crate::fold::Summary;
 use crate::upstream::Provider;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use bytes::Bytes;
+use error::CallError;
 use http::{HeaderMap, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::Value;
@@ -111,12 +113,12 @@ enum Attempt {
     /// A summary, the tokens spent, and whether it was cut off.
     Done(Summary, u64, bool),
     /// Worth another try after a backoff.
-    Retry(String),
+    Retry(CallError),
     /// The answer could not be used; ask again saying why (with a larger
     /// limit when it was cut off).
     Invalid { error: String, truncated: bool },
     /// The model answered in a way retries will not fix.
-    Fatal(String),
+    Fatal(CallError),
     /// Try again at once with what was just learned.
     Adjusted,
 }
@@ -184,7 +186,7 @@ impl Summarizer {
         current: Option<&Summary>,
         messages: &[&Value],
         tokens: &(dyn Fn(&Value) -> u32 + Sync),
-    ) -> Result<(Summary, Spent), String> {
+    ) -> Result<(Summary, Spent), CallError> {
         let mut summary = current.cloned();
         let mut spent = Spent::default();
         for chunk in chunks(
@@ -200,9 +202,7 @@ impl Summarizer {
             spent.inventions += drop_inventions(&mut next, &user);
             summary = Some(next);
         }
-        summary
-            .map(|s| (s, spent))
-            .ok_or_else(|| "nothing to summarize".to_string())
+        summary.map(|s| (s, spent)).ok_or(CallError::Empty)
     }
 
     /// Calls one model until it yields a valid summary or attempts run out.
@@ -214,7 +214,7 @@ impl Summarizer {
         job: &Job<'_>,
         user: &str,
         spent: &mut Spent,
-    ) -> Result<Summary, String> {
+    ) -> Result<Summary, CallError> {
         let target = job.target;
         let (mut retries, mut calls, mut unusable) = (0u32, 0u32, 0u32);
         let mut delays = self.delays();
@@ -251,7 +251,7 @@ impl Summarizer {
                     return Ok(summary);
                 }
                 Attempt::Adjusted if calls < 8 => continue,
-                Attempt::Adjusted => return Err("the model rejects every request format".into()),
+                Attempt::Adjusted => return Err(CallError::EveryFormatRejected),
                 Attempt::Fatal(e) => return Err(e),
                 Attempt::Invalid { error, truncated } => {
                     spent.truncated += u32::from(truncated);
@@ -262,12 +262,15 @@ impl Summarizer {
                             .saturating_mul(2)
                             .min(job.output_tokens.saturating_mul(2));
                     }
-                    (error, false)
+                    (CallError::Unusable(error), false)
                 }
                 Attempt::Retry(e) => (e, true),
             };
             if retries >= self.config.retries {
-                return Err(format!("{failure} (after {calls} attempts)"));
+                return Err(CallError::GaveUp {
+                    failure: Box::new(failure),
+                    calls,
+                });
             }
             retries += 1;
             // A changed request can go at once; the same one waits.
@@ -318,7 +321,7 @@ impl Summarizer {
     ) -> Attempt {
         let call = post(target, credentials, body, self.config.timeout);
         let (status, bytes) = match tokio::time::timeout(self.config.timeout, call).await {
-            Err(_) => return Attempt::Retry(format!("timed out after {:?}", self.config.timeout)),
+            Err(_) => return Attempt::Retry(CallError::Timeout(self.config.timeout)),
             Ok(Err(e)) => return Attempt::Retry(e),
             Ok(Ok(answer)) => answer,
         };
@@ -356,7 +359,10 @@ impl Summarizer {
             );
             return Attempt::Adjusted;
         }
-        let detail = format!("status {status}: {}", snippet(&bytes));
+        let detail = CallError::Status {
+            status,
+            body: snippet(&bytes),
+        };
         if status == StatusCode::TOO_MANY_REQUESTS
             || status.is_server_error()
             || status == StatusCode::REQUEST_TIMEOUT
@@ -382,16 +388,13 @@ impl Summarizer {
 }
 
 /// The API the target's provider speaks, which shapes its calls.
-fn speaks(target: &Target) -> Result<crate::api::Api, String> {
+fn speaks(target: &Target) -> Result<crate::api::Api, CallError> {
     crate::api::for_provider(target.provider.api()).ok_or_else(|| no_calls(target))
 }
 
 /// Why a provider gets no summarizer call.
-fn no_calls(target: &Target) -> String {
-    format!(
-        "provider {} speaks no API that carries summarizer calls",
-        target.provider.name
-    )
+fn no_calls(target: &Target) -> CallError {
+    CallError::NoApi(target.provider.name.clone())
 }
 
 /// POSTs the call to the target, on the route of the API its provider
@@ -401,27 +404,20 @@ async fn post(
     credentials: &Credentials,
     body: Value,
     timeout: Duration,
-) -> Result<(StatusCode, Bytes), String> {
+) -> Result<(StatusCode, Bytes), CallError> {
     let path = speaks(target)?.summary_path(&target.model);
     let mut req = Request::post(path)
         .header(header::CONTENT_TYPE, "application/json")
-        .body(body::full(body.to_string()))
-        .map_err(|e| e.to_string())?;
+        .body(body::full(body.to_string()))?;
     for (name, value) in &credentials.headers {
         req.headers_mut().insert(name, value.clone());
     }
     let response = target
         .provider
         .send(req, timeout, credentials.drop_client_auth)
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     let status = response.status();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
+    let bytes = response.into_body().collect().await?.to_bytes();
     Ok((status, bytes))
 }
 
@@ -461,14 +457,14 @@ fn classify(answer: &Answer) -> Attempt {
 
 /// The assistant text, token usage and finish reason of a chat completion
 /// or an Anthropic message.
-fn read_completion(bytes: &[u8]) -> Result<Answer, String> {
-    let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("answer is not JSON: {e}"))?;
+fn read_completion(bytes: &[u8]) -> Result<Answer, CallError> {
+    let v: Value = serde_json::from_slice(bytes).map_err(CallError::NotJson)?;
     let number = |path: &str| v.pointer(path).and_then(Value::as_u64);
     let text = v
         .pointer("/choices/0/message/content")
         .or_else(|| v.pointer("/content/0/text"))
         .and_then(Value::as_str)
-        .ok_or_else(|| format!("answer has no message content: {}", snippet(bytes)))?;
+        .ok_or_else(|| CallError::NoContent(snippet(bytes)))?;
     let tokens = number("/usage/total_tokens")
         .or_else(|| Some(number("/usage/input_tokens")? + number("/usage/output_tokens")?))
         .unwrap_or(0);

@@ -1,6 +1,7 @@
 //! The pooled HTTP(S) client: hyper-util's legacy client over hyper-rustls,
 //! HTTP/1.1 and HTTP/2 by ALPN, webpki roots plus an optional private CA.
 
+use super::UpstreamError;
 use crate::body::Body;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -18,27 +19,37 @@ pub type HttpClient = Client<HttpsConnector<HttpConnector>, Body>;
 
 /// Builds a pooled client trusting webpki roots and, when given, the PEM
 /// certificates in `ca_file`.
-pub fn build(ca_file: Option<&Path>, connect_timeout: Duration) -> Result<HttpClient, String> {
+pub fn build(
+    ca_file: Option<&Path>,
+    connect_timeout: Duration,
+) -> Result<HttpClient, UpstreamError> {
     let mut roots = RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(path) = ca_file {
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
             .and_then(|it| it.collect())
-            .map_err(|e| format!("ca_file {}: {e}", path.display()))?;
+            .map_err(|source| UpstreamError::CaFile {
+                path: path.to_path_buf(),
+                source,
+            })?;
         if certs.is_empty() {
-            return Err(format!("ca_file {}: no certificate found", path.display()));
+            return Err(UpstreamError::NoCertificate {
+                path: path.to_path_buf(),
+            });
         }
         for cert in certs {
             roots
                 .add(cert)
-                .map_err(|e| format!("ca_file {}: {e}", path.display()))?;
+                .map_err(|source| UpstreamError::BadCertificate {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
         }
     }
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
+    .with_safe_default_protocol_versions()?
     .with_root_certificates(roots)
     .with_no_client_auth();
 

@@ -2,10 +2,13 @@
 //! request with clean headers and a deadline for the response head.
 
 mod client;
+mod error;
 pub mod headers;
 mod retry;
 
 pub use client::HttpClient;
+
+pub use error::UpstreamError;
 
 use crate::body::Body;
 use crate::config::{Config, ProviderApi, Secret};
@@ -45,17 +48,26 @@ pub struct Upstreams {
 impl Upstreams {
     /// Builds a client per provider (providers without `ca_file` share one
     /// pool). Reads provider keys from the environment once.
-    pub fn new(config: Arc<Config>) -> Result<Self, String> {
+    pub fn new(config: Arc<Config>) -> Result<Self, UpstreamError> {
         let shared = client::build(None, config.server.connect_timeout)?;
         let mut providers = HashMap::new();
         for (name, p) in &config.providers {
             let uri: Uri = p
                 .base_url
                 .parse()
-                .map_err(|e| format!("providers.{name}.base_url: {e}"))?;
+                .map_err(|source| UpstreamError::BaseUrl {
+                    name: name.clone(),
+                    source,
+                })?;
             let client = match &p.ca_file {
-                Some(ca) => client::build(Some(ca), config.server.connect_timeout)
-                    .map_err(|e| format!("providers.{name}.{e}"))?,
+                Some(ca) => {
+                    client::build(Some(ca), config.server.connect_timeout).map_err(|e| {
+                        UpstreamError::Provider {
+                            name: name.clone(),
+                            source: Box::new(e),
+                        }
+                    })?
+                }
                 None => shared.clone(),
             };
             // Unset: the client's credential is forwarded (warned at start-up).
@@ -70,7 +82,7 @@ impl Upstreams {
                 authority: uri
                     .authority()
                     .cloned()
-                    .ok_or_else(|| format!("providers.{name}.base_url has no host"))?,
+                    .ok_or_else(|| UpstreamError::NoHost { name: name.clone() })?,
                 base_path: uri.path().trim_end_matches('/').to_string(),
                 api_key,
                 api: p.api,
@@ -82,7 +94,7 @@ impl Upstreams {
         let default = config
             .default_provider()
             .and_then(|(name, _)| providers.get(name).cloned())
-            .ok_or("no provider configured")?;
+            .ok_or(UpstreamError::NoProvider)?;
         Ok(Self {
             config,
             providers,

@@ -19,6 +19,7 @@ use super::{Hit, Row};
 use crate::config::{ArchiveConfig, StateConfig};
 use crate::metrics::Metrics;
 use crate::state::ConvKey;
+use crate::state::StoreError;
 use crate::state::redis::{glob_escape, scan_keys};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::collections::HashSet;
@@ -79,17 +80,16 @@ impl RedisArchive {
         state: &StateConfig,
         config: &ArchiveConfig,
         metrics: Arc<Metrics>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, StoreError> {
         let url = state.url.as_ref().map(|u| u.expose()).unwrap_or_default();
-        let client = redis::Client::open(url).map_err(|e| format!("state.url: {e}"))?;
+        let client = redis::Client::open(url)?;
         let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| "the Redis archive must be opened inside the Tokio runtime".to_string())?;
+            .map_err(|_| StoreError::NoRuntime("the Redis archive"))?;
         let manager = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(state.timeout))
             .set_response_timeout(Some(state.timeout))
             .set_number_of_retries(1);
-        let conn = ConnectionManager::new_lazy_with_config(client, manager)
-            .map_err(|e| format!("state.url: {e}"))?;
+        let conn = ConnectionManager::new_lazy_with_config(client, manager)?;
         let conn = Conn {
             conn,
             ttl_ms: u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX),

@@ -7,6 +7,7 @@
 use super::Batch;
 use crate::archive::Row;
 use crate::state::ConvKey;
+use crate::state::StoreError;
 use rusqlite::{Connection, params};
 use std::path::Path;
 
@@ -24,13 +25,12 @@ pub type Saved = (i64, ConvKey, Vec<Row>);
 
 /// Opens (creating and migrating) the spool file at `path`; returns it and
 /// the batches it holds, oldest first.
-pub fn open(path: &Path) -> Result<(Connection, Vec<Saved>), String> {
+pub fn open(path: &Path) -> Result<(Connection, Vec<Saved>), StoreError> {
     let conn = crate::state::sqlite::db::open_with(path, "archive.spool_path", MIGRATIONS)?;
-    let name = path.display();
     let batches = {
         let mut stmt = conn
             .prepare("SELECT seq, tenant, conversation, rows FROM spool ORDER BY seq")
-            .map_err(|e| format!("archive.spool_path {name}: {e}"))?;
+            .map_err(|e| StoreError::from(e).at("archive.spool_path", path))?;
         let read = stmt
             .query_map([], |r| {
                 Ok((
@@ -41,7 +41,7 @@ pub fn open(path: &Path) -> Result<(Connection, Vec<Saved>), String> {
                 ))
             })
             .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-            .map_err(|e| format!("archive.spool_path {name}: {e}"))?;
+            .map_err(|e| StoreError::from(e).at("archive.spool_path", path))?;
         read.into_iter()
             .filter_map(|(seq, tenant, conversation, rows)| {
                 // A batch that does not parse is not replayable: say so.

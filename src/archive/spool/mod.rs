@@ -11,6 +11,7 @@ mod disk;
 use super::Row;
 use crate::metrics::Metrics;
 use crate::state::ConvKey;
+use crate::state::StoreError;
 use rusqlite::Connection;
 use std::collections::VecDeque;
 use std::path::Path;
@@ -97,7 +98,11 @@ impl Spool {
     /// A spool kept on disk at `path` too (when given), holding what the
     /// file held: batches a previous run could not hand the backend, to be
     /// replayed first (they count as spooled).
-    pub fn open(bound: u64, path: Option<&Path>, metrics: Arc<Metrics>) -> Result<Self, String> {
+    pub fn open(
+        bound: u64,
+        path: Option<&Path>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, StoreError> {
         let spool = Self::new(bound, metrics);
         let Some(path) = path else {
             return Ok(spool);

@@ -14,6 +14,7 @@ use super::hot::Hot;
 use super::{BoxFuture, ConvKey, Flights, FoldGuard, ListQuery, Page, Store};
 use crate::config::StateConfig;
 use crate::fold::FoldChain;
+use crate::state::StoreError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::collections::HashSet;
 use std::future::Future;
@@ -73,19 +74,17 @@ fn state_key(key: &ConvKey) -> String {
 impl RedisStore {
     /// Connects lazily to `state.url`: a Redis that is down at start-up
     /// only means this replica starts on its own memory.
-    pub fn open(config: &StateConfig) -> Result<Self, String> {
+    pub fn open(config: &StateConfig) -> Result<Self, StoreError> {
         let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();
-        let client = redis::Client::open(url).map_err(|e| format!("state.url: {e}"))?;
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-            "state.backend = \"redis\" must be opened inside the Tokio runtime".to_string()
-        })?;
+        let client = redis::Client::open(url)?;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| StoreError::NoRuntime("state.backend = \"redis\""))?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.timeout))
             .set_response_timeout(Some(config.timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_lazy_with_config(client, manager_config)
-            .map_err(|e| format!("state.url: {e}"))?;
+        let conn = ConnectionManager::new_lazy_with_config(client, manager_config)?;
         let inner = Arc::new(Inner {
             hot: Hot::new(config),
             flights: Flights::default(),

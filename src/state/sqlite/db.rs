@@ -2,6 +2,7 @@
 //! store's worker thread runs. Nothing here is called from async code.
 
 use crate::fold::FoldChain;
+use crate::state::StoreError;
 use crate::state::{ConvKey, ListQuery, Page};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -56,52 +57,62 @@ pub(super) const MIGRATIONS: &[&str] = &[
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Opens (creating it and its directory) and migrates the database.
-pub fn open(path: &Path) -> Result<Connection, String> {
+pub fn open(path: &Path) -> Result<Connection, StoreError> {
     open_with(path, "state.path", MIGRATIONS)
 }
 
 /// Opens (creating it and its directory) the SQLite file at `path`, the
 /// value of configuration key `key`, and applies `steps` as [`migrate`]
 /// does: shared by the state database and the archive's.
-pub fn open_with(path: &Path, key: &str, steps: &[&str]) -> Result<Connection, String> {
-    let name = path.display();
+pub fn open_with(path: &Path, key: &'static str, steps: &[&str]) -> Result<Connection, StoreError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("{key}: cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+            key,
+            dir: dir.to_path_buf(),
+            source,
+        })?;
     }
-    let mut conn = Connection::open(path).map_err(|e| format!("{key}: cannot open {name}: {e}"))?;
+    let mut conn = Connection::open(path).map_err(|source| StoreError::Open {
+        key,
+        path: path.to_path_buf(),
+        source,
+    })?;
     conn.busy_timeout(Duration::from_secs(5))
-        .map_err(|e| format!("{key} {name}: {e}"))?;
+        .map_err(|e| StoreError::from(e).at(key, path))?;
     // WAL: readers (prune, admin) never block the writer; NORMAL sync is
     // durable across process crashes, which is all a cache needs.
     conn.pragma_update(None, "journal_mode", "WAL")
         .and_then(|()| conn.pragma_update(None, "synchronous", "NORMAL"))
-        .map_err(|e| format!("{key} {name}: {e}"))?;
-    migrate_steps(&mut conn, steps, key).map_err(|e| format!("{key} {name}: {e}"))?;
+        .map_err(|e| StoreError::from(e).at(key, path))?;
+    migrate_steps(&mut conn, steps, key).map_err(|e| e.at(key, path))?;
     Ok(conn)
 }
 
 /// Brings the schema to [`VERSION`]; returns the version found before.
-pub fn migrate(conn: &mut Connection) -> Result<i64, String> {
+pub fn migrate(conn: &mut Connection) -> Result<i64, StoreError> {
     migrate_steps(conn, MIGRATIONS, "state.path")
 }
 
 /// Applies the `steps` a database has not seen; returns the version
 /// (steps applied) found before.
-fn migrate_steps(conn: &mut Connection, steps: &[&str], key: &str) -> Result<i64, String> {
+fn migrate_steps(
+    conn: &mut Connection,
+    steps: &[&str],
+    key: &'static str,
+) -> Result<i64, StoreError> {
     let version = i64::try_from(steps.len()).unwrap_or(i64::MAX);
-    let tx = conn.transaction().map_err(|e| e.to_string())?;
-    tx.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        .map_err(|e| e.to_string())?;
+    let tx = conn.transaction()?;
+    tx.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")?;
     let found: Option<i64> = tx
         .query_row("SELECT version FROM schema_version", [], |r| r.get(0))
-        .optional()
-        .map_err(|e| e.to_string())?;
+        .optional()?;
     let found = found.unwrap_or(0);
     if found > version {
-        return Err(format!(
-            "schema version {found} is newer than this foldgate's ({version}); use a newer foldgate or another {key}"
-        ));
+        return Err(StoreError::NewerSchema {
+            key,
+            found,
+            version,
+        });
     }
     for (i, step) in steps
         .iter()
@@ -109,16 +120,17 @@ fn migrate_steps(conn: &mut Connection, steps: &[&str], key: &str) -> Result<i64
         .skip(usize::try_from(found).unwrap_or(0))
     {
         tx.execute_batch(step)
-            .map_err(|e| format!("migration {}: {e}", i + 1))?;
+            .map_err(|source| StoreError::Migration {
+                step: i + 1,
+                source,
+            })?;
     }
-    tx.execute("DELETE FROM schema_version", [])
-        .map_err(|e| e.to_string())?;
+    tx.execute("DELETE FROM schema_version", [])?;
     tx.execute(
         "INSERT INTO schema_version (version) VALUES (?1)",
         [version],
-    )
-    .map_err(|e| e.to_string())?;
-    tx.commit().map_err(|e| e.to_string())?;
+    )?;
+    tx.commit()?;
     Ok(found)
 }
 
@@ -228,44 +240,47 @@ pub fn list(conn: &Connection, query: &ListQuery, idle_before: i64) -> rusqlite:
 }
 
 /// Stores the current chain and appends its folds to the audit trail.
-pub fn save(conn: &Connection, key: &ConvKey, chain: &FoldChain, now: i64) -> Result<(), String> {
-    let json = serde_json::to_string(chain).map_err(|e| e.to_string())?;
+pub fn save(
+    conn: &Connection,
+    key: &ConvKey,
+    chain: &FoldChain,
+    now: i64,
+) -> Result<(), StoreError> {
+    let json = serde_json::to_string(chain)?;
     conn.prepare_cached(
         "INSERT INTO conversations (tenant, conversation, chain, updated_at, used_at) VALUES (?1, ?2, ?3, ?4, ?4)
          ON CONFLICT (tenant, conversation) DO UPDATE SET chain = ?3, updated_at = ?4, used_at = ?4",
     )
     .and_then(|mut s| s.execute(params![key.tenant, key.conversation, json, now]))
-    .map_err(|e| e.to_string())?;
+    ?;
     let mut audit = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO folds (tenant, conversation, id, parent, depth, reason, covered, kept_user, hash,
              tokens_before, tokens_after, summarizer_model, latency_ms, created_at, summary)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
         )
-        .map_err(|e| e.to_string())?;
+        ?;
     for s in chain.states() {
-        let summary = serde_json::to_string(&s.summary).map_err(|e| e.to_string())?;
-        audit
-            .execute(params![
-                key.tenant,
-                key.conversation,
-                s.id,
-                s.parent,
-                s.depth,
-                s.reason.as_str(),
-                s.covered as i64,
-                s.kept_user.map(|k| k as i64),
-                s.chain.to_hex(),
-                s.tokens_before,
-                s.tokens_after,
-                s.summarizer.as_ref().map(|r| r.model.as_str()),
-                s.summarizer
-                    .as_ref()
-                    .map(|r| i64::try_from(r.latency_ms).unwrap_or(i64::MAX)),
-                i64::try_from(s.created_at).unwrap_or(i64::MAX),
-                summary,
-            ])
-            .map_err(|e| e.to_string())?;
+        let summary = serde_json::to_string(&s.summary)?;
+        audit.execute(params![
+            key.tenant,
+            key.conversation,
+            s.id,
+            s.parent,
+            s.depth,
+            s.reason.as_str(),
+            s.covered as i64,
+            s.kept_user.map(|k| k as i64),
+            s.chain.to_hex(),
+            s.tokens_before,
+            s.tokens_after,
+            s.summarizer.as_ref().map(|r| r.model.as_str()),
+            s.summarizer
+                .as_ref()
+                .map(|r| i64::try_from(r.latency_ms).unwrap_or(i64::MAX)),
+            i64::try_from(s.created_at).unwrap_or(i64::MAX),
+            summary,
+        ])?;
     }
     Ok(())
 }

@@ -17,6 +17,7 @@ use super::hot::Hot;
 use super::{BoxFuture, ConvKey, Flights, FoldGuard, ListQuery, Page, Store};
 use crate::config::StateConfig;
 use crate::fold::FoldChain;
+use crate::state::StoreError;
 use rusqlite::Connection;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
@@ -81,7 +82,7 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating and migrating) the database at `state.path`.
-    pub fn open(config: &StateConfig) -> Result<Self, String> {
+    pub fn open(config: &StateConfig) -> Result<Self, StoreError> {
         let conn = db::open(&config.path)?;
         let stored = Arc::new(AtomicU64::new(db::count(&conn).unwrap_or(0)));
         let (tx, rx) = mpsc::channel();
@@ -90,7 +91,10 @@ impl SqliteStore {
         let worker = std::thread::Builder::new()
             .name("foldgate-sqlite".into())
             .spawn(move || run(conn, rx, ttl, &count))
-            .map_err(|e| format!("state: cannot start the SQLite thread: {e}"))?;
+            .map_err(|source| StoreError::Thread {
+                what: "state",
+                source,
+            })?;
         tracing::info!(target: "foldgate::state", path = %config.path.display(), "fold states in SQLite");
         Ok(Self {
             hot: Hot::new(config),

@@ -110,7 +110,7 @@ fn a_newer_schema_is_refused_with_a_clear_error() {
     conn.execute("UPDATE schema_version SET version = ?1", [VERSION + 1])
         .unwrap();
     drop(conn);
-    let err = db::open(&path).unwrap_err();
+    let err = db::open(&path).unwrap_err().to_string();
     assert!(err.contains("state.path") && err.contains("newer"), "{err}");
 }
 

@@ -49,7 +49,7 @@ pub async fn handle(
     bytes: Bytes,
 ) -> Result<Response<Body>, ApiError> {
     Metrics::inc(&app.metrics.chat_requests);
-    let mut request = ConvRequest::read(app, api, &parts.headers, bytes).await?;
+    let mut request = ConvRequest::read(app, api, &parts.headers, parts.uri.path(), bytes).await?;
     let conversation = request.conversation_header();
     let key = request.key().cloned();
     let mut prepared = request.prepare(app, &parts.headers).await?;

@@ -211,6 +211,37 @@ async fn untouched_gemini_requests_go_byte_for_byte_with_the_clients_key() {
     }
 }
 
+/// A client that sends its key as `?key=` only: the upstream gets the
+/// query as it came (no header added), the summarizer the key in
+/// `x-goog-api-key`, and two keys are two tenants.
+#[tokio::test]
+async fn a_key_in_the_query_reaches_the_summarizer_and_keys_the_tenant() {
+    let mock = GeminiMock::start().await;
+    let fg = Foldgate::start(&config(&mock, "")).await;
+    let body = long_gemini(24);
+    let path = format!("{PATH}?key=g-query");
+    let reply = post_json(&format!("{}{path}", fg.url), &[], &body).await;
+    reply.assert_ok();
+    assert_eq!(reply.header("x-foldgate-fold"), "new");
+    let conversation = mock.state.conversation.lock().unwrap().clone();
+    assert_eq!(conversation[0].uri, path);
+    assert_eq!(conversation[0].header("x-goog-api-key"), None);
+    let summarizer = mock.state.summarizer.lock().unwrap().clone();
+    assert!(!summarizer.is_empty());
+    for call in &summarizer {
+        assert_eq!(call.header("x-goog-api-key"), Some("g-query"));
+        assert_eq!(call.uri, PATH, "the summarizer's own path, no query");
+    }
+    // The same conversation under another key is another tenant's: no
+    // summary reused across keys.
+    let other = format!("{}{PATH}?key=g-other", fg.url);
+    let reply = post_json(&other, &[], &body).await;
+    reply.assert_ok();
+    assert_eq!(reply.header("x-foldgate-fold"), "new");
+    let reply = post_json(&format!("{}{path}", fg.url), &[], &body).await;
+    assert_eq!(reply.header("x-foldgate-fold"), "reused");
+}
+
 #[tokio::test]
 async fn streamed_answers_pass_through_as_events_or_an_array() {
     let mock = GeminiMock::start().await;

@@ -136,6 +136,13 @@ pub trait WireApi: Send + Sync + 'static {
         (AUTHORIZATION, format!("Bearer {key}"))
     }
 
+    /// The client's key when the request's `query` carries it (an API
+    /// whose clients may send it there): the tenant and foldgate's own
+    /// calls then read it as if it came in [`Self::key_header`].
+    fn query_key<'q>(&self, _query: &'q str) -> Option<&'q str> {
+        None
+    }
+
     /// The `api` setting of providers that speak this API, when a
     /// provider may be set to it.
     fn provider_api(&self) -> Option<ProviderApi> {

@@ -79,6 +79,14 @@ impl WireApi for Gemini {
         (HeaderName::from_static("x-goog-api-key"), key.to_string())
     }
 
+    /// `?key=KEY` (Google's keys need no percent-decoding).
+    fn query_key<'q>(&self, query: &'q str) -> Option<&'q str> {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("key="))
+            .filter(|k| !k.is_empty())
+    }
+
     fn provider_api(&self) -> Option<ProviderApi> {
         Some(ProviderApi::Gemini)
     }
@@ -275,6 +283,8 @@ mod tests {
             Some(1_048_576)
         );
         assert_eq!(g.context_error(br#"{"error":{"message":"bad"}}"#), None);
+        assert_eq!(g.query_key("alt=sse&key=AIza-1"), Some("AIza-1"));
+        assert_eq!(g.query_key("alt=sse&monkey=x"), None);
         let e = error_envelope(&ApiError::ModelNotFound("m".into()));
         assert_eq!(
             (&e["error"]["code"], &e["error"]["status"]),

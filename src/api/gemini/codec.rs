@@ -125,7 +125,8 @@ fn parts_of_calls(content: &Value) -> bool {
 
 /// Parts as chat-completions content parts: text as text, a function
 /// response as the text of its result (for counting and summarizing),
-/// anything else as it is.
+/// inline or linked media as the part type the estimate prices (image,
+/// audio, file), anything else as it is.
 fn engine_parts(parts: &[Value]) -> Value {
     let out: Vec<Value> = parts
         .iter()
@@ -137,6 +138,14 @@ fn engine_parts(parts: &[Value]) -> Value {
                 let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
                 let result = r.get("response").map(Value::to_string).unwrap_or_default();
                 json!({"type": "text", "text": format!("{name}: {result}")})
+            } else if let Some(media) = p.get("inlineData").or_else(|| p.get("fileData")) {
+                let mime = media.get("mimeType").and_then(Value::as_str).unwrap_or("");
+                let kind = match mime.split('/').next() {
+                    Some("image") => "image",
+                    Some("audio") => "input_audio",
+                    _ => "file",
+                };
+                json!({"type": kind})
             } else {
                 p.clone()
             }
@@ -324,6 +333,19 @@ mod tests {
         assert_eq!(contents[0]["parts"][0]["text"], CONTINUE_TEXT);
         assert_eq!(contents[1]["role"], "model");
         assert_eq!(contents.len(), 3);
+    }
+
+    #[test]
+    fn media_parts_are_priced_as_media() {
+        let content = json!({"role": "user", "parts": [
+            {"text": "look"},
+            {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}},
+            {"fileData": {"mimeType": "application/pdf", "fileUri": "gs://b/x.pdf"}}]});
+        let m = engine_message(0, &content, None);
+        assert_eq!(
+            m["content"],
+            json!([{"type": "text", "text": "look"}, {"type": "image"}, {"type": "file"}])
+        );
     }
 
     #[test]

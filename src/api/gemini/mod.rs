@@ -40,11 +40,10 @@ impl WireApi for Gemini {
     }
 
     /// `/v1beta/models/{model}:generateContent` or
-    /// `:streamGenerateContent` (also under `/v1`).
+    /// `:streamGenerateContent` (a `/v1/…` path would lose its `/v1` on
+    /// the way to the provider, see [`crate::upstream::Provider::target`]).
     fn serves(&self, path: &str) -> bool {
-        let rest = path
-            .strip_prefix("/v1beta/models/")
-            .or_else(|| path.strip_prefix("/v1/models/"));
+        let rest = path.strip_prefix("/v1beta/models/");
         rest.is_some_and(|rest| {
             METHODS.iter().any(|m| rest.ends_with(m)) && codec::model_in_path(path).is_some()
         })

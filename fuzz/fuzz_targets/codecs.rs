@@ -1,4 +1,4 @@
-//! The Anthropic Messages and OpenAI Responses codecs (and chat
+//! The Anthropic Messages, OpenAI Responses and Gemini codecs (and chat
 //! completions') on arbitrary bodies. The first byte picks the API. Besides
 //! not panicking: every engine message has a string role; the units cover
 //! the conversation's items in order, each item exactly once, pinned
@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&pick, body)) = data.split_first() else {
         return;
     };
-    let api = ["chat", "anthropic", "responses"][usize::from(pick) % 3];
+    let api = ["chat", "anthropic", "responses", "gemini"][usize::from(pick) % 4];
     let Ok(read) = codec(api, body) else {
         return;
     };

@@ -13,6 +13,9 @@
 //!   its `tool_result`s one unit, the summary appended to `system`.
 //! - [`responses`]: OpenAI Responses; `instructions` pinned, calls and
 //!   outputs paired by `call_id`.
+//! - [`gemini`]: Gemini `generateContent`; `systemInstruction` pinned,
+//!   `functionCall` and `functionResponse` parts one unit, the model in
+//!   the path.
 //! - [`codec`], [`recall`], [`context_error`], [`summary`]: what the APIs
 //!   share.
 
@@ -22,6 +25,7 @@ pub mod codec;
 pub mod context_error;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gemini;
 pub mod recall;
 pub mod responses;
 pub mod summary;
@@ -47,7 +51,12 @@ use summary::SummaryCall;
 pub type Api = &'static dyn WireApi;
 
 /// Every API foldgate folds. A new API is one more line here.
-static APIS: [Api; 3] = [&chat::Chat, &anthropic::Anthropic, &responses::Responses];
+static APIS: [Api; 4] = [
+    &chat::Chat,
+    &anthropic::Anthropic,
+    &responses::Responses,
+    &gemini::Gemini,
+];
 
 /// The API a request speaks, when foldgate folds it: a `POST` to the
 /// path an API serves, with or without the leading `/v1`.
@@ -127,6 +136,13 @@ pub trait WireApi: Send + Sync + 'static {
         (AUTHORIZATION, format!("Bearer {key}"))
     }
 
+    /// The client's key when the request's `query` carries it (an API
+    /// whose clients may send it there): the tenant and foldgate's own
+    /// calls then read it as if it came in [`Self::key_header`].
+    fn query_key<'q>(&self, _query: &'q str) -> Option<&'q str> {
+        None
+    }
+
     /// The `api` setting of providers that speak this API, when a
     /// provider may be set to it.
     fn provider_api(&self) -> Option<ProviderApi> {
@@ -142,6 +158,13 @@ pub trait WireApi: Send + Sync + 'static {
     /// Where a summarizer call to `model` goes on the provider.
     fn summary_path(&self, _model: &str) -> String {
         format!("/v1{}", self.path())
+    }
+
+    /// A successful answer to a summarizer call, in the shape the
+    /// summarizer reads (chat completions' or Anthropic's): as it came,
+    /// unless the API answers in another.
+    fn summary_answer(&self, answer: Value) -> Value {
+        answer
     }
 
     // --- Usage ---
@@ -162,6 +185,13 @@ pub trait WireApi: Send + Sync + 'static {
 
     /// Reads a body for the fold engine; `Err` is the client's 400.
     fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError>;
+
+    /// Reads a body sent to `path` for the fold engine: [`Self::decode`],
+    /// for an API whose body says everything (one that names the model in
+    /// the path reads it from there).
+    fn decode_at(&self, _path: &str, bytes: &[u8]) -> Result<Decoded, ApiError> {
+        self.decode(bytes)
+    }
 
     /// Fills `fields` with the view: `items` laid out by the fold engine
     /// over `messages` (the engine's); `wire` is what the decode kept of
@@ -293,6 +323,11 @@ mod tests {
         assert_eq!(name("/chat/completions"), Some("chat"));
         assert_eq!(name("/v1/messages"), Some("anthropic"));
         assert_eq!(name("/v1/responses"), Some("responses"));
+        assert_eq!(
+            name("/v1beta/models/gemini-2.5-pro:streamGenerateContent"),
+            Some("gemini")
+        );
+        assert_eq!(name("/v1beta/models/gemini-2.5-pro:countTokens"), None);
         assert_eq!(name("/v1/messages/count_tokens"), None);
         assert_eq!(name("/v1/responses/compact"), None);
         assert_eq!(of(&Method::GET, "/v1/responses").map(|a| a.name()), None);
@@ -394,7 +429,11 @@ mod tests {
     #[test]
     fn key_headers_are_each_apis_once() {
         let x_api_key = HeaderName::from_static("x-api-key");
-        assert_eq!(key_headers(), [AUTHORIZATION, x_api_key.clone()]);
+        let x_goog_api_key = HeaderName::from_static("x-goog-api-key");
+        assert_eq!(
+            key_headers(),
+            [AUTHORIZATION, x_api_key.clone(), x_goog_api_key]
+        );
         let anthropic = for_provider(ProviderApi::Anthropic).unwrap();
         assert_eq!(anthropic.key_header("k"), (x_api_key, "k".to_string()));
         let chat = for_provider(ProviderApi::Openai).unwrap();

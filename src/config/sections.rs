@@ -90,7 +90,9 @@ pub struct ProviderConfig {
     /// The provider's own API: `openai` (the default; also OpenRouter,
     /// vLLM, Ollama, llama.cpp) takes its key as `Authorization: Bearer`
     /// and foldgate's summarizer calls as chat completions; `anthropic`
-    /// takes `x-api-key` and summarizer calls on `/v1/messages`. Client
+    /// takes `x-api-key` and summarizer calls on `/v1/messages`; `gemini`
+    /// takes `x-goog-api-key` and summarizer calls on
+    /// `/v1beta/models/{model}:generateContent`. Client
     /// requests on every route are forwarded to any provider alike.
     #[serde(default)]
     pub api: ProviderApi,
@@ -114,6 +116,8 @@ pub enum ProviderApi {
     Openai,
     /// `x-api-key: KEY`.
     Anthropic,
+    /// `x-goog-api-key: KEY`; summarizer calls on `:generateContent`.
+    Gemini,
 }
 
 fn all_models() -> Vec<String> {

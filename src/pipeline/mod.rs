@@ -29,10 +29,11 @@ use crate::upstream::UpstreamLatency;
 use crate::upstream::{Provider, headers};
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use prepared::Prepared;
 use request::ConvRequest;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -49,10 +50,11 @@ pub async fn handle(
     bytes: Bytes,
 ) -> Result<Response<Body>, ApiError> {
     Metrics::inc(&app.metrics.chat_requests);
-    let mut request = ConvRequest::read(app, api, &parts.headers, bytes).await?;
+    let own = own_headers(api, &parts);
+    let mut request = ConvRequest::read(app, api, &own, parts.uri.path(), bytes).await?;
     let conversation = request.conversation_header();
     let key = request.key().cloned();
-    let mut prepared = request.prepare(app, &parts.headers).await?;
+    let mut prepared = request.prepare(app, &own).await?;
     let mut retried = false;
     loop {
         let recall = recall::Session::offer(app, &mut request, &mut prepared, &parts);
@@ -104,7 +106,7 @@ pub async fn handle(
                 }
                 let window = err.window.unwrap_or(u32::MAX).min(prepared.tokens_out);
                 let rejected = prepared.tokens_out;
-                prepared = request.prepare_smaller(app, &parts.headers, window).await?;
+                prepared = request.prepare_smaller(app, &own, window).await?;
                 if prepared.label != "new" && prepared.tokens_out >= rejected {
                     // No smaller view: sending it again would only be
                     // rejected again. The upstream's answer, and why.
@@ -125,6 +127,26 @@ pub async fn handle(
                 return Ok(response);
             }
         }
+    }
+}
+
+/// The request's headers as the tenant and foldgate's own calls (the
+/// summarizer's) read them: with the client's key from the query in its
+/// API's key header when no header carries a key. What is forwarded keeps
+/// the client's headers and query as they came.
+fn own_headers(api: Api, parts: &Parts) -> Cow<'_, HeaderMap> {
+    let key = parts.uri.query().and_then(|q| api.query_key(q));
+    match key {
+        Some(key) if headers::credential(&parts.headers).is_none() => {
+            let (name, value) = api.key_header(key);
+            let mut own = parts.headers.clone();
+            if let Ok(mut value) = HeaderValue::from_str(&value) {
+                value.set_sensitive(true);
+                own.insert(name, value);
+            }
+            Cow::Owned(own)
+        }
+        _ => Cow::Borrowed(&parts.headers),
     }
 }
 

@@ -24,6 +24,8 @@ pub(super) struct ConvRequest {
     pub api: Api,
     /// The body as the client sent it.
     pub bytes: Bytes,
+    /// The request's path (an API may name the model in it).
+    path: String,
     /// The `model` field.
     pub model: String,
     /// Where it goes.
@@ -59,8 +61,10 @@ impl ConvRequest {
         app: &App,
         api: Api,
         headers: &HeaderMap,
+        path: &str,
         bytes: Bytes,
     ) -> Result<Self, ApiError> {
+        let path = path.to_string();
         if let Some(raw) = api.shallow(&bytes) {
             let provider = app.upstreams.route(Some(&raw.model))?;
             let look = fast::route(app, headers, &raw, &provider.name).await?;
@@ -72,12 +76,13 @@ impl ConvRequest {
             return Ok(Self {
                 api,
                 bytes,
+                path,
                 model,
                 provider,
                 stage,
             });
         }
-        let mut decoded = api.decode(&bytes)?;
+        let mut decoded = api.decode_at(&path, &bytes)?;
         let fields = decoded.estimate_fields();
         let model = fields
             .get("model")
@@ -122,6 +127,7 @@ impl ConvRequest {
         Ok(Self {
             api,
             bytes,
+            path,
             model,
             provider,
             stage: Stage::Raw {
@@ -262,7 +268,7 @@ impl ConvRequest {
     ) -> Result<&mut FoldRequest, ApiError> {
         if let Stage::Raw { decoded, .. } = &mut self.stage {
             if decoded.is_none() {
-                *decoded = Some(Box::new(self.api.decode(&self.bytes)?));
+                *decoded = Some(Box::new(self.api.decode_at(&self.path, &self.bytes)?));
             }
             let Stage::Raw {
                 look,

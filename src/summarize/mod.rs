@@ -326,7 +326,7 @@ impl Summarizer {
             Ok(Ok(answer)) => answer,
         };
         if status.is_success() {
-            return match read_completion(&bytes) {
+            return match speaks(target).and_then(|api| read_completion(api, &bytes)) {
                 Ok(answer) => classify(&answer),
                 Err(e) => Attempt::Retry(e),
             };
@@ -457,8 +457,9 @@ fn classify(answer: &Answer) -> Attempt {
 
 /// The assistant text, token usage and finish reason of a chat completion
 /// or an Anthropic message.
-fn read_completion(bytes: &[u8]) -> Result<Answer, CallError> {
+fn read_completion(api: crate::api::Api, bytes: &[u8]) -> Result<Answer, CallError> {
     let v: Value = serde_json::from_slice(bytes).map_err(CallError::NotJson)?;
+    let v = api.summary_answer(v);
     let number = |path: &str| v.pointer(path).and_then(Value::as_u64);
     let text = v
         .pointer("/choices/0/message/content")

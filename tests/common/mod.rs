@@ -7,6 +7,7 @@
 
 pub mod agents;
 pub mod convo;
+pub mod gemini;
 pub mod llm;
 pub mod mock;
 pub mod redis;

@@ -1,0 +1,314 @@
+//! Gemini (`POST /v1beta/models/{model}:generateContent` and
+//! `:streamGenerateContent`, `?alt=sse` or a JSON array): the model is in
+//! the path; `systemInstruction` is pinned; a model turn's
+//! `functionCall`s and the user turn of `functionResponse`s answering them
+//! are never separated; the summary is appended to `systemInstruction`
+//! ([`codec`]). The key comes in `x-goog-api-key` or `?key=` (passed
+//! through), or from a provider with `api = "gemini"`; errors take
+//! Google's shape; usage is `usageMetadata.promptTokenCount`.
+
+pub mod codec;
+pub mod recall;
+
+use super::WireApi;
+use super::codec::{Decoded, Wire, bad, object};
+use super::context_error::{self, ContextError};
+use super::recall::calls::{Call, Calls, Carry};
+use super::recall::stream::{self, Round};
+use super::summary::{Format, SummaryCall};
+use crate::config::{Placement, ProviderApi};
+use crate::error::{ApiError, ErrorShape};
+use crate::fold::view::Item;
+use crate::tokens::UsageReader;
+use bytes::Bytes;
+use http::HeaderName;
+use serde_json::{Map, Value, json};
+
+/// Gemini's `generateContent`.
+pub struct Gemini;
+
+/// The methods of a model it serves.
+const METHODS: [&str; 2] = [":generateContent", ":streamGenerateContent"];
+
+impl WireApi for Gemini {
+    fn name(&self) -> &'static str {
+        "gemini"
+    }
+
+    fn path(&self) -> &'static str {
+        "/v1beta/models/{model}:generateContent"
+    }
+
+    /// `/v1beta/models/{model}:generateContent` or
+    /// `:streamGenerateContent` (a `/v1/…` path would lose its `/v1` on
+    /// the way to the provider, see [`crate::upstream::Provider::target`]).
+    fn serves(&self, path: &str) -> bool {
+        let rest = path.strip_prefix("/v1beta/models/");
+        rest.is_some_and(|rest| {
+            METHODS.iter().any(|m| rest.ends_with(m)) && codec::model_in_path(path).is_some()
+        })
+    }
+
+    /// `{"error":{"code","message","status"}}`.
+    fn error_shape(&self) -> ErrorShape {
+        ErrorShape(error_envelope)
+    }
+
+    /// "The input token count (N) exceeds the maximum number of tokens
+    /// allowed (M)." names the window; other shapes as every API's.
+    fn context_error(&self, body: &[u8]) -> Option<ContextError> {
+        let text = String::from_utf8_lossy(body);
+        const MARK: &str = "exceeds the maximum number of tokens allowed (";
+        match text.find(MARK) {
+            Some(at) => {
+                let digits: String = text[at + MARK.len()..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                Some(ContextError {
+                    window: digits.parse().ok(),
+                })
+            }
+            None => context_error::detect(body),
+        }
+    }
+
+    /// `x-goog-api-key: KEY`.
+    fn key_header(&self, key: &str) -> (HeaderName, String) {
+        (HeaderName::from_static("x-goog-api-key"), key.to_string())
+    }
+
+    /// `?key=KEY` (Google's keys need no percent-decoding).
+    fn query_key<'q>(&self, query: &'q str) -> Option<&'q str> {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("key="))
+            .filter(|k| !k.is_empty())
+    }
+
+    fn provider_api(&self) -> Option<ProviderApi> {
+        Some(ProviderApi::Gemini)
+    }
+
+    /// The prompt in `systemInstruction`; JSON asked for by
+    /// `responseMimeType` unless the format fell back to instructions.
+    fn summary_body(&self, call: SummaryCall<'_>) -> Option<Value> {
+        let mut config = json!({"maxOutputTokens": call.max_tokens});
+        if call.format != Format::Instructions {
+            config["responseMimeType"] = json!("application/json");
+        }
+        Some(json!({
+            "systemInstruction": {"parts": [{"text": call.system}]},
+            "contents": [{"role": "user", "parts": [{"text": call.user}]}],
+            "generationConfig": config,
+        }))
+    }
+
+    fn summary_path(&self, model: &str) -> String {
+        format!("/v1beta/models/{model}:generateContent")
+    }
+
+    /// The first candidate's text as a chat completion's message, a
+    /// `MAX_TOKENS` finish as `length`, `usageMetadata` as `usage`.
+    fn summary_answer(&self, answer: Value) -> Value {
+        let parts = answer
+            .pointer("/candidates/0/content/parts")
+            .and_then(Value::as_array);
+        let text: String = parts
+            .into_iter()
+            .flatten()
+            .filter(|p| p.get("thought").and_then(Value::as_bool) != Some(true))
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect();
+        let finish = match answer.pointer("/candidates/0/finishReason") {
+            Some(r) if r == "MAX_TOKENS" => "length",
+            _ => "stop",
+        };
+        let total = answer
+            .pointer("/usageMetadata/totalTokenCount")
+            .cloned()
+            .unwrap_or(json!(0));
+        json!({
+            "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+            "usage": {"total_tokens": total},
+        })
+    }
+
+    /// `usageMetadata.promptTokenCount`, in each event or the whole answer
+    /// (a JSON array when streamed without `alt=sse`).
+    fn usage(&self) -> UsageReader {
+        UsageReader {
+            key: b"\"usageMetadata\"",
+            prompt_tokens,
+        }
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {
+        let fields = object(bytes)?;
+        let model = fields
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        codec::decode(fields, &model)
+    }
+
+    /// The model is the path's.
+    fn decode_at(&self, path: &str, bytes: &[u8]) -> Result<Decoded, ApiError> {
+        let model =
+            codec::model_in_path(path).ok_or_else(|| bad("the path names no model", None))?;
+        codec::decode(object(bytes)?, model)
+    }
+
+    fn fill(
+        &self,
+        fields: &mut Map<String, Value>,
+        messages: &[Value],
+        wire: Option<&Wire>,
+        items: Vec<Item>,
+    ) {
+        match wire {
+            Some(wire) => codec::encode(fields, wire, items),
+            None => super::chat::codec::fill(fields, messages, items),
+        }
+    }
+
+    /// The summary can only go in `systemInstruction`.
+    fn placement(&self, _configured: Placement) -> Placement {
+        Placement::System
+    }
+
+    fn conversation_field(&self) -> &'static str {
+        "contents"
+    }
+
+    fn recall_tool(&self) -> Value {
+        recall::tool()
+    }
+
+    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool {
+        recall::offerable(fields)
+    }
+
+    fn remove_recall_tool(&self, fields: &mut Map<String, Value>) {
+        super::recall::remove_tool(fields, recall::name_of);
+    }
+
+    /// The history holds calls of the tool: it stays declared.
+    fn keeps_recall_tool(&self) -> bool {
+        true
+    }
+
+    fn calls(&self, answer: &Value) -> Calls {
+        recall::calls(answer)
+    }
+
+    fn answer_messages(&self, answer: &Value, calls: &[Call]) -> Vec<Value> {
+        vec![recall::answer_message(answer, calls)]
+    }
+
+    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
+        recall::results(calls, texts)
+    }
+
+    fn hide(&self, answer: &mut Value) {
+        recall::hide(answer);
+    }
+
+    fn stream_round(&self, last: bool, _later: bool, carry: Carry) -> Box<dyn Round> {
+        Box::new(recall::Round::new(last, carry))
+    }
+
+    fn bound_calls(&self, messages: &mut [Value]) {
+        recall::bound(messages);
+    }
+
+    fn error_event(&self, message: &str) -> Bytes {
+        stream::data_event(
+            &json!({"error": {"code": 500, "message": message, "status": "INTERNAL"}}),
+        )
+    }
+
+    fn place_recalled(&self, items: &mut Vec<Value>, block: &str) {
+        codec::place_recalled(items, block);
+    }
+}
+
+/// The prompt tokens of an answer or event: `usageMetadata.promptTokenCount`,
+/// the last one reported when the answer is an array of them.
+fn prompt_tokens(data: &[u8]) -> Option<u32> {
+    let value: Value = serde_json::from_slice(data).ok()?;
+    let of = |v: &Value| {
+        v.pointer("/usageMetadata/promptTokenCount")
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+    };
+    match &value {
+        Value::Array(events) => events.iter().rev().find_map(of),
+        v => of(v),
+    }
+}
+
+/// Google's error envelope for one of foldgate's own errors.
+fn error_envelope(error: &ApiError) -> Value {
+    let code = error.status().as_u16();
+    let status = match code {
+        400 | 413 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        429 => "RESOURCE_EXHAUSTED",
+        502 | 503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        _ => "INTERNAL",
+    };
+    json!({"error": {"code": code, "message": error.to_string(), "status": status}})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_and_errors() {
+        let g = Gemini;
+        assert!(g.serves("/v1beta/models/gemini-2.5-flash:generateContent"));
+        assert!(g.serves("/v1beta/models/gemini-2.5-flash:streamGenerateContent"));
+        assert!(!g.serves("/v1beta/models/gemini-2.5-flash:countTokens"));
+        assert!(!g.serves("/v1beta/models"));
+        let body = br#"{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#;
+        assert_eq!(
+            g.context_error(body).and_then(|e| e.window),
+            Some(1_048_576)
+        );
+        assert_eq!(g.context_error(br#"{"error":{"message":"bad"}}"#), None);
+        assert_eq!(g.query_key("alt=sse&key=AIza-1"), Some("AIza-1"));
+        assert_eq!(g.query_key("alt=sse&monkey=x"), None);
+        let e = error_envelope(&ApiError::ModelNotFound("m".into()));
+        assert_eq!(
+            (&e["error"]["code"], &e["error"]["status"]),
+            (&json!(404), &json!("NOT_FOUND"))
+        );
+    }
+
+    #[test]
+    fn usage_from_usage_metadata() {
+        let one = br#"{"candidates":[],"usageMetadata":{"promptTokenCount":42}}"#;
+        assert_eq!(prompt_tokens(one), Some(42));
+        let array = br#"[{"candidates":[]},{"usageMetadata":{"promptTokenCount":7}}]"#;
+        assert_eq!(prompt_tokens(array), Some(7));
+    }
+
+    #[test]
+    fn summarizer_answers_read_as_completions() {
+        let answer = json!({"candidates": [{"content": {"parts": [{"text": "{\"summary\":"}, {"text": "\"x\"}"}]},
+            "finishReason": "MAX_TOKENS"}], "usageMetadata": {"totalTokenCount": 9}});
+        let read = Gemini.summary_answer(answer);
+        assert_eq!(
+            read["choices"][0]["message"]["content"],
+            "{\"summary\":\"x\"}"
+        );
+        assert_eq!(read["choices"][0]["finish_reason"], "length");
+        assert_eq!(read["usage"]["total_tokens"], 9);
+    }
+}

@@ -1,0 +1,289 @@
+//! Recall on Gemini: the tool is a `functionDeclarations` entry, a call
+//! of it a `functionCall` part of the model's answer, answered by a user
+//! turn of `functionResponse` parts. Gemini sends each call whole, in one
+//! event, so a streamed round reads calls as a whole answer's. The model
+//! turn goes back with its parts as they came (thinking models want their
+//! `thoughtSignature`s back).
+
+use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn};
+use crate::api::recall::input::bounded;
+use crate::api::recall::stream::{self, Hold};
+use crate::message::RECALL_TOOL;
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+/// The recall tool, as a `Tool` holding one declaration.
+pub fn tool() -> Value {
+    json!({"functionDeclarations": [{
+        "name": RECALL_TOOL,
+        "description": crate::api::recall::DESCRIPTION,
+        "parameters": crate::api::recall::parameters(),
+    }]})
+}
+
+/// Whether recall may be offered: the model free to call functions
+/// (`functionCallingConfig.mode` unset or `AUTO`), one candidate, only
+/// function tools (built-in tools do not mix with them on every model),
+/// and no declaration of the recall tool already.
+pub fn offerable(fields: &Map<String, Value>) -> bool {
+    let config = fields
+        .get("toolConfig")
+        .or_else(|| fields.get("tool_config"));
+    let mode = config
+        .and_then(|c| c.pointer("/functionCallingConfig/mode"))
+        .and_then(Value::as_str);
+    let free = mode.is_none_or(|m| m == "AUTO" || m == "MODE_UNSPECIFIED");
+    let one = fields
+        .get("generationConfig")
+        .and_then(|c| c.get("candidateCount"))
+        .is_none_or(|n| n.as_u64() == Some(1));
+    let tools = fields.get("tools").and_then(Value::as_array);
+    let only_functions = tools.is_none_or(|ts| ts.iter().all(|t| declarations(t).is_some()));
+    let declared = tools
+        .into_iter()
+        .flatten()
+        .filter_map(declarations)
+        .flatten()
+        .any(|d| d.get("name").and_then(Value::as_str) == Some(RECALL_TOOL));
+    free && one && only_functions && !declared
+}
+
+/// A tool's function declarations, when it is a function tool.
+fn declarations(tool: &Value) -> Option<&Vec<Value>> {
+    tool.get("functionDeclarations").and_then(Value::as_array)
+}
+
+/// The recall tool's name when `tool` is the one [`tool`] makes.
+pub fn name_of(tool: &Value) -> Option<&str> {
+    let declarations = tool.get("functionDeclarations")?.as_array()?;
+    match declarations.as_slice() {
+        [one] => one.get("name").and_then(Value::as_str),
+        _ => None,
+    }
+}
+
+/// The prefix of the ids foldgate gives calls that came without one.
+const MADE_ID: &str = "foldgate-call-";
+
+/// The model's parts in an answer (or a streamed chunk).
+fn answer_parts(answer: &Value) -> &[Value] {
+    answer
+        .pointer("/candidates/0/content/parts")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// Feeds the function calls of `parts` to `calls`, numbered from `from`.
+fn feed(calls: &mut Calls, from: u64, parts: &[Value]) -> u64 {
+    let mut index = from;
+    for call in parts.iter().filter_map(|p| p.get("functionCall")) {
+        let name = call.get("name").and_then(Value::as_str).unwrap_or_default();
+        let id = call.get("id").and_then(Value::as_str);
+        calls.id(index, id.unwrap_or(&format!("{MADE_ID}{index}")));
+        calls.name(index, name);
+        let args = call.get("args").cloned().unwrap_or_else(|| json!({}));
+        calls.arguments(index, &args.to_string());
+        index += 1;
+    }
+    index
+}
+
+/// The calls of a whole answer.
+pub fn calls(answer: &Value) -> Calls {
+    let mut calls = Calls::default();
+    feed(&mut calls, 0, answer_parts(answer));
+    calls
+}
+
+/// The model turn of a whole answer whose calls are all recall calls:
+/// its content as it came.
+pub fn answer_message(answer: &Value, _calls: &[Call]) -> Value {
+    model_turn(answer_parts(answer).to_vec())
+}
+
+/// A model turn of `parts`.
+fn model_turn(parts: Vec<Value>) -> Value {
+    json!({"role": "model", "parts": parts})
+}
+
+/// The user turn answering `calls` with `texts`.
+pub fn results(calls: &[Call], texts: Vec<String>) -> Vec<Value> {
+    let parts: Vec<Value> = calls
+        .iter()
+        .zip(texts)
+        .map(|(call, text)| {
+            let mut response = json!({"name": RECALL_TOOL, "response": {"content": text}});
+            if !call.id.starts_with(MADE_ID) {
+                response["id"] = Value::String(call.id.clone());
+            }
+            json!({"functionResponse": response})
+        })
+        .collect();
+    vec![json!({"role": "user", "parts": parts})]
+}
+
+/// Removes recall calls from an answer (or a chunk); returns whether any
+/// were removed.
+pub fn hide(answer: &mut Value) -> bool {
+    let Some(Value::Array(parts)) = answer.pointer_mut("/candidates/0/content/parts") else {
+        return false;
+    };
+    let before = parts.len();
+    parts.retain(|p| p.pointer("/functionCall/name").and_then(Value::as_str) != Some(RECALL_TOOL));
+    parts.len() != before
+}
+
+/// Rewrites the recall calls of model turns to carry their bounded query.
+pub fn bound(contents: &mut [Value]) {
+    for content in contents.iter_mut() {
+        let Some(Value::Array(parts)) = content.get_mut("parts") else {
+            continue;
+        };
+        for call in parts.iter_mut().filter_map(|p| p.get_mut("functionCall")) {
+            if call.get("name").and_then(Value::as_str) == Some(RECALL_TOOL) {
+                let args = call.get("args").map(Value::to_string).unwrap_or_default();
+                call["args"] = bounded(&args);
+            }
+        }
+    }
+}
+
+/// One streamed round: each event is a whole `GenerateContentResponse`.
+#[derive(Default)]
+pub struct Round {
+    last: bool,
+    hold: Hold,
+    calls: Calls,
+    next: u64,
+    parts: Vec<Value>,
+    usage: Option<Value>,
+    gap: Gap,
+}
+
+impl Round {
+    /// A round; `last`: its request could not offer recall again.
+    pub fn new(last: bool, carry: Carry) -> Self {
+        Self {
+            last,
+            gap: carry.gap,
+            ..Self::default()
+        }
+    }
+}
+
+impl stream::Round for Round {
+    fn read(&mut self, event: &Value) {
+        let parts = answer_parts(event);
+        self.next = feed(&mut self.calls, self.next, parts);
+        self.parts.extend(parts.iter().cloned());
+        if let Some(usage) = event.get("usageMetadata").filter(|u| u.is_object()) {
+            self.usage = Some(usage.clone());
+        }
+    }
+
+    fn calls(&self) -> &Calls {
+        &self.calls
+    }
+
+    fn last(&self) -> bool {
+        self.last
+    }
+
+    fn hold(&mut self) -> &mut Hold {
+        &mut self.hold
+    }
+
+    fn gap(&mut self) -> &mut Gap {
+        &mut self.gap
+    }
+
+    fn outgoing(
+        &mut self,
+        raw: Bytes,
+        event: Option<Value>,
+        _recall: &[u64],
+        _prior: &Value,
+    ) -> Option<Bytes> {
+        let Some(mut event) = event else {
+            return Some(raw);
+        };
+        let changed = self.hold.mixed && hide(&mut event);
+        Some(if changed {
+            stream::data_event(&event)
+        } else {
+            raw
+        })
+    }
+
+    fn end(self: Box<Self>) -> Option<RecallTurn> {
+        if !self.hold.holding() {
+            return None;
+        }
+        let calls = self.calls.recalls();
+        Some(RecallTurn {
+            messages: vec![model_turn(self.parts)],
+            calls,
+            usage: self.usage,
+            carry: Carry {
+                gap: self.gap,
+                ..Carry::default()
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_come_whole_and_hide() {
+        let mut answer = json!({"candidates": [{"content": {"role": "model", "parts": [
+            {"text": "looking"},
+            {"functionCall": {"name": RECALL_TOOL, "args": {"query": "port"}}},
+            {"functionCall": {"name": "ls", "args": {}}}]}}]});
+        let calls = calls(&answer);
+        assert!(calls.any_client());
+        let recalls = calls.recalls();
+        assert_eq!(recalls.len(), 1);
+        assert_eq!(recalls[0].query().as_deref(), Some("port"));
+        assert!(hide(&mut answer));
+        assert_eq!(answer_parts(&answer).len(), 2);
+        let signed = json!({"candidates": [{"content": {"role": "model", "parts": [
+            {"functionCall": {"id": "c7", "name": RECALL_TOOL, "args": {"query": "port"}},
+             "thoughtSignature": "sig"}]}}]});
+        let turn = answer_message(&signed, &[]);
+        assert_eq!(
+            turn["parts"][0]["thoughtSignature"], "sig",
+            "kept as it came"
+        );
+        let answers = results(&super::calls(&signed).recalls(), vec!["x".into()]);
+        let response = &answers[0]["parts"][0]["functionResponse"];
+        assert_eq!(
+            (&response["id"], &response["response"]["content"]),
+            (&json!("c7"), &json!("x"))
+        );
+        let answers = results(&recalls, vec!["y".into()]);
+        let response = &answers[0]["parts"][0]["functionResponse"];
+        assert!(response.get("id").is_none(), "the call had no id");
+        assert_eq!(name_of(&tool()), Some(RECALL_TOOL));
+    }
+
+    #[test]
+    fn offered_only_where_functions_are_free() {
+        let fields = |v: Value| v.as_object().cloned().unwrap_or_default();
+        let ls = json!([{"functionDeclarations": [{"name": "ls"}]}]);
+        assert!(offerable(&fields(json!({"contents": []}))));
+        assert!(offerable(&fields(json!({"tools": ls}))));
+        let auto = json!({"functionCallingConfig": {"mode": "AUTO"}});
+        assert!(offerable(&fields(json!({"tools": ls, "toolConfig": auto}))));
+        let any = json!({"functionCallingConfig": {"mode": "ANY"}});
+        assert!(!offerable(&fields(json!({"tools": ls, "toolConfig": any}))));
+        assert!(!offerable(&fields(
+            json!({"tools": [{"googleSearch": {}}]})
+        )));
+        assert!(!offerable(&fields(json!({"tools": [tool()]}))));
+        let two = json!({"candidateCount": 2});
+        assert!(!offerable(&fields(json!({"generationConfig": two}))));
+    }
+}

@@ -84,16 +84,16 @@ pub struct Metrics {
 /// Route label order of [`Latencies::overhead`] and [`Latencies::upstream`]:
 /// the folded APIs (chat completions, Anthropic Messages, OpenAI
 /// Responses), then every other request.
-pub const ROUTES: [&str; 4] = ["chat", "anthropic", "responses", "other"];
+pub const ROUTES: [&str; 5] = ["chat", "anthropic", "responses", "gemini", "other"];
 
 /// The duration histograms.
 #[derive(Debug)]
 pub struct Latencies {
     /// foldgate's own time per forwarded request (to the response head,
     /// minus the upstream's), by route ([`ROUTES`]).
-    pub overhead: [Histogram; 4],
+    pub overhead: [Histogram; ROUTES.len()],
     /// The upstream's time to its response head, by route.
-    pub upstream: [Histogram; 4],
+    pub upstream: [Histogram; ROUTES.len()],
     /// One fold's summarizer work, every call and chunk included.
     pub summarizer: Histogram,
 }

@@ -209,6 +209,13 @@ async fn untouched_gemini_requests_go_byte_for_byte_with_the_clients_key() {
             assert_eq!(last.header(name), Some(value));
         }
     }
+    // Timed under their own route, not `other`.
+    let text = fg.metrics().await;
+    assert_eq!(
+        common::metric(&text, "foldgate_overhead_seconds_count{route=\"gemini\"}"),
+        2.0,
+        "{text}"
+    );
 }
 
 /// A client that sends its key as `?key=` only: the upstream gets the

@@ -63,6 +63,7 @@ async fn histograms_and_tokens_saved_follow_the_requests() {
         ("chat", 4.0),
         ("anthropic", 0.0),
         ("responses", 0.0),
+        ("gemini", 0.0),
         ("other", 1.0),
     ] {
         for name in ["foldgate_overhead_seconds", "foldgate_upstream_seconds"] {

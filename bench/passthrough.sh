@@ -5,6 +5,9 @@
 # OpenAI Responses) and on one it only forwards — all POSTing a 32 KB body
 # (bench/*-32k.lua) with wrk.
 # Usage: bench/passthrough.sh [seconds-per-round] [rounds] [connections]
+# With BASELINE_BIN=path/to/an/older/foldgate, that binary runs beside this
+# build (same config) and gets rows of its own, interleaved in the same
+# rounds: a before/after from one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${1:-10}
@@ -15,7 +18,7 @@ command -v wrk >/dev/null && command -v nginx >/dev/null || {
 cargo build --release --quiet
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; nginx -p "$WORK" -c nginx.conf -s stop 2>/dev/null || true; rm -rf "$WORK"' EXIT
-UP=18081; PROXY=18082; FG=18083
+UP=18081; PROXY=18082; FG=18083; BASE=18084
 
 CANNED='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":8000,"completion_tokens":2,"total_tokens":8002}}'
 cat > "$WORK/nginx.conf" <<CONF
@@ -45,8 +48,14 @@ base_url = "http://127.0.0.1:$UP/v1"
 [state]
 path = "$WORK/foldgate.db"
 CONF
-FOLDGATE_LOG=${FOLDGATE_LOG:-info} ./target/release/foldgate serve --config "$WORK/foldgate.toml" 2>"$WORK/foldgate.log" &
-for _ in $(seq 50); do curl -sf "http://127.0.0.1:$FG/foldgate/health" >/dev/null && break; sleep 0.1; done
+# start BIN PORT NAME: one foldgate on the config above, listening on PORT.
+start() {
+  sed -e "s/127.0.0.1:$FG\"/127.0.0.1:$2\"/" -e "s/foldgate.db/$3.db/" "$WORK/foldgate.toml" > "$WORK/$3.toml"
+  FOLDGATE_LOG=${FOLDGATE_LOG:-info} "$1" serve --config "$WORK/$3.toml" 2>"$WORK/$3.log" &
+  for _ in $(seq 50); do curl -sf "http://127.0.0.1:$2/foldgate/health" >/dev/null && break; sleep 0.1; done
+}
+start ./target/release/foldgate "$FG" foldgate
+[ -n "${BASELINE_BIN:-}" ] && start "$BASELINE_BIN" "$BASE" baseline
 
 # Prints "rps p50_ms p99_ms" for one wrk run: measure URL SCRIPT.
 measure() {
@@ -59,14 +68,21 @@ measure() {
 declare -A RPS P50 P99
 # foldgate-json posts the chat body to a path foldgate does not intercept:
 # the proxy core alone (read, route by model, forward), without the pipeline.
-ROWS=(direct nginx-proxy foldgate foldgate-messages foldgate-responses foldgate-json)
+ROWS=(direct nginx-proxy)
 declare -A URL=([direct]="http://127.0.0.1:$UP/v1/chat/completions"
-  [nginx-proxy]="http://127.0.0.1:$PROXY/v1/chat/completions"
-  [foldgate]="http://127.0.0.1:$FG/v1/chat/completions"
-  [foldgate-messages]="http://127.0.0.1:$FG/v1/messages"
-  [foldgate-responses]="http://127.0.0.1:$FG/v1/responses"
-  [foldgate-json]="http://127.0.0.1:$FG/v1/embeddings")
-declare -A SCRIPT=([foldgate-messages]=bench/messages-32k.lua [foldgate-responses]=bench/responses-32k.lua)
+  [nginx-proxy]="http://127.0.0.1:$PROXY/v1/chat/completions")
+declare -A SCRIPT
+# routes NAME PORT: the rows of one foldgate, one per route.
+routes() {
+  ROWS+=("$1" "$1-messages" "$1-responses" "$1-json")
+  URL[$1]="http://127.0.0.1:$2/v1/chat/completions"
+  URL[$1-messages]="http://127.0.0.1:$2/v1/messages"
+  URL[$1-responses]="http://127.0.0.1:$2/v1/responses"
+  URL[$1-json]="http://127.0.0.1:$2/v1/embeddings"
+  SCRIPT[$1-messages]=bench/messages-32k.lua; SCRIPT[$1-responses]=bench/responses-32k.lua
+}
+routes foldgate "$FG"
+[ -n "${BASELINE_BIN:-}" ] && routes baseline "$BASE"
 for row in "${ROWS[@]}"; do curl -sf -o /dev/null -X POST -H 'content-type: application/json' -d '{"model":"gpt-4o-mini","messages":[],"input":[]}' "${URL[$row]}" || { echo "$row is not answering" >&2; exit 1; }; done
 for round in $(seq "$ROUNDS"); do
   for row in "${ROWS[@]}"; do
@@ -77,11 +93,13 @@ for round in $(seq "$ROUNDS"); do
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 printf '\n%s, %s cores, wrk -c%s, %ss x %s rounds (medians)\n\n' "$(date -u +%F)" "$(nproc)" "$CONNS" "$DURATION" "$ROUNDS"
-echo "| target | req/s | p50 ms | p99 ms | req/s vs direct | req/s vs nginx-proxy | p50 vs nginx-proxy |"
-echo "|---|---|---|---|---|---|---|"
+echo "| target | req/s | p50 ms | p99 ms | req/s vs direct | req/s vs nginx-proxy | p50 vs nginx-proxy | req/s vs its chat path |"
+echo "|---|---|---|---|---|---|---|---|"
 d=$(echo "${RPS[direct]}" | median); n=$(echo "${RPS[nginx-proxy]}" | median); np50=$(echo "${P50[nginx-proxy]}" | median)
 for row in "${ROWS[@]}"; do
   r=$(echo "${RPS[$row]}" | median); p50=$(echo "${P50[$row]}" | median); p99=$(echo "${P99[$row]}" | median)
-  awk -v row="$row" -v r="$r" -v p50="$p50" -v p99="$p99" -v d="$d" -v n="$n" -v np50="$np50" \
-    'BEGIN { printf "| %s | %.0f | %.3f | %.3f | %.2fx | %.2fx | %+.3f ms |\n", row, r, p50, p99, r/d, r/n, p50-np50 }'
+  chat=${row%%-*}; c=0; case $chat in foldgate|baseline) c=$(echo "${RPS[$chat]}" | median) ;; esac
+  awk -v row="$row" -v r="$r" -v p50="$p50" -v p99="$p99" -v d="$d" -v n="$n" -v np50="$np50" -v c="$c" \
+    'BEGIN { vs = c > 0 ? sprintf("%.2fx", r/c) : "–"
+      printf "| %s | %.0f | %.3f | %.3f | %.2fx | %.2fx | %+.3f ms | %s |\n", row, r, p50, p99, r/d, r/n, p50-np50, vs }'
 done

@@ -3,7 +3,7 @@
 //! conversation key. A leaf: it imports nothing of foldgate's.
 
 use serde_json::Value;
-use xxhash_rust::xxh3::xxh3_128;
+use xxhash_rust::xxh3::Xxh3Default;
 
 /// The function tool through which a model recalls archived messages
 /// (foldgate's own: it answers the calls and hides them from the client).
@@ -45,17 +45,41 @@ impl Role {
 /// One message's identity: the XXH3-128 of its JSON text.
 pub type MessageId = u128;
 
-/// The identity of a message given as the JSON text the client sent.
-pub fn raw_message_id(json: &str) -> MessageId {
-    xxh3_128(json.as_bytes())
+/// The identity of a message: the hash of its `serde_json` encoding
+/// (with `preserve_order`, the client's key order), however the client
+/// spaced or escaped it. [`unit_id`] of the message alone.
+pub fn message_id(message: &Value) -> MessageId {
+    unit_id(std::slice::from_ref(message))
 }
 
-/// The identity of a message that exists only as a value: the hash of its
-/// `serde_json` encoding (with `preserve_order`, the client's key order).
-pub fn message_id(message: &Value) -> MessageId {
-    // Serialising a `Value` cannot fail (its map keys are strings); an empty
-    // vector on the impossible error still hashes deterministically.
-    xxh3_128(&serde_json::to_vec(message).unwrap_or_default())
+/// The identity of the wire items one engine message stands for: their
+/// `serde_json` encodings, separated, hashed. One item's is its
+/// [`message_id`].
+pub fn unit_id<'a>(items: impl IntoIterator<Item = &'a Value>) -> MessageId {
+    let mut h = HashWriter(Xxh3Default::new());
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            h.0.update(b"\x1e");
+        }
+        // Writing a `Value` into a hasher cannot fail (its map keys are
+        // strings, the writer takes everything).
+        let _ = serde_json::to_writer(&mut h, item);
+    }
+    h.0.digest128()
+}
+
+/// Feeds what is written to an XXH3 hasher.
+struct HashWriter(Xxh3Default);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// [`message_id`] of every message.

@@ -2,12 +2,14 @@
 //! completions') on arbitrary bodies. The first byte picks the API. Besides
 //! not panicking: every engine message has a string role; the units cover
 //! the conversation's items in order, each item exactly once, pinned
-//! top-level fields first; and a view that keeps every message and adds
-//! nothing encodes back to the very body that was read.
+//! top-level fields first; a view that keeps every message and adds
+//! nothing encodes back to the very body that was read; and where the
+//! fast path reads a body, the decoder reads it too, with the same
+//! identities and the same reason to forward it untouched.
 
 #![no_main]
 
-use foldgate::api::fuzzing::codec;
+use foldgate::api::fuzzing::{codec, fast_read};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
@@ -16,9 +18,15 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let api = ["chat", "anthropic", "responses", "gemini"][usize::from(pick) % 4];
+    let fast = fast_read(api, body);
     let Ok(read) = codec(api, body) else {
+        assert!(fast.is_none(), "the fast path read a body the decoder refuses");
         return;
     };
+    if let Some(fast) = fast {
+        assert_eq!(fast.ids, read.ids, "the fast path and the decoder disagree");
+        assert_eq!(fast.opaque, read.opaque);
+    }
     assert!(read.messages.iter().all(|m| m.get("role").is_some_and(Value::is_string)));
     if api != "chat" {
         assert_eq!(read.units.len(), read.messages.len());

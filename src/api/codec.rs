@@ -6,23 +6,95 @@
 
 use crate::error::ApiError;
 use crate::fold::view::Item;
-use crate::message::MessageId;
+use crate::message::{MessageId, unit_id};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use std::ops::Range;
-use xxhash_rust::xxh3::Xxh3Default;
 
-/// A request read shallowly, without building a `Value` tree: its
-/// engine messages stay JSON text, other fields are skipped unless the
-/// estimate needs them. The pipeline's fast path decides from it alone.
+/// A request read shallowly, without building a `Value` tree
+/// ([`super::shallow`]): its pinned fields and conversation items stay
+/// JSON text, other fields are skipped unless the estimate needs them.
+/// The pipeline's fast path decides from it alone.
 pub struct RawRequest<'a> {
     /// The `model` field.
     pub model: String,
-    /// The top-level fields the estimate reads (model, tool definitions,
-    /// response format, output limits).
+    /// The top-level fields the estimate reads, in chat-completions names
+    /// (model, tool definitions, response format, output limits).
     pub rest: Map<String, Value>,
-    /// The messages, as the client wrote them.
-    pub messages: Vec<&'a RawValue>,
+    /// The pinned top-level fields (`system`, `instructions`), as the
+    /// client wrote them.
+    pub pinned: Vec<(&'static str, &'a RawValue)>,
+    /// The conversation's items, as the client wrote them.
+    pub items: Vec<&'a RawValue>,
+    /// The items of each engine message, in order (as the decoder groups
+    /// them).
+    pub units: Vec<Range<usize>>,
+    /// Why the request must go upstream untouched, when it must.
+    pub opaque: Option<&'static str>,
+}
+
+impl<'a> RawRequest<'a> {
+    /// A request whose items are one engine message each, read by
+    /// `spec`; `schema` and `max` name its tools' schema and output limit
+    /// (`None`: the fields are chat completions' already).
+    pub fn one_per_item(
+        bytes: &'a [u8],
+        spec: &super::shallow::Spec,
+        names: Option<(&str, &str)>,
+    ) -> Option<Self> {
+        let fields = super::shallow::read(bytes, spec)?;
+        let model = match fields.parsed.get("model") {
+            Some(Value::String(m)) if !m.is_empty() => m.clone(),
+            _ => return None,
+        };
+        let held = spec
+            .held_upstream
+            .iter()
+            .any(|k| fields.parsed.get(*k).is_some_and(|v| !v.is_null()));
+        let rest = match names {
+            Some((schema, max)) => estimate_fields(&fields.parsed, model.clone(), schema, max),
+            None => fields.parsed,
+        };
+        // A field without text makes no message (as the decoder reads it).
+        let mut pinned = fields.raw;
+        pinned.retain(|(_, field)| !matches!(field.get(), "null" | "\"\"" | "[]"));
+        Some(Self {
+            model,
+            rest,
+            pinned,
+            units: (0..fields.items.len()).map(|i| i..i + 1).collect(),
+            items: fields.items,
+            opaque: held.then_some(super::shallow::HELD_UPSTREAM),
+        })
+    }
+}
+
+/// [`pinned_unit`] of a pinned field given as JSON text (`None` also when
+/// the text is not JSON the decoder reads).
+pub fn raw_pinned(name: &str, field: &RawValue) -> Option<(Value, MessageId)> {
+    pinned_unit(name, &serde_json::from_str(field.get()).ok()?)
+}
+
+/// The engine message the wire items of `api` given as JSON text stand
+/// for, and its identity, as the decoder makes them (`None`: an item is
+/// not JSON the decoder reads).
+pub fn raw_unit(api: super::Api, items: &[&RawValue]) -> Option<(Value, MessageId)> {
+    let values = items
+        .iter()
+        .map(|i| serde_json::from_str(i.get()))
+        .collect::<Result<Vec<Value>, _>>()
+        .ok()?;
+    Some((api.unit_message(&values), unit_id(&values)))
+}
+
+/// The engine message of pinned field `name` and its identity, as the
+/// decoder makes them (`None`: the field has no text, and no message).
+pub fn pinned_unit(name: &str, field: &Value) -> Option<(Value, MessageId)> {
+    let text = text_of(field);
+    (!text.is_empty()).then(|| {
+        let id = unit_id([&json!(name), field]);
+        (json!({"role": "system", "content": text}), id)
+    })
 }
 
 /// A request body as the pipeline reads it, for an estimate.
@@ -157,32 +229,6 @@ pub(super) fn stubbed(items: &[Value], stub: &Value) -> Vec<Value> {
 /// The content of a compressed unit's second and later tool results.
 const STUB_SIBLING: &str = "[foldgate: compressed with the tool result before it]";
 
-/// The identity of a unit of items: their serialized JSON, hashed.
-pub(super) fn unit_id<'a>(items: impl IntoIterator<Item = &'a Value>) -> MessageId {
-    let mut h = HashWriter(Xxh3Default::new());
-    for item in items {
-        // Serialised straight into the hash; a separator between items.
-        // Writing into a hasher cannot fail.
-        let _ = serde_json::to_writer(&mut h, item);
-        h.0.update(b"\x1e");
-    }
-    h.0.digest128()
-}
-
-/// Feeds what is written to an XXH3 hasher.
-struct HashWriter(Xxh3Default);
-
-impl std::io::Write for HashWriter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.update(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The body as a JSON object.
 pub(super) fn object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice(bytes) {
@@ -300,12 +346,9 @@ pub(super) struct Units {
 impl Units {
     /// A pinned top-level field (`system`, `instructions`), when it has text.
     pub(super) fn pin(&mut self, name: &str, field: Option<&Value>) {
-        let Some(field) = field else { return };
-        let text = text_of(field);
-        if !text.is_empty() {
-            self.messages
-                .push(json!({"role": "system", "content": text}));
-            self.ids.push(unit_id([&json!(name), field]));
+        if let Some((message, id)) = field.and_then(|f| pinned_unit(name, f)) {
+            self.messages.push(message);
+            self.ids.push(id);
             self.ranges.push(None);
         }
     }

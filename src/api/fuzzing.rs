@@ -1,6 +1,8 @@
 //! Entry points for the fuzz targets in `fuzz/`: the chat body parsers
 //! and every API's codec. Not an API; hidden from the docs.
 
+use super::codec::{raw_pinned, raw_unit};
+use crate::message::MessageId;
 use serde_json::{Map, Value};
 
 /// What the fast path read from a chat body.
@@ -14,12 +16,15 @@ pub struct FastChat {
     pub messages: Vec<String>,
 }
 
-/// The fast path's shallow read (`None`: the full parser decides).
+/// The fast path's shallow read (`None`: the full parser decides), when
+/// the fast path keeps the body (each message read, with a string role).
 pub fn fast_parse(bytes: &[u8]) -> Option<FastChat> {
-    super::chat::shallow::parse(bytes).map(|raw| FastChat {
+    fast_read("chat", bytes)?;
+    let chat: super::Api = &super::chat::Chat;
+    chat.shallow(bytes).map(|raw| FastChat {
         model: raw.model,
         rest: raw.rest,
-        messages: raw.messages.iter().map(|m| m.get().to_string()).collect(),
+        messages: raw.items.iter().map(|m| m.get().to_string()).collect(),
     })
 }
 
@@ -41,6 +46,45 @@ pub struct CodecRead {
     /// The body encoded back from a view that keeps every message and adds
     /// nothing.
     pub reencoded: Value,
+    /// Each engine message's identity.
+    pub ids: Vec<MessageId>,
+    /// Why the request goes upstream untouched, when it must.
+    pub opaque: Option<&'static str>,
+}
+
+/// What the fast path reads of a body: its engine messages' identities
+/// and why it goes untouched, as the pipeline's fast path reads them
+/// (`None`: the decoder takes the body).
+#[derive(Debug)]
+pub struct FastRead {
+    /// Each engine message's identity, pinned fields first.
+    pub ids: Vec<MessageId>,
+    /// Why the request goes upstream untouched, when it must.
+    pub opaque: Option<&'static str>,
+}
+
+/// Reads `bytes` as `api`'s fast path does (without the count cache).
+pub fn fast_read(api: &str, bytes: &[u8]) -> Option<FastRead> {
+    let api: super::Api = super::named(api).unwrap_or(&super::chat::Chat);
+    let raw = api.shallow(bytes)?;
+    let pinned = raw
+        .pinned
+        .iter()
+        .map(|(name, field)| raw_pinned(name, field));
+    let units = raw
+        .units
+        .iter()
+        .map(|r| raw_unit(api, raw.items.get(r.clone())?));
+    let mut ids = Vec::new();
+    for unit in pinned.chain(units) {
+        let (message, id) = unit?;
+        message.get("role")?.as_str()?;
+        ids.push(id);
+    }
+    Some(FastRead {
+        ids,
+        opaque: raw.opaque,
+    })
 }
 
 /// Decodes `bytes` as `api` (`chat`, `anthropic`, `responses`) and encodes
@@ -63,10 +107,15 @@ pub fn codec(api: &str, bytes: &[u8]) -> Result<CodecRead, String> {
         )
         .map_err(|e| e.to_string())?;
     let reencoded = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+    let ids = decoded
+        .ids
+        .unwrap_or_else(|| crate::message::ids_of(&decoded.messages));
     Ok(CodecRead {
         messages: decoded.messages,
         units,
         items,
         reencoded,
+        ids,
+        opaque: decoded.opaque,
     })
 }

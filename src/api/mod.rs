@@ -16,8 +16,8 @@
 //! - [`gemini`]: Gemini `generateContent`; `systemInstruction` pinned,
 //!   `functionCall` and `functionResponse` parts one unit, the model in
 //!   the path.
-//! - [`codec`], [`recall`], [`context_error`], [`summary`]: what the APIs
-//!   share.
+//! - [`codec`], [`shallow`], [`recall`], [`context_error`], [`summary`]:
+//!   what the APIs share.
 
 pub mod anthropic;
 pub mod chat;
@@ -28,6 +28,7 @@ pub mod fuzzing;
 pub mod gemini;
 pub mod recall;
 pub mod responses;
+pub mod shallow;
 pub mod summary;
 
 pub use context_error::ContextError;
@@ -178,9 +179,17 @@ pub trait WireApi: Send + Sync + 'static {
     // --- Codec ---
 
     /// The body read shallowly, when the API has a reader for the fast
-    /// path (`None`: the body is decoded).
+    /// path and the body is plain (`None`: the body is decoded, and the
+    /// decoder says what is wrong with it, if anything).
     fn shallow<'a>(&self, _bytes: &'a [u8]) -> Option<RawRequest<'a>> {
         None
+    }
+
+    /// The engine message a unit of wire items read by [`Self::shallow`]
+    /// stands for, as [`Self::decode`] makes it: by default the one item
+    /// itself (chat completions' messages are the engine's).
+    fn unit_message(&self, unit: &[Value]) -> Value {
+        unit.first().cloned().unwrap_or(Value::Null)
     }
 
     /// Reads a body for the fold engine; `Err` is the client's 400.

@@ -17,7 +17,7 @@ use serde_json::Value;
 use std::fmt;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
-pub use crate::message::{MessageId, ids_of, message_id, raw_message_id};
+pub use crate::message::{MessageId, ids_of, message_id};
 
 /// One link of the chain: 32 bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -150,15 +150,17 @@ mod tests {
     }
 
     #[test]
-    fn raw_identity_is_the_text_as_sent() {
-        let text = r#"{"role":"user","content":"x"}"#;
-        let value: Value = serde_json::from_str(text).unwrap();
-        assert_eq!(raw_message_id(text), message_id(&value));
-        // Other spacing is another text: the identity follows the bytes sent.
-        assert_ne!(
-            raw_message_id(r#"{"role": "user", "content": "x"}"#),
-            message_id(&value)
+    fn identity_is_the_value_however_it_was_spelled() {
+        let compact: Value = serde_json::from_str(r#"{"role":"user","content":"é"}"#).unwrap();
+        let spaced: Value =
+            serde_json::from_str(r#"{ "role": "user", "content": "\u00e9" }"#).unwrap();
+        assert_eq!(message_id(&compact), message_id(&spaced));
+        assert_eq!(
+            message_id(&compact),
+            xxhash_rust::xxh3::xxh3_128(r#"{"role":"user","content":"é"}"#.as_bytes())
         );
+        let pair = [compact.clone(), spaced];
+        assert_ne!(crate::message::unit_id(&pair), message_id(&compact));
         assert_ne!(ChainHash::ZERO.next(1), ChainHash::ZERO.next(2));
         assert_ne!(
             ChainHash::ZERO.next(1).next(2),

@@ -81,8 +81,8 @@ use serde_json::Value;
 pub struct Messages<'m> {
     /// The messages, `M[0..n)`.
     pub values: &'m [Value],
-    /// Each message's identity ([`hash::raw_message_id`] of the text the
-    /// client sent, or [`hash::message_id`]).
+    /// Each message's identity: [`hash::message_id`], or for a message
+    /// standing for several wire items [`crate::message::unit_id`].
     pub ids: &'m [hash::MessageId],
     /// Each message's prompt tokens, framing included (calibrated).
     pub counts: &'m [u32],

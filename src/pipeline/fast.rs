@@ -1,21 +1,22 @@
 //! The fast path: decides from the request's raw JSON whether it goes
-//! upstream untouched, without building a `Value` tree. Most chat requests
-//! (no stored fold, no trigger near) end here; the others take the full
-//! pipeline in [`super::turn`].
+//! upstream untouched, without building a `Value` tree, on every API with
+//! a shallow reader. Most requests (no stored fold, no trigger near) end
+//! here; the others take the full pipeline in [`super::turn`].
 
 use super::key;
 use super::prepared::{Prepared, now_unix};
-use crate::api::codec::RawRequest;
+use crate::api::Api;
+use crate::api::codec::{RawRequest, raw_pinned, raw_unit};
 use crate::app::App;
 use crate::config::Mode;
-use crate::error::ApiError;
 use crate::fold::trigger::{Observed, evaluate};
 use crate::fold::{FoldChain, compress};
 use crate::message::{MessageId, Role, pinned_count};
 use crate::state::ConvKey;
-use crate::tokens::Estimate;
+use crate::tokens::{Estimate, RawCount};
 use http::HeaderMap;
 use std::sync::Arc;
+use xxhash_rust::xxh3::Xxh3Default;
 
 /// What the first look found: the conversation key, the estimate, the
 /// conversation's fold chain (read once, here), and whether the request
@@ -32,31 +33,27 @@ pub(super) struct Look {
 
 /// The conversation key, and where the request goes: untouched when no
 /// fold of the conversation is stored, no trigger fires, and (in background
-/// mode) the prompt is below the prefold ratio.
+/// mode) the prompt is below the prefold ratio. `None` when a unit cannot
+/// be read from its text: the decoder then reads the body and says why.
 pub(super) async fn route(
     app: &App,
+    api: Api,
     headers: &HeaderMap,
     raw: &RawRequest<'_>,
     provider: &str,
-) -> Result<Look, ApiError> {
-    let tokens = &app.tokens;
-    let counted = tokens
-        .raw_messages(&raw.model, raw.messages.iter().map(|m| m.get()))
-        .map_err(|i| ApiError::BadRequest {
-            message: format!("messages[{i}] must be an object with a string `role`"),
-            param: Some("messages"),
-        })?;
+) -> Option<Look> {
+    let counted = count(app, api, raw)?;
     let roles: Vec<Role> = counted.iter().map(|c| c.role).collect();
     let counts: Vec<u32> = counted.iter().map(|c| c.tokens).collect();
     let ids: Vec<MessageId> = counted.iter().map(|c| c.id).collect();
+    let estimate = app.tokens.estimate_with(&raw.model, &raw.rest, counts);
+    if let Some(why) = raw.opaque {
+        tracing::debug!(api = api.name(), why, "forwarded untouched");
+        return Some(Look::opaque(estimate, ids));
+    }
     let pinned = pinned_count(roles.iter().copied().map(Some));
-    let fingerprint = || {
-        let first_user = roles.iter().skip(pinned).position(|r| *r == Role::User)? + pinned;
-        let head = raw.messages[..pinned].iter().map(|m| m.get());
-        Some(key::fingerprint(head, raw.messages[first_user].get()))
-    };
+    let fingerprint = || key::fingerprint(&roles, &ids);
     let key = key::conversation_key(headers, fingerprint, &app.config.conversation);
-    let estimate = tokens.estimate_with(&raw.model, &raw.rest, counts);
     let chain = match &key {
         Some(k) => app.store.load(k).await.filter(|chain| !chain.is_empty()),
         None => None,
@@ -69,7 +66,7 @@ pub(super) async fn route(
         untouched: None,
     };
     if chain.is_some() {
-        return Ok(full(key, ids, estimate, chain));
+        return Some(full(key, ids, estimate, chain));
     }
     let policy = app.config.policy_for(provider, &raw.model);
     let budget = crate::fold::Budget::for_request(&app.config, &policy, &estimate, now_unix());
@@ -91,7 +88,8 @@ pub(super) async fn route(
         && seen.view_tokens as f64 >= policy.prefold_ratio * f64::from(budget.context_window);
     // Older turns to compress need the full path too (one rule: `select`).
     let compress = || {
-        let settings = app.config.compress_for(provider, &raw.model);
+        let mut settings = app.config.compress_for(provider, &raw.model);
+        settings.assistant &= api.compresses_answers();
         let roles: Vec<Option<Role>> = roles.iter().copied().map(Some).collect();
         app.archive.enabled()
             && key.is_some()
@@ -104,11 +102,55 @@ pub(super) async fn route(
             .is_empty()
     };
     if prefold || evaluate(&seen, &policy, &budget).is_some() || compress() {
-        return Ok(full(key, ids, estimate, None));
+        return Some(full(key, ids, estimate, None));
     }
     let prepared = Prepared::untouched(&estimate, &ids);
-    Ok(Look {
+    Some(Look {
         untouched: Some(prepared),
         ..full(key, ids, estimate, None)
     })
+}
+
+impl Look {
+    /// A request that goes upstream untouched whatever its size (its
+    /// history is held upstream, or it has none to fold): no key, no chain.
+    pub fn opaque(estimate: Estimate, ids: Vec<MessageId>) -> Self {
+        Self {
+            key: None,
+            untouched: Some(Prepared::untouched(&estimate, &ids)),
+            ids,
+            estimate,
+            chain: None,
+        }
+    }
+}
+
+/// Each engine message's count, role and identity, read from the raw
+/// texts: a unit whose text was seen before costs a hash and a cache
+/// lookup; a new one is parsed and made into its engine message as the
+/// decoder makes it. `None` when a unit cannot be read.
+fn count(app: &App, api: Api, raw: &RawRequest<'_>) -> Option<Vec<RawCount>> {
+    let units = app.tokens.raw_units(&raw.model);
+    let mut out = Vec::with_capacity(raw.pinned.len() + raw.units.len());
+    for (name, field) in &raw.pinned {
+        let key = unit_key(api, [*name, field.get()]);
+        out.push(units.count(key, || raw_pinned(name, field))?);
+    }
+    for range in &raw.units {
+        let items = raw.items.get(range.clone())?;
+        let key = unit_key(api, items.iter().map(|i| i.get()));
+        out.push(units.count(key, || raw_unit(api, items))?);
+    }
+    Some(out)
+}
+
+/// The count cache's key for a unit of `api` given by its items' texts.
+fn unit_key<'t>(api: Api, texts: impl IntoIterator<Item = &'t str>) -> u128 {
+    let mut h = Xxh3Default::new();
+    h.update(api.name().as_bytes());
+    for text in texts {
+        h.update(b"\x1e");
+        h.update(text.as_bytes());
+    }
+    h.digest128()
 }

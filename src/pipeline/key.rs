@@ -3,11 +3,10 @@
 
 use crate::config::{ConversationConfig, Fallback};
 use crate::error::ApiError;
-use crate::message::{Role, is_role, pinned_len};
+use crate::message::{MessageId, Role, pinned_count};
 use crate::state::ConvKey;
 use crate::upstream::headers;
 use http::HeaderMap;
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 use xxhash_rust::xxh3::Xxh3Default;
 
@@ -83,36 +82,22 @@ pub fn conversation_key(
     })
 }
 
-/// [`conversation_key`] for messages already parsed into values; the
-/// fingerprint hashes them as serde_json writes them.
-pub fn conversation_key_of(
-    headers: &HeaderMap,
-    messages: &[Value],
-    config: &ConversationConfig,
-) -> Option<ConvKey> {
-    let fingerprint = || {
-        let pinned = pinned_len(messages);
-        let first_user = messages[pinned..].iter().find(|m| is_role(m, Role::User))?;
-        let texts: Vec<String> = messages[..pinned].iter().map(Value::to_string).collect();
-        Some(fingerprint(
-            texts.iter().map(String::as_str),
-            &first_user.to_string(),
-        ))
-    };
-    conversation_key(headers, fingerprint, config)
-}
-
-/// A hash of the pinned head and the first user message, as the client
-/// sent their JSON: stable across the turns of one conversation (and
-/// across restarts), different between conversations that differ in
-/// either. A 128-bit xxh3: a key, not a secret.
-pub fn fingerprint<'a>(pinned: impl IntoIterator<Item = &'a str>, first_user: &'a str) -> String {
+/// The fingerprint of a conversation whose engine messages have these
+/// roles and identities: a hash of the pinned head's and the first user
+/// message's identities. Stable across the turns of one conversation
+/// (and across restarts, and however the client spaces its JSON),
+/// different between conversations that differ in either; `None` when
+/// no user message is there yet. The fast path and the decoder give the
+/// same identities, so one conversation has one fingerprint. A 128-bit
+/// xxh3: a key, not a secret.
+pub fn fingerprint(roles: &[Role], ids: &[MessageId]) -> Option<String> {
+    let pinned = pinned_count(roles.iter().copied().map(Some));
+    let first_user = roles.get(pinned..)?.iter().position(|r| *r == Role::User)? + pinned;
     let mut h = Xxh3Default::new();
-    for text in pinned.into_iter().chain([first_user]) {
-        h.update(&(text.len() as u64).to_le_bytes());
-        h.update(text.as_bytes());
+    for id in ids.get(..pinned)?.iter().chain(ids.get(first_user)) {
+        h.update(&id.to_le_bytes());
     }
-    format!("fp-{:032x}", h.digest128())
+    Some(format!("fp-{:032x}", h.digest128()))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -147,16 +132,17 @@ mod tests {
     }
 
     #[test]
-    fn fingerprint_separates_its_parts_and_none_opts_out() {
-        let system = r#"{"role":"system","content":"s"}"#;
-        let task = r#"{"role":"user","content":"task"}"#;
-        let one = fingerprint([system], task);
-        assert_eq!(one, fingerprint([system], task));
-        assert_ne!(
-            one,
-            fingerprint([system], r#"{"role":"user","content":"other"}"#)
+    fn fingerprint_reads_the_pinned_head_and_first_user_message_only() {
+        use Role::{Assistant, Pinned, User};
+        let one = fingerprint(&[Pinned, User, Assistant], &[1, 2, 3]).unwrap();
+        assert_eq!(
+            Some(&one),
+            fingerprint(&[Pinned, User, Assistant, User], &[1, 2, 4, 5]).as_ref()
         );
-        assert_ne!(fingerprint(["ab"], "c"), fingerprint(["a"], "bc"));
+        assert_ne!(Some(&one), fingerprint(&[Pinned, User], &[1, 9]).as_ref());
+        assert_ne!(Some(&one), fingerprint(&[Pinned, User], &[9, 2]).as_ref());
+        assert_ne!(Some(&one), fingerprint(&[User], &[2]).as_ref());
+        assert_eq!(fingerprint(&[Pinned, Assistant], &[1, 2]), None);
         let h = HeaderMap::new();
         let key = conversation_key(&h, || Some(one.clone()), &cfg(Fallback::Fingerprint)).unwrap();
         assert_eq!(key.conversation, one);

@@ -11,7 +11,7 @@ use crate::api::Api;
 use crate::api::codec::{Decoded, Wire};
 use crate::app::App;
 use crate::error::ApiError;
-use crate::message::ids_of;
+use crate::message::{Role, ids_of};
 use crate::upstream::Provider;
 use bytes::Bytes;
 use http::HeaderMap;
@@ -54,8 +54,8 @@ enum Stage {
 }
 
 impl ConvRequest {
-    /// The first look: what the request's raw JSON tells (chat completions
-    /// only; other APIs, and bodies the fast reader cannot take, are
+    /// The first look: what the request's raw JSON tells (bodies the
+    /// API's shallow reader cannot take, and APIs without one, are
     /// decoded, which also reports what is wrong with a bad body).
     pub async fn read(
         app: &App,
@@ -67,20 +67,21 @@ impl ConvRequest {
         let path = path.to_string();
         if let Some(raw) = api.shallow(&bytes) {
             let provider = app.upstreams.route(Some(&raw.model))?;
-            let look = fast::route(app, headers, &raw, &provider.name).await?;
-            let model = raw.model;
-            let stage = Stage::Raw {
-                look,
-                decoded: None,
-            };
-            return Ok(Self {
-                api,
-                bytes,
-                path,
-                model,
-                provider,
-                stage,
-            });
+            if let Some(look) = fast::route(app, api, headers, &raw, &provider.name).await {
+                let model = raw.model;
+                let stage = Stage::Raw {
+                    look,
+                    decoded: None,
+                };
+                return Ok(Self {
+                    api,
+                    bytes,
+                    path,
+                    model,
+                    provider,
+                    stage,
+                });
+            }
         }
         let mut decoded = api.decode_at(&path, &bytes)?;
         let fields = decoded.estimate_fields();
@@ -100,17 +101,16 @@ impl ConvRequest {
         let look = match decoded.opaque {
             Some(why) => {
                 tracing::debug!(api = api.name(), why, "forwarded untouched");
-                Look {
-                    key: None,
-                    untouched: Some(Prepared::untouched(&estimate, &ids)),
-                    ids,
-                    estimate,
-                    chain: None,
-                }
+                Look::opaque(estimate, ids)
             }
             None => {
-                let key =
-                    key::conversation_key_of(headers, &decoded.messages, &app.config.conversation);
+                let roles: Vec<Role> = decoded
+                    .messages
+                    .iter()
+                    .map(|m| Role::of_message(m).unwrap_or(Role::Other))
+                    .collect();
+                let fingerprint = || key::fingerprint(&roles, &ids);
+                let key = key::conversation_key(headers, fingerprint, &app.config.conversation);
                 let chain = match &key {
                     Some(k) => app.store.load(k).await,
                     None => None,
@@ -267,11 +267,13 @@ impl ConvRequest {
         headers: &HeaderMap,
     ) -> Result<&mut FoldRequest, ApiError> {
         if let Stage::Raw { decoded, .. } = &mut self.stage {
-            if decoded.is_none() {
+            // Whether the first look was the fast path's.
+            let fast = decoded.is_none();
+            if fast {
                 *decoded = Some(Box::new(self.api.decode_at(&self.path, &self.bytes)?));
             }
             let Stage::Raw {
-                look,
+                mut look,
                 decoded: Some(decoded),
             } = std::mem::replace(&mut self.stage, Stage::Upgrading)
             else {
@@ -284,8 +286,25 @@ impl ConvRequest {
                 messages,
                 wire,
                 estimate_fields,
+                ids,
                 ..
             } = *decoded;
+            // The fast path reads the same units with the same identities
+            // as the decoder: checked in debug builds (every test that
+            // folds), and wherever the decoder hashed its units anyway;
+            // the decoder's reading wins.
+            let check = ids
+                .filter(|_| fast)
+                .or_else(|| (fast && cfg!(debug_assertions)).then(|| ids_of(&messages)));
+            if let Some(ids) = check {
+                debug_assert_eq!(look.ids, ids, "the fast path and the decoder disagree");
+                if look.ids != ids {
+                    tracing::warn!(api = self.api.name(), "the fast path misread the units");
+                    let fields = estimate_fields.as_ref().unwrap_or(&fields);
+                    look.estimate = app.tokens.estimate_messages(&self.model, &messages, fields);
+                    look.ids = ids;
+                }
+            }
             let turn = FoldRequest::new(
                 app.clone(),
                 look,

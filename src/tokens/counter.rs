@@ -13,7 +13,7 @@ use super::windows::{KnownWindow, MissingWindow, Windows};
 use crate::config::default_reserve;
 use crate::config::{Config, ModelConfig, TokensConfig};
 use crate::glob;
-use crate::message::{Role, raw_message_id};
+use crate::message::{MessageId, Role};
 use moka::sync::Cache;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashSet};
@@ -21,8 +21,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 /// Bytes charged per cache entry against `tokens.cache_bytes`: the key and
-/// value (40 bytes) with the hash table's control byte and spare capacity.
-const CACHE_ENTRY_BYTES: u64 = 64;
+/// value (64 bytes, the identity 16-byte aligned) with the hash table's
+/// control byte and spare capacity.
+const CACHE_ENTRY_BYTES: u64 = 88;
 /// Unknown model names remembered for the once-per-model warning; names come
 /// from clients, so the set is bounded and later unknown names go unwarned.
 const MAX_WARNED: usize = 1024;
@@ -57,9 +58,10 @@ pub struct TokenCounter {
     settings: TokensConfig,
     /// `[models."glob"]` entries, for windows, output limits and token scales.
     models: BTreeMap<String, ModelConfig>,
-    /// Raw counts (and, for messages read as JSON text, their roles) by
-    /// encoding, kind and hash; `None` when `cache_bytes` is 0.
-    cache: Option<CountCache<(u32, Role)>>,
+    /// Raw counts (and, for messages read as JSON text, their roles and
+    /// identities) by encoding, kind and hash; `None` when `cache_bytes`
+    /// is 0.
+    cache: Option<CountCache<(u32, Role, MessageId)>>,
     /// Built-in table lookups by model name (the table is scanned once per name).
     built_ins: Cache<String, Option<(u32, Option<u32>)>>,
     hits: AtomicU64,
@@ -70,16 +72,61 @@ pub struct TokenCounter {
     warned: Mutex<HashSet<String>>,
 }
 
-/// One message's count and role, from [`TokenCounter::raw_message`].
+/// One engine message's count, role and identity, from [`RawUnits`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawCount {
     /// Tokens, scaled by the model's `token_scale`, not calibrated.
     pub tokens: u32,
     /// Its role.
     pub role: Role,
-    /// Its identity: the hash of its JSON text, which also keys the cache
-    /// ([`crate::message::raw_message_id`]).
-    pub id: u128,
+    /// Its identity, as the codec that decodes it gives it
+    /// ([`crate::message::unit_id`] of its items as values).
+    pub id: MessageId,
+}
+
+/// Counts engine messages from the JSON text of their wire items, for
+/// one model ([`TokenCounter::raw_units`]): a text already seen costs a
+/// cache lookup; only a new one is parsed.
+pub struct RawUnits<'c> {
+    counter: &'c TokenCounter,
+    profile: Profile,
+}
+
+impl RawUnits<'_> {
+    /// The count, role and identity of the engine message whose items'
+    /// text hashes to `key`; `make` builds the message and its identity
+    /// only when `key` is not cached. `None` when `make` cannot, or the
+    /// message has no string `role`.
+    pub fn count(
+        &self,
+        key: u128,
+        make: impl FnOnce() -> Option<(Value, MessageId)>,
+    ) -> Option<RawCount> {
+        let counter = self.counter;
+        let key = Kind::RawMessage.key(self.profile.rules.encoding, key);
+        let cached = counter.cache.as_ref().and_then(|c| c.get(&key));
+        let (tokens, role, id) = match cached {
+            Some(found) => found,
+            None => {
+                let (message, id) = make()?;
+                let role = Role::of(message.get("role")?.as_str()?);
+                let unscaled = Profile {
+                    scale: 1.0,
+                    ..self.profile
+                };
+                let found = (counter.scaled_message(&unscaled, &message), role, id);
+                if let Some(c) = &counter.cache {
+                    c.insert(key, found);
+                }
+                found
+            }
+        };
+        Some(RawCount {
+            tokens: apply(u64::from(tokens), self.profile.scale),
+            role,
+            id,
+        })
+    }
 }
 
 /// How one model is counted.
@@ -125,53 +172,13 @@ impl TokenCounter {
         found
     }
 
-    /// [`TokenCounter::raw_message`] for every message of a request; the
-    /// error is the index of the first one that is not a message object.
-    pub fn raw_messages<'a>(
-        &self,
-        model: &str,
-        messages: impl IntoIterator<Item = &'a str>,
-    ) -> Result<Vec<RawCount>, usize> {
-        let profile = self.profile(model);
-        messages
-            .into_iter()
-            .enumerate()
-            .map(|(i, json)| self.raw_with(&profile, json).ok_or(i))
-            .collect()
-    }
-
-    /// Tokens (scaled, not calibrated) and role of one message given as its
-    /// JSON text, without building a `Value` unless the text is new. `None`
-    /// when the text is not a message object with a string `role`.
-    pub fn raw_message(&self, model: &str, json: &str) -> Option<RawCount> {
-        self.raw_with(&self.profile(model), json)
-    }
-
-    fn raw_with(&self, profile: &Profile, json: &str) -> Option<RawCount> {
-        let id = raw_message_id(json);
-        let key = Kind::RawMessage.key(profile.rules.encoding, id);
-        let cached = self.cache.as_ref().and_then(|c| c.get(&key));
-        let (tokens, role) = match cached {
-            Some(found) => found,
-            None => {
-                let value: Value = serde_json::from_str(json).ok()?;
-                let role = Role::of(value.get("role")?.as_str()?);
-                let unscaled = Profile {
-                    scale: 1.0,
-                    ..*profile
-                };
-                let found = (self.scaled_message(&unscaled, &value), role);
-                if let Some(c) = &self.cache {
-                    c.insert(key, found);
-                }
-                found
-            }
-        };
-        Some(RawCount {
-            tokens: apply(u64::from(tokens), profile.scale),
-            role,
-            id,
-        })
+    /// A counter of engine messages given as the JSON text of the wire
+    /// items they stand for, in `model`'s encoding ([`RawUnits`]).
+    pub fn raw_units(&self, model: &str) -> RawUnits<'_> {
+        RawUnits {
+            counter: self,
+            profile: self.profile(model),
+        }
     }
 
     /// The whole-request estimate for `request`, a parsed chat-completions body.
@@ -380,13 +387,13 @@ impl TokenCounter {
             return count();
         };
         let key = key();
-        if let Some((n, _)) = cache.get(&key) {
+        if let Some((n, ..)) = cache.get(&key) {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return u64::from(n);
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
         let n = count();
-        cache.insert(key, (saturate(n), Role::Other));
+        cache.insert(key, (saturate(n), Role::Other, 0));
         n
     }
 

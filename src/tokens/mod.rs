@@ -29,7 +29,7 @@ mod windows;
 
 pub use crate::config::default_reserve;
 pub use calibration::{ALPHA as CALIBRATION_ALPHA, MAX_FACTOR, MIN_FACTOR};
-pub use counter::{RawCount, TokenCounter};
+pub use counter::{RawCount, RawUnits, TokenCounter};
 pub use discovery::{
     parse_llamacpp_props, parse_model_ids, parse_models_listing, parse_ollama_show,
     parse_ollama_tags, parse_openapi_title,

@@ -12,8 +12,9 @@
 //!   (`cache_control` markers, `thinking`) pass through untouched.
 
 use crate::api::codec::{
-    Decoded, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call,
+    Decoded, RawRequest, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call,
 };
+use crate::api::shallow::Spec;
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use serde_json::{Map, Value, json};
@@ -23,6 +24,20 @@ const MAX_BREAKPOINTS: usize = 4;
 /// The user message put first when a folded view would start with an
 /// assistant message.
 pub const CONTINUE_TEXT: &str = "(The earlier conversation is summarized in the system prompt.)";
+
+/// What the fast path reads of a Messages body: the fields the estimate
+/// reads, `system` and the messages as text.
+pub const SHALLOW: Spec = Spec {
+    parsed: &["model", "tools", "max_tokens"],
+    raw: &["system"],
+    items: "messages",
+    held_upstream: &[],
+};
+
+/// Reads a Messages body shallowly, for the fast path.
+pub fn shallow(bytes: &[u8]) -> Option<RawRequest<'_>> {
+    RawRequest::one_per_item(bytes, &SHALLOW, Some(("input_schema", "max_tokens")))
+}
 
 /// Reads a Messages body.
 pub fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
@@ -55,7 +70,7 @@ pub fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
 }
 
 /// One Anthropic message as a chat-completions message.
-fn engine_message(message: &Value) -> Value {
+pub fn engine_message(message: &Value) -> Value {
     let content = message.get("content").cloned().unwrap_or(Value::Null);
     let blocks = content.as_array().map(Vec::as_slice).unwrap_or_default();
     let of_type = |kind: &'static str| {

@@ -9,7 +9,7 @@ pub mod recall;
 pub use codec::CONTINUE_TEXT;
 
 use super::WireApi;
-use super::codec::{Decoded, Wire, object};
+use super::codec::{Decoded, RawRequest, Wire, object};
 use super::recall::calls::{Call, Calls, Carry};
 use super::recall::stream::{self, Round};
 use super::summary::SummaryCall;
@@ -55,6 +55,15 @@ impl WireApi for Anthropic {
             "system": call.system,
             "messages": [{ "role": "user", "content": call.user }],
         }))
+    }
+
+    fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
+        codec::shallow(bytes)
+    }
+
+    /// One message each.
+    fn unit_message(&self, unit: &[Value]) -> Value {
+        unit.first().map_or(Value::Null, codec::engine_message)
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {

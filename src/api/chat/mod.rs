@@ -1,16 +1,16 @@
 //! OpenAI chat completions (`POST /v1/chat/completions`): the messages
-//! are the engine's messages. The only API with a fast path: its body is
-//! read shallowly first ([`shallow`]) and decoded only when a fold may
-//! apply ([`codec`]).
+//! are the engine's messages. The body is read shallowly first
+//! ([`super::shallow`]) and decoded only when a fold may apply
+//! ([`codec`]).
 
 pub mod codec;
 pub mod recall;
-pub mod shallow;
 
 use super::WireApi;
 use super::codec::{Decoded, RawRequest, Wire};
 use super::recall::calls::{Call, Calls, Carry};
 use super::recall::stream::{self, Round};
+use super::shallow::Spec;
 use super::summary::{Format, SummaryCall};
 use crate::config::ProviderApi;
 use crate::error::ApiError;
@@ -20,6 +20,22 @@ use serde_json::{Map, Value, json};
 
 /// OpenAI chat completions.
 pub struct Chat;
+
+/// What the fast path reads of a chat body: the fields the estimate
+/// reads, and the messages as text.
+const SHALLOW: Spec = Spec {
+    parsed: &[
+        "model",
+        "tools",
+        "functions",
+        "response_format",
+        "max_tokens",
+        "max_completion_tokens",
+    ],
+    raw: &[],
+    items: "messages",
+    held_upstream: &[],
+};
 
 impl WireApi for Chat {
     fn name(&self) -> &'static str {
@@ -65,7 +81,7 @@ impl WireApi for Chat {
     }
 
     fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
-        shallow::parse(bytes)
+        RawRequest::one_per_item(bytes, &SHALLOW, None)
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {

@@ -12,20 +12,27 @@
 //! - The summary is a message item of its own, after the pinned items.
 
 use crate::api::codec::{
-    Decoded, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call,
+    Decoded, RawRequest, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call,
 };
+use crate::api::shallow::{self, Spec};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use crate::message::role;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
+
+/// The fields that, set, say the history is held upstream.
+const HELD_UPSTREAM: [&str; 2] = ["previous_response_id", "conversation"];
 
 /// Reads a Responses body.
 pub fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
     let model = model(&fields)?;
-    let held_upstream = ["previous_response_id", "conversation"]
+    let held_upstream = HELD_UPSTREAM
         .iter()
         .any(|k| fields.get(*k).is_some_and(|v| !v.is_null()));
-    let mut opaque = held_upstream.then_some("the history is held upstream");
+    let mut opaque = held_upstream.then_some(shallow::HELD_UPSTREAM);
     let items = match fields.get("input") {
         Some(Value::Array(_)) => take_array(&mut fields, "input"),
         Some(Value::String(text)) => {
@@ -40,7 +47,8 @@ pub fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
     }
     let mut units = Units::default();
     units.pin("instructions", fields.get("instructions"));
-    for range in unit_ranges(&items) {
+    let shapes: Vec<Shape> = items.iter().map(shape).collect();
+    for range in unit_ranges(&shapes) {
         units.push(engine_message(&items[range.clone()]), &items, range);
     }
     let estimate = estimate_fields(&fields, model, "parameters", "max_output_tokens");
@@ -59,26 +67,111 @@ fn kind(item: &Value) -> &str {
 
 /// A call that an output item answers by `call_id`.
 fn is_call(item: &Value) -> bool {
-    kind(item).ends_with("_call") && item.get("call_id").is_some_and(Value::is_string)
+    shape(item) == Shape::Call
 }
 
 fn is_output(item: &Value) -> bool {
     kind(item).ends_with("_call_output")
 }
 
+/// What grouping items into units reads of one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Reasoning,
+    /// A call (`*_call`) with a string `call_id` an output answers.
+    Call,
+    Other,
+}
+
+impl Shape {
+    fn of(kind: &str, string_call_id: bool) -> Self {
+        match kind {
+            "reasoning" => Self::Reasoning,
+            k if k.ends_with("_call") && string_call_id => Self::Call,
+            _ => Self::Other,
+        }
+    }
+}
+
+fn shape(item: &Value) -> Shape {
+    Shape::of(
+        kind(item),
+        item.get("call_id").is_some_and(Value::is_string),
+    )
+}
+
+/// The head of an item as text: what [`Shape`] reads.
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, deserialize_with = "present")]
+    role: bool,
+    #[serde(default, borrow)]
+    call_id: Option<&'a RawValue>,
+}
+
+/// Whether a field is there at all (even as `null`).
+fn present<'de, D: serde::Deserializer<'de>>(de: D) -> Result<bool, D::Error> {
+    serde::de::IgnoredAny::deserialize(de).map(|_| true)
+}
+
+/// An item's [`Shape`] from its JSON text (`None`: not an object).
+fn raw_shape(item: &RawValue) -> Option<Shape> {
+    let head: Head<'_> = serde_json::from_str(item.get()).ok()?;
+    let kind = match (&head.kind, head.role) {
+        (Some(kind), _) => kind.as_ref(),
+        (None, true) => "message",
+        (None, false) => "",
+    };
+    let string_call_id = head.call_id.is_some_and(|c| c.get().starts_with('"'));
+    Some(Shape::of(kind, string_call_id))
+}
+
+/// What the fast path reads of a Responses body: the fields the estimate
+/// reads and those that say the history is held upstream, `instructions`
+/// and the input items as text.
+const SHALLOW: Spec = Spec {
+    parsed: &[
+        "model",
+        "tools",
+        "max_output_tokens",
+        "previous_response_id",
+        "conversation",
+    ],
+    raw: &["instructions"],
+    items: "input",
+    held_upstream: &HELD_UPSTREAM,
+};
+
+/// Reads a Responses body shallowly, for the fast path: its items grouped
+/// into units as [`decode`] groups them (`None`: a string `input`, or a
+/// body the decoder must judge).
+pub fn shallow(bytes: &[u8]) -> Option<RawRequest<'_>> {
+    let mut raw =
+        RawRequest::one_per_item(bytes, &SHALLOW, Some(("parameters", "max_output_tokens")))?;
+    let shapes = raw
+        .items
+        .iter()
+        .map(|i| raw_shape(i))
+        .collect::<Option<Vec<_>>>()?;
+    raw.units = unit_ranges(&shapes);
+    Some(raw)
+}
+
 /// The items of each unit, in order.
-fn unit_ranges(items: &[Value]) -> Vec<std::ops::Range<usize>> {
-    let mut ranges = Vec::with_capacity(items.len());
+fn unit_ranges(shapes: &[Shape]) -> Vec<std::ops::Range<usize>> {
+    let mut ranges = Vec::with_capacity(shapes.len());
     let mut i = 0;
-    while i < items.len() {
+    while i < shapes.len() {
         let start = i;
-        while kind(&items[i]) == "reasoning" && i + 1 < items.len() {
+        while shapes[i] == Shape::Reasoning && i + 1 < shapes.len() {
             i += 1;
         }
-        if is_call(&items[i]) {
-            while i + 1 < items.len()
-                && (is_call(&items[i + 1])
-                    || kind(&items[i + 1]) == "reasoning" && items.get(i + 2).is_some_and(is_call))
+        if shapes[i] == Shape::Call {
+            while i + 1 < shapes.len()
+                && (shapes[i + 1] == Shape::Call
+                    || shapes[i + 1] == Shape::Reasoning && shapes.get(i + 2) == Some(&Shape::Call))
             {
                 i += 1;
             }
@@ -90,7 +183,7 @@ fn unit_ranges(items: &[Value]) -> Vec<std::ops::Range<usize>> {
 }
 
 /// One unit as a chat-completions message.
-fn engine_message(unit: &[Value]) -> Value {
+pub fn engine_message(unit: &[Value]) -> Value {
     let calls: Vec<Value> = unit
         .iter()
         .filter(|item| is_call(item))
@@ -154,7 +247,7 @@ mod tests {
 
     #[test]
     fn units_glue_reasoning_and_parallel_calls() {
-        let items = vec![
+        let items = [
             json!({"role": "user", "content": "go"}),
             json!({"type": "reasoning", "id": "rs_1", "summary": []}),
             json!({"type": "function_call", "call_id": "a", "name": "ls", "arguments": "{}"}),
@@ -163,7 +256,15 @@ mod tests {
             json!({"type": "function_call_output", "call_id": "b", "output": "y"}),
             json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}),
         ];
-        assert_eq!(unit_ranges(&items), vec![0..1, 1..4, 4..5, 5..6, 6..7]);
+        let shapes: Vec<Shape> = items.iter().map(shape).collect();
+        assert_eq!(unit_ranges(&shapes), vec![0..1, 1..4, 4..5, 5..6, 6..7]);
+        let texts: Vec<String> = items.iter().map(Value::to_string).collect();
+        let raw: Vec<&RawValue> = texts
+            .iter()
+            .map(|t| serde_json::from_str(t).unwrap())
+            .collect();
+        let raw_shapes: Option<Vec<Shape>> = raw.iter().map(|i| raw_shape(i)).collect();
+        assert_eq!(raw_shapes, Some(shapes));
         let call = engine_message(&items[1..4]);
         assert_eq!(
             tool_call_ids(&call)

@@ -8,7 +8,7 @@ pub mod codec;
 pub mod recall;
 
 use super::WireApi;
-use super::codec::{Decoded, Wire, object};
+use super::codec::{Decoded, RawRequest, Wire, object};
 use super::recall::calls::{Call, Calls, Carry};
 use super::recall::stream::{self, Round};
 use crate::config::Placement;
@@ -27,6 +27,14 @@ impl WireApi for Responses {
 
     fn path(&self) -> &'static str {
         "/responses"
+    }
+
+    fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
+        codec::shallow(bytes)
+    }
+
+    fn unit_message(&self, unit: &[Value]) -> Value {
+        codec::engine_message(unit)
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {

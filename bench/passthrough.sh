@@ -40,7 +40,7 @@ http {
 }
 CONF
 nginx -p "$WORK" -c nginx.conf
-cat > "$WORK/foldgate.toml" <<CONF
+cat > "$WORK/template.toml" <<CONF
 [server]
 listen = "127.0.0.1:$FG"
 [providers.bench]
@@ -50,7 +50,7 @@ path = "$WORK/foldgate.db"
 CONF
 # start BIN PORT NAME: one foldgate on the config above, listening on PORT.
 start() {
-  sed -e "s/127.0.0.1:$FG\"/127.0.0.1:$2\"/" -e "s/foldgate.db/$3.db/" "$WORK/foldgate.toml" > "$WORK/$3.toml"
+  sed -e "s/127.0.0.1:$FG\"/127.0.0.1:$2\"/" -e "s/foldgate.db/$3.db/" "$WORK/template.toml" > "$WORK/$3.toml"
   FOLDGATE_LOG=${FOLDGATE_LOG:-info} "$1" serve --config "$WORK/$3.toml" 2>"$WORK/$3.log" &
   for _ in $(seq 50); do curl -sf "http://127.0.0.1:$2/foldgate/health" >/dev/null && break; sleep 0.1; done
 }
@@ -83,7 +83,7 @@ routes() {
 }
 routes foldgate "$FG"
 [ -n "${BASELINE_BIN:-}" ] && routes baseline "$BASE"
-for row in "${ROWS[@]}"; do curl -sf -o /dev/null -X POST -H 'content-type: application/json' -d '{"model":"gpt-4o-mini","messages":[],"input":[]}' "${URL[$row]}" || { echo "$row is not answering" >&2; exit 1; }; done
+for row in "${ROWS[@]}"; do curl -sf -o /dev/null -X POST -H 'content-type: application/json' -d '{"model":"gpt-4o-mini","messages":[],"input":[]}' "${URL[$row]}" || { echo "$row is not answering; its log:" >&2; tail -5 "$WORK/${row%%-*}.log" >&2 2>/dev/null; exit 1; }; done
 for round in $(seq "$ROUNDS"); do
   for row in "${ROWS[@]}"; do
     read -r rps p50 p99 < <(measure "${URL[$row]}" "${SCRIPT[$row]:-bench/chat-32k.lua}")

@@ -6,8 +6,8 @@
 
 use crate::api::codec::ReadBody;
 use crate::api::{Api, anthropic::Anthropic, chat::Chat, responses::Responses};
-use crate::config::{Config, Mode};
-use crate::fold::trigger::{emergency_at, token_at};
+use crate::config::Config;
+use crate::fold::trigger::{emergency_at, prefold_at, token_at};
 use crate::tokens::{Encoding, TokenCounter};
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
@@ -144,8 +144,8 @@ fn trigger_lines(
             "trigger_at: {trigger} (the window less the output reserve: an emergency fold)"
         )
     };
-    if policy.mode == Mode::Background && policy.prefold_ratio < policy.trigger_ratio {
-        let prefold = token_at(policy.prefold_ratio, window).min(trigger);
+    if let Some(prefold) = prefold_at(&policy, window) {
+        let prefold = prefold.min(trigger);
         let _ = writeln!(
             out,
             "prefold_at: {prefold} (background mode: folded off the request path from here)"

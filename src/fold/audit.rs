@@ -8,9 +8,59 @@
 //!
 //! [`FoldChain`]: super::FoldChain
 //! [`FoldChain::MAX`]: super::FoldChain::MAX
+//! [`FoldState`]: super::FoldState
 
-use super::state::{FoldState, Reason, SummarizerRun};
 use serde::{Deserialize, Serialize};
+
+/// Why a fold happened, in trigger priority order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reason {
+    /// View tokens plus the output reserve exceed the window.
+    Emergency,
+    /// View tokens reached `trigger_ratio` of the window.
+    Token,
+    /// More than `preserve_recent + overflow_buffer` unfolded messages.
+    Overflow,
+    /// `safety_user_turns` user messages since the last fold.
+    Safety,
+    /// No fold for `idle_fold_after` and more than `preserve_recent`
+    /// messages unfolded.
+    Idle,
+}
+
+impl Reason {
+    /// A short lower-case label for logs, headers and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Emergency => "emergency",
+            Self::Token => "token",
+            Self::Overflow => "overflow",
+            Self::Safety => "safety",
+            Self::Idle => "idle",
+        }
+    }
+
+    /// Every reason, in priority order (the metrics' label order).
+    pub const ALL: [Reason; 5] = [
+        Self::Emergency,
+        Self::Token,
+        Self::Overflow,
+        Self::Safety,
+        Self::Idle,
+    ];
+}
+
+/// The summarizer's part in one fold, for the audit trail and dashboard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SummarizerRun {
+    /// The model that wrote the summary.
+    pub model: String,
+    /// Wall time of the whole fold's summarizer calls, in milliseconds.
+    pub latency_ms: u64,
+    /// HTTP calls made, retries and chunks included.
+    pub calls: u32,
+}
 
 /// What the audit keeps of one fold: a [`FoldState`] without its summary,
 /// ledger and hash chain (the fields keep their names, so a record reads
@@ -70,25 +120,6 @@ impl FailureRecord {
     }
 }
 
-impl From<&FoldState> for FoldRecord {
-    fn from(s: &FoldState) -> Self {
-        Self {
-            id: s.id.clone(),
-            parent: s.parent.clone(),
-            depth: s.depth,
-            reason: s.reason,
-            covered: s.covered,
-            kept_user: s.kept_user,
-            created_at: s.created_at,
-            tokens_before: s.tokens_before,
-            tokens_after: s.tokens_after,
-            api: s.api.clone(),
-            summarizer: s.summarizer.clone(),
-            background: s.background,
-        }
-    }
-}
-
 /// A conversation's fold records, oldest first, and how many folds it made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Audit {
@@ -119,11 +150,12 @@ impl Audit {
     /// backed off, so they come slowly; the count goes on).
     pub const MAX_FAILURES: usize = 100;
 
-    /// The audit of `states` alone (a chain stored before the audit was).
-    pub fn of(states: &[FoldState]) -> Self {
+    /// The audit of these records alone (a chain stored before the
+    /// audit was).
+    pub fn of(records: Vec<FoldRecord>) -> Self {
         Self {
-            total: states.len() as u64,
-            records: states.iter().map(FoldRecord::from).collect(),
+            total: records.len() as u64,
+            records,
             ..Self::default()
         }
     }
@@ -139,9 +171,9 @@ impl Audit {
     }
 
     /// Records one more fold, dropping the oldest record beyond the cap.
-    pub fn push(&mut self, state: &FoldState) {
+    pub fn push(&mut self, record: FoldRecord) {
         self.total = self.total.saturating_add(1);
-        self.records.push(FoldRecord::from(state));
+        self.records.push(record);
         if self.records.len() > Self::MAX {
             let excess = self.records.len() - Self::MAX;
             self.records.drain(..excess);

@@ -31,9 +31,11 @@
 //! the fold triggers: [`Compression::counts`] is what [`super::plan`] sees,
 //! while a fold still summarizes the original messages.
 
+use super::FoldError;
 use super::extract::{extract, message_text};
-use super::view::Item;
-use crate::config::Compress;
+use super::state::FoldState;
+use super::view::{Item, layout, materialize};
+use crate::config::{Compress, Placement};
 use crate::message::RECALL_TOOL;
 use crate::message::{MessageId, Role, pinned_count, tool_call_id};
 use serde_json::Value;
@@ -457,6 +459,24 @@ pub fn tool_name(messages: &[Value], i: usize) -> Option<&str> {
             .get("name")?
             .as_str()
     })
+}
+
+/// [`build_view`] with the messages `compression` selected shown as their
+/// stubs.
+pub fn build_view_with(
+    messages: &[Value],
+    state: Option<&FoldState>,
+    placement: Placement,
+    compression: &Compression,
+) -> Result<Vec<Value>, FoldError> {
+    if let Some(s) = state {
+        if !s.matches(messages) {
+            return Err(FoldError::StateMismatch { id: s.id.clone() });
+        }
+    }
+    let mark = state.map_or(0, |s| s.retained.stubs_before);
+    let items = compression.apply_marked(layout(messages, state, placement), mark);
+    Ok(materialize(messages, items))
 }
 
 #[cfg(test)]

@@ -63,12 +63,13 @@ pub mod view;
 pub use crate::message::pinned_len;
 pub use audit::{Audit, FailureRecord, FoldRecord};
 pub use compress::Compression;
+pub use compress::build_view_with;
 pub use hash::{ChainHash, MessageId};
 pub use pins::PlanCall;
 pub use plan::{CannotFit, Decision, FoldPlan, ViewInfo, plan};
 pub use state::{FoldChain, FoldState, Reason, Retained, SummarizerRun};
 pub use summary::Summary;
-pub use view::{ACK_TEXT, build_view, build_view_with, view_differs};
+pub use view::{ACK_TEXT, build_view, view_differs};
 
 use crate::config::{Config, Policy};
 use crate::tokens::Estimate;

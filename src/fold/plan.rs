@@ -156,14 +156,7 @@ pub fn plan<C: CountTokens + ?Sized>(
     };
     let start = p + base.map_or(0, |b| b.covered);
     let user_turns = messages.iter().filter(|m| is_role(m, Role::User)).count();
-    let seen = Observed {
-        view_tokens,
-        messages: n,
-        unfolded: n - start,
-        user_messages: user_turns,
-        base,
-        now_unix: budget.now_unix,
-    };
+    let seen = Observed::new(view_tokens, (n, user_turns), start, base, budget.now_unix);
     let Some(reason) = trigger::evaluate(&seen, policy, budget) else {
         return Decision::NoFold(view);
     };

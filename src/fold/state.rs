@@ -10,6 +10,7 @@
 
 use super::FoldPlan;
 use super::audit::{Audit, FailureRecord, FoldRecord};
+pub use super::audit::{Reason, SummarizerRun};
 use super::hash::{ChainHash, MessageId, PrefixChain, ids_of};
 use super::ledger::Ledger;
 use super::pins::PlanCall;
@@ -18,45 +19,6 @@ use crate::message::pinned_len;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-
-/// Why a fold happened, in trigger priority order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Reason {
-    /// View tokens plus the output reserve exceed the window.
-    Emergency,
-    /// View tokens reached `trigger_ratio` of the window.
-    Token,
-    /// More than `preserve_recent + overflow_buffer` unfolded messages.
-    Overflow,
-    /// `safety_user_turns` user messages since the last fold.
-    Safety,
-    /// No fold for `idle_fold_after` and more than `preserve_recent`
-    /// messages unfolded.
-    Idle,
-}
-
-impl Reason {
-    /// A short lower-case label for logs, headers and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Emergency => "emergency",
-            Self::Token => "token",
-            Self::Overflow => "overflow",
-            Self::Safety => "safety",
-            Self::Idle => "idle",
-        }
-    }
-
-    /// Every reason, in priority order (the metrics' label order).
-    pub const ALL: [Reason; 5] = [
-        Self::Emergency,
-        Self::Token,
-        Self::Overflow,
-        Self::Safety,
-        Self::Idle,
-    ];
-}
 
 /// One fold: the summary and exactly which messages it stands for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -136,17 +98,6 @@ impl Retained {
 
 fn chat_api() -> String {
     "chat".to_string()
-}
-
-/// The summarizer's part in one fold, for the audit trail and dashboard.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SummarizerRun {
-    /// The model that wrote the summary.
-    pub model: String,
-    /// Wall time of the whole fold's summarizer calls, in milliseconds.
-    pub latency_ms: u64,
-    /// HTTP calls made, retries and chunks included.
-    pub calls: u32,
 }
 
 impl FoldState {
@@ -281,7 +232,8 @@ impl From<Stored> for FoldChain {
             Stored::States(states) => (states, None),
             Stored::Chain { states, audit } => (states, audit),
         };
-        let audit = audit.unwrap_or_else(|| Audit::of(&states));
+        let audit =
+            audit.unwrap_or_else(|| Audit::of(states.iter().map(FoldRecord::from).collect()));
         Self { states, audit }
     }
 }
@@ -299,7 +251,7 @@ impl FoldChain {
     /// Appends a state and its audit record, dropping the oldest state
     /// beyond [`FoldChain::MAX`].
     pub fn push(&mut self, state: FoldState) {
-        self.audit.push(&state);
+        self.audit.push(FoldRecord::from(&state));
         self.states.push(state);
         if self.states.len() > Self::MAX {
             let excess = self.states.len() - Self::MAX;
@@ -391,6 +343,25 @@ impl FoldChain {
         candidates.sort_by_key(|s| std::cmp::Reverse((s.covered, s.depth)));
         candidates.retain(|s| s.matches_prefix(after_pinned, prefix));
         candidates
+    }
+}
+
+impl From<&FoldState> for FoldRecord {
+    fn from(s: &FoldState) -> Self {
+        Self {
+            id: s.id.clone(),
+            parent: s.parent.clone(),
+            depth: s.depth,
+            reason: s.reason,
+            covered: s.covered,
+            kept_user: s.kept_user,
+            created_at: s.created_at,
+            tokens_before: s.tokens_before,
+            tokens_after: s.tokens_after,
+            api: s.api.clone(),
+            summarizer: s.summarizer.clone(),
+            background: s.background,
+        }
     }
 }
 

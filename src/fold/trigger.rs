@@ -19,7 +19,7 @@
 
 use super::Budget;
 use super::state::{FoldState, Reason};
-use crate::config::Policy;
+use crate::config::{Mode, Policy};
 
 /// What the triggers look at, measured on the current view.
 #[derive(Debug, Clone, Copy)]
@@ -36,6 +36,36 @@ pub(crate) struct Observed<'a> {
     pub base: Option<&'a FoldState>,
     /// Unix seconds now.
     pub now_unix: u64,
+}
+
+impl<'a> Observed<'a> {
+    /// The view of a request of `messages` messages, `user_messages` of
+    /// them the user's, whose first `start` are pinned or covered by
+    /// `base` (the rest unfolded).
+    pub fn new(
+        view_tokens: u64,
+        (messages, user_messages): (usize, usize),
+        start: usize,
+        base: Option<&'a FoldState>,
+        now_unix: u64,
+    ) -> Self {
+        Self {
+            view_tokens,
+            messages,
+            unfolded: messages.saturating_sub(start),
+            user_messages,
+            base,
+            now_unix,
+        }
+    }
+}
+
+/// The fewest view tokens at which a background-mode policy starts
+/// preparing the next fold off the request path (`None`: the policy does
+/// not, being inline or with `prefold_ratio` at or above the trigger).
+pub fn prefold_at(policy: &Policy, context_window: u32) -> Option<u64> {
+    (policy.mode == Mode::Background && policy.prefold_ratio < policy.trigger_ratio)
+        .then(|| token_at(policy.prefold_ratio, context_window))
 }
 
 /// The fewest view tokens at which the emergency trigger fires: the view

@@ -20,7 +20,6 @@
 //! messages, the state and the placement, so equal inputs give equal bytes.
 
 use super::FoldError;
-use super::compress::Compression;
 use super::state::FoldState;
 use crate::config::Placement;
 use crate::message::{Role, is_role, pinned_len};
@@ -142,24 +141,6 @@ pub fn build_view(
         }
     }
     Ok(materialize(messages, layout(messages, state, placement)))
-}
-
-/// [`build_view`] with the messages `compression` selected shown as their
-/// stubs.
-pub fn build_view_with(
-    messages: &[Value],
-    state: Option<&FoldState>,
-    placement: Placement,
-    compression: &Compression,
-) -> Result<Vec<Value>, FoldError> {
-    if let Some(s) = state {
-        if !s.matches(messages) {
-            return Err(FoldError::StateMismatch { id: s.id.clone() });
-        }
-    }
-    let mark = state.map_or(0, |s| s.retained.stubs_before);
-    let items = compression.apply_marked(layout(messages, state, placement), mark);
-    Ok(materialize(messages, items))
 }
 
 /// Turns a layout into messages.

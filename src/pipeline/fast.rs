@@ -8,8 +8,7 @@ use super::prepared::{Prepared, now_unix};
 use crate::api::Api;
 use crate::api::codec::{RawRequest, raw_pinned, raw_unit};
 use crate::app::App;
-use crate::config::Mode;
-use crate::fold::trigger::{Observed, evaluate};
+use crate::fold::trigger::{Observed, evaluate, prefold_at};
 use crate::fold::{FoldChain, compress};
 use crate::message::{MessageId, Role, pinned_count};
 use crate::state::ConvKey;
@@ -75,17 +74,16 @@ pub(super) async fn route(
         .iter()
         .map(|&c| u64::from(estimate.calibrated(u64::from(c))))
         .sum();
-    let seen = Observed {
-        view_tokens: u64::from(budget.overhead) + messages_tokens,
-        messages: roles.len(),
-        unfolded: roles.len() - pinned,
-        user_messages: roles.iter().filter(|r| **r == Role::User).count(),
-        base: None,
-        now_unix: budget.now_unix,
-    };
-    let prefold = policy.mode == Mode::Background
-        && key.is_some()
-        && seen.view_tokens as f64 >= policy.prefold_ratio * f64::from(budget.context_window);
+    let users = roles.iter().filter(|r| **r == Role::User).count();
+    let seen = Observed::new(
+        u64::from(budget.overhead) + messages_tokens,
+        (roles.len(), users),
+        pinned,
+        None,
+        budget.now_unix,
+    );
+    let prefold = key.is_some()
+        && prefold_at(&policy, budget.context_window).is_some_and(|at| seen.view_tokens >= at);
     // Older turns to compress need the full path too (one rule: `select`).
     let compress = || {
         let mut settings = app.config.compress_for(provider, &raw.model);

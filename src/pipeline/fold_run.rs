@@ -10,6 +10,7 @@ use crate::background::Job;
 use crate::config::{Mode, OnFailure};
 use crate::error::{ApiError, fold_failed};
 use crate::fold::ledger::{Ledger, LedgerUpdate};
+use crate::fold::trigger::prefold_at;
 use crate::fold::{
     Decision, FailureRecord, FoldChain, FoldPlan, FoldState, PlanCall, Reason, Summary, ViewInfo,
 };
@@ -81,9 +82,9 @@ impl FoldRequest {
     /// In background mode, starts a fold once the view crosses the prefold
     /// ratio, with the trigger band shifted down to match.
     fn maybe_prefold(&self, chain: Option<&FoldChain>, info: &ViewInfo) {
-        let policy = &self.data.policy;
-        let threshold = policy.prefold_ratio * f64::from(self.budget.context_window);
-        if f64::from(info.tokens) < threshold || policy.prefold_ratio >= policy.trigger_ratio {
+        let due = prefold_at(&self.data.policy, self.budget.context_window)
+            .is_some_and(|at| u64::from(info.tokens) >= at);
+        if !due {
             return;
         }
         // While a fold runs, this request only becomes the pending one; the

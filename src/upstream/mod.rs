@@ -102,6 +102,17 @@ impl Upstreams {
         })
     }
 
+    /// Whether the provider a request goes to depends on its model: not
+    /// when one provider takes every model (`*`), so a body passed through
+    /// need not be read for its `model` at all.
+    pub fn route_by_model(&self) -> bool {
+        let only =
+            (self.config.providers.len() == 1).then(|| self.config.providers.values().next());
+        !only
+            .flatten()
+            .is_some_and(|p| p.models.iter().any(|m| m == "*"))
+    }
+
     /// The provider for `model` (see [`Config::provider_for`]); a model no
     /// provider lists is a 404 `model_not_found`.
     pub fn route(&self, model: Option<&str>) -> Result<Arc<Provider>, ApiError> {

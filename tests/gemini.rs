@@ -249,6 +249,33 @@ async fn a_key_in_the_query_reaches_the_summarizer_and_keys_the_tenant() {
     assert_eq!(reply.header("x-foldgate-fold"), "reused");
 }
 
+/// A provider with its own key: the client's `?key=` goes upstream
+/// neither in the query nor in a header; the provider's key does, and the
+/// rest of the query is kept.
+#[tokio::test]
+async fn a_provider_key_replaces_a_key_the_client_sent_in_the_query() {
+    let mock = GeminiMock::start().await;
+    // SAFETY of the test: the variable name is unique to this test.
+    unsafe { std::env::set_var("FOLDGATE_TEST_GEMINI_QUERY_KEY", "g-provider") };
+    let fg = Foldgate::start(&config(
+        &mock,
+        "api_key_env = \"FOLDGATE_TEST_GEMINI_QUERY_KEY\"\n",
+    ))
+    .await;
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
+    let stream = "/v1beta/models/tiny-gemini:streamGenerateContent";
+    for (path, upstream) in [
+        (format!("{PATH}?key=g-client"), PATH.to_string()),
+        (format!("{stream}?alt=sse&key=g-client"), format!("{stream}?alt=sse")),
+    ] {
+        let reply = post_json(&format!("{}{path}", fg.url), &[], &body).await;
+        reply.assert_ok();
+        let last = mock.mock.received().pop().unwrap();
+        assert_eq!(last.uri, upstream);
+        assert_eq!(last.header("x-goog-api-key"), Some("g-provider"));
+    }
+}
+
 #[tokio::test]
 async fn streamed_answers_pass_through_as_events_or_an_array() {
     let mock = GeminiMock::start().await;

@@ -201,7 +201,13 @@ impl Provider {
         timeout: Duration,
         drop_client_auth: bool,
     ) -> Result<Response<Incoming>, ApiError> {
-        *req.uri_mut() = self.target(req.uri().path_and_query())?;
+        let mut target = self.target(req.uri().path_and_query())?;
+        if self.api_key.is_some() || drop_client_auth {
+            // The client's credential does not go upstream in the query
+            // either (Gemini clients send `?key=`), as in its headers.
+            target = without_query_key(target);
+        }
+        *req.uri_mut() = target;
         self.dispatch(req, timeout, drop_client_auth).await
     }
 
@@ -273,9 +279,44 @@ impl Provider {
     }
 }
 
+/// `uri` without its `key` query parameters.
+fn without_query_key(uri: Uri) -> Uri {
+    let Some(query) = uri.query().filter(|q| q.split('&').any(is_key_pair)) else {
+        return uri;
+    };
+    let kept: Vec<&str> = query.split('&').filter(|p| !is_key_pair(p)).collect();
+    let path = match kept.is_empty() {
+        true => uri.path().to_string(),
+        false => format!("{}?{}", uri.path(), kept.join("&")),
+    };
+    let mut parts = uri.clone().into_parts();
+    match path.parse() {
+        Ok(pq) => {
+            parts.path_and_query = Some(pq);
+            Uri::from_parts(parts).unwrap_or(uri)
+        }
+        Err(_) => uri,
+    }
+}
+
+fn is_key_pair(pair: &str) -> bool {
+    pair == "key" || pair.starts_with("key=")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_clients_query_key_is_dropped_and_the_rest_kept() {
+        let strip = |s: &str| without_query_key(s.parse().unwrap()).to_string();
+        assert_eq!(
+            strip("https://h/v1beta/models/m:streamGenerateContent?alt=sse&key=AIza"),
+            "https://h/v1beta/models/m:streamGenerateContent?alt=sse"
+        );
+        assert_eq!(strip("https://h/p?key=a"), "https://h/p");
+        assert_eq!(strip("https://h/p?keys=a&x=1"), "https://h/p?keys=a&x=1");
+    }
 
     fn provider(base: &str) -> Arc<Provider> {
         let toml = format!("[providers.p]\nbase_url = \"{base}\"\n");

@@ -249,6 +249,36 @@ async fn a_key_in_the_query_reaches_the_summarizer_and_keys_the_tenant() {
     assert_eq!(reply.header("x-foldgate-fold"), "reused");
 }
 
+/// A summarizer model without JSON mode: the call is asked again without
+/// `responseMimeType`, as a plain prompt, and the fold is made.
+#[tokio::test]
+async fn a_model_without_json_mode_summarizes_from_a_plain_prompt() {
+    let mock = GeminiMock::start().await;
+    mock.state.no_json_mode.store(true, Ordering::Relaxed);
+    let fg = Foldgate::start(&config(&mock, "")).await;
+    let reply = post_json(
+        &format!("{}{PATH}", fg.url),
+        &[
+            ("x-goog-api-key", "g-client"),
+            ("x-conversation-id", "plain"),
+        ],
+        &long_gemini(24),
+    )
+    .await;
+    reply.assert_ok();
+    assert_eq!(reply.header("x-foldgate-fold"), "new");
+    let calls = mock.state.summarizer.lock().unwrap().clone();
+    let json_mode = |c: &common::mock::Recorded| {
+        c.json()
+            .pointer("/generationConfig/responseMimeType")
+            .is_some()
+    };
+    assert!(json_mode(&calls[0]), "JSON asked for first");
+    let last = calls.last().unwrap();
+    assert!(!json_mode(last), "then a plain prompt");
+    assert!(tags(&summary_of(&mock.bodies()[0])).len() > 20);
+}
+
 /// A provider with its own key: the client's `?key=` goes upstream
 /// neither in the query nor in a header; the provider's key does, and the
 /// rest of the query is kept.
@@ -266,7 +296,10 @@ async fn a_provider_key_replaces_a_key_the_client_sent_in_the_query() {
     let stream = "/v1beta/models/tiny-gemini:streamGenerateContent";
     for (path, upstream) in [
         (format!("{PATH}?key=g-client"), PATH.to_string()),
-        (format!("{stream}?alt=sse&key=g-client"), format!("{stream}?alt=sse")),
+        (
+            format!("{stream}?alt=sse&key=g-client"),
+            format!("{stream}?alt=sse"),
+        ),
     ] {
         let reply = post_json(&format!("{}{path}", fg.url), &[], &body).await;
         reply.assert_ok();
@@ -442,6 +475,22 @@ async fn recall_on_gemini_answers_function_calls_whole_and_streamed() {
         let text = String::from_utf8_lossy(&reply.body).to_string();
         assert!(text.contains("teal"), "{path}: {text}");
         assert!(!text.contains("foldgate_recall"), "{path}: {text}");
+        // Each round answered 5 candidate tokens: the client sees both.
+        let key = "\"candidatesTokenCount\":";
+        let counts: Vec<String> = text
+            .match_indices(key)
+            .map(|(i, _)| {
+                text[i + key.len()..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            counts.last().map(String::as_str),
+            Some("10"),
+            "{path}: {text}"
+        );
         let bodies = mock.bodies();
         assert_eq!(bodies.len(), 2, "{path}: one recall round");
         assert!(mock.state.violations.lock().unwrap().is_empty());

@@ -156,6 +156,13 @@ pub trait WireApi: Send + Sync + 'static {
         None
     }
 
+    /// Whether a summarizer call's error body (lower-cased) says the
+    /// provider rejects the output format asked for (the call is then
+    /// asked again with a weaker one, down to a plain prompt).
+    fn rejects_format(&self, error: &str) -> bool {
+        error.contains("response_format") || error.contains("json_schema")
+    }
+
     /// Where a summarizer call to `model` goes on the provider.
     fn summary_path(&self, _model: &str) -> String {
         format!("/v1{}", self.path())
@@ -174,6 +181,12 @@ pub trait WireApi: Send + Sync + 'static {
     /// streams by, for calibration).
     fn usage(&self) -> UsageReader {
         UsageReader::USAGE
+    }
+
+    /// The field of an answer that reports its usage (summed over recall
+    /// rounds before the client sees it).
+    fn usage_field(&self) -> &'static str {
+        "usage"
     }
 
     // --- Codec ---

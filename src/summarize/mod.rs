@@ -332,7 +332,7 @@ impl Summarizer {
             };
         }
         let text = String::from_utf8_lossy(&bytes).to_lowercase();
-        let rejects_format = text.contains("response_format") || text.contains("json_schema");
+        let rejects_format = speaks(target).is_ok_and(|api| api.rejects_format(&text));
         if rejects_format && learned.format != Format::Instructions {
             if let Some(weaker) = learned.format.downgrade() {
                 self.remember(

@@ -31,6 +31,9 @@ pub struct GeminiState {
     /// Call `foldgate_recall` when offered, asked about a colour it cannot
     /// see.
     pub recalls: std::sync::atomic::AtomicBool,
+    /// Refuse summarizer calls that ask for JSON output, as models without
+    /// JSON mode do.
+    pub no_json_mode: std::sync::atomic::AtomicBool,
     turns: AtomicUsize,
 }
 
@@ -77,6 +80,14 @@ fn answer(state: &GeminiState, r: Recorded) -> Response<foldgate::body::Body> {
     };
     if body.pointer("/systemInstruction/parts/0/text") == Some(&json!(SYSTEM_PROMPT)) {
         state.summarizer.lock().unwrap().push(r.clone());
+        let json_mode = body.pointer("/generationConfig/responseMimeType").is_some();
+        if json_mode && state.no_json_mode.load(Ordering::Relaxed) {
+            return error(
+                400,
+                "INVALID_ARGUMENT",
+                "Json mode is not enabled for models/tiny-gemini",
+            );
+        }
         let prompt = body
             .pointer("/contents/0/parts/0/text")
             .and_then(Value::as_str)

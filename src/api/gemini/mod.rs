@@ -136,6 +136,24 @@ impl WireApi for Gemini {
 
     /// `usageMetadata.promptTokenCount`, in each event or the whole answer
     /// (a JSON array when streamed without `alt=sse`).
+    /// `responseMimeType` or `responseSchema` refused ("JSON mode is not
+    /// enabled for this model", or an unknown field).
+    fn rejects_format(&self, error: &str) -> bool {
+        [
+            "responsemimetype",
+            "response_mime_type",
+            "responseschema",
+            "response_schema",
+            "json mode",
+        ]
+        .iter()
+        .any(|marker| error.contains(marker))
+    }
+
+    fn usage_field(&self) -> &'static str {
+        recall::USAGE
+    }
+
     fn usage(&self) -> UsageReader {
         UsageReader {
             key: b"\"usageMetadata\"",

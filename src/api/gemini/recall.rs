@@ -5,7 +5,7 @@
 //! turn goes back with its parts as they came (thinking models want their
 //! `thoughtSignature`s back).
 
-use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn};
+use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, summed};
 use crate::api::recall::input::bounded;
 use crate::api::recall::stream::{self, Hold};
 use crate::message::RECALL_TOOL;
@@ -64,6 +64,9 @@ pub fn name_of(tool: &Value) -> Option<&str> {
 
 /// The prefix of the ids foldgate gives calls that came without one.
 const MADE_ID: &str = "foldgate-call-";
+
+/// The field an answer reports its usage in.
+pub const USAGE: &str = "usageMetadata";
 
 /// The model's parts in an answer (or a streamed chunk).
 fn answer_parts(answer: &Value) -> &[Value] {
@@ -176,7 +179,7 @@ impl stream::Round for Round {
         let parts = answer_parts(event);
         self.next = feed(&mut self.calls, self.next, parts);
         self.parts.extend(parts.iter().cloned());
-        if let Some(usage) = event.get("usageMetadata").filter(|u| u.is_object()) {
+        if let Some(usage) = event.get(USAGE).filter(|u| u.is_object()) {
             self.usage = Some(usage.clone());
         }
     }
@@ -202,12 +205,19 @@ impl stream::Round for Round {
         raw: Bytes,
         event: Option<Value>,
         _recall: &[u64],
-        _prior: &Value,
+        prior: &Value,
     ) -> Option<Bytes> {
         let Some(mut event) = event else {
             return Some(raw);
         };
-        let changed = self.hold.mixed && hide(&mut event);
+        let mut changed = self.hold.mixed && hide(&mut event);
+        if let Some(usage) = event
+            .get_mut(USAGE)
+            .filter(|u| u.is_object() && !prior.is_null())
+        {
+            *usage = summed(prior, usage);
+            changed = true;
+        }
         Some(if changed {
             stream::data_event(&event)
         } else {

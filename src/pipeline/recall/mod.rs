@@ -215,7 +215,7 @@ impl Session {
             if calls.recall_only() {
                 let calls = calls.recalls();
                 let messages = self.api.answer_messages(&answer, &calls);
-                let usage = answer.get("usage").cloned();
+                let usage = answer.get(self.api.usage_field()).cloned();
                 let turn = RecallTurn {
                     messages,
                     calls,
@@ -227,8 +227,9 @@ impl Session {
             }
             self.api.hide(&mut answer);
             if let Some(answer) = answer.as_object_mut().filter(|_| !self.usage.is_null()) {
-                let last = answer.get("usage").cloned().unwrap_or_default();
-                answer.insert("usage".into(), calls::summed(&self.usage, &last));
+                let field = self.api.usage_field();
+                let last = answer.get(field).cloned().unwrap_or_default();
+                answer.insert(field.into(), calls::summed(&self.usage, &last));
             }
             let bytes =
                 serde_json::to_vec(&answer).map_err(|e| ApiError::Internal(e.to_string()))?;

@@ -55,7 +55,7 @@ impl std::fmt::Debug for App {
 impl App {
     /// Builds the shared state from a validated configuration.
     pub fn new(config: Arc<Config>) -> Result<Self, StartupError> {
-        let metrics = Arc::new(Metrics::default());
+        let metrics = Arc::new(Metrics::with_routes(crate::api::names()));
         Ok(Self {
             upstreams: Upstreams::new(config.clone()).map_err(StartupError::Upstream)?,
             tokens: Arc::new(TokenCounter::new(&config)),

@@ -81,30 +81,47 @@ pub struct Metrics {
     pub latency: Latencies,
 }
 
-/// Route label order of [`Latencies::overhead`] and [`Latencies::upstream`]:
-/// the folded APIs (chat completions, Anthropic Messages, OpenAI
-/// Responses), then every other request.
-pub const ROUTES: [&str; 5] = ["chat", "anthropic", "responses", "gemini", "other"];
+/// The route label of every request that is not a folded API's.
+pub const OTHER_ROUTE: &str = "other";
 
 /// The duration histograms.
 #[derive(Debug)]
 pub struct Latencies {
+    /// Route labels, in the order of `overhead` and `upstream`: the
+    /// folded APIs' names, then [`OTHER_ROUTE`].
+    routes: Vec<&'static str>,
     /// foldgate's own time per forwarded request (to the response head,
-    /// minus the upstream's), by route ([`ROUTES`]).
-    pub overhead: [Histogram; ROUTES.len()],
+    /// minus the upstream's), by route.
+    pub overhead: Vec<Histogram>,
     /// The upstream's time to its response head, by route.
-    pub upstream: [Histogram; ROUTES.len()],
+    pub upstream: Vec<Histogram>,
     /// One fold's summarizer work, every call and chunk included.
     pub summarizer: Histogram,
 }
 
-impl Default for Latencies {
-    fn default() -> Self {
+impl Latencies {
+    /// Histograms for these routes and [`OTHER_ROUTE`].
+    fn new(routes: impl IntoIterator<Item = &'static str>) -> Self {
+        let mut routes: Vec<&'static str> = routes.into_iter().collect();
+        routes.push(OTHER_ROUTE);
         Self {
-            overhead: ROUTES.map(|_| Histogram::new(OVERHEAD_BUCKETS)),
-            upstream: ROUTES.map(|_| Histogram::new(UPSTREAM_BUCKETS)),
+            overhead: routes
+                .iter()
+                .map(|_| Histogram::new(OVERHEAD_BUCKETS))
+                .collect(),
+            upstream: routes
+                .iter()
+                .map(|_| Histogram::new(UPSTREAM_BUCKETS))
+                .collect(),
+            routes,
             summarizer: Histogram::new(SUMMARIZER_BUCKETS),
         }
+    }
+}
+
+impl Default for Latencies {
+    fn default() -> Self {
+        Self::new([])
     }
 }
 
@@ -143,14 +160,25 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Records one forwarded request's timings: `route` is one of
-    /// [`ROUTES`] (anything else counts as `other`), `total` runs to the
-    /// response head, `upstream` is its part.
+    /// Counters, with latency histograms for these routes (the folded
+    /// APIs' names) and [`OTHER_ROUTE`].
+    pub fn with_routes(routes: impl IntoIterator<Item = &'static str>) -> Self {
+        Self {
+            latency: Latencies::new(routes),
+            ..Self::default()
+        }
+    }
+
+    /// Records one forwarded request's timings: `route` is one of the
+    /// routes given at construction (anything else counts as
+    /// [`OTHER_ROUTE`]), `total` runs to the response head, `upstream` is
+    /// its part.
     pub fn observe_request(&self, route: &str, total: Duration, upstream: Duration) {
-        let route = ROUTES
+        let routes = &self.latency.routes;
+        let route = routes
             .iter()
             .position(|r| *r == route)
-            .unwrap_or(ROUTES.len() - 1);
+            .unwrap_or(routes.len() - 1);
         self.latency.overhead[route].observe(total.saturating_sub(upstream));
         self.latency.upstream[route].observe(upstream);
     }
@@ -367,7 +395,7 @@ impl Metrics {
         ];
         for (name, help, histograms) in by_route {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-            for (route, h) in ROUTES.iter().zip(histograms) {
+            for (route, h) in l.routes.iter().zip(histograms) {
                 h.render(out, name, &format!("route=\"{route}\""));
             }
         }

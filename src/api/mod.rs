@@ -68,6 +68,11 @@ pub fn of(method: &Method, path: &str) -> Option<Api> {
     APIS.iter().copied().find(|api| api.serves(path))
 }
 
+/// Every API's name ([`WireApi::name`]), in registry order.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    APIS.iter().map(|api| api.name())
+}
+
 /// The API of this name ([`WireApi::name`]).
 pub fn named(name: &str) -> Option<Api> {
     APIS.iter().copied().find(|api| api.name() == name)

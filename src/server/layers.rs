@@ -3,7 +3,7 @@
 use crate::body::Body;
 use crate::config::Secret;
 use crate::error::{ApiError, ErrorLabel};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, OTHER_ROUTE};
 use crate::upstream::UpstreamLatency;
 use crate::upstream::headers;
 use http::{Request, Response};
@@ -156,7 +156,7 @@ where
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned();
-        let route = crate::api::of(&method, &path).map_or("other", |api| api.name());
+        let route = crate::api::of(&method, &path).map_or(OTHER_ROUTE, |api| api.name());
         let metrics = self.metrics.clone();
         let fut = self.inner.call(req);
         Box::pin(async move {

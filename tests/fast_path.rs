@@ -190,6 +190,26 @@ async fn a_fold_made_from_compact_json_is_reused_by_a_spaced_request() {
 async fn what_the_decoder_refuses_is_refused_from_the_first_request() {
     let llm = Llm::start().await;
     let fg = Foldgate::start(&config(&llm)).await;
+    // A message whose `role` is missing but whose content makes it a tool
+    // result (found by the `codecs` fuzz target): refused as the decoder
+    // refuses it, not forwarded.
+    let (path, mut body) = conversation("anthropic", 1);
+    let message = body["messages"][2].as_object_mut().unwrap();
+    let role = message.remove("role").unwrap();
+    message.insert("roae".into(), role);
+    let before = llm.mock.received().len();
+    let reply = post(&fg, path, body.to_string()).await;
+    assert_eq!(
+        reply.status,
+        400,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(
+        llm.mock.received().len(),
+        before,
+        "refused by foldgate, not forwarded"
+    );
     // In fields no reader of the fast path looks into.
     let oddities = [
         (r#""metadata":{"note":"\udfff"}"#, "surrogate"),

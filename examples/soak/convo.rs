@@ -1,30 +1,34 @@
 //! A soak client's growing conversation in one API's shape (chat
 //! completions, Anthropic Messages or Responses): user turns, half of them
 //! with a tool call and its 1–3 KB result (old results become compression
-//! stubs), and the answers. It starts over, under a new id, past
-//! [`MAX_ITEMS`].
+//! stubs), and the answers. It starts over, under a new id, past its
+//! item bound (`--conversation-items`, default [`MAX_ITEMS`]).
 
 use crate::answers::{Api, TEXT};
 use crate::rng::Rng;
 use serde_json::{Value, json};
 
 /// A conversation starts over past this many messages (or input items).
-const MAX_ITEMS: usize = 160;
+pub const MAX_ITEMS: usize = 160;
 const SYSTEM: &str = "You are a coding agent working on the soak project.";
 
 pub struct Convo {
     pub api: Api,
     worker: usize,
-    round: usize,
+    /// Past this many items the conversation starts over, as a new one.
+    max_items: usize,
+    /// Conversations started before this one.
+    pub round: usize,
     calls: u64,
     items: Vec<Value>,
 }
 
 impl Convo {
-    pub fn new(api: Api, worker: usize) -> Self {
+    pub fn new(api: Api, worker: usize, max_items: usize) -> Self {
         let mut convo = Self {
             api,
             worker,
+            max_items,
             round: 0,
             calls: 0,
             items: Vec::new(),
@@ -62,7 +66,7 @@ impl Convo {
 
     /// Adds a user turn and, half the time, a tool call with its result.
     pub fn turn(&mut self, rng: &mut Rng) {
-        if self.items.len() > MAX_ITEMS {
+        if self.items.len() > self.max_items {
             self.round += 1;
             self.start();
         }

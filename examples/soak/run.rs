@@ -44,6 +44,10 @@ pub struct Args {
     /// temporary directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Items (messages or input items) past which a client's conversation
+    /// starts over as a new one: smaller means more distinct conversations.
+    #[arg(long, default_value_t = crate::convo::MAX_ITEMS)]
+    pub conversation_items: usize,
     /// `tokens.cache_bytes` of foldgate (the fold-state cache gets half).
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub cache_bytes: u64,
@@ -165,7 +169,8 @@ pub async fn run(args: Args) -> Result<bool, String> {
     let workers: Vec<_> = (0..args.workers)
         .map(|i| {
             let seed = args.seed.wrapping_mul(31).wrapping_add(i as u64 + 1);
-            tokio::spawn(traffic::worker(base.clone(), i, seed, deadline))
+            let items = args.conversation_items;
+            tokio::spawn(traffic::worker(base.clone(), i, seed, deadline, items))
         })
         .collect();
     let mut warm = None;
@@ -210,8 +215,10 @@ pub async fn run(args: Args) -> Result<bool, String> {
         }
     }
     let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
+    let mut conversations = 0;
     for w in workers {
-        if let Ok(o) = w.await {
+        if let Ok((o, started)) = w.await {
+            conversations += started;
             for (k, v) in o {
                 *outcomes.entry(k).or_default() += v;
             }
@@ -287,6 +294,14 @@ pub async fn run(args: Args) -> Result<bool, String> {
         .map(|kb| format!("{:.0}", *kb as f64 / 1024.0))
         .collect();
     println!("\nRSS MiB at each tenth of the run: {}", steps.join(", "));
+    if let Some(end) = at_end {
+        let grown = end.rss_kb.saturating_sub(warm.rss_kb) as f64 / 1024.0;
+        println!(
+            "conversations: {conversations} distinct (each restarted past {} items); RSS growth after warm-up per 1,000 conversations: {:.1} MiB",
+            args.conversation_items,
+            grown * 1000.0 / conversations.max(1) as f64
+        );
+    }
 
     let mut pass = true;
     let mut check = |ok: bool, what: String| {

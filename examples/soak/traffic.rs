@@ -27,16 +27,23 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Outcomes by kind (`ok`, `status_500`, `body_error`, ...).
 pub type Outcomes = BTreeMap<String, u64>;
 
-/// Runs one worker until `deadline`.
-pub async fn worker(base: String, id: usize, seed: u64, deadline: Instant) -> Outcomes {
+/// Runs one worker until `deadline`; returns its outcomes and how many
+/// distinct conversations it started (each restarts past `max_items`).
+pub async fn worker(
+    base: String,
+    id: usize,
+    seed: u64,
+    deadline: Instant,
+    max_items: usize,
+) -> (Outcomes, u64) {
     let client: Client<HttpConnector, Body> =
         Client::builder(TokioExecutor::new()).build(HttpConnector::new());
     let mut rng = Rng::new(seed);
     let mut outcomes = Outcomes::new();
     let mut convos = [
-        Convo::new(Api::Chat, id),
-        Convo::new(Api::Anthropic, id),
-        Convo::new(Api::Responses, id),
+        Convo::new(Api::Chat, id, max_items),
+        Convo::new(Api::Anthropic, id, max_items),
+        Convo::new(Api::Responses, id, max_items),
     ];
     while Instant::now() < deadline {
         let dice = rng.below(100);
@@ -98,7 +105,8 @@ pub async fn worker(base: String, id: usize, seed: u64, deadline: Instant) -> Ou
         };
         *outcomes.entry(kind).or_default() += 1;
     }
-    outcomes
+    let started = convos.iter().map(|c| c.round as u64 + 1).sum();
+    (outcomes, started)
 }
 
 fn post(base: &str, path: &str, conversation: &str, body: &Value) -> Request<Body> {

@@ -61,9 +61,12 @@ impl WireApi for Anthropic {
         codec::shallow(bytes)
     }
 
-    /// One message each.
+    /// One message each; one without a string `role` has none (the
+    /// decoder refuses it, so the fast path must not take it).
     fn unit_message(&self, unit: &[Value]) -> Value {
-        unit.first().map_or(Value::Null, codec::engine_message)
+        unit.first()
+            .filter(|m| m.get("role").is_some_and(Value::is_string))
+            .map_or(Value::Null, codec::engine_message)
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {

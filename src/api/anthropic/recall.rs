@@ -9,7 +9,7 @@
 
 use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, summed};
 use crate::api::recall::input::bounded;
-use crate::api::recall::stream::{self, Hold};
+use crate::api::recall::stream::{self, RoundState};
 use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -104,15 +104,11 @@ pub fn hide(answer: &mut Value) {
 
 /// One streamed round of Messages events.
 pub struct Round {
-    /// The round's request could not offer recall again: any recall call
-    /// is a stray, removed.
-    last: bool,
+    state: RoundState,
     /// A later round: its `message_start` is not the client's.
     later: bool,
     /// Content blocks the client was shown in earlier rounds.
     offset: u64,
-    hold: Hold,
-    calls: Calls,
     /// The round's content blocks, assembled from their deltas.
     blocks: BTreeMap<u64, Value>,
     /// Streamed `tool_use` inputs, until their block stops.
@@ -121,7 +117,6 @@ pub struct Round {
     usage: Value,
     /// Blocks shown to the client in this round.
     shown: BTreeSet<u64>,
-    gap: Gap,
 }
 
 impl Round {
@@ -129,16 +124,13 @@ impl Round {
     /// shown in the rounds before.
     pub fn new(last: bool, later: bool, offset: u64) -> Self {
         Self {
-            last,
+            state: RoundState::new(last, Gap::default()),
             later,
             offset,
-            hold: Hold::default(),
-            calls: Calls::default(),
             blocks: BTreeMap::new(),
             inputs: BTreeMap::new(),
             usage: Value::Null,
             shown: BTreeSet::new(),
-            gap: Gap::default(),
         }
     }
 }
@@ -206,11 +198,13 @@ impl stream::Round for Round {
             ("content_block_start", Some(i)) => {
                 let block = event.get("content_block").cloned().unwrap_or_default();
                 if block.get("type").and_then(Value::as_str) == Some("tool_use") {
-                    self.calls.id(
+                    self.state.calls.id(
                         i,
                         block.get("id").and_then(Value::as_str).unwrap_or_default(),
                     );
-                    self.calls.name(i, name_of(&block).unwrap_or_default());
+                    self.state
+                        .calls
+                        .name(i, name_of(&block).unwrap_or_default());
                 }
                 self.blocks.insert(i, block);
             }
@@ -218,7 +212,7 @@ impl stream::Round for Round {
                 let delta = event.get("delta").unwrap_or(&Value::Null);
                 if let Some(json) = delta.get("partial_json").and_then(Value::as_str) {
                     self.inputs.entry(i).or_default().push_str(json);
-                    self.calls.arguments(i, json);
+                    self.state.calls.arguments(i, json);
                 }
                 if let Some(block) = self.blocks.get_mut(&i) {
                     apply(block, delta);
@@ -255,16 +249,16 @@ impl stream::Round for Round {
         }
         let mut changed = false;
         let index = event.get("index").and_then(Value::as_u64);
-        let hidden = if self.hold.mixed { recall } else { &[] };
+        let hidden = if self.state.hold.mixed { recall } else { &[] };
         changed |= stream::renumber(&mut event, "index", self.offset, hidden)?;
         if let Some(i) = index.filter(|_| kind == "content_block_start") {
             self.shown.insert(i);
         }
         for text in ["/content_block/text", "/delta/text"] {
-            changed |= stream::separate(&mut event, text, &mut self.gap);
+            changed |= stream::separate(&mut event, text, &mut self.state.gap);
         }
         if kind == "message_delta" {
-            if self.hold.mixed && !self.calls.any_client() {
+            if self.state.hold.mixed && !self.state.calls.any_client() {
                 changed |=
                     stream::replace_str(&mut event, "/delta/stop_reason", "tool_use", "end_turn");
             }
@@ -280,30 +274,22 @@ impl stream::Round for Round {
         })
     }
 
-    fn calls(&self) -> &Calls {
-        &self.calls
+    fn state(&self) -> &RoundState {
+        &self.state
     }
 
-    fn last(&self) -> bool {
-        self.last
-    }
-
-    fn hold(&mut self) -> &mut Hold {
-        &mut self.hold
-    }
-
-    fn gap(&mut self) -> &mut Gap {
-        &mut self.gap
+    fn state_mut(&mut self) -> &mut RoundState {
+        &mut self.state
     }
 
     fn end(self: Box<Self>) -> Option<RecallTurn> {
-        if !self.hold.holding() {
+        if !self.state.hold.holding() {
             return None;
         }
         let content: Vec<Value> = self.blocks.into_values().collect();
         Some(RecallTurn {
             messages: vec![json!({"role": "assistant", "content": content})],
-            calls: self.calls.recalls(),
+            calls: self.state.calls.recalls(),
             usage: Some(self.usage),
             carry: Carry {
                 shown: self.offset + self.shown.len() as u64,

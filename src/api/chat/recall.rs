@@ -4,7 +4,7 @@
 
 use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, summed};
 use crate::api::recall::input::bounded;
-use crate::api::recall::stream::{self, Hold};
+use crate::api::recall::stream::{self, RoundState};
 use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -131,21 +131,16 @@ pub fn hide(answer: &mut Value) {
 /// One streamed round of chat completion chunks.
 #[derive(Default)]
 pub struct Round {
-    /// The round's request went without the tool: any recall call is a
-    /// stray, removed.
-    last: bool,
-    hold: Hold,
-    calls: Calls,
+    state: RoundState,
     content: String,
     usage: Option<Value>,
-    gap: Gap,
 }
 
 impl Round {
     /// A round; `last` when its request could not offer recall again.
     pub fn new(last: bool) -> Self {
         Self {
-            last,
+            state: RoundState::new(last, Gap::default()),
             ..Self::default()
         }
     }
@@ -163,27 +158,19 @@ impl stream::Round for Round {
             .and_then(Value::as_array);
         for (pos, d) in deltas.into_iter().flatten().enumerate() {
             let index = d.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
-            feed(&mut self.calls, index, d);
+            feed(&mut self.state.calls, index, d);
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(usage.clone());
         }
     }
 
-    fn calls(&self) -> &Calls {
-        &self.calls
+    fn state(&self) -> &RoundState {
+        &self.state
     }
 
-    fn last(&self) -> bool {
-        self.last
-    }
-
-    fn hold(&mut self) -> &mut Hold {
-        &mut self.hold
-    }
-
-    fn gap(&mut self) -> &mut Gap {
-        &mut self.gap
+    fn state_mut(&mut self) -> &mut RoundState {
+        &mut self.state
     }
 
     /// Recall deltas removed once the answer is mixed (the client's calls
@@ -199,10 +186,10 @@ impl stream::Round for Round {
         let Some(mut chunk) = chunk else {
             return Some(raw);
         };
-        let mixed = self.hold.mixed;
+        let mixed = self.state.hold.mixed;
         let mut changed = mixed && hide_in_chunk(&mut chunk, recall);
-        changed |= stream::separate(&mut chunk, "/choices/0/delta/content", &mut self.gap);
-        if mixed && !self.calls.any_client() {
+        changed |= stream::separate(&mut chunk, "/choices/0/delta/content", &mut self.state.gap);
+        if mixed && !self.state.calls.any_client() {
             changed |=
                 stream::replace_str(&mut chunk, "/choices/0/finish_reason", "tool_calls", "stop");
         }
@@ -221,10 +208,10 @@ impl stream::Round for Round {
     }
 
     fn end(self: Box<Self>) -> Option<RecallTurn> {
-        if !self.hold.holding() {
+        if !self.state.hold.holding() {
             return None;
         }
-        let calls = self.calls.recalls();
+        let calls = self.state.calls.recalls();
         Some(RecallTurn {
             messages: vec![assistant_message(&self.content, &calls)],
             calls,

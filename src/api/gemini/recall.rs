@@ -5,9 +5,9 @@
 //! turn goes back with its parts as they came (thinking models want their
 //! `thoughtSignature`s back).
 
-use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, summed};
+use crate::api::recall::calls::{Call, Calls, Carry, RecallTurn, summed};
 use crate::api::recall::input::bounded;
-use crate::api::recall::stream::{self, Hold};
+use crate::api::recall::stream::{self, RoundState};
 use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -154,21 +154,17 @@ pub fn bound(contents: &mut [Value]) {
 /// One streamed round: each event is a whole `GenerateContentResponse`.
 #[derive(Default)]
 pub struct Round {
-    last: bool,
-    hold: Hold,
-    calls: Calls,
+    state: RoundState,
     next: u64,
     parts: Vec<Value>,
     usage: Option<Value>,
-    gap: Gap,
 }
 
 impl Round {
     /// A round; `last`: its request could not offer recall again.
     pub fn new(last: bool, carry: Carry) -> Self {
         Self {
-            last,
-            gap: carry.gap,
+            state: RoundState::new(last, carry.gap),
             ..Self::default()
         }
     }
@@ -177,27 +173,19 @@ impl Round {
 impl stream::Round for Round {
     fn read(&mut self, event: &Value) {
         let parts = answer_parts(event);
-        self.next = feed(&mut self.calls, self.next, parts);
+        self.next = feed(&mut self.state.calls, self.next, parts);
         self.parts.extend(parts.iter().cloned());
         if let Some(usage) = event.get(USAGE).filter(|u| u.is_object()) {
             self.usage = Some(usage.clone());
         }
     }
 
-    fn calls(&self) -> &Calls {
-        &self.calls
+    fn state(&self) -> &RoundState {
+        &self.state
     }
 
-    fn last(&self) -> bool {
-        self.last
-    }
-
-    fn hold(&mut self) -> &mut Hold {
-        &mut self.hold
-    }
-
-    fn gap(&mut self) -> &mut Gap {
-        &mut self.gap
+    fn state_mut(&mut self) -> &mut RoundState {
+        &mut self.state
     }
 
     fn outgoing(
@@ -210,7 +198,7 @@ impl stream::Round for Round {
         let Some(mut event) = event else {
             return Some(raw);
         };
-        let mut changed = self.hold.mixed && hide(&mut event);
+        let mut changed = self.state.hold.mixed && hide(&mut event);
         if let Some(usage) = event
             .get_mut(USAGE)
             .filter(|u| u.is_object() && !prior.is_null())
@@ -226,16 +214,16 @@ impl stream::Round for Round {
     }
 
     fn end(self: Box<Self>) -> Option<RecallTurn> {
-        if !self.hold.holding() {
+        if !self.state.hold.holding() {
             return None;
         }
-        let calls = self.calls.recalls();
+        let calls = self.state.calls.recalls();
         Some(RecallTurn {
             messages: vec![model_turn(self.parts)],
             calls,
             usage: self.usage,
             carry: Carry {
-                gap: self.gap,
+                gap: self.state.gap,
                 ..Carry::default()
             },
         })

@@ -25,17 +25,51 @@ impl Hold {
     }
 }
 
+/// What every API's round keeps alike: whether its request could not
+/// offer recall again (any recall call is then a stray, removed), what it
+/// holds back, its calls so far, and whether text was shown.
+#[derive(Debug, Default)]
+pub struct RoundState {
+    pub last: bool,
+    pub hold: Hold,
+    pub calls: Calls,
+    pub gap: Gap,
+}
+
+impl RoundState {
+    /// A round's state; `last` when its request could not offer recall
+    /// again, `gap` what the rounds before showed.
+    pub fn new(last: bool, gap: Gap) -> Self {
+        Self {
+            last,
+            gap,
+            ..Self::default()
+        }
+    }
+}
+
 /// One API's reading of one round's events.
 pub trait Round: Send {
     /// Gathers what the event tells: text, calls, usage.
     fn read(&mut self, event: &Value);
+    /// The state every API's round keeps alike.
+    fn state(&self) -> &RoundState;
+    fn state_mut(&mut self) -> &mut RoundState;
     /// The round's calls so far.
-    fn calls(&self) -> &Calls;
+    fn calls(&self) -> &Calls {
+        &self.state().calls
+    }
     /// Whether the round's request could not offer recall again.
-    fn last(&self) -> bool;
-    fn hold(&mut self) -> &mut Hold;
+    fn last(&self) -> bool {
+        self.state().last
+    }
+    fn hold(&mut self) -> &mut Hold {
+        &mut self.state_mut().hold
+    }
     /// Whether text was shown, in this round or before it.
-    fn gap(&mut self) -> &mut Gap;
+    fn gap(&mut self) -> &mut Gap {
+        &mut self.state_mut().gap
+    }
     /// The event as the client gets it, if at all: recall calls removed
     /// once the answer is mixed, numbering and usage carried over from
     /// earlier rounds (`prior`: their usage, summed).

@@ -9,9 +9,9 @@
 //! `response.completed` listing every shown item under the first round's
 //! id, with the usage of every round summed.
 
-use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, SEPARATOR, summed};
+use crate::api::recall::calls::{Call, Calls, Carry, RecallTurn, SEPARATOR, summed};
 use crate::api::recall::input::bounded;
-use crate::api::recall::stream::{self, Hold};
+use crate::api::recall::stream::{self, RoundState};
 use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -133,17 +133,15 @@ fn unlist(response: &mut Value) {
 
 /// One streamed round of Responses events.
 pub struct Round {
-    /// The round's request could not offer recall again: any recall call
-    /// is a stray, removed.
-    last: bool,
+    /// Its gap is the carry's while the round runs, and goes back into
+    /// the carry at its end.
+    state: RoundState,
     /// A later round: its `response.created` is not the client's.
     later: bool,
     /// What earlier rounds showed; updated as this round shows more.
     carry: Carry,
     /// Output items shown before this round.
     offset: u64,
-    hold: Hold,
-    calls: Calls,
     /// The round's finished output items, by output index.
     items: BTreeMap<u64, Value>,
     usage: Option<Value>,
@@ -157,12 +155,10 @@ impl Round {
     /// not the first.
     pub fn new(last: bool, later: bool, carry: Carry) -> Self {
         Self {
-            last,
+            state: RoundState::new(last, carry.gap),
             later,
             offset: carry.shown,
             carry,
-            hold: Hold::default(),
-            calls: Calls::default(),
             items: BTreeMap::new(),
             usage: None,
             separated: None,
@@ -181,7 +177,7 @@ impl Round {
         let part = (output, content.unwrap_or(0));
         let pointer = match kind {
             "response.output_text.delta" => {
-                if stream::separate(event, "/delta", &mut self.carry.gap) {
+                if stream::separate(event, "/delta", &mut self.state.gap) {
                     self.separated = Some(part);
                 }
                 return;
@@ -235,7 +231,7 @@ impl stream::Round for Round {
             }
             ("response.output_item.added", Some(i)) => {
                 feed(
-                    &mut self.calls,
+                    &mut self.state.calls,
                     i,
                     event.get("item").unwrap_or(&Value::Null),
                 );
@@ -245,7 +241,7 @@ impl stream::Round for Round {
                     .get("delta")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                self.calls.arguments(i, delta);
+                self.state.calls.arguments(i, delta);
             }
             ("response.output_item.done", Some(i)) => {
                 self.items
@@ -273,7 +269,7 @@ impl stream::Round for Round {
         if self.later && matches!(kind.as_str(), "response.created" | "response.in_progress") {
             return None;
         }
-        let hidden = if self.hold.mixed { recall } else { &[] };
+        let hidden = if self.state.hold.mixed { recall } else { &[] };
         stream::renumber(&mut event, "output_index", self.offset, hidden)?;
         self.separate(&kind, &mut event);
         if let Some(response) = event.get_mut("response") {
@@ -296,31 +292,26 @@ impl stream::Round for Round {
         Some(stream::named_event(&kind, &event))
     }
 
-    fn calls(&self) -> &Calls {
-        &self.calls
+    fn state(&self) -> &RoundState {
+        &self.state
     }
 
-    fn last(&self) -> bool {
-        self.last
-    }
-
-    fn hold(&mut self) -> &mut Hold {
-        &mut self.hold
-    }
-
-    fn gap(&mut self) -> &mut Gap {
-        &mut self.carry.gap
+    fn state_mut(&mut self) -> &mut RoundState {
+        &mut self.state
     }
 
     fn end(self: Box<Self>) -> Option<RecallTurn> {
-        if !self.hold.holding() {
+        if !self.state.hold.holding() {
             return None;
         }
         Some(RecallTurn {
             messages: self.items.into_values().collect(),
-            calls: self.calls.recalls(),
+            calls: self.state.calls.recalls(),
             usage: self.usage,
-            carry: self.carry,
+            carry: Carry {
+                gap: self.state.gap,
+                ..self.carry
+            },
         })
     }
 }

@@ -2,7 +2,7 @@
 //! get it, the model's recall calls in a whole or streamed answer, and
 //! hiding them from the client.
 
-use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, summed};
+use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn};
 use crate::api::recall::input::bounded;
 use crate::api::recall::stream::{self, RoundState};
 use crate::message::RECALL_TOOL;
@@ -193,13 +193,7 @@ impl stream::Round for Round {
             changed |=
                 stream::replace_str(&mut chunk, "/choices/0/finish_reason", "tool_calls", "stop");
         }
-        if let Some(usage) = chunk
-            .get_mut("usage")
-            .filter(|u| u.is_object() && !prior.is_null())
-        {
-            *usage = summed(prior, usage);
-            changed = true;
-        }
+        changed |= stream::add_prior_usage(&mut chunk, "usage", prior);
         Some(if changed {
             stream::data_event(&chunk)
         } else {

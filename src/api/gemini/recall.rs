@@ -5,7 +5,7 @@
 //! turn goes back with its parts as they came (thinking models want their
 //! `thoughtSignature`s back).
 
-use crate::api::recall::calls::{Call, Calls, Carry, RecallTurn, summed};
+use crate::api::recall::calls::{Call, Calls, Carry, RecallTurn};
 use crate::api::recall::input::bounded;
 use crate::api::recall::stream::{self, RoundState};
 use crate::message::RECALL_TOOL;
@@ -199,13 +199,7 @@ impl stream::Round for Round {
             return Some(raw);
         };
         let mut changed = self.state.hold.mixed && hide(&mut event);
-        if let Some(usage) = event
-            .get_mut(USAGE)
-            .filter(|u| u.is_object() && !prior.is_null())
-        {
-            *usage = summed(prior, usage);
-            changed = true;
-        }
+        changed |= stream::add_prior_usage(&mut event, USAGE, prior);
         Some(if changed {
             stream::data_event(&event)
         } else {

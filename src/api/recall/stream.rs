@@ -2,7 +2,7 @@
 //! implements over its events, what a round holds back ([`Hold`]), and the
 //! SSE helpers the APIs share. The rounds themselves run in the pipeline.
 
-use super::calls::{Calls, Gap, RecallTurn};
+use super::calls::{Calls, Gap, RecallTurn, summed};
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -45,6 +45,21 @@ impl RoundState {
             gap,
             ..Self::default()
         }
+    }
+}
+
+/// Adds the earlier rounds' usage (`prior`) to the usage object under
+/// `field` of a later round's event; returns whether it changed.
+pub fn add_prior_usage(event: &mut Value, field: &str, prior: &Value) -> bool {
+    match event
+        .get_mut(field)
+        .filter(|u| u.is_object() && !prior.is_null())
+    {
+        Some(usage) => {
+            *usage = summed(prior, usage);
+            true
+        }
+        None => false,
     }
 }
 

@@ -9,7 +9,7 @@
 //! `response.completed` listing every shown item under the first round's
 //! id, with the usage of every round summed.
 
-use crate::api::recall::calls::{Call, Calls, Carry, RecallTurn, SEPARATOR, summed};
+use crate::api::recall::calls::{Call, Calls, Carry, RecallTurn, SEPARATOR};
 use crate::api::recall::input::bounded;
 use crate::api::recall::stream::{self, RoundState};
 use crate::message::RECALL_TOOL;
@@ -204,12 +204,7 @@ impl Round {
         if let Some(id) = &self.carry.response_id {
             response["id"] = Value::String(id.clone());
         }
-        if let Some(usage) = response
-            .get_mut("usage")
-            .filter(|u| u.is_object() && !prior.is_null())
-        {
-            *usage = summed(prior, usage);
-        }
+        stream::add_prior_usage(response, "usage", prior);
     }
 }
 

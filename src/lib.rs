@@ -20,6 +20,7 @@
 //! - [`summarize`]: the summarizer calls: prompt, formats, retries, repair.
 //! - [`archive`]: every message a fold removed from the view, stored and searchable.
 //! - [`upstream`]: the pooled HTTPS client, provider routing, header hygiene.
+//! - [`sse`]: server-sent events, split once for the usage tap and the recall rounds.
 //! - [`metrics`]: Prometheus counters and latency histograms.
 //! - [`error`]: errors made by foldgate, in the route's API's error envelope.
 //! - [`message`]: the message vocabulary: roles, pinned head, tool pairing.
@@ -45,6 +46,7 @@ pub mod pipeline;
 pub mod proxy;
 pub mod replay;
 pub mod server;
+pub mod sse;
 pub mod state;
 pub mod summarize;
 pub mod tokens;

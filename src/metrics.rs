@@ -1,88 +1,125 @@
-//! Counters and histograms exported at `/foldgate/metrics` in Prometheus
-//! text format.
+//! Counters and histograms exported at `/foldgate/metrics` in the
+//! OpenMetrics text format, kept and encoded by `prometheus-client`.
+//!
+//! Every metric is registered once, at construction, under the name its
+//! samples carry (counters without their `_total`, which the encoder adds);
+//! a labelled family's label sets are all created then too, so every
+//! sample is exported from the start, at zero. Callers hold the metrics
+//! themselves (shared handles), so recording one is an atomic add or, for
+//! a histogram, an uncontended lock: no label lookup on the request path.
 
-mod histogram;
-
-pub use histogram::Histogram;
-
-use histogram::{OVERHEAD_BUCKETS, SUMMARIZER_BUCKETS, UPSTREAM_BUCKETS};
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge as GaugeMetric;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+/// Bucket bounds (seconds) of foldgate's own time per request: from a
+/// fraction of a millisecond (passthrough) to an inline fold's seconds.
+const OVERHEAD_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Bucket bounds (seconds) of an upstream's time to its response head.
+const UPSTREAM_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// Bucket bounds (seconds) of one fold's summarizer work (every call and chunk).
+const SUMMARIZER_BUCKETS: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// The Content-Type of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// One label, as a family's label set.
+type Label = [(&'static str, &'static str); 1];
+
 /// Process-wide counters. Labels are fixed and low-cardinality.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     /// Chat-completion requests intercepted.
-    pub chat_requests: AtomicU64,
+    pub chat_requests: Counter,
     /// Chat requests forwarded with a reused summary.
-    pub folds_reused: AtomicU64,
+    pub folds_reused: Counter,
     /// New folds by reason: emergency, token, overflow, safety, idle.
-    pub folds_new: [AtomicU64; 5],
+    pub folds_new: [Counter; 5],
     /// Folds whose summarizer failed (then handled by `on_failure`).
-    pub fold_failures: AtomicU64,
+    pub fold_failures: Counter,
     /// Emergency folds after an upstream context-length error.
-    pub reactive_folds: AtomicU64,
+    pub reactive_folds: Counter,
     /// Requests whose must-keep messages alone exceed the window.
-    pub cannot_fit: AtomicU64,
+    pub cannot_fit: Counter,
     /// HTTP calls made to summarizer models.
-    pub summarizer_calls: AtomicU64,
+    pub summarizer_calls: Counter,
     /// Tokens summarizer models reported using.
-    pub summarizer_tokens: AtomicU64,
+    pub summarizer_tokens: Counter,
     /// Milliseconds spent in summarizer calls.
-    pub summarizer_ms: AtomicU64,
+    pub summarizer_ms: Counter,
     /// Summary items dropped for naming identifiers never shown to the model.
-    pub summary_inventions: AtomicU64,
+    pub summary_inventions: Counter,
     /// Summarizer answers cut off at their token limit.
-    pub summary_truncations: AtomicU64,
+    pub summary_truncations: Counter,
     /// Items that entered a ledger (specifics the summary lacked).
-    pub ledger_items: AtomicU64,
+    pub ledger_items: Counter,
     /// Ledger items that left it for lack of budget.
-    pub ledger_evictions: AtomicU64,
+    pub ledger_evictions: Counter,
     /// Folds postponed because the conversation's last fold failed recently.
-    pub folds_postponed: AtomicU64,
+    pub folds_postponed: Counter,
     /// Requests that went on without a fold at `policy.fold_deadline`.
-    pub fold_deadlines: AtomicU64,
+    pub fold_deadlines: Counter,
     /// Prompt tokens not sent upstream: the client's messages minus the
     /// forwarded view, summed over requests forwarded with a fold.
-    pub tokens_saved: AtomicU64,
+    pub tokens_saved: Counter,
     /// Messages forwarded as compression stubs, summed over requests.
-    pub compressed_messages: AtomicU64,
+    pub compressed_messages: Counter,
     /// Prompt tokens the stubs saved (the messages' tokens minus their
     /// stubs'), summed over requests.
-    pub compressed_tokens_saved: AtomicU64,
+    pub compressed_tokens_saved: Counter,
     /// Requests forwarded with the recall tool.
-    pub recall_offers: AtomicU64,
+    pub recall_offers: Counter,
     /// Recall calls foldgate answered from the archive.
-    pub recall_calls: AtomicU64,
+    pub recall_calls: Counter,
     /// Recall calls whose excerpts were shortened to fit the window's room.
-    pub recall_shortened: AtomicU64,
+    pub recall_shortened: Counter,
     /// Recall calls answered "no room" instead of with excerpts.
-    pub recall_refused: AtomicU64,
+    pub recall_refused: Counter,
     /// Requests forwarded with recalled excerpts injected.
-    pub recall_injections: AtomicU64,
+    pub recall_injections: Counter,
     /// Broken recall rounds answered by the fallback (the first request
     /// without the tool), by cause ([`RECALL_CAUSES`]).
-    pub recall_fallbacks: [AtomicU64; 5],
+    pub recall_fallbacks: [Counter; 5],
     /// Broken recall rounds that ended in an error for the client (the
     /// fallback broke too, or a stream had shown part of the round), by
     /// cause ([`RECALL_CAUSES`]).
-    pub recall_failures: [AtomicU64; 5],
+    pub recall_failures: [Counter; 5],
     /// Archive rows the backend refused at first and the spool kept.
-    pub archive_spooled: AtomicU64,
+    pub archive_spooled: Counter,
     /// Spooled archive rows the backend took once it answered again.
-    pub archive_replayed: AtomicU64,
+    pub archive_replayed: Counter,
     /// Folds not made because the archive spool was full.
-    pub archive_vetoes: AtomicU64,
+    pub archive_vetoes: Counter,
     /// Archive rows handed to the archive (queued), by what removed the
     /// message from the view: `[fold, compress]` ([`ARCHIVE_SOURCES`]).
-    pub archive_rows: [AtomicU64; 2],
+    pub archive_rows: [Counter; 2],
     /// Durations: foldgate's overhead, upstream and summarizer latency.
     pub latency: Latencies,
+    /// Every metric above, registered under its exported name.
+    registry: Registry,
 }
 
 /// The route label of every request that is not a folded API's.
 pub const OTHER_ROUTE: &str = "other";
+
+/// A response extension naming the folded API that answered (its latency
+/// histograms' route label); a response without one counts as
+/// [`OTHER_ROUTE`].
+#[derive(Debug, Clone, Copy)]
+pub struct RouteLabel(pub &'static str);
 
 /// The duration histograms.
 #[derive(Debug)]
@@ -92,47 +129,21 @@ pub struct Latencies {
     routes: Vec<&'static str>,
     /// foldgate's own time per forwarded request (to the response head,
     /// minus the upstream's), by route.
-    pub overhead: Vec<Histogram>,
+    overhead: Vec<Histogram>,
     /// The upstream's time to its response head, by route.
-    pub upstream: Vec<Histogram>,
+    upstream: Vec<Histogram>,
     /// One fold's summarizer work, every call and chunk included.
     pub summarizer: Histogram,
 }
 
-impl Latencies {
-    /// Histograms for these routes and [`OTHER_ROUTE`].
-    fn new(routes: impl IntoIterator<Item = &'static str>) -> Self {
-        let mut routes: Vec<&'static str> = routes.into_iter().collect();
-        routes.push(OTHER_ROUTE);
-        Self {
-            overhead: routes
-                .iter()
-                .map(|_| Histogram::new(OVERHEAD_BUCKETS))
-                .collect(),
-            upstream: routes
-                .iter()
-                .map(|_| Histogram::new(UPSTREAM_BUCKETS))
-                .collect(),
-            routes,
-            summarizer: Histogram::new(SUMMARIZER_BUCKETS),
-        }
-    }
-}
-
-impl Default for Latencies {
-    fn default() -> Self {
-        Self::new([])
-    }
-}
-
 /// A gauge owned outside [`Metrics`], rendered beside its counters.
-pub struct Gauge<'a> {
+pub struct Gauge {
     /// Metric name.
-    pub name: &'a str,
+    pub name: &'static str,
     /// Help text.
-    pub help: &'a str,
-    /// `(labels, value)` samples; labels are `{k="v"}` or empty.
-    pub samples: Vec<(String, f64)>,
+    pub help: &'static str,
+    /// `(labels, value)` samples; no labels for a gauge of one value.
+    pub samples: Vec<(Vec<(&'static str, String)>, f64)>,
 }
 
 /// Cause label order of [`Metrics::recall_fallbacks`] and
@@ -154,18 +165,177 @@ pub const ARCHIVE_SOURCES: [&str; 2] = ["fold", "compress"];
 /// Reason label order of [`Metrics::folds_new`].
 pub const REASONS: [&str; 5] = ["emergency", "token", "overflow", "safety", "idle"];
 
-impl Metrics {
-    /// Adds one to a counter.
-    pub fn inc(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::with_routes([])
     }
+}
 
+impl Metrics {
     /// Counters, with latency histograms for these routes (the folded
     /// APIs' names) and [`OTHER_ROUTE`].
     pub fn with_routes(routes: impl IntoIterator<Item = &'static str>) -> Self {
+        let mut registry = Registry::default();
+        let mut counter = |name: &str, help: &str| {
+            let c = Counter::default();
+            registry.register(name, help.trim_end_matches('.'), c.clone());
+            c
+        };
+        let chat_requests = counter(
+            "foldgate_chat_requests",
+            "Chat-completion requests intercepted.",
+        );
+        let folds_reused = counter(
+            "foldgate_folds_reused",
+            "Requests forwarded with a reused summary.",
+        );
+        let compressed_messages = counter(
+            "foldgate_compressed_messages",
+            "Messages forwarded as compression stubs, summed over requests.",
+        );
+        let compressed_tokens_saved = counter(
+            "foldgate_compressed_tokens_saved",
+            "Prompt tokens compression stubs saved, summed over requests.",
+        );
+        let fold_failures = counter("foldgate_fold_failures", "Folds whose summarizer failed.");
+        let reactive_folds = counter(
+            "foldgate_reactive_folds",
+            "Folds after an upstream context-length error.",
+        );
+        let recall_offers = counter(
+            "foldgate_recall_offers",
+            "Requests forwarded with the foldgate_recall tool.",
+        );
+        let recall_calls = counter(
+            "foldgate_recall_calls",
+            "Recall calls answered from the archive.",
+        );
+        let recall_shortened = counter(
+            "foldgate_recall_shortened",
+            "Recall calls whose excerpts were shortened to fit the window's room.",
+        );
+        let recall_refused = counter(
+            "foldgate_recall_refused",
+            "Recall calls answered without excerpts: no room left in the window.",
+        );
+        let recall_injections = counter(
+            "foldgate_recall_injections",
+            "Requests forwarded with recalled excerpts injected before the last user message.",
+        );
+        let cannot_fit = counter(
+            "foldgate_cannot_fit",
+            "Requests that cannot fit the window even folded.",
+        );
+        let summarizer_calls = counter(
+            "foldgate_summarizer_calls",
+            "HTTP calls to summarizer models.",
+        );
+        let summarizer_tokens = counter(
+            "foldgate_summarizer_tokens",
+            "Tokens used by summarizer models.",
+        );
+        let summarizer_ms = counter("foldgate_summarizer_milliseconds", "Time spent summarizing.");
+        let summary_inventions = counter(
+            "foldgate_summary_inventions",
+            "Summary items dropped for naming identifiers the summarizer was not shown.",
+        );
+        let summary_truncations = counter(
+            "foldgate_summary_truncations",
+            "Summarizer answers cut off at their token limit.",
+        );
+        let ledger_items = counter(
+            "foldgate_ledger_items",
+            "Specifics kept in a ledger because the summary lacked them.",
+        );
+        let ledger_evictions = counter(
+            "foldgate_ledger_evictions",
+            "Ledger items that left the ledger for lack of budget.",
+        );
+        let folds_postponed = counter(
+            "foldgate_folds_postponed",
+            "Folds postponed after a recent summarizer failure of the conversation.",
+        );
+        let fold_deadlines = counter(
+            "foldgate_fold_deadlines",
+            "Requests that went on without their fold at policy.fold_deadline.",
+        );
+        let tokens_saved = counter(
+            "foldgate_tokens_saved",
+            "Prompt tokens not sent upstream thanks to folds (client's messages minus the forwarded view).",
+        );
+        let archive_spooled = counter(
+            "foldgate_archive_spooled_rows",
+            "Archive rows kept in the spool while the archive backend was unreachable.",
+        );
+        let archive_replayed = counter(
+            "foldgate_archive_replayed_rows",
+            "Spooled archive rows written to the backend once it answered again.",
+        );
+        let archive_vetoes = counter(
+            "foldgate_archive_vetoed_folds",
+            "Folds not made because the archive spool was full.",
+        );
+        let mut by_label = |name: &str, help: &str, label: &'static str, values: &[&'static str]| {
+            let family = Family::<Label, Counter>::default();
+            registry.register(name, help, family.clone());
+            let counters: Vec<Counter> = values
+                .iter()
+                .map(|v| family.get_or_create_owned(&[(label, v)]))
+                .collect();
+            counters
+        };
+        let folds_new = by_label("foldgate_folds", "New folds by trigger", "reason", &REASONS);
+        let archive_rows = by_label(
+            "foldgate_archive_rows",
+            "Archive rows handed to the archive, by what removed the message from the view",
+            "by",
+            &ARCHIVE_SOURCES,
+        );
+        let recall_fallbacks = by_label(
+            "foldgate_recall_fallbacks",
+            "Broken recall rounds answered by the first request without the tool, by cause",
+            "cause",
+            &RECALL_CAUSES,
+        );
+        let recall_failures = by_label(
+            "foldgate_recall_failures",
+            "Broken recall rounds that ended in an error for the client, by cause",
+            "cause",
+            &RECALL_CAUSES,
+        );
+        let latency = Latencies::register(&mut registry, routes);
         Self {
-            latency: Latencies::new(routes),
-            ..Self::default()
+            chat_requests,
+            folds_reused,
+            folds_new: array(folds_new),
+            fold_failures,
+            reactive_folds,
+            cannot_fit,
+            summarizer_calls,
+            summarizer_tokens,
+            summarizer_ms,
+            summary_inventions,
+            summary_truncations,
+            ledger_items,
+            ledger_evictions,
+            folds_postponed,
+            fold_deadlines,
+            tokens_saved,
+            compressed_messages,
+            compressed_tokens_saved,
+            recall_offers,
+            recall_calls,
+            recall_shortened,
+            recall_refused,
+            recall_injections,
+            recall_fallbacks: array(recall_fallbacks),
+            recall_failures: array(recall_failures),
+            archive_spooled,
+            archive_replayed,
+            archive_vetoes,
+            archive_rows: array(archive_rows),
+            latency,
+            registry,
         }
     }
 
@@ -179,231 +349,114 @@ impl Metrics {
             .iter()
             .position(|r| *r == route)
             .unwrap_or(routes.len() - 1);
-        self.latency.overhead[route].observe(total.saturating_sub(upstream));
-        self.latency.upstream[route].observe(upstream);
+        let overhead = total.saturating_sub(upstream);
+        self.latency.overhead[route].observe(overhead.as_secs_f64());
+        self.latency.upstream[route].observe(upstream.as_secs_f64());
     }
 
     /// Records what a conversation request forwarded: the tokens of the
     /// client's messages and of the forwarded view (smaller when folded
     /// or compressed).
     pub fn observe_forwarded(&self, tokens_in: u32, tokens_out: u32) {
-        self.tokens_saved.fetch_add(
-            u64::from(tokens_in.saturating_sub(tokens_out)),
-            Ordering::Relaxed,
-        );
+        self.tokens_saved
+            .inc_by(u64::from(tokens_in.saturating_sub(tokens_out)));
     }
 
-    /// Renders every counter; `extra` appends gauges owned elsewhere.
-    pub fn render(&self, extra: &[Gauge<'_>]) -> String {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    /// Renders every metric; `extra` appends gauges owned elsewhere.
+    pub fn render(&self, extra: &[Gauge]) -> String {
+        let mut gauges = Registry::default();
+        for gauge in extra {
+            let family = Family::<Vec<(&'static str, String)>, GaugeMetric<f64, AtomicU64>>::default();
+            for (labels, value) in &gauge.samples {
+                family.get_or_create(labels).set(*value);
+            }
+            gauges.register(gauge.name, gauge.help.trim_end_matches('.'), family);
+        }
         let mut out = String::new();
-        let mut counter = |name: &str, help: &str, value: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-            );
-        };
-        counter(
-            "foldgate_chat_requests_total",
-            "Chat-completion requests intercepted.",
-            get(&self.chat_requests),
-        );
-        counter(
-            "foldgate_folds_reused_total",
-            "Requests forwarded with a reused summary.",
-            get(&self.folds_reused),
-        );
-        counter(
-            "foldgate_compressed_messages_total",
-            "Messages forwarded as compression stubs, summed over requests.",
-            get(&self.compressed_messages),
-        );
-        counter(
-            "foldgate_compressed_tokens_saved_total",
-            "Prompt tokens compression stubs saved, summed over requests.",
-            get(&self.compressed_tokens_saved),
-        );
-        counter(
-            "foldgate_fold_failures_total",
-            "Folds whose summarizer failed.",
-            get(&self.fold_failures),
-        );
-        counter(
-            "foldgate_reactive_folds_total",
-            "Folds after an upstream context-length error.",
-            get(&self.reactive_folds),
-        );
-        counter(
-            "foldgate_recall_offers_total",
-            "Requests forwarded with the foldgate_recall tool.",
-            get(&self.recall_offers),
-        );
-        counter(
-            "foldgate_recall_calls_total",
-            "Recall calls answered from the archive.",
-            get(&self.recall_calls),
-        );
-        counter(
-            "foldgate_recall_shortened_total",
-            "Recall calls whose excerpts were shortened to fit the window's room.",
-            get(&self.recall_shortened),
-        );
-        counter(
-            "foldgate_recall_refused_total",
-            "Recall calls answered without excerpts: no room left in the window.",
-            get(&self.recall_refused),
-        );
-        counter(
-            "foldgate_recall_injections_total",
-            "Requests forwarded with recalled excerpts injected before the last user message.",
-            get(&self.recall_injections),
-        );
-        counter(
-            "foldgate_cannot_fit_total",
-            "Requests that cannot fit the window even folded.",
-            get(&self.cannot_fit),
-        );
-        counter(
-            "foldgate_summarizer_calls_total",
-            "HTTP calls to summarizer models.",
-            get(&self.summarizer_calls),
-        );
-        counter(
-            "foldgate_summarizer_tokens_total",
-            "Tokens used by summarizer models.",
-            get(&self.summarizer_tokens),
-        );
-        counter(
-            "foldgate_summarizer_milliseconds_total",
-            "Time spent summarizing.",
-            get(&self.summarizer_ms),
-        );
-        counter(
-            "foldgate_summary_inventions_total",
-            "Summary items dropped for naming identifiers the summarizer was not shown.",
-            get(&self.summary_inventions),
-        );
-        counter(
-            "foldgate_summary_truncations_total",
-            "Summarizer answers cut off at their token limit.",
-            get(&self.summary_truncations),
-        );
-        counter(
-            "foldgate_ledger_items_total",
-            "Specifics kept in a ledger because the summary lacked them.",
-            get(&self.ledger_items),
-        );
-        counter(
-            "foldgate_ledger_evictions_total",
-            "Ledger items that left the ledger for lack of budget.",
-            get(&self.ledger_evictions),
-        );
-        counter(
-            "foldgate_folds_postponed_total",
-            "Folds postponed after a recent summarizer failure of the conversation.",
-            get(&self.folds_postponed),
-        );
-        counter(
-            "foldgate_fold_deadlines_total",
-            "Requests that went on without their fold at policy.fold_deadline.",
-            get(&self.fold_deadlines),
-        );
-        counter(
-            "foldgate_tokens_saved_total",
-            "Prompt tokens not sent upstream thanks to folds (client's messages minus the forwarded view).",
-            get(&self.tokens_saved),
-        );
-        counter(
-            "foldgate_archive_spooled_rows_total",
-            "Archive rows kept in the spool while the archive backend was unreachable.",
-            get(&self.archive_spooled),
-        );
-        counter(
-            "foldgate_archive_replayed_rows_total",
-            "Spooled archive rows written to the backend once it answered again.",
-            get(&self.archive_replayed),
-        );
-        counter(
-            "foldgate_archive_vetoed_folds_total",
-            "Folds not made because the archive spool was full.",
-            get(&self.archive_vetoes),
-        );
-        self.render_latencies(&mut out);
-        let _ = writeln!(
-            out,
-            "# HELP foldgate_folds_total New folds by trigger.\n# TYPE foldgate_folds_total counter"
-        );
-        for (reason, c) in REASONS.iter().zip(&self.folds_new) {
-            let _ = writeln!(
-                out,
-                "foldgate_folds_total{{reason=\"{reason}\"}} {}",
-                get(c)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP foldgate_archive_rows_total Archive rows handed to the archive, by what removed the message from the view.\n# TYPE foldgate_archive_rows_total counter"
-        );
-        for (by, c) in ARCHIVE_SOURCES.iter().zip(&self.archive_rows) {
-            let _ = writeln!(out, "foldgate_archive_rows_total{{by=\"{by}\"}} {}", get(c));
-        }
-        let by_cause = [
-            (
-                "foldgate_recall_fallbacks_total",
-                "Broken recall rounds answered by the first request without the tool, by cause.",
-                &self.recall_fallbacks,
-            ),
-            (
-                "foldgate_recall_failures_total",
-                "Broken recall rounds that ended in an error for the client, by cause.",
-                &self.recall_failures,
-            ),
-        ];
-        for (name, help, counters) in by_cause {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (cause, c) in RECALL_CAUSES.iter().zip(counters) {
-                let _ = writeln!(out, "{name}{{cause=\"{cause}\"}} {}", get(c));
-            }
-        }
-        for Gauge {
-            name,
-            help,
-            samples,
-        } in extra
-        {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for (labels, value) in samples {
-                let _ = writeln!(out, "{name}{labels} {value}");
-            }
-        }
+        // Writing to a String does not fail.
+        let _ = encode_registry(&mut out, &self.registry)
+            .and_then(|()| encode_registry(&mut out, &gauges))
+            .and_then(|()| encode_eof(&mut out));
         out
     }
+}
 
-    fn render_latencies(&self, out: &mut String) {
-        let l = &self.latency;
-        let by_route = [
-            (
-                "foldgate_overhead_seconds",
-                "foldgate's own time per forwarded request (to the response head, minus the upstream's).",
-                &l.overhead,
-            ),
-            (
-                "foldgate_upstream_seconds",
-                "Upstream time to the response head.",
-                &l.upstream,
-            ),
-        ];
-        for (name, help, histograms) in by_route {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-            for (route, h) in l.routes.iter().zip(histograms) {
-                h.render(out, name, &format!("route=\"{route}\""));
-            }
-        }
-        let name = "foldgate_summarizer_seconds";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Summarizer time per fold, every call and chunk included.\n# TYPE {name} histogram"
+impl Latencies {
+    /// Histograms for these routes and [`OTHER_ROUTE`], registered.
+    fn register(
+        registry: &mut Registry,
+        routes: impl IntoIterator<Item = &'static str>,
+    ) -> Self {
+        let mut routes: Vec<&'static str> = routes.into_iter().collect();
+        routes.push(OTHER_ROUTE);
+        let mut by_route = |name: &str, help: &str, make: fn() -> Histogram| {
+            let family = Family::<Label, Histogram, fn() -> Histogram>::new_with_constructor(make);
+            registry.register(name, help, family.clone());
+            routes
+                .iter()
+                .map(|r| family.get_or_create_owned(&[("route", r)]))
+                .collect::<Vec<_>>()
+        };
+        let overhead = by_route(
+            "foldgate_overhead_seconds",
+            "foldgate's own time per forwarded request (to the response head, minus the upstream's)",
+            || Histogram::new(OVERHEAD_BUCKETS.iter().copied()),
         );
-        l.summarizer.render(out, name, "");
+        let upstream = by_route(
+            "foldgate_upstream_seconds",
+            "Upstream time to the response head",
+            || Histogram::new(UPSTREAM_BUCKETS.iter().copied()),
+        );
+        let summarizer = Histogram::new(SUMMARIZER_BUCKETS.iter().copied());
+        registry.register(
+            "foldgate_summarizer_seconds",
+            "Summarizer time per fold, every call and chunk included",
+            summarizer.clone(),
+        );
+        Self {
+            routes,
+            overhead,
+            upstream,
+            summarizer,
+        }
+    }
+}
+
+/// The counters of one label family, in the order of its label values.
+fn array<const N: usize>(counters: Vec<Counter>) -> [Counter; N] {
+    let mut it = counters.into_iter();
+    std::array::from_fn(|_| it.next().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_sample_is_exported_under_its_name_from_the_start() {
+        let m = Metrics::with_routes(["chat"]);
+        m.folds_new[1].inc();
+        m.observe_request("chat", Duration::from_millis(7), Duration::from_millis(5));
+        m.observe_request("unknown", Duration::from_millis(1), Duration::ZERO);
+        let text = m.render(&[Gauge {
+            name: "g",
+            help: "A gauge.",
+            samples: vec![(vec![("model", "a\"b".to_string())], 1.5)],
+        }]);
+        for line in [
+            "# HELP foldgate_chat_requests Chat-completion requests intercepted.\n",
+            "foldgate_chat_requests_total 0\n",
+            "foldgate_folds_total{reason=\"token\"} 1\n",
+            "foldgate_folds_total{reason=\"idle\"} 0\n",
+            "foldgate_recall_failures_total{cause=\"recall_after_last\"} 0\n",
+            "foldgate_overhead_seconds_bucket{le=\"0.0025\",route=\"chat\"} 1\n",
+            "foldgate_overhead_seconds_count{route=\"other\"} 1\n",
+            "foldgate_summarizer_seconds_count 0\n",
+            "g{model=\"a\\\"b\"} 1.5\n",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+        assert_eq!(text.matches("# TYPE foldgate_overhead_seconds ").count(), 1);
     }
 }

@@ -5,6 +5,7 @@
 use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
+use crate::metrics::RouteLabel;
 use crate::pipeline;
 use crate::state::ConvKey;
 use crate::upstream::{UpstreamLatency, headers};
@@ -38,7 +39,8 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
     }
     if let Some(api) = crate::api::of(&parts.method, parts.uri.path()) {
         let bytes = read_body(incoming, limit).await?;
-        let response = pipeline::handle(app, api, parts, bytes).await?;
+        let mut response = pipeline::handle(app, api, parts, bytes).await?;
+        response.extensions_mut().insert(RouteLabel(api.name()));
         if let Some(key) = response.extensions().get::<ConvKey>() {
             let view = response.extensions().get::<crate::state::ViewIds>();
             app.turns.record(key.clone(), response.headers(), view);

@@ -144,6 +144,9 @@ async fn json_logs_are_one_object_per_line_with_the_request_span() {
     );
     let access = find(&|e| e["target"] == "foldgate::access", "access line");
     assert_eq!(access["status"], 200);
-    assert_eq!(access["request_id"], "req-json-7");
+    // Like every event of the request, in its span: id, method and path.
+    assert_eq!(access["span"]["request_id"], "req-json-7", "{access}");
+    assert_eq!(access["span"]["method"], "POST", "{access}");
+    assert_eq!(access["span"]["path"], "/v1/chat/completions", "{access}");
     assert!(access["overhead_ms"].as_f64().unwrap() > 0.0, "{access}");
 }

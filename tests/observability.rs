@@ -71,7 +71,7 @@ async fn histograms_and_tokens_saved_follow_the_requests() {
             assert_eq!(count, requests, "{name} {route}\n{text}");
             let inf = metric(
                 &text,
-                &format!("{name}_bucket{{route=\"{route}\",le=\"+Inf\"}}"),
+                &format!("{name}_bucket{{le=\"+Inf\",route=\"{route}\"}}"),
             );
             assert_eq!(
                 inf, requests,
@@ -85,7 +85,7 @@ async fn histograms_and_tokens_saved_follow_the_requests() {
     assert!(overhead >= 1.5, "overhead sum {overhead}\n{text}");
     let fast = metric(
         &text,
-        "foldgate_overhead_seconds_bucket{route=\"chat\",le=\"1\"}",
+        "foldgate_overhead_seconds_bucket{le=\"1.0\",route=\"chat\"}",
     );
     assert_eq!(
         fast, 3.0,
@@ -100,8 +100,17 @@ async fn histograms_and_tokens_saved_follow_the_requests() {
     assert_eq!(metric(&text, "foldgate_summarizer_seconds_count"), 1.0);
     assert!(metric(&text, "foldgate_summarizer_seconds_sum") >= 1.5);
     assert_eq!(
-        metric(&text, "foldgate_summarizer_seconds_bucket{le=\"1\"}"),
+        metric(&text, "foldgate_summarizer_seconds_bucket{le=\"1.0\"}"),
         0.0
     );
     assert!(text.contains("# TYPE foldgate_overhead_seconds histogram"));
+    // OpenMetrics, said so in the Content-Type.
+    let url = format!("{}/foldgate/metrics", fg.url);
+    let scrape = common::send(http::Method::GET, &url, &[], "").await;
+    assert!(
+        scrape
+            .header("content-type")
+            .starts_with("application/openmetrics-text; version=1.0.0")
+    );
+    assert!(text.ends_with("# EOF\n"));
 }

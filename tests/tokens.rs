@@ -9,6 +9,7 @@
 
 use foldgate::config::Config;
 use foldgate::estimate::{EstimateError, report};
+use bytes::Bytes;
 use foldgate::tokens::{Encoding, LimitSource, TokenCounter, UsageScanner, parse_models_listing};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -339,7 +340,7 @@ fn tokens_usage_scanner_json() {
     let body = br#"{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"}}],"usage":{"prompt_tokens":129,"completion_tokens":2,"total_tokens":131}}"#;
     let mut s = UsageScanner::new(false);
     for chunk in body.chunks(7) {
-        s.feed(chunk);
+        s.feed(&Bytes::copy_from_slice(chunk));
     }
     assert_eq!(s.finish(), Some(129));
 }
@@ -359,10 +360,10 @@ proptest! {
         let mut s = UsageScanner::new(true);
         let mut from = 0;
         for cut in cuts {
-            s.feed(&bytes[from..cut]);
+            s.feed(&Bytes::copy_from_slice(&bytes[from..cut]));
             from = cut;
         }
-        s.feed(&bytes[from..]);
+        s.feed(&Bytes::copy_from_slice(&bytes[from..]));
         prop_assert_eq!(s.finish(), Some(1234));
     }
 }
@@ -371,7 +372,7 @@ proptest! {
 fn tokens_usage_scanner_byte_by_byte() {
     let mut s = UsageScanner::new(true);
     for b in SSE.as_bytes() {
-        s.feed(std::slice::from_ref(b));
+        s.feed(&Bytes::copy_from_slice(std::slice::from_ref(b)));
     }
     assert_eq!(s.finish(), Some(1234));
 }

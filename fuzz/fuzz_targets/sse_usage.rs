@@ -21,7 +21,7 @@ struct Input {
 fn scan(sse: bool, chunks: &[&[u8]]) -> Option<u32> {
     let mut scanner = UsageScanner::new(sse);
     for chunk in chunks {
-        scanner.feed(chunk);
+        scanner.feed(&bytes::Bytes::copy_from_slice(chunk));
     }
     scanner.finish()
 }

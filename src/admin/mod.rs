@@ -108,7 +108,7 @@ fn metrics(app: &App) -> Response<Body> {
     let stored = Gauge {
         name: "foldgate_conversations",
         help: "Conversations with a fold state in the hot cache.",
-        samples: vec![(String::new(), app.store.count() as f64)],
+        samples: vec![(Vec::new(), app.store.count() as f64)],
     };
     let calibration = Gauge {
         name: "foldgate_token_calibration_factor",
@@ -117,24 +117,19 @@ fn metrics(app: &App) -> Response<Body> {
             .tokens
             .calibration_factors()
             .into_iter()
-            .map(|(model, factor)| {
-                (
-                    format!("{{model=\"{}\"}}", model.replace(['"', '\\', '\n'], "_")),
-                    factor,
-                )
-            })
+            .map(|(model, factor)| (vec![("model", model)], factor))
             .collect(),
     };
     let (rows, bytes) = app.archive.spool_depth();
     let spool = Gauge {
         name: "foldgate_archive_spool_rows",
         help: "Archive rows waiting for the archive backend (Redis), in the spool.",
-        samples: vec![(String::new(), rows as f64)],
+        samples: vec![(Vec::new(), rows as f64)],
     };
     let spool_bytes = Gauge {
         name: "foldgate_archive_spool_bytes",
         help: "Bytes of archive rows in the spool, against archive.spool_bytes.",
-        samples: vec![(String::new(), bytes as f64)],
+        samples: vec![(Vec::new(), bytes as f64)],
     };
     let text = app
         .metrics
@@ -142,7 +137,7 @@ fn metrics(app: &App) -> Response<Body> {
     let mut response = Response::new(body::full(text));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4"),
+        HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
     );
     response
 }

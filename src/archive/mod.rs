@@ -35,7 +35,6 @@ use crate::state::StoreError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// One archived message.
@@ -218,7 +217,7 @@ impl Archive {
             .unzip();
         let n = new.len() as u64;
         self.store(key, new)?;
-        self.metrics.archive_rows[1].fetch_add(n, Ordering::Relaxed);
+        self.metrics.archive_rows[1].inc_by(n);
         for k in keys {
             self.compressed.insert(k, ());
         }
@@ -294,7 +293,7 @@ impl Archive {
             .collect();
         let n = rows.len() as u64;
         self.store(key, rows)?;
-        self.metrics.archive_rows[0].fetch_add(n, Ordering::Relaxed);
+        self.metrics.archive_rows[0].inc_by(n);
         Ok(())
     }
 

@@ -14,11 +14,9 @@ use crate::fold::trigger::prefold_at;
 use crate::fold::{
     Decision, FailureRecord, FoldChain, FoldPlan, FoldState, PlanCall, Reason, Summary, ViewInfo,
 };
-use crate::metrics::Metrics;
 use crate::summarize::{Outcome, Target};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
@@ -160,7 +158,7 @@ impl FoldRequest {
                 joined.map_err(|e| ApiError::Internal(format!("fold task failed: {e}")))?
             }
             Err(_) => {
-                Metrics::inc(&self.app.metrics.fold_deadlines);
+                self.app.metrics.fold_deadlines.inc();
                 self.fold_time.spend(left);
                 self.past_deadline(base)
             }
@@ -261,7 +259,7 @@ impl FoldRequest {
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(e) => {
-                Metrics::inc(&app.metrics.fold_failures);
+                app.metrics.fold_failures.inc();
                 if let Some(key) = &self.data.key {
                     app.background
                         .record_failure(key, self.app.config.summarizer.failure_backoff);
@@ -316,7 +314,7 @@ impl FoldRequest {
             return self.vetoed(&plan, started, &full);
         }
         if let Some(index) = Reason::ALL.iter().position(|&r| r == plan.reason) {
-            Metrics::inc(&app.metrics.folds_new[index]);
+            app.metrics.folds_new[index].inc();
         }
         tracing::info!(
             target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
@@ -342,7 +340,7 @@ impl FoldRequest {
         started: Started,
         full: &SpoolFull,
     ) -> Result<Prepared, ApiError> {
-        Metrics::inc(&self.app.metrics.archive_vetoes);
+        self.app.metrics.archive_vetoes.inc();
         let conversation = self.data.key.as_ref().map(ToString::to_string);
         tracing::warn!(
             target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
@@ -424,9 +422,9 @@ impl FoldRequest {
             .iter()
             .filter(|i| !previous.items().iter().any(|p| p.value == i.value))
             .count();
-        m.ledger_items.fetch_add(added as u64, Ordering::Relaxed);
+        m.ledger_items.inc_by(added as u64);
         m.ledger_evictions
-            .fetch_add(evicted.len() as u64, Ordering::Relaxed);
+            .inc_by(evicted.len() as u64);
         ledger
     }
 
@@ -439,16 +437,16 @@ impl FoldRequest {
     fn count_outcome(&self, outcome: &Outcome) {
         let m = &self.app.metrics;
         m.summarizer_calls
-            .fetch_add(u64::from(outcome.calls), Ordering::Relaxed);
+            .inc_by(u64::from(outcome.calls));
         m.summarizer_tokens
-            .fetch_add(outcome.tokens, Ordering::Relaxed);
+            .inc_by(outcome.tokens);
         m.summarizer_ms
-            .fetch_add(outcome.latency.as_millis() as u64, Ordering::Relaxed);
-        m.latency.summarizer.observe(outcome.latency);
+            .inc_by(outcome.latency.as_millis() as u64);
+        m.latency.summarizer.observe(outcome.latency.as_secs_f64());
         m.summary_inventions
-            .fetch_add(u64::from(outcome.inventions), Ordering::Relaxed);
+            .inc_by(u64::from(outcome.inventions));
         m.summary_truncations
-            .fetch_add(u64::from(outcome.truncated), Ordering::Relaxed);
+            .inc_by(u64::from(outcome.truncated));
     }
 
     /// The summarizer models to try, in order.

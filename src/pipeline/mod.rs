@@ -24,7 +24,6 @@ use crate::api::Api;
 use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
-use crate::metrics::Metrics;
 use crate::upstream::UpstreamLatency;
 use crate::upstream::{Provider, headers};
 use bytes::Bytes;
@@ -49,7 +48,7 @@ pub async fn handle(
     parts: Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    Metrics::inc(&app.metrics.chat_requests);
+    app.metrics.chat_requests.inc();
     let own = own_headers(api, &parts);
     let mut request = ConvRequest::read(app, api, &own, parts.uri.path(), bytes).await?;
     let conversation = request.conversation_header();
@@ -63,7 +62,7 @@ pub async fn handle(
             None => {
                 let body = match recall::inject::plan(app, &request, &prepared).await {
                     Some(injection) => {
-                        Metrics::inc(&app.metrics.recall_injections);
+                        app.metrics.recall_injections.inc();
                         prepared.injected = injection.excerpts;
                         prepared.tokens_out = prepared.tokens_out.saturating_add(injection.tokens);
                         prepared.raw_tokens_out =
@@ -100,7 +99,7 @@ pub async fn handle(
                     window = err.window,
                     "upstream rejected the prompt as too long; folding and retrying once"
                 );
-                Metrics::inc(&app.metrics.reactive_folds);
+                app.metrics.reactive_folds.inc();
                 if let Some(window) = err.window {
                     app.learn_window(&request.model, window).await;
                 }

@@ -15,7 +15,6 @@ use crate::fold::{
     self, Budget, CannotFit, Compression, Decision, FoldChain, FoldState, MessageId, Messages,
     ViewInfo,
 };
-use crate::metrics::Metrics;
 use crate::state::ConvKey;
 use crate::summarize::Credentials;
 use crate::tokens::Estimate;
@@ -241,15 +240,15 @@ impl FoldRequest {
         }
         let m = &self.app.metrics;
         m.compressed_messages
-            .fetch_add(stubbed.len() as u64, Ordering::Relaxed);
+            .inc_by(stubbed.len() as u64);
         m.compressed_tokens_saved
-            .fetch_add(data.estimate.calibrated(saved).into(), Ordering::Relaxed);
+            .inc_by(data.estimate.calibrated(saved).into());
     }
 
     /// Forwards the current view without the fold the triggers asked for:
     /// the summarizer failed recently (the view still fits the window).
     pub(super) fn postpone(&self, base: Option<&FoldState>) -> Result<Prepared, ApiError> {
-        Metrics::inc(&self.app.metrics.folds_postponed);
+        self.app.metrics.folds_postponed.inc();
         self.reuse(base, Some("fold postponed: the summarizer failed recently"))
     }
 
@@ -308,7 +307,7 @@ impl FoldRequest {
         match base {
             None => Ok(self.prepared(None, "none", warning)),
             Some(state) => {
-                Metrics::inc(&self.app.metrics.folds_reused);
+                self.app.metrics.folds_reused.inc();
                 Ok(self.prepared(Some(state), "reused", warning))
             }
         }
@@ -317,7 +316,7 @@ impl FoldRequest {
     /// Even the smallest valid view overflows the window: refuse clearly
     /// rather than drop a message the summary does not hold.
     pub(super) fn cannot_fit(&self, c: &CannotFit) -> Result<Prepared, ApiError> {
-        Metrics::inc(&self.app.metrics.cannot_fit);
+        self.app.metrics.cannot_fit.inc();
         Err(ApiError::ContextLength(format!(
             "the conversation cannot fit {}'s context window of {} tokens: the smallest view foldgate can make \
              (pinned messages, up to {} tokens of summary, the last user message and the most recent messages) \

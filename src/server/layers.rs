@@ -1,9 +1,10 @@
-//! foldgate's own middleware: API-key auth and the access log.
+//! foldgate's own middleware: API-key auth, load shedding, and the access
+//! log `TraceLayer` writes.
 
 use crate::body::Body;
 use crate::config::Secret;
 use crate::error::{ApiError, ErrorLabel};
-use crate::metrics::{Metrics, OTHER_ROUTE};
+use crate::metrics::{Metrics, OTHER_ROUTE, RouteLabel};
 use crate::upstream::UpstreamLatency;
 use crate::upstream::headers;
 use http::{Request, Response};
@@ -13,9 +14,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::Duration;
 use tokio::sync::Semaphore;
 use tower::{Layer, Service};
+use tower_http::trace::OnResponse;
+use tracing::Span;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Infallible>> + Send>>;
 
@@ -100,86 +103,41 @@ where
     }
 }
 
-/// Logs one line per request: method, path, status, upstream latency and
-/// foldgate's own overhead (time to the response head minus the upstream's);
-/// a request that went upstream also feeds the overhead and upstream
-/// latency histograms.
+/// The access log, as `TraceLayer`'s response callback: one line per
+/// request, inside the request's span (which carries its id, method and
+/// path): status, upstream latency and foldgate's own overhead (time to the
+/// response head minus the upstream's). A request that went upstream also
+/// feeds the overhead and upstream latency histograms, under the route
+/// label the handler set ([`RouteLabel`], else [`OTHER_ROUTE`]).
 #[derive(Clone)]
-pub struct AccessLogLayer {
+pub struct AccessLog {
     metrics: Arc<Metrics>,
 }
 
-impl AccessLogLayer {
-    /// A layer recording into `metrics`.
+impl AccessLog {
+    /// An access log recording into `metrics`.
     pub fn new(metrics: Arc<Metrics>) -> Self {
         Self { metrics }
     }
 }
 
-impl<S> Layer<S> for AccessLogLayer {
-    type Service = AccessLogService<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        AccessLogService {
-            inner,
-            metrics: self.metrics.clone(),
+impl<B> OnResponse<B> for AccessLog {
+    fn on_response(self, response: &Response<B>, total: Duration, _: &Span) {
+        let extensions = response.extensions();
+        let upstream = extensions.get::<UpstreamLatency>().map(|u| u.0);
+        let overhead = upstream.map_or(total, |u| total.saturating_sub(u));
+        if let Some(upstream) = upstream {
+            let route = extensions.get::<RouteLabel>().map_or(OTHER_ROUTE, |r| r.0);
+            self.metrics.observe_request(route, total, upstream);
         }
-    }
-}
-
-/// See [`AccessLogLayer`].
-#[derive(Clone)]
-pub struct AccessLogService<S> {
-    inner: S,
-    metrics: Arc<Metrics>,
-}
-
-impl<S, B> Service<Request<B>> for AccessLogService<S>
-where
-    S: Service<Request<B>, Response = Response<Body>, Error = Infallible>,
-    S::Future: Send + 'static,
-{
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Response<Body>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let started = Instant::now();
-        let method = req.method().clone();
-        let path = req.uri().path().to_owned();
-        let request_id = req
-            .headers()
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
-        let route = crate::api::of(&method, &path).map_or(OTHER_ROUTE, |api| api.name());
-        let metrics = self.metrics.clone();
-        let fut = self.inner.call(req);
-        Box::pin(async move {
-            let response = fut.await?;
-            let total = started.elapsed();
-            let upstream = response.extensions().get::<UpstreamLatency>().map(|u| u.0);
-            let overhead = upstream.map_or(total, |u| total.saturating_sub(u));
-            if let Some(upstream) = upstream {
-                metrics.observe_request(route, total, upstream);
-            }
-            let error = response.extensions().get::<ErrorLabel>().map(|e| e.0);
-            tracing::info!(
-                target: "foldgate::access",
-                %method,
-                path,
-                status = response.status().as_u16(),
-                upstream_ms = upstream.map(millis),
-                overhead_ms = millis(overhead),
-                error,
-                request_id,
-            );
-            Ok(response)
-        })
+        let error = extensions.get::<ErrorLabel>().map(|e| e.0);
+        tracing::info!(
+            target: "foldgate::access",
+            status = response.status().as_u16(),
+            upstream_ms = upstream.map(millis),
+            overhead_ms = millis(overhead),
+            error,
+        );
     }
 }
 

@@ -4,7 +4,7 @@
 mod layers;
 pub mod stack;
 
-pub use layers::{AccessLogLayer, AuthLayer};
+pub use layers::{AccessLog, AuthLayer};
 
 use crate::app::App;
 use crate::config::Config;

@@ -1,6 +1,6 @@
 //! The tower stack, built in one place.
 
-use super::layers::{AccessLogLayer, AuthLayer, ShedLayer};
+use super::layers::{AccessLog, AuthLayer, ShedLayer};
 use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
@@ -33,27 +33,26 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// 4. `TraceLayer` — runs the request inside a `request` span carrying its
 ///    id, method and path, so every event it causes (folds, summarizer
 ///    calls, the access line) can be found from the id; below the request
-///    id layer so the id exists. Its own per-request events are off: the
-///    access log says it once.
+///    id layer so the id exists. Its response callback is the access log
+///    ([`AccessLog`]: one line per request, from the response extensions
+///    `UpstreamLatency`, `RouteLabel` and `ErrorLabel`; it feeds the
+///    overhead and upstream latency histograms); its other events are off.
 /// 5. `SetSensitiveRequestHeadersLayer` — marks `authorization`,
 ///    `proxy-authorization` and `x-api-key` sensitive so no log prints them.
-/// 6. `AccessLogLayer` — one line per request; reads the response
-///    extensions `UpstreamLatency` and `ErrorLabel`, and feeds the overhead
-///    and upstream latency histograms.
-/// 7. `ShedLayer` — `server.max_concurrent_requests`: a request over the
+/// 6. `ShedLayer` — `server.max_concurrent_requests`: a request over the
 ///    limit gets 503 with `Retry-After` at once; a slot is held until the
 ///    response body ends. Inside the access log so shed requests are
 ///    logged, above auth so an overload costs nothing more.
-/// 8. `AuthLayer` — `server.api_keys` (and the admin token on
+/// 7. `AuthLayer` — `server.api_keys` (and the admin token on
 ///    `/foldgate/*`); inside the access log so rejected
 ///    requests are logged too.
-/// 9. [`proxy::handle`] — admin routes and forwarding; adds the response
+/// 8. [`proxy::handle`] — admin routes and forwarding; adds the response
 ///    extensions above.
 pub fn build(app: Arc<App>) -> AppService {
     let keys = app.config.server.api_keys.clone();
     let admin = app.config.server.admin_token.clone();
     let shed = app.config.server.max_concurrent_requests;
-    let access_log = AccessLogLayer::new(app.metrics.clone());
+    let access_log = AccessLog::new(app.metrics.clone());
     let handler = tower::service_fn(move |req: Request<Incoming>| {
         let app = app.clone();
         async move { Ok::<_, Infallible>(proxy::handle(app, req).await) }
@@ -68,7 +67,7 @@ pub fn build(app: Arc<App>) -> AppService {
             TraceLayer::new_for_http()
                 .make_span_with(request_span)
                 .on_request(())
-                .on_response(())
+                .on_response(access_log)
                 .on_body_chunk(())
                 .on_eos(())
                 .on_failure(()),
@@ -79,7 +78,6 @@ pub fn build(app: Arc<App>) -> AppService {
                 .cloned()
                 .chain([PROXY_AUTHORIZATION]),
         ))
-        .layer(access_log)
         .layer(ShedLayer::new(shed))
         .layer(AuthLayer::new(keys, admin))
         .service(handler)

@@ -2,31 +2,36 @@
 //! completions, Responses and Anthropic Messages usage) as it streams by,
 //! without holding the whole body, for calibration.
 
+use crate::sse::{self, Events};
+use bytes::Bytes;
 use serde::Deserialize;
 
 /// Largest JSON body buffered; past it the scanner gives up (a chat
 /// completion this large is rare and one missed observation costs nothing).
 pub const MAX_JSON_BYTES: usize = 4 * 1024 * 1024;
-/// Largest single SSE line kept; longer lines are skipped.
-pub const MAX_LINE_BYTES: usize = 1024 * 1024;
 
 /// Incremental scanner for the prompt-token count an upstream reports.
 ///
 /// For a JSON body it buffers up to 4 MiB and parses once at
-/// the end. For an SSE stream it splits `data:` lines across chunk
-/// boundaries and parses only lines whose `"usage"` is an object, so the
-/// `"usage":null` on every chunk of an `include_usage` stream costs a byte
-/// scan, not a parse. Chat-completion `usage.prompt_tokens` and
-/// Responses-API `usage.input_tokens` (also under `response`) are read.
+/// the end. For an SSE stream it splits events with [`sse::Events`] and
+/// parses only events whose `"usage"` is an object, so the `"usage":null`
+/// on every chunk of an `include_usage` stream costs a byte scan, not a
+/// parse. Chat-completion `usage.prompt_tokens` and Responses-API
+/// `usage.input_tokens` (also under `response`) are read.
 #[derive(Debug)]
 pub struct UsageScanner {
-    sse: bool,
     reader: UsageReader,
-    /// JSON: the body so far. SSE: the unfinished last line.
-    buf: Vec<u8>,
-    /// JSON: the body was too large. SSE: skipping to the next newline.
-    overflow: bool,
+    body: Body,
     found: Option<u32>,
+}
+
+/// What the scanner keeps of the body.
+#[derive(Debug)]
+enum Body {
+    /// An event stream, split into events.
+    Sse(Events),
+    /// A JSON body so far; `None` once it grew past [`MAX_JSON_BYTES`].
+    Json(Option<Vec<u8>>),
 }
 
 impl UsageScanner {
@@ -38,85 +43,58 @@ impl UsageScanner {
 
     /// A scanner for usage as `reader` reads it.
     pub fn with(is_sse: bool, reader: UsageReader) -> Self {
+        let body = if is_sse {
+            Body::Sse(Events::default())
+        } else {
+            Body::Json(Some(Vec::new()))
+        };
         Self {
-            sse: is_sse,
             reader,
-            buf: Vec::new(),
-            overflow: false,
+            body,
             found: None,
         }
     }
 
     /// Feeds the next body chunk.
-    pub fn feed(&mut self, chunk: &[u8]) {
-        if self.sse {
-            self.feed_sse(chunk);
-        } else if !self.overflow {
-            if self.buf.len() + chunk.len() > MAX_JSON_BYTES {
-                self.overflow = true;
-                self.buf = Vec::new();
-            } else {
-                self.buf.extend_from_slice(chunk);
+    pub fn feed(&mut self, chunk: &Bytes) {
+        match &mut self.body {
+            Body::Sse(events) => {
+                for event in events.push(chunk.clone()) {
+                    self.found = read_event(self.reader, &event).or(self.found);
+                }
+            }
+            Body::Json(buf) => {
+                if buf.as_ref().is_some_and(|b| b.len() + chunk.len() > MAX_JSON_BYTES) {
+                    *buf = None;
+                }
+                if let Some(buf) = buf {
+                    buf.extend_from_slice(chunk);
+                }
             }
         }
+    }
+
+    /// Reads one whole SSE event, for a caller that splits the stream
+    /// itself.
+    pub fn event(&mut self, event: &[u8]) {
+        self.found = read_event(self.reader, event).or(self.found);
     }
 
     /// The last prompt-token count seen, once the body has ended.
-    pub fn finish(mut self) -> Option<u32> {
-        if self.sse {
-            if !self.overflow && !self.buf.is_empty() {
-                let line = std::mem::take(&mut self.buf);
-                self.line(&line);
-            }
-            self.found
-        } else if self.overflow {
-            None
-        } else {
-            (self.reader.prompt_tokens)(&self.buf)
+    pub fn finish(self) -> Option<u32> {
+        match self.body {
+            Body::Sse(events) => read_event(self.reader, &events.rest()).or(self.found),
+            Body::Json(buf) => buf.and_then(|b| (self.reader.prompt_tokens)(&b)),
         }
     }
+}
 
-    fn feed_sse(&mut self, chunk: &[u8]) {
-        let mut rest = chunk;
-        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
-            let (head, tail) = (&rest[..nl], &rest[nl + 1..]);
-            if self.buf.is_empty() && !self.overflow {
-                self.line(head);
-            } else {
-                if !self.overflow && self.buf.len() + head.len() <= MAX_LINE_BYTES {
-                    self.buf.extend_from_slice(head);
-                    let line = std::mem::take(&mut self.buf);
-                    self.line(&line);
-                }
-                self.buf.clear();
-                self.overflow = false;
-            }
-            rest = tail;
-        }
-        if self.overflow {
-            return;
-        }
-        if self.buf.len() + rest.len() > MAX_LINE_BYTES {
-            self.overflow = true;
-            self.buf = Vec::new();
-        } else {
-            self.buf.extend_from_slice(rest);
-        }
-    }
-
-    /// One complete SSE line, without its `\n`.
-    fn line(&mut self, line: &[u8]) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(data) = line.strip_prefix(b"data:") else {
-            return;
-        };
-        if !has_object(data, self.reader.key) {
-            return;
-        }
-        if let Some(n) = (self.reader.prompt_tokens)(data) {
-            self.found = Some(n);
-        }
-    }
+/// The prompt tokens one SSE event reports, if it has `reader`'s key.
+fn read_event(reader: UsageReader, event: &[u8]) -> Option<u32> {
+    let data = sse::data(event);
+    has_object(&data, reader.key)
+        .then(|| (reader.prompt_tokens)(&data))
+        .flatten()
 }
 
 /// How an API reports the prompt tokens of an answer: the key (quoted)
@@ -212,7 +190,7 @@ mod tests {
     fn scan(sse: bool, chunks: &[&[u8]]) -> Option<u32> {
         let mut s = UsageScanner::new(sse);
         for c in chunks {
-            s.feed(c);
+            s.feed(&Bytes::copy_from_slice(c));
         }
         s.finish()
     }
@@ -227,10 +205,8 @@ mod tests {
 
     #[test]
     fn json_too_large_gives_up() {
-        let mut s = UsageScanner::new(false);
-        s.feed(&vec![b' '; MAX_JSON_BYTES]);
-        s.feed(br#"{"usage":{"prompt_tokens":1}}"#);
-        assert_eq!(s.finish(), None);
+        let body = vec![b' '; MAX_JSON_BYTES];
+        assert_eq!(scan(false, &[&body, br#"{"usage":{"prompt_tokens":1}}"#]), None);
     }
 
     #[test]
@@ -269,12 +245,10 @@ event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_toke
     }
 
     #[test]
-    fn overlong_line_skipped_then_recovers() {
-        let mut s = UsageScanner::new(true);
-        s.feed(b"data: ");
-        s.feed(&vec![b'x'; MAX_LINE_BYTES + 1]);
-        s.feed(b"\"usage\":{}\ndata: {\"usage\":{\"prompt_tokens\":5}}\n");
-        assert_eq!(s.finish(), Some(5));
+    fn overlong_event_skipped_then_recovers() {
+        let long = vec![b'x'; sse::MAX_EVENT + 1];
+        let next = b"\"usage\":{}\n\ndata: {\"usage\":{\"prompt_tokens\":5}}\n\n";
+        assert_eq!(scan(true, &[b"data: ", &long, next]), Some(5));
     }
 
     #[test]

@@ -131,9 +131,8 @@ pub trait Round: Send {
 /// The JSON object of a `data:` event (`None`: `[DONE]`, comments, pings
 /// without data), lone surrogate escapes read as U+FFFD.
 pub fn chunk_of(raw: &[u8]) -> Option<Value> {
-    let text = std::str::from_utf8(raw).ok()?;
-    let data = text.lines().find_map(|l| l.strip_prefix("data:"))?.trim();
-    super::input::parse(data.as_bytes()).filter(Value::is_object)
+    let data = crate::sse::data(raw);
+    super::input::parse(data.trim_ascii()).filter(Value::is_object)
 }
 
 /// An SSE event carrying `value` as its data.

@@ -15,7 +15,6 @@ use crate::state::StoreError;
 use rusqlite::Connection;
 use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// One write: rows of one conversation, as one fold or compression made them.
@@ -76,7 +75,7 @@ impl Inner {
         if !batch.spooled {
             batch.spooled = true;
             let rows = batch.rows.len() as u64;
-            metrics.archive_spooled.fetch_add(rows, Ordering::Relaxed);
+            metrics.archive_spooled.inc_by(rows);
         }
         if let (None, Some(conn)) = (batch.saved, &self.disk) {
             batch.saved = disk::insert(conn, batch);
@@ -195,7 +194,7 @@ impl Spool {
                 let rows = batch.rows.len() as u64;
                 self.metrics
                     .archive_replayed
-                    .fetch_add(rows, Ordering::Relaxed);
+                    .inc_by(rows);
             }
             if let (Some(seq), Some(conn)) = (batch.saved, &inner.disk) {
                 disk::delete(conn, seq);
@@ -346,8 +345,8 @@ mod tests {
         let (spool, metrics) = spool(1 << 20);
         spool.push(&key("c"), vec![row(0, "a")]).unwrap();
         spool.stored(1);
-        let spooled = || metrics.archive_spooled.load(Ordering::Relaxed);
-        let replayed = || metrics.archive_replayed.load(Ordering::Relaxed);
+        let spooled = || metrics.archive_spooled.get();
+        let replayed = || metrics.archive_replayed.get();
         assert_eq!(
             (spooled(), replayed()),
             (0, 0),

@@ -7,7 +7,7 @@
 
 use super::Session;
 use crate::error::ApiError;
-use crate::metrics::{Metrics, RECALL_CAUSES};
+use crate::metrics::RECALL_CAUSES;
 use hyper::body::Incoming;
 
 /// A response head with a success status, and its body.
@@ -63,7 +63,7 @@ impl Session {
         tracing::warn!(conversation = %self.key.conversation, round = self.rounds,
             cause = cause.label(), detail,
             "a recall round broke; asking once more as the first request, without the tool");
-        Metrics::inc(&self.app.metrics.recall_fallbacks[cause as usize]);
+        self.app.metrics.recall_fallbacks[cause as usize].inc();
         self.fell_back = true;
         if let Some(messages) = self.api.conversation(&mut self.fields) {
             messages.truncate(self.first_len);
@@ -86,7 +86,7 @@ impl Session {
         tracing::warn!(conversation = %self.key.conversation, round = self.rounds,
             cause = cause.label(), detail,
             "a recall round broke with no fallback left; the client gets an error");
-        Metrics::inc(&self.app.metrics.recall_failures[cause as usize]);
+        self.app.metrics.recall_failures[cause as usize].inc();
         ApiError::UpstreamBroken {
             provider: self.provider.name.clone(),
             detail: format!("{detail} ({})", cause.label()),

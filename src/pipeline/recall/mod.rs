@@ -39,7 +39,6 @@ use crate::api::recall::{input, push_tool};
 use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
-use crate::metrics::Metrics;
 use crate::state::ConvKey;
 use crate::tokens::UsageScanner;
 use crate::upstream::Provider;
@@ -51,7 +50,6 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{Map, Value};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 /// Largest whole answer read to look for recall calls.
 const MAX_ANSWER: usize = 16 << 20;
@@ -120,7 +118,7 @@ impl Session {
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
         );
-        Metrics::inc(&app.metrics.recall_offers);
+        app.metrics.recall_offers.inc();
         Some(Self {
             api,
             app: app.clone(),
@@ -278,11 +276,11 @@ impl Session {
         let answers = fit::answer(&self.app, &self.key, &self.model, &turn.calls, room).await;
         let m = &self.app.metrics;
         m.recall_calls
-            .fetch_add(turn.calls.len() as u64, Ordering::Relaxed);
+            .inc_by(turn.calls.len() as u64);
         m.recall_shortened
-            .fetch_add(answers.shortened, Ordering::Relaxed);
+            .inc_by(answers.shortened);
         m.recall_refused
-            .fetch_add(answers.refused, Ordering::Relaxed);
+            .inc_by(answers.refused);
         let texts = answers.texts;
         let results = self.api.results(&turn.calls, texts);
         self.used = used.saturating_add(fit::json_tokens(&self.app, &self.model, &results));

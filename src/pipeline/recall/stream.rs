@@ -19,13 +19,11 @@ use crate::api::recall::calls::{Carry, RecallTurn};
 use crate::api::recall::stream::Round;
 use crate::body::BoxError;
 use crate::tokens::UsageScanner;
-use bytes::{Bytes, BytesMut};
+use crate::sse::Events;
+use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::sync::mpsc::Sender;
-
-/// Largest event held while looking for its end; a longer one passes raw.
-const MAX_EVENT: usize = 4 << 20;
 
 type Tx = Sender<Result<Bytes, BoxError>>;
 
@@ -109,16 +107,22 @@ async fn stream_round(
                 return Ended::Broken(Cause::Cut, detail, shown);
             }
         };
-        if let Some(scanner) = &mut scanner {
-            scanner.feed(&data);
-        }
-        for raw in events.push(&data) {
+        for raw in events.push(data) {
+            if let Some(scanner) = &mut scanner {
+                scanner.event(&raw);
+            }
             for bytes in round.event(raw, &session.usage) {
                 if tx.send(Ok(bytes)).await.is_err() {
                     return Ended::Done;
                 }
             }
         }
+    }
+    // An event the stream did not end with a blank line is still read
+    // (and held) like the others: it may be the one naming the tool.
+    let rest = events.rest();
+    if let Some(scanner) = &mut scanner {
+        scanner.event(&rest);
     }
     if let (Some(tokens), Some(observe)) = (
         scanner.and_then(UsageScanner::finish),
@@ -127,9 +131,6 @@ async fn stream_round(
         observe(tokens);
     }
     session.observe = None;
-    // An event the stream did not end with a blank line is still read
-    // (and held) like the others: it may be the one naming the tool.
-    let rest = events.rest();
     if !rest.is_empty() {
         for bytes in round.event(rest, &session.usage) {
             if tx.send(Ok(bytes)).await.is_err() {
@@ -147,60 +148,4 @@ async fn stream_round(
         return Ended::Broken(Cause::RecallAfterLast, detail, turn.carry);
     }
     Ended::Turn(turn)
-}
-
-/// Splits a byte stream into SSE events (each ending with a blank line).
-#[derive(Default)]
-struct Events {
-    buf: BytesMut,
-}
-
-impl Events {
-    /// Adds `data`; returns the events it completed, whole.
-    fn push(&mut self, data: &[u8]) -> Vec<Bytes> {
-        self.buf.extend_from_slice(data);
-        let mut out = Vec::new();
-        while let Some(end) = boundary(&self.buf) {
-            out.push(self.buf.split_to(end).freeze());
-        }
-        if self.buf.len() > MAX_EVENT {
-            out.push(self.buf.split().freeze());
-        }
-        out
-    }
-
-    /// What is left after the last complete event.
-    fn rest(self) -> Bytes {
-        self.buf.freeze()
-    }
-}
-
-/// The end of the first event in `buf`, blank line included.
-fn boundary(buf: &[u8]) -> Option<usize> {
-    let lf = find(buf, b"\n\n").map(|i| i + 2);
-    let crlf = find(buf, b"\r\n\r\n").map(|i| i + 4);
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn events_split_across_chunks_and_line_endings() {
-        let mut e = Events::default();
-        assert!(e.push(b"data: 1\n").is_empty());
-        assert_eq!(
-            e.push(b"\ndata: 2\r\n\r\ndata: 3"),
-            ["data: 1\n\n", "data: 2\r\n\r\n"]
-        );
-        assert_eq!(e.rest(), "data: 3");
-    }
 }

@@ -27,6 +27,7 @@
 //! - [`estimate`]: `foldgate estimate`: one request body counted as the proxy counts it, and its trigger point.
 //! - [`replay`]: `foldgate replay`: a recorded conversation through the fold engine, offline.
 //! - [`glob`]: model-name patterns.
+//! - [`heap`]: live heap bytes, counted in a `heap-stats` build (for soaks).
 
 pub mod admin;
 pub mod api;
@@ -40,6 +41,7 @@ pub mod error;
 pub mod estimate;
 pub mod fold;
 pub mod glob;
+pub mod heap;
 pub mod message;
 pub mod metrics;
 pub mod pipeline;

@@ -4,8 +4,13 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc: the request path allocates and frees a JSON tree per chat
 /// request, and glibc malloc showed up at ~10% of CPU under load.
+#[cfg(not(feature = "heap-stats"))]
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[cfg(feature = "heap-stats")]
+#[global_allocator]
+static ALLOC: foldgate::heap::Counting<mimalloc::MiMalloc> =
+    foldgate::heap::Counting(mimalloc::MiMalloc);
 use foldgate::config::{Config, LogFormat};
 use std::path::PathBuf;
 use std::process::ExitCode;

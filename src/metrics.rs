@@ -234,7 +234,10 @@ impl Metrics {
             "foldgate_summarizer_tokens",
             "Tokens used by summarizer models.",
         );
-        let summarizer_ms = counter("foldgate_summarizer_milliseconds", "Time spent summarizing.");
+        let summarizer_ms = counter(
+            "foldgate_summarizer_milliseconds",
+            "Time spent summarizing.",
+        );
         let summary_inventions = counter(
             "foldgate_summary_inventions",
             "Summary items dropped for naming identifiers the summarizer was not shown.",
@@ -275,15 +278,16 @@ impl Metrics {
             "foldgate_archive_vetoed_folds",
             "Folds not made because the archive spool was full.",
         );
-        let mut by_label = |name: &str, help: &str, label: &'static str, values: &[&'static str]| {
-            let family = Family::<Label, Counter>::default();
-            registry.register(name, help, family.clone());
-            let counters: Vec<Counter> = values
-                .iter()
-                .map(|v| family.get_or_create_owned(&[(label, v)]))
-                .collect();
-            counters
-        };
+        let mut by_label =
+            |name: &str, help: &str, label: &'static str, values: &[&'static str]| {
+                let family = Family::<Label, Counter>::default();
+                registry.register(name, help, family.clone());
+                let counters: Vec<Counter> = values
+                    .iter()
+                    .map(|v| family.get_or_create_owned(&[(label, v)]))
+                    .collect();
+                counters
+            };
         let folds_new = by_label("foldgate_folds", "New folds by trigger", "reason", &REASONS);
         let archive_rows = by_label(
             "foldgate_archive_rows",
@@ -366,7 +370,8 @@ impl Metrics {
     pub fn render(&self, extra: &[Gauge]) -> String {
         let mut gauges = Registry::default();
         for gauge in extra {
-            let family = Family::<Vec<(&'static str, String)>, GaugeMetric<f64, AtomicU64>>::default();
+            let family =
+                Family::<Vec<(&'static str, String)>, GaugeMetric<f64, AtomicU64>>::default();
             for (labels, value) in &gauge.samples {
                 family.get_or_create(labels).set(*value);
             }
@@ -383,10 +388,7 @@ impl Metrics {
 
 impl Latencies {
     /// Histograms for these routes and [`OTHER_ROUTE`], registered.
-    fn register(
-        registry: &mut Registry,
-        routes: impl IntoIterator<Item = &'static str>,
-    ) -> Self {
+    fn register(registry: &mut Registry, routes: impl IntoIterator<Item = &'static str>) -> Self {
         let mut routes: Vec<&'static str> = routes.into_iter().collect();
         routes.push(OTHER_ROUTE);
         let mut by_route = |name: &str, help: &str, make: fn() -> Histogram| {

@@ -203,7 +203,10 @@ mod tests {
 
     #[test]
     fn data_joins_its_lines_and_drops_one_space() {
-        assert_eq!(&*data(b"event: x\ndata: {\"a\":\r\ndata:  1}\n\n"), b"{\"a\":\n 1}");
+        assert_eq!(
+            &*data(b"event: x\ndata: {\"a\":\r\ndata:  1}\n\n"),
+            b"{\"a\":\n 1}"
+        );
         assert_eq!(&*data(b"data\n\n"), b"");
         assert_eq!(&*data(b": keep-alive\n\n"), b"");
         assert_eq!(&*data(b"data: [DONE]"), b"[DONE]");

@@ -7,9 +7,9 @@
     reason = "tests fail loudly; the no-panic rule is for the request path"
 )]
 
+use bytes::Bytes;
 use foldgate::config::Config;
 use foldgate::estimate::{EstimateError, report};
-use bytes::Bytes;
 use foldgate::tokens::{Encoding, LimitSource, TokenCounter, UsageScanner, parse_models_listing};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};

@@ -211,6 +211,7 @@ pub async fn run(args: Args) -> Result<bool, String> {
             let tenth = Duration::from_secs(args.seconds).as_secs_f64() / 10.0;
             if started.elapsed().as_secs_f64() >= tenth * (timeline.len() + 1) as f64 {
                 timeline.push(u.rss_kb);
+                memory_line(&base, started.elapsed(), u.rss_kb).await;
             }
         }
     }
@@ -405,4 +406,23 @@ async fn stop(child: &mut Child, within: Duration) -> Option<(bool, Duration)> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Some((false, started.elapsed()))
+}
+
+/// One line of where memory is at a tenth of the run: RSS, the caches'
+/// charged bytes and, from a `heap-stats` build, the live heap bytes.
+async fn memory_line(base: &str, at: Duration, rss_kb: u64) {
+    let text = tiers::metrics(base).await.unwrap_or_default();
+    let mib = |name: &str| tiers::value(&text, name) as f64 / (1024.0 * 1024.0);
+    let heap = if text.contains("foldgate_heap_live_bytes") {
+        format!(", live heap {:.1}", mib("foldgate_heap_live_bytes"))
+    } else {
+        String::new()
+    };
+    println!(
+        "soak: {:.0} s: RSS {:.1} MiB, token-count cache {:.1}, fold-state cache {:.1}{heap}",
+        at.as_secs_f64(),
+        rss_kb as f64 / 1024.0,
+        mib("foldgate_cache_bytes{cache=\"token_counts\"}"),
+        mib("foldgate_cache_bytes{cache=\"fold_states\"}"),
+    );
 }

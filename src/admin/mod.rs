@@ -131,9 +131,30 @@ fn metrics(app: &App) -> Response<Body> {
         help: "Bytes of archive rows in the spool, against archive.spool_bytes.",
         samples: vec![(Vec::new(), bytes as f64)],
     };
-    let text = app
-        .metrics
-        .render(&[stored, calibration, spool, spool_bytes]);
+    let caches = Gauge {
+        name: "foldgate_cache_bytes",
+        help: "Bytes each in-process cache charges against its bound (tokens.cache_bytes, state.cache_bytes).",
+        samples: vec![
+            (
+                vec![("cache", "token_counts".into())],
+                app.tokens.cache_bytes() as f64,
+            ),
+            (
+                vec![("cache", "fold_states".into())],
+                app.store.cached_bytes() as f64,
+            ),
+        ],
+    };
+    let heap = crate::heap::live_bytes().map(|bytes| Gauge {
+        name: "foldgate_heap_live_bytes",
+        help: "Bytes held by live heap allocations (a heap-stats build only).",
+        samples: vec![(Vec::new(), bytes as f64)],
+    });
+    let gauges: Vec<Gauge> = [stored, calibration, spool, spool_bytes, caches]
+        .into_iter()
+        .chain(heap)
+        .collect();
+    let text = app.metrics.render(&gauges);
     let mut response = Response::new(body::full(text));
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -423,8 +423,7 @@ impl FoldRequest {
             .filter(|i| !previous.items().iter().any(|p| p.value == i.value))
             .count();
         m.ledger_items.inc_by(added as u64);
-        m.ledger_evictions
-            .inc_by(evicted.len() as u64);
+        m.ledger_evictions.inc_by(evicted.len() as u64);
         ledger
     }
 
@@ -436,17 +435,12 @@ impl FoldRequest {
 
     fn count_outcome(&self, outcome: &Outcome) {
         let m = &self.app.metrics;
-        m.summarizer_calls
-            .inc_by(u64::from(outcome.calls));
-        m.summarizer_tokens
-            .inc_by(outcome.tokens);
-        m.summarizer_ms
-            .inc_by(outcome.latency.as_millis() as u64);
+        m.summarizer_calls.inc_by(u64::from(outcome.calls));
+        m.summarizer_tokens.inc_by(outcome.tokens);
+        m.summarizer_ms.inc_by(outcome.latency.as_millis() as u64);
         m.latency.summarizer.observe(outcome.latency.as_secs_f64());
-        m.summary_inventions
-            .inc_by(u64::from(outcome.inventions));
-        m.summary_truncations
-            .inc_by(u64::from(outcome.truncated));
+        m.summary_inventions.inc_by(u64::from(outcome.inventions));
+        m.summary_truncations.inc_by(u64::from(outcome.truncated));
     }
 
     /// The summarizer models to try, in order.

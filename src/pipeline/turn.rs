@@ -239,8 +239,7 @@ impl FoldRequest {
             return;
         }
         let m = &self.app.metrics;
-        m.compressed_messages
-            .inc_by(stubbed.len() as u64);
+        m.compressed_messages.inc_by(stubbed.len() as u64);
         m.compressed_tokens_saved
             .inc_by(data.estimate.calibrated(saved).into());
     }

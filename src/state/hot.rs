@@ -73,6 +73,11 @@ impl Hot {
         self.cache.entry_count()
     }
 
+    /// Bytes charged against `state.cache_bytes`.
+    pub fn bytes(&self) -> u64 {
+        self.cache.weighted_size()
+    }
+
     /// Chains held in memory for a conversation id, of every tenant.
     pub fn find(&self, conversation: &str) -> Vec<(ConvKey, Arc<FoldChain>)> {
         self.cache

@@ -108,6 +108,10 @@ impl Store for MemoryStore {
     fn count(&self) -> u64 {
         self.cache.entry_count()
     }
+
+    fn cached_bytes(&self) -> u64 {
+        self.cache.weighted_size()
+    }
 }
 
 #[cfg(test)]

@@ -74,6 +74,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn list<'a>(&'a self, query: &'a ListQuery) -> BoxFuture<'a, Page>;
     /// Number of conversations stored (approximate; for metrics).
     fn count(&self) -> u64;
+    /// Bytes the in-process cache charges against `state.cache_bytes`
+    /// (approximate; for metrics).
+    fn cached_bytes(&self) -> u64;
     /// Keeps a model's context window learned from an upstream's
     /// context-length error, so a restart knows it (by model id; the
     /// memory backend keeps nothing across restarts).

@@ -346,6 +346,11 @@ impl TokenCounter {
         self.cache.as_ref().map_or(0, |c| c.len() as u64)
     }
 
+    /// Bytes the count cache charges against `tokens.cache_bytes`.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache_entry_count() * CACHE_ENTRY_BYTES
+    }
+
     /// The encoding `model` is counted in.
     pub fn encoding(&self, model: &str) -> Encoding {
         Encoding::for_model(model)

@@ -64,7 +64,10 @@ impl UsageScanner {
                 }
             }
             Body::Json(buf) => {
-                if buf.as_ref().is_some_and(|b| b.len() + chunk.len() > MAX_JSON_BYTES) {
+                if buf
+                    .as_ref()
+                    .is_some_and(|b| b.len() + chunk.len() > MAX_JSON_BYTES)
+                {
                     *buf = None;
                 }
                 if let Some(buf) = buf {
@@ -206,7 +209,10 @@ mod tests {
     #[test]
     fn json_too_large_gives_up() {
         let body = vec![b' '; MAX_JSON_BYTES];
-        assert_eq!(scan(false, &[&body, br#"{"usage":{"prompt_tokens":1}}"#]), None);
+        assert_eq!(
+            scan(false, &[&body, br#"{"usage":{"prompt_tokens":1}}"#]),
+            None
+        );
     }
 
     #[test]

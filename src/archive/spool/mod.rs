@@ -192,9 +192,7 @@ impl Spool {
             inner.bytes = inner.bytes.saturating_sub(batch.bytes());
             if batch.spooled {
                 let rows = batch.rows.len() as u64;
-                self.metrics
-                    .archive_replayed
-                    .inc_by(rows);
+                self.metrics.archive_replayed.inc_by(rows);
             }
             if let (Some(seq), Some(conn)) = (batch.saved, &inner.disk) {
                 disk::delete(conn, seq);

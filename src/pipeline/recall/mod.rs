@@ -275,12 +275,9 @@ impl Session {
         let room = room::room(self.window, used, self.reserve);
         let answers = fit::answer(&self.app, &self.key, &self.model, &turn.calls, room).await;
         let m = &self.app.metrics;
-        m.recall_calls
-            .inc_by(turn.calls.len() as u64);
-        m.recall_shortened
-            .inc_by(answers.shortened);
-        m.recall_refused
-            .inc_by(answers.refused);
+        m.recall_calls.inc_by(turn.calls.len() as u64);
+        m.recall_shortened.inc_by(answers.shortened);
+        m.recall_refused.inc_by(answers.refused);
         let texts = answers.texts;
         let results = self.api.results(&turn.calls, texts);
         self.used = used.saturating_add(fit::json_tokens(&self.app, &self.model, &results));

@@ -374,6 +374,10 @@ impl Store for RedisStore {
         self.inner.hot.len()
     }
 
+    fn cached_bytes(&self) -> u64 {
+        self.inner.hot.bytes()
+    }
+
     fn save_window<'a>(&'a self, model: &'a str, window: u32) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             let mut conn = self.inner.conn();

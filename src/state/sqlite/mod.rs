@@ -221,6 +221,10 @@ impl Store for SqliteStore {
         self.stored.load(Ordering::Relaxed)
     }
 
+    fn cached_bytes(&self) -> u64 {
+        self.hot.bytes()
+    }
+
     fn save_window<'a>(&'a self, model: &'a str, window: u32) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             self.send(Cmd::SaveWindow {

@@ -28,7 +28,10 @@ WORKDIR /var/lib/foldgate
 VOLUME /var/lib/foldgate
 # Listen on every interface inside the container; override any key with
 # FOLDGATE_* variables or mount another file over /etc/foldgate/config.toml.
-ENV FOLDGATE_SERVER__LISTEN=0.0.0.0:8080 FOLDGATE_LOG=info
+# MIMALLOC_ALLOW_THP=0: no transparent huge pages for foldgate's heap even on
+# hosts that use them for everything (the build already stops asking for
+# them; see docs/benchmarks.md, "Transparent huge pages").
+ENV FOLDGATE_SERVER__LISTEN=0.0.0.0:8080 FOLDGATE_LOG=info MIMALLOC_ALLOW_THP=0
 EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=3s --start-period=5s --retries=3 \
     CMD curl -fsS http://127.0.0.1:8080/foldgate/health || exit 1

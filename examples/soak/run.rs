@@ -419,10 +419,12 @@ async fn memory_line(base: &str, at: Duration, rss_kb: u64) {
         String::new()
     };
     println!(
-        "soak: {:.0} s: RSS {:.1} MiB, token-count cache {:.1}, fold-state cache {:.1}{heap}",
+        "soak: {:.0} s: RSS {:.1} MiB, token-count cache {:.1}, fold-state cache {:.1}, stub cache {:.1}, archived stubs remembered {}{heap}",
         at.as_secs_f64(),
         rss_kb as f64 / 1024.0,
         mib("foldgate_cache_bytes{cache=\"token_counts\"}"),
         mib("foldgate_cache_bytes{cache=\"fold_states\"}"),
+        mib("foldgate_cache_bytes{cache=\"stubs\"}"),
+        tiers::value(&text, "foldgate_archive_remembered_stubs"),
     );
 }

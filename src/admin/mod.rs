@@ -143,14 +143,20 @@ fn metrics(app: &App) -> Response<Body> {
                 vec![("cache", "fold_states".into())],
                 app.store.cached_bytes() as f64,
             ),
+            (vec![("cache", "stubs".into())], app.stubs.bytes() as f64),
         ],
+    };
+    let remembered = Gauge {
+        name: "foldgate_archive_remembered_stubs",
+        help: "Compressed messages this process remembers having archived (at most 200,000).",
+        samples: vec![(Vec::new(), app.archive.remembered() as f64)],
     };
     let heap = crate::heap::live_bytes().map(|bytes| Gauge {
         name: "foldgate_heap_live_bytes",
         help: "Bytes held by live heap allocations (a heap-stats build only).",
         samples: vec![(Vec::new(), bytes as f64)],
     });
-    let gauges: Vec<Gauge> = [stored, calibration, spool, spool_bytes, caches]
+    let gauges: Vec<Gauge> = [stored, calibration, spool, spool_bytes, caches, remembered]
         .into_iter()
         .chain(heap)
         .collect();

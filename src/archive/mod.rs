@@ -190,6 +190,11 @@ impl Archive {
         })
     }
 
+    /// Compressed messages remembered as stored.
+    pub fn remembered(&self) -> u64 {
+        self.compressed.entry_count()
+    }
+
     /// Whether messages are archived.
     pub fn enabled(&self) -> bool {
         !matches!(self.backend, Backend::Off)

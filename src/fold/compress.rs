@@ -378,6 +378,11 @@ impl std::fmt::Debug for StubCache {
 }
 
 impl StubCache {
+    /// Bytes charged against the cache's bound.
+    pub fn bytes(&self) -> u64 {
+        self.0.weighted_size()
+    }
+
     /// A cache of about `bytes` of stubs.
     pub fn new(bytes: u64) -> Self {
         Self(

@@ -7,7 +7,8 @@
 # Usage: bench/passthrough.sh [seconds-per-round] [rounds] [connections]
 # With BASELINE_BIN=path/to/an/older/foldgate, that binary runs beside this
 # build (same config) and gets rows of its own, interleaved in the same
-# rounds: a before/after from one run.
+# rounds: a before/after from one run. FOLDGATE_BIN=path runs that binary
+# as "this build" instead of building target/release/foldgate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${1:-10}
@@ -15,7 +16,8 @@ ROUNDS=${2:-3}
 CONNS=${3:-16}
 command -v wrk >/dev/null && command -v nginx >/dev/null || {
   echo "needs wrk and nginx: apt-get install -y wrk nginx-light" >&2; exit 1; }
-cargo build --release --quiet
+BIN=${FOLDGATE_BIN:-./target/release/foldgate}
+[ -n "${FOLDGATE_BIN:-}" ] || cargo build --release --quiet
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; nginx -p "$WORK" -c nginx.conf -s stop 2>/dev/null || true; rm -rf "$WORK"' EXIT
 UP=18081; PROXY=18082; FG=18083; BASE=18084
@@ -51,10 +53,10 @@ CONF
 # start BIN PORT NAME: one foldgate on the config above, listening on PORT.
 start() {
   sed -e "s/127.0.0.1:$FG\"/127.0.0.1:$2\"/" -e "s/foldgate.db/$3.db/" "$WORK/template.toml" > "$WORK/$3.toml"
-  FOLDGATE_LOG=${FOLDGATE_LOG:-info} "$1" serve --config "$WORK/$3.toml" 2>"$WORK/$3.log" &
+  env -u FOLDGATE_BIN FOLDGATE_LOG="${FOLDGATE_LOG:-info}" "$1" serve --config "$WORK/$3.toml" 2>"$WORK/$3.log" &
   for _ in $(seq 50); do curl -sf "http://127.0.0.1:$2/foldgate/health" >/dev/null && break; sleep 0.1; done
 }
-start ./target/release/foldgate "$FG" foldgate
+start "$BIN" "$FG" foldgate
 [ -n "${BASELINE_BIN:-}" ] && start "$BASELINE_BIN" "$BASE" baseline
 
 # Prints "rps p50_ms p99_ms" for one wrk run: measure URL SCRIPT.

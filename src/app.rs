@@ -6,8 +6,11 @@
 use crate::archive::Archive;
 use crate::fold::compress::StubCache;
 
-/// Bytes of rendered compression stubs kept (a stub is about 1 KB).
-const STUB_CACHE_BYTES: u64 = 32 * 1024 * 1024;
+/// Bytes of rendered compression stubs kept (a stub is about 1 KB, charged
+/// at about 2 KB: some 8,000 stubs, the stubs of a hundred long agent
+/// conversations at once). A soak fills 32 MiB only after some 18 minutes,
+/// so that memory went on growing long after the rest had levelled.
+const STUB_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 use crate::background::Background;
 use crate::config::Config;
 use crate::error::StartupError;

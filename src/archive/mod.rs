@@ -153,8 +153,8 @@ pub struct Archive {
 }
 
 /// Compressed messages remembered as stored (a forgotten one is stored
-/// again, which the backends keep once).
-const COMPRESSED_REMEMBERED: u64 = 200_000;
+/// again, which the backends keep once): about 9 MiB of cache entries.
+const COMPRESSED_REMEMBERED: u64 = 50_000;
 
 /// Where the archive lives.
 #[derive(Debug)]

@@ -149,6 +149,17 @@ fn check_config(path: Option<PathBuf>) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
+    let unknown = config
+        .providers
+        .iter()
+        .find(|(_, p)| foldgate::api::for_provider(&p.api.0).is_none());
+    if let Some((name, p)) = unknown {
+        let known = foldgate::api::provider_names().join(", ");
+        return fail(&format!(
+            "providers.{name}.api = {:?} is not an API foldgate speaks (one of: {known})",
+            p.api.0
+        ));
+    }
     match config.effective_toml() {
         Ok(text) => {
             let mut head = format!(

@@ -174,6 +174,25 @@ fn check_config_rejects_reset_above_trigger() {
     assert!(err.contains("policy.reset_ratio"), "{err}");
 }
 
+/// A provider's `api` is any name an API folder registers, and nothing else.
+#[test]
+fn check_config_checks_provider_apis_against_the_registry() {
+    let toml =
+        |api: &str| format!("[providers.x]\nbase_url = \"http://127.0.0.1:9\"\napi = \"{api}\"\n");
+    for api in ["openai", "anthropic", "gemini"] {
+        let out = check_config("ok.toml", &toml(api));
+        assert!(out.status.success(), "{api}: {}", err_text(&out));
+        assert!(out_text(&out).contains(&format!("api = \"{api}\"")));
+    }
+    let out = check_config("bad.toml", &toml("cohere"));
+    assert!(!out.status.success());
+    let err = err_text(&out);
+    assert!(
+        err.contains("providers.x.api = \"cohere\"") && err.contains("openai, anthropic, gemini"),
+        "{err}"
+    );
+}
+
 #[test]
 fn check_config_into_a_closed_pipe_does_not_panic() {
     let mut child = foldgate()

@@ -33,7 +33,7 @@ pub mod summary;
 
 pub use context_error::ContextError;
 
-use crate::config::{Placement, ProviderApi};
+use crate::config::Placement;
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
 use crate::tokens::UsageReader;
@@ -78,12 +78,17 @@ pub fn named(name: &str) -> Option<Api> {
     APIS.iter().copied().find(|api| api.name() == name)
 }
 
-/// The API providers set to `api` speak: the one their summarizer calls
-/// are shaped for.
-pub fn for_provider(provider: ProviderApi) -> Option<Api> {
+/// The API providers set to `api = NAME` speak: the one their summarizer
+/// calls are shaped for and whose header takes their key.
+pub fn for_provider(name: &str) -> Option<Api> {
     APIS.iter()
         .copied()
-        .find(|api| api.provider_api() == Some(provider))
+        .find(|api| api.provider_api() == Some(name))
+}
+
+/// The names providers may set `api` to, in registry order.
+pub fn provider_names() -> Vec<&'static str> {
+    APIS.iter().filter_map(|api| api.provider_api()).collect()
 }
 
 /// The headers a client's or provider's API key may come in, each once,
@@ -151,7 +156,7 @@ pub trait WireApi: Send + Sync + 'static {
 
     /// The `api` setting of providers that speak this API, when a
     /// provider may be set to it.
-    fn provider_api(&self) -> Option<ProviderApi> {
+    fn provider_api(&self) -> Option<&'static str> {
         None
     }
 
@@ -435,8 +440,8 @@ mod tests {
             max_tokens: 100,
             completion_param,
         };
-        let chat = for_provider(ProviderApi::Openai).unwrap();
-        let anthropic = for_provider(ProviderApi::Anthropic).unwrap();
+        let chat = for_provider("openai").unwrap();
+        let anthropic = for_provider("anthropic").unwrap();
         assert_eq!((chat.name(), anthropic.name()), ("chat", "anthropic"));
         let b = chat.summary_body(call(Format::JsonSchema, false)).unwrap();
         assert_eq!(b["response_format"]["type"], "json_schema");
@@ -461,9 +466,9 @@ mod tests {
             key_headers(),
             [AUTHORIZATION, x_api_key.clone(), x_goog_api_key]
         );
-        let anthropic = for_provider(ProviderApi::Anthropic).unwrap();
+        let anthropic = for_provider("anthropic").unwrap();
         assert_eq!(anthropic.key_header("k"), (x_api_key, "k".to_string()));
-        let chat = for_provider(ProviderApi::Openai).unwrap();
+        let chat = for_provider("openai").unwrap();
         assert_eq!(
             chat.key_header("k"),
             (AUTHORIZATION, "Bearer k".to_string())

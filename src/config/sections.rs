@@ -107,17 +107,19 @@ pub struct ProviderConfig {
     pub compress: CompressOverrides,
 }
 
-/// How a provider takes its API key.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderApi {
-    /// `Authorization: Bearer KEY`.
-    #[default]
-    Openai,
-    /// `x-api-key: KEY`.
-    Anthropic,
-    /// `x-goog-api-key: KEY`; summarizer calls on `:generateContent`.
-    Gemini,
+/// The API a provider speaks, by the name its folder in `src/api`
+/// registers (`openai`, `anthropic`, `gemini`): the header its key goes in
+/// and the shape of summarizer calls to it. The names are checked against
+/// the registry by `check-config` and at start-up, so a new API adds its
+/// name without touching the configuration's types.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct ProviderApi(pub String);
+
+impl Default for ProviderApi {
+    fn default() -> Self {
+        Self("openai".to_string())
+    }
 }
 
 fn all_models() -> Vec<String> {

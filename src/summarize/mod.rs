@@ -235,7 +235,7 @@ impl Summarizer {
                 max_tokens: limit,
                 completion_param: learned.completion_param,
             };
-            let body = speaks(target)?
+            let body = (target.provider.api())
                 .summary_body(call)
                 .ok_or_else(|| no_calls(target))?;
             calls += 1;
@@ -326,13 +326,13 @@ impl Summarizer {
             Ok(Ok(answer)) => answer,
         };
         if status.is_success() {
-            return match speaks(target).and_then(|api| read_completion(api, &bytes)) {
+            return match read_completion(target.provider.api(), &bytes) {
                 Ok(answer) => classify(&answer),
                 Err(e) => Attempt::Retry(e),
             };
         }
         let text = String::from_utf8_lossy(&bytes).to_lowercase();
-        let rejects_format = speaks(target).is_ok_and(|api| api.rejects_format(&text));
+        let rejects_format = target.provider.api().rejects_format(&text);
         if rejects_format && learned.format != Format::Instructions {
             if let Some(weaker) = learned.format.downgrade() {
                 self.remember(
@@ -387,11 +387,6 @@ impl Summarizer {
     }
 }
 
-/// The API the target's provider speaks, which shapes its calls.
-fn speaks(target: &Target) -> Result<crate::api::Api, CallError> {
-    crate::api::for_provider(target.provider.api()).ok_or_else(|| no_calls(target))
-}
-
 /// Why a provider gets no summarizer call.
 fn no_calls(target: &Target) -> CallError {
     CallError::NoApi(target.provider.name.clone())
@@ -405,7 +400,7 @@ async fn post(
     body: Value,
     timeout: Duration,
 ) -> Result<(StatusCode, Bytes), CallError> {
-    let path = speaks(target)?.summary_path(&target.model);
+    let path = target.provider.api().summary_path(&target.model);
     let mut req = Request::post(path)
         .header(header::CONTENT_TYPE, "application/json")
         .body(body::full(body.to_string()))?;

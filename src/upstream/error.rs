@@ -6,6 +6,13 @@ use std::path::PathBuf;
 /// A provider whose client cannot be built.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
+    /// A provider's `api` names no API foldgate speaks.
+    #[error("providers.{name}.api = {api:?} is not an API foldgate speaks (one of: {known})")]
+    UnknownApi {
+        name: String,
+        api: String,
+        known: String,
+    },
     /// The CA file could not be read as PEM certificates.
     #[error("ca_file {}: {source}", path.display())]
     CaFile {

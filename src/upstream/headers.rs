@@ -1,6 +1,6 @@
 //! Header hygiene between client, foldgate and upstream.
 
-use crate::config::ProviderApi;
+use crate::api::Api;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): they describe one connection and
@@ -35,7 +35,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// by the provider's key when it has one, in the header its API reads.
 pub fn to_upstream(
     headers: &mut HeaderMap,
-    provider_key: Option<(&str, ProviderApi)>,
+    provider_key: Option<(&str, Api)>,
     drop_client_auth: bool,
 ) {
     strip_hop_by_hop(headers);
@@ -46,9 +46,6 @@ pub fn to_upstream(
         }
     }
     let Some((key, api)) = provider_key else {
-        return;
-    };
-    let Some(api) = crate::api::for_provider(api) else {
         return;
     };
     let (name, value) = api.key_header(key);
@@ -96,6 +93,10 @@ pub fn credential(headers: &HeaderMap) -> Option<&str> {
 mod tests {
     use super::*;
 
+    fn api(name: &str) -> Api {
+        crate::api::for_provider(name).unwrap()
+    }
+
     #[test]
     fn strips_connection_named_headers() {
         let mut h = HeaderMap::new();
@@ -119,11 +120,11 @@ mod tests {
             HeaderValue::from_static("Bearer client"),
         );
         h.insert(header::HOST, HeaderValue::from_static("localhost:8080"));
-        to_upstream(&mut h, Some(("sk-provider", ProviderApi::Openai)), false);
+        to_upstream(&mut h, Some(("sk-provider", api("openai"))), false);
         assert_eq!(h[header::AUTHORIZATION], "Bearer sk-provider");
         assert!(!h.contains_key(header::HOST));
         h.insert("x-api-key", HeaderValue::from_static("client"));
-        to_upstream(&mut h, Some(("sk-ant", ProviderApi::Anthropic)), false);
+        to_upstream(&mut h, Some(("sk-ant", api("anthropic"))), false);
         assert_eq!(h["x-api-key"], "sk-ant");
         assert!(!h.contains_key(header::AUTHORIZATION));
     }

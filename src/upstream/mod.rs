@@ -10,8 +10,9 @@ pub use client::HttpClient;
 
 pub use error::UpstreamError;
 
+use crate::api::Api;
 use crate::body::Body;
-use crate::config::{Config, ProviderApi, Secret};
+use crate::config::{Config, Secret};
 use crate::error::ApiError;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, Uri};
@@ -30,8 +31,9 @@ pub struct Provider {
     /// Path of `base_url`, without a trailing slash (e.g. `/v1`).
     base_path: String,
     api_key: Option<Secret>,
-    /// The header the key goes in.
-    api: ProviderApi,
+    /// The API it speaks: the header its key goes in, the shape of
+    /// summarizer calls to it.
+    api: Api,
     max_body_bytes: usize,
     client: HttpClient,
 }
@@ -85,7 +87,13 @@ impl Upstreams {
                     .ok_or_else(|| UpstreamError::NoHost { name: name.clone() })?,
                 base_path: uri.path().trim_end_matches('/').to_string(),
                 api_key,
-                api: p.api,
+                api: crate::api::for_provider(&p.api.0).ok_or_else(|| {
+                    UpstreamError::UnknownApi {
+                        name: name.clone(),
+                        api: p.api.0.clone(),
+                        known: crate::api::provider_names().join(", "),
+                    }
+                })?,
                 max_body_bytes: config.server.max_body_bytes,
                 client,
             };
@@ -135,9 +143,9 @@ impl Upstreams {
 }
 
 impl Provider {
-    /// How the provider takes its key (and, for the summarizer, which API
-    /// it speaks).
-    pub fn api(&self) -> ProviderApi {
+    /// The API the provider speaks: how it takes its key, how summarizer
+    /// calls to it are shaped.
+    pub fn api(&self) -> Api {
         self.api
     }
 
@@ -316,6 +324,18 @@ mod tests {
         );
         assert_eq!(strip("https://h/p?key=a"), "https://h/p");
         assert_eq!(strip("https://h/p?keys=a&x=1"), "https://h/p?keys=a&x=1");
+    }
+
+    #[test]
+    fn a_provider_speaking_no_known_api_stops_the_start() {
+        let toml = "[providers.p]\nbase_url = \"http://127.0.0.1:9\"\napi = \"cohere\"\n";
+        let config = Arc::new(Config::from_toml(toml).unwrap());
+        let err = Upstreams::new(config).unwrap_err().to_string();
+        assert!(err.contains("providers.p.api = \"cohere\""), "{err}");
+        let toml = toml.replace("cohere", "gemini");
+        let config = Arc::new(Config::from_toml(&toml).unwrap());
+        let gemini = Upstreams::new(config).unwrap().by_name("p").api();
+        assert_eq!(gemini.name(), "gemini");
     }
 
     fn provider(base: &str) -> Arc<Provider> {

@@ -13,7 +13,7 @@ use super::codec::{Decoded, RawRequest, Wire, object};
 use super::recall::calls::{Call, Calls, Carry};
 use super::recall::stream::{self, Round};
 use super::summary::SummaryCall;
-use crate::config::{Placement, ProviderApi};
+use crate::config::Placement;
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
 use bytes::Bytes;
@@ -37,8 +37,8 @@ impl WireApi for Anthropic {
         ErrorShape(error_envelope)
     }
 
-    fn provider_api(&self) -> Option<ProviderApi> {
-        Some(ProviderApi::Anthropic)
+    fn provider_api(&self) -> Option<&'static str> {
+        Some("anthropic")
     }
 
     /// `x-api-key: KEY`.

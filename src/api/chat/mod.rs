@@ -12,7 +12,6 @@ use super::recall::calls::{Call, Calls, Carry};
 use super::recall::stream::{self, Round};
 use super::shallow::Spec;
 use super::summary::{Format, SummaryCall};
-use crate::config::ProviderApi;
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use bytes::Bytes;
@@ -46,8 +45,8 @@ impl WireApi for Chat {
         "/chat/completions"
     }
 
-    fn provider_api(&self) -> Option<ProviderApi> {
-        Some(ProviderApi::Openai)
+    fn provider_api(&self) -> Option<&'static str> {
+        Some("openai")
     }
 
     /// The system prompt and the user's, `response_format` as `format`

@@ -16,7 +16,7 @@ use super::context_error::{self, ContextError};
 use super::recall::calls::{Call, Calls, Carry};
 use super::recall::stream::{self, Round};
 use super::summary::{Format, SummaryCall};
-use crate::config::{Placement, ProviderApi};
+use crate::config::Placement;
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
 use crate::tokens::UsageReader;
@@ -86,8 +86,8 @@ impl WireApi for Gemini {
             .filter(|k| !k.is_empty())
     }
 
-    fn provider_api(&self) -> Option<ProviderApi> {
-        Some(ProviderApi::Gemini)
+    fn provider_api(&self) -> Option<&'static str> {
+        Some("gemini")
     }
 
     /// The prompt in `systemInstruction`; JSON asked for by

@@ -1,11 +1,11 @@
-//! `foldgate estimate`: one request body — chat completions, Anthropic
-//! Messages or Responses, named or judged by its shape — read and counted
+//! `foldgate estimate`: one request body of any API foldgate folds, named
+//! or judged by its shape — read and counted
 //! as the proxy reads and counts it on that API's route, with the point
 //! where a fold would trigger for its model under the configuration and
 //! the headroom left before it.
 
 use crate::api::codec::ReadBody;
-use crate::api::{Api, anthropic::Anthropic, chat::Chat, responses::Responses};
+use crate::api::{Api, anthropic::Anthropic, chat::Chat};
 use crate::config::Config;
 use crate::fold::trigger::{emergency_at, prefold_at, token_at};
 use crate::tokens::{Encoding, TokenCounter};
@@ -164,17 +164,22 @@ fn trigger_lines(
 }
 
 /// The API a body is written for, judged by its shape when its route is
-/// not known: Responses when it has `input` and no `messages`; Anthropic
-/// when it has a top-level `system`, content blocks only Anthropic has
-/// (`tool_use`, `tool_result`, `thinking`, an image with a `source`), or
-/// `max_tokens` with `text` blocks and only user and assistant turns;
-/// chat completions otherwise.
+/// not known: the one API whose conversation field (`input`, `contents`)
+/// the body has, when only one has it; between the two that share
+/// `messages`, Anthropic when the body has a top-level `system`, content
+/// blocks only Anthropic has (`tool_use`, `tool_result`, `thinking`, an
+/// image with a `source`), or `max_tokens` with `text` blocks and only
+/// user and assistant turns; chat completions otherwise.
 pub fn by_shape(body: &Map<String, Value>) -> Api {
+    let mut claim = crate::api::all()
+        .iter()
+        .filter(|api| body.contains_key(api.conversation_field()));
+    if let (Some(&only), None) = (claim.next(), claim.next()) {
+        return only;
+    }
     let messages = match body.get("messages") {
         Some(Value::Array(messages)) => messages.as_slice(),
-        Some(_) => return &Chat,
-        None if body.contains_key("input") => return &Responses,
-        None => return &Chat,
+        _ => return &Chat,
     };
     if body.contains_key("system") {
         return &Anthropic;
@@ -208,13 +213,16 @@ pub fn by_shape(body: &Map<String, Value>) -> Api {
 
 /// The API named by `--api`, for clap.
 pub fn parse_api(name: &str) -> Result<Api, String> {
-    crate::api::named(name)
-        .ok_or_else(|| format!("{name:?}: expected chat, anthropic or responses"))
+    crate::api::named(name).ok_or_else(|| {
+        let names: Vec<&str> = crate::api::names().collect();
+        format!("{name:?}: expected one of {}", names.join(", "))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::responses::Responses;
     use serde_json::Map;
 
     fn body(text: &str) -> Map<String, Value> {
@@ -236,6 +244,9 @@ mod tests {
         assert_eq!(by_shape(&body(tools)).name(), "anthropic");
         let responses = r#"{"model":"m","input":"hi"}"#;
         assert_eq!(by_shape(&body(responses)).name(), "responses");
+        let gemini = r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;
+        assert_eq!(by_shape(&body(gemini)).name(), "gemini");
+        assert_eq!(by_shape(&body(r#"{"model":"m"}"#)).name(), "chat");
     }
 
     #[test]

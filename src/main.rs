@@ -44,8 +44,8 @@ enum Command {
         /// Model to count for (default: the body's `model`).
         #[arg(long, short, default_value = "")]
         model: String,
-        /// The body's API: chat, anthropic or responses (default: judged by
-        /// its shape).
+        /// The body's API, by name (an unknown name lists them; default:
+        /// judged by its shape).
         #[arg(long, value_parser = foldgate::estimate::parse_api)]
         api: Option<foldgate::api::Api>,
         /// Configuration file (default: ./config.toml if present).

@@ -74,6 +74,11 @@ pub fn names() -> impl Iterator<Item = &'static str> {
     APIS.iter().map(|api| api.name())
 }
 
+/// Every API, in registry order.
+pub fn all() -> &'static [Api] {
+    APIS
+}
+
 /// The API of this name ([`WireApi::name`]).
 pub fn named(name: &str) -> Option<Api> {
     APIS.iter().copied().find(|api| api.name() == name)

@@ -18,68 +18,20 @@ mod common;
 
 #[path = "recall_echo/model.rs"]
 mod model;
+#[path = "recall_echo/script.rs"]
+mod script;
 
-use common::convo::Convo;
 use common::mock::json as json_response;
-use common::{Foldgate, Reply, metric, post_json};
+use common::{Foldgate, Reply, metric};
 use http::{Response, StatusCode};
 use model::{Act, Args, Model};
+use script::{ANSWER, APIS, Api, BLIND, LOOKING, events, mentions_recall, shown_text};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-const FACT: &str = "the favourite colour of the customer is teal";
-const LOOKING: &str = "Let me look that up.";
-const ANSWER: &str = "The favourite colour is teal.";
-const BLIND: &str = "I cannot see that.";
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Api {
-    Chat,
-    Anthropic,
-    Responses,
-}
-
-const APIS: [Api; 3] = [Api::Chat, Api::Anthropic, Api::Responses];
-
-/// A conversation that folds on its first request: the fact in its first,
-/// folded, user message, the question last.
-fn conversation() -> Vec<Value> {
-    let mut convo = Convo::with_turns(0);
-    convo.user(&format!("note that {FACT}")).assistant("noted");
-    for i in 0..54 {
-        convo
-            .user(&format!("question {i}"))
-            .assistant(&format!("answer {i}"));
-    }
-    convo.user("what is the favourite colour of the customer?");
-    convo.messages
-}
-
+/// Asks the conversation's question on `api`.
 async fn ask(fg: &Foldgate, api: Api, stream: bool) -> Reply {
-    let messages = conversation();
-    let system = messages[0]["content"].clone();
-    let rest = &messages[1..];
-    let (path, mut body) = match api {
-        Api::Chat => (
-            "/v1/chat/completions",
-            json!({"model": "tiny-model", "messages": messages}),
-        ),
-        Api::Anthropic => (
-            "/v1/messages",
-            json!({"model": "tiny-model", "system": system, "messages": rest}),
-        ),
-        Api::Responses => (
-            "/v1/responses",
-            json!({"model": "tiny-model", "instructions": system, "input": rest, "store": false}),
-        ),
-    };
-    body["max_tokens"] = json!(100);
-    body["stream"] = json!(stream);
-    let headers = [
-        ("x-conversation-id", "faults"),
-        ("authorization", "Bearer sk-tenant-a"),
-    ];
-    post_json(&format!("{}{path}", fg.url), &headers, &body).await
+    script::ask_as(fg, "faults", api, stream, None).await
 }
 
 /// A model that does what `act` picks for its `n`th request, and
@@ -112,49 +64,6 @@ fn server_error() -> Act {
     Act::Respond(json_response(StatusCode::INTERNAL_SERVER_ERROR, &error))
 }
 
-/// The data of every event of a stream (`[DONE]` left out).
-fn events(reply: &Reply) -> Vec<Value> {
-    String::from_utf8_lossy(&reply.body)
-        .split("\n\n")
-        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect()
-}
-
-/// The text the client is shown, whole or streamed.
-fn shown_text(api: Api, stream: bool, reply: &Reply) -> String {
-    if stream {
-        let pointer = match api {
-            Api::Chat => "/choices/0/delta/content",
-            Api::Anthropic => "/delta/text",
-            Api::Responses => "/delta",
-        };
-        return events(reply)
-            .iter()
-            .filter(|e| api != Api::Responses || e["type"] == "response.output_text.delta")
-            .filter_map(|e| e.pointer(pointer).and_then(Value::as_str))
-            .collect();
-    }
-    let answer = reply.json();
-    let texts: Vec<&str> = match api {
-        Api::Chat => vec![answer["choices"][0]["message"]["content"].as_str().unwrap()],
-        Api::Anthropic => answer["content"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect(),
-        Api::Responses => answer["output"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|i| i["content"][0]["text"].as_str())
-            .collect(),
-    };
-    texts.concat()
-}
-
 /// What the client sees after a broken round's fallback: the fallback's
 /// answer (the model without the archive), after what a stream showed.
 fn fallback_text(stream: bool) -> String {
@@ -163,10 +72,6 @@ fn fallback_text(stream: bool) -> String {
     } else {
         BLIND.to_string()
     }
-}
-
-fn mentions_recall(reply: &Reply) -> bool {
-    reply.body.windows(15).any(|w| w == b"foldgate_recall")
 }
 
 fn has_tool(request: &Value) -> bool {

@@ -9,7 +9,7 @@
 
 use super::common::llm::LOSSY_SUMMARY;
 use super::common::mock::{Mock, Recorded};
-use super::{ANSWER, BLIND, LOOKING};
+use super::script::{ANSWER, BLIND, LOOKING};
 use foldgate::summarize::prompt::SYSTEM_PROMPT;
 use http::Response;
 use serde_json::{Value, json};

@@ -12,11 +12,10 @@
 
 mod common;
 
-use common::llm::{Llm, tags};
+use common::llm::{Llm, assert_covers, tags};
 use common::{Foldgate, post_json, send};
 use foldgate::fold::summary::HEADING_PREFIX;
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 
 /// A small window, so that a 40-step loop folds several times.
@@ -26,37 +25,6 @@ fn config(llm: &Llm) -> String {
          [policy]\nreset_ratio = 0.45\n[summarizer]\nmax_summary_tokens = 300\n",
         llm.url()
     )
-}
-
-/// Every item the client sent is in the view verbatim, in order, or, when
-/// absent, every tag it carries is in the summary; the view holds nothing
-/// else but foldgate's own items.
-fn assert_covers(sent: &[Value], view: &[Value], summary: &str, own: impl Fn(&Value) -> bool) {
-    let summary_tags = tags(summary);
-    let mut next = 0;
-    let mut verbatim = BTreeSet::new();
-    for item in view {
-        if let Some(pos) = sent[next..].iter().position(|s| s == item) {
-            verbatim.insert(next + pos);
-            next += pos + 1;
-        } else {
-            assert!(
-                own(item),
-                "view has an item the client did not send, or out of order: {item}"
-            );
-        }
-    }
-    for (i, item) in sent
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !verbatim.contains(i))
-    {
-        let carried = tags(&item.to_string());
-        assert!(
-            !carried.is_empty() && carried.is_subset(&summary_tags),
-            "item {i} ({item}) is neither in the view nor in its summary"
-        );
-    }
 }
 
 /// Checks an agent loop's log against what the upstream received.

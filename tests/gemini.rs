@@ -21,7 +21,6 @@ use common::llm::tags;
 use common::{Foldgate, post_json, send};
 use foldgate::fold::summary::HEADING_PREFIX;
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 
 const PATH: &str = "/v1beta/models/tiny-gemini:generateContent";
@@ -71,36 +70,12 @@ fn summary_of(body: &Value) -> String {
         .collect()
 }
 
-/// Every content the client sent is in the view verbatim, in order, or,
-/// when absent, every tag it carries is in the summary; the view holds
-/// nothing else but foldgate's own turn.
+/// The Gemini view covers what the client sent; foldgate's own turn is
+/// the one that asks the model to go on.
 fn assert_covers(sent: &[Value], view: &[Value], summary: &str) {
-    let summary_tags = tags(summary);
-    let mut next = 0;
-    let mut verbatim = BTreeSet::new();
-    for item in view {
-        if let Some(pos) = sent[next..].iter().position(|s| s == item) {
-            verbatim.insert(next + pos);
-            next += pos + 1;
-        } else {
-            assert_eq!(
-                item["parts"][0]["text"],
-                foldgate::api::gemini::codec::CONTINUE_TEXT,
-                "view has a content the client did not send, or out of order: {item}"
-            );
-        }
-    }
-    for (i, item) in sent
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !verbatim.contains(i))
-    {
-        let carried = tags(&item.to_string());
-        assert!(
-            !carried.is_empty() && carried.is_subset(&summary_tags),
-            "contents[{i}] ({item}) is neither in the view nor in its summary"
-        );
-    }
+    let own =
+        |item: &Value| item["parts"][0]["text"] == foldgate::api::gemini::codec::CONTINUE_TEXT;
+    common::llm::assert_covers(sent, view, summary, own);
 }
 
 #[tokio::test]

@@ -371,6 +371,37 @@ async fn summary_reply(
     })
 }
 
+/// Every item the client sent is in the view verbatim, in order, or, when
+/// absent, every tag it carries is in the summary; the view holds nothing
+/// else but foldgate's own items.
+pub fn assert_covers(sent: &[Value], view: &[Value], summary: &str, own: impl Fn(&Value) -> bool) {
+    let summary_tags = tags(summary);
+    let mut next = 0;
+    let mut verbatim = BTreeSet::new();
+    for item in view {
+        if let Some(pos) = sent[next..].iter().position(|s| s == item) {
+            verbatim.insert(next + pos);
+            next += pos + 1;
+        } else {
+            assert!(
+                own(item),
+                "view has an item the client did not send, or out of order: {item}"
+            );
+        }
+    }
+    for (i, item) in sent
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !verbatim.contains(i))
+    {
+        let carried = tags(&item.to_string());
+        assert!(
+            !carried.is_empty() && carried.is_subset(&summary_tags),
+            "item {i} ({item}) is neither in the view nor in its summary"
+        );
+    }
+}
+
 /// Every tag in `text`: `[m12]` singles and `[m3..m9]` ranges.
 pub fn tags(text: &str) -> BTreeSet<u32> {
     let mut out = BTreeSet::new();

@@ -191,16 +191,20 @@ impl ConvRequest {
     }
 
     /// The request to forward for `prepared` as fields, when its view
-    /// differs from the client's messages (`None`: forward the bytes).
+    /// differs from the client's messages (`None`: forward the bytes). The
+    /// view is filled into a copy of the decoded fields, whose conversation
+    /// field is an empty placeholder: the view's messages are not copied
+    /// twice, and the stored fields stay as decoded for a later plan.
     pub fn view_fields(&mut self, prepared: &mut Prepared) -> Option<Map<String, Value>> {
         let (Some(view), Stage::Parsed { fields, wire, turn }) =
-            (prepared.view.take(), &mut self.stage)
+            (prepared.view.take(), &self.stage)
         else {
             return None;
         };
+        let mut out = fields.clone();
         self.api
-            .fill(fields, turn.messages().values, wire.as_ref(), view);
-        Some(fields.clone())
+            .fill(&mut out, turn.messages().values, wire.as_ref(), view);
+        Some(out)
     }
 
     /// The decoded body's fields, once parsed.

@@ -148,7 +148,7 @@ fn metrics(app: &App) -> Response<Body> {
     };
     let remembered = Gauge {
         name: "foldgate_archive_remembered_stubs",
-        help: "Compressed messages this process remembers having archived (at most 50,000).",
+        help: "Compressed messages this process remembers having archived (at most 200,000).",
         samples: vec![(Vec::new(), app.archive.remembered() as f64)],
     };
     let heap = crate::heap::live_bytes().map(|bytes| Gauge {

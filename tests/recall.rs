@@ -221,15 +221,7 @@ fn stream(text: String, calls: Vec<Value>, usage: Value) -> Response<foldgate::b
 /// A conversation that folds on its first request, with the fact in its
 /// first, folded, user message and the question last.
 fn conversation() -> Convo {
-    let mut convo = Convo::with_turns(0);
-    convo.user(&format!("note that {FACT}")).assistant("noted");
-    for i in 0..54 {
-        convo
-            .user(&format!("question {i}"))
-            .assistant(&format!("answer {i}"));
-    }
-    convo.user(QUESTION);
-    convo
+    Convo::fact_then_question(FACT, QUESTION)
 }
 
 async fn ask(fg: &Foldgate, body: &Value) -> Reply {

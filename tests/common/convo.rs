@@ -31,6 +31,21 @@ impl Convo {
         c
     }
 
+    /// A conversation that folds on its first request against a `tiny-*`
+    /// model: `fact` in its first, folded, user message, 54 short turns,
+    /// then `question` last (what a recall test asks for).
+    pub fn fact_then_question(fact: &str, question: &str) -> Self {
+        let mut convo = Self::with_turns(0);
+        convo.user(&format!("note that {fact}")).assistant("noted");
+        for i in 0..54 {
+            convo
+                .user(&format!("question {i}"))
+                .assistant(&format!("answer {i}"));
+        }
+        convo.user(question);
+        convo
+    }
+
     pub fn push(&mut self, role: &str, what: &str) -> &mut Self {
         self.tag += 1;
         let content = format!("[m{}] {what}: {FILLER}", self.tag);

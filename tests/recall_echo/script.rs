@@ -25,15 +25,7 @@ pub const APIS: [Api; 3] = [Api::Chat, Api::Anthropic, Api::Responses];
 /// A conversation that folds on its first request: the fact in its first,
 /// folded, user message, the question last.
 pub fn conversation() -> Vec<Value> {
-    let mut convo = Convo::with_turns(0);
-    convo.user(&format!("note that {FACT}")).assistant("noted");
-    for i in 0..54 {
-        convo
-            .user(&format!("question {i}"))
-            .assistant(&format!("answer {i}"));
-    }
-    convo.user("what is the favourite colour of the customer?");
-    convo.messages
+    Convo::fact_then_question(FACT, "what is the favourite colour of the customer?").messages
 }
 
 /// Asks the conversation's question on `api` as conversation `id`, with

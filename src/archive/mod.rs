@@ -20,6 +20,7 @@
 mod memory;
 pub mod query;
 mod redis;
+mod remembered;
 pub mod spool;
 pub mod sqlite;
 
@@ -147,16 +148,16 @@ pub struct Archive {
     /// Messages this process stored for a compression, by
     /// [`Archive::stored_key`]: a conversation's stubs are in every later
     /// view, and are stored once, not on every request.
-    compressed: moka::sync::Cache<u128, ()>,
+    compressed: remembered::Remembered,
     /// Counts the rows handed to the backend.
     metrics: Arc<Metrics>,
 }
 
-/// Compressed messages remembered as stored: a forgotten one is stored
-/// again, which the backends keep once but the archive's row counter
-/// counts twice (an hour's soak hands some 54,000 stubs; a bound of 50,000
-/// made it re-hand them). About 36 MiB of cache entries when full.
-const COMPRESSED_REMEMBERED: u64 = 200_000;
+/// Compressed messages remembered as stored, per generation (two are
+/// kept; a message in use stays): a forgotten one is stored again, which
+/// the backends keep once but the archive's row counter counts twice (an
+/// hour's soak hands some 54,000 stubs). About 4.5 MiB, allocated at start.
+const COMPRESSED_REMEMBERED: usize = 100_000;
 
 /// Where the archive lives.
 #[derive(Debug)]
@@ -185,16 +186,21 @@ impl Archive {
         } else {
             Backend::open(config, metrics.clone())?
         };
+        let remembered = if archive.enabled {
+            COMPRESSED_REMEMBERED
+        } else {
+            0
+        };
         Ok(Self {
             backend,
-            compressed: moka::sync::Cache::new(COMPRESSED_REMEMBERED),
+            compressed: remembered::Remembered::new(remembered),
             metrics,
         })
     }
 
     /// Compressed messages remembered as stored.
-    pub fn remembered(&self) -> u64 {
-        self.compressed.entry_count()
+    pub fn remembered(&self) -> usize {
+        self.compressed.len()
     }
 
     /// Whether messages are archived.
@@ -216,18 +222,19 @@ impl Archive {
         if !self.enabled() {
             return Ok(());
         }
-        let (keys, new): (Vec<u128>, Vec<Row>) = positions
+        let unknown = self.compressed.unknown(
+            positions
+                .into_iter()
+                .map(|(position, id)| (Self::stored_key(key, position, id), position)),
+        );
+        let (keys, new): (Vec<u128>, Vec<Row>) = unknown
             .into_iter()
-            .map(|(position, id)| (Self::stored_key(key, position, id), position))
-            .filter(|(k, _)| !self.compressed.contains_key(k))
             .filter_map(|(k, position)| Some((k, rows(position)?)))
             .unzip();
         let n = new.len() as u64;
         self.store(key, new)?;
         self.metrics.archive_rows[1].inc_by(n);
-        for k in keys {
-            self.compressed.insert(k, ());
-        }
+        self.compressed.insert(keys);
         Ok(())
     }
 

@@ -1,8 +1,9 @@
 //! Recent chat turns of each conversation as foldgate forwarded them: the
 //! client's full-history tokens against the forwarded view's, for the
 //! dashboard's chart. In memory only and bounded (a chart, not a record):
-//! at most [`MAX_TURNS`] turns of at most [`MAX_CONVERSATIONS`]
-//! conversations, forgotten after `state.ttl` idle. Beside the chart, each
+//! at most [`MAX_TURNS`] turns of 24 bytes for at most
+//! [`MAX_CONVERSATIONS`] conversations (about 3 MiB at the bound),
+//! forgotten after `state.ttl` idle. Beside the chart, each
 //! conversation's cache-stable share: requests whose forwarded messages
 //! start with every message of the previous request's (a prompt cache
 //! serves that whole prefix).
@@ -21,8 +22,20 @@ pub struct ViewIds(pub Arc<[u128]>);
 
 /// Turns kept per conversation; older ones are dropped.
 pub const MAX_TURNS: usize = 120;
-/// Conversations whose turns are kept.
-pub const MAX_CONVERSATIONS: u64 = 4096;
+/// Conversations whose turns are kept (the most recently used).
+pub const MAX_CONVERSATIONS: u64 = 1024;
+
+/// How a turn's view came about (`x-foldgate-fold`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TurnFold {
+    /// Nothing folded.
+    None,
+    /// The stored summary was reused.
+    Reused,
+    /// A fold was made for this turn.
+    New,
+}
 
 /// One forwarded chat request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -34,7 +47,7 @@ pub struct TurnRecord {
     /// Estimated tokens of the forwarded view (`x-foldgate-tokens-out`).
     pub tokens_out: u32,
     /// `x-foldgate-fold`: `none`, `reused` or `new`.
-    pub fold: &'static str,
+    pub fold: TurnFold,
     /// Whether the forwarded messages started with every message of the
     /// previous request's (`None`: no previous request to compare).
     pub stable: Option<bool>,
@@ -91,9 +104,9 @@ impl Turns {
             return;
         };
         let fold = match headers.get("x-foldgate-fold").map(|v| v.as_bytes()) {
-            Some(b"new") => "new",
-            Some(b"reused") => "reused",
-            _ => "none",
+            Some(b"new") => TurnFold::New,
+            Some(b"reused") => TurnFold::Reused,
+            _ => TurnFold::None,
         };
         let at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -165,7 +178,8 @@ mod tests {
         let kept = turns.of(&key);
         assert_eq!(kept.len(), MAX_TURNS);
         assert_eq!((kept[0].tokens_in, kept[0].tokens_out), (1005, 405));
-        assert_eq!(kept[0].fold, "reused");
+        assert_eq!(kept[0].fold, TurnFold::Reused);
+        assert_eq!(std::mem::size_of::<TurnRecord>(), 24, "the bound's arithmetic");
     }
 
     #[test]

@@ -9,6 +9,9 @@
 # build (same config) and gets rows of its own, interleaved in the same
 # rounds: a before/after from one run. FOLDGATE_BIN=path runs that binary
 # as "this build" instead of building target/release/foldgate.
+# The hyper-bare row is examples/bare_proxy.rs: the same runtime, server
+# and client as foldgate doing nothing but forwarding (the stack's floor);
+# BARE_BIN=path runs a prebuilt one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${1:-10}
@@ -18,9 +21,11 @@ command -v wrk >/dev/null && command -v nginx >/dev/null || {
   echo "needs wrk and nginx: apt-get install -y wrk nginx-light" >&2; exit 1; }
 BIN=${FOLDGATE_BIN:-./target/release/foldgate}
 [ -n "${FOLDGATE_BIN:-}" ] || cargo build --release --quiet
+BARE=${BARE_BIN:-./target/release/examples/bare_proxy}
+[ -n "${BARE_BIN:-}" ] || cargo build --release --quiet --example bare_proxy
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; nginx -p "$WORK" -c nginx.conf -s stop 2>/dev/null || true; rm -rf "$WORK"' EXIT
-UP=18081; PROXY=18082; FG=18083; BASE=18084
+UP=18081; PROXY=18082; FG=18083; BASE=18084; BAREP=18085
 
 CANNED='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":8000,"completion_tokens":2,"total_tokens":8002}}'
 cat > "$WORK/nginx.conf" <<CONF
@@ -57,6 +62,8 @@ start() {
   for _ in $(seq 50); do curl -sf "http://127.0.0.1:$2/foldgate/health" >/dev/null && break; sleep 0.1; done
 }
 start "$BIN" "$FG" foldgate
+"$BARE" "127.0.0.1:$BAREP" "127.0.0.1:$UP" &
+for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$BAREP/" && break; sleep 0.1; done
 [ -n "${BASELINE_BIN:-}" ] && start "$BASELINE_BIN" "$BASE" baseline
 
 # Prints "rps p50_ms p99_ms" for one wrk run: measure URL SCRIPT.
@@ -70,9 +77,10 @@ measure() {
 declare -A RPS P50 P99
 # foldgate-json posts the chat body to a path foldgate does not intercept:
 # the proxy core alone (read, route by model, forward), without the pipeline.
-ROWS=(direct nginx-proxy)
+ROWS=(direct nginx-proxy hyper-bare)
 declare -A URL=([direct]="http://127.0.0.1:$UP/v1/chat/completions"
-  [nginx-proxy]="http://127.0.0.1:$PROXY/v1/chat/completions")
+  [nginx-proxy]="http://127.0.0.1:$PROXY/v1/chat/completions"
+  [hyper-bare]="http://127.0.0.1:$BAREP/v1/chat/completions")
 declare -A SCRIPT
 # routes NAME PORT: the rows of one foldgate, one per route.
 routes() {

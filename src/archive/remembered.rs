@@ -124,7 +124,11 @@ mod tests {
         r.insert([1, 2]);
         assert_eq!(unknown(&r, &[1, 2, 3]), [3]);
         r.insert([3]); // the generation of 1 and 2 becomes the older
-        assert_eq!(unknown(&r, &[1]), Vec::<u128>::new(), "1 moves to the newer");
+        assert_eq!(
+            unknown(&r, &[1]),
+            Vec::<u128>::new(),
+            "1 moves to the newer"
+        );
         r.insert([4]); // the newer (3, 1) is full: 2, never used again, goes
         assert_eq!(unknown(&r, &[1, 2, 3, 4]), [2]);
         assert!(r.len() <= 4);

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use tower::util::BoxCloneService;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
@@ -61,7 +63,7 @@ pub fn build(app: Arc<App>) -> AppService {
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::Internal("the request handler panicked".into()).into_response()
         }))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, RandomIds))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(
             TraceLayer::new_for_http()
@@ -85,6 +87,42 @@ pub fn build(app: Arc<App>) -> AppService {
     BoxCloneService::new(service)
 }
 
+/// Request ids: random version 4 UUIDs from a generator per thread, seeded
+/// from the OS once (tower-http's `MakeRequestUuid` asks the OS on every
+/// request: a system call each). Ids, not secrets: unique and unguessed
+/// enough to find a request's lines by.
+#[derive(Clone, Copy)]
+struct RandomIds;
+
+impl MakeRequestId for RandomIds {
+    fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
+        thread_local! {
+            static STATE: std::cell::Cell<u64> = std::cell::Cell::new({
+                use std::hash::{BuildHasher, Hasher};
+                std::collections::hash_map::RandomState::new().build_hasher().finish()
+            });
+        }
+        let mut bytes = [0u8; 16];
+        for half in bytes.chunks_exact_mut(8) {
+            half.copy_from_slice(&STATE.with(splitmix64).to_le_bytes());
+        }
+        let id = uuid::Builder::from_random_bytes(bytes).into_uuid();
+        let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        let text = id.hyphenated().encode_lower(&mut text);
+        http::HeaderValue::from_str(text).ok().map(RequestId::new)
+    }
+}
+
+/// The next output of the SplitMix64 generator whose state is `state`.
+fn splitmix64(state: &std::cell::Cell<u64>) -> u64 {
+    let s = state.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+    state.set(s);
+    let mut z = s;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// The span every request runs in.
 fn request_span<B>(req: &Request<B>) -> tracing::Span {
     let id = req
@@ -93,4 +131,32 @@ fn request_span<B>(req: &Request<B>) -> tracing::Span {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     tracing::info_span!("request", request_id = id, method = %req.method(), path = req.uri().path())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(n: usize) -> Vec<String> {
+        let request = Request::new(());
+        (0..n)
+            .filter_map(|_| RandomIds.make_request_id(&request))
+            .filter_map(|id| Some(id.header_value().to_str().ok()?.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn request_ids_are_distinct_version_4_uuids_across_threads() {
+        let other = std::thread::spawn(|| ids(5_000));
+        let mut all = ids(5_000);
+        all.extend(other.join().unwrap_or_default());
+        assert_eq!(all.len(), 10_000);
+        for id in &all {
+            let parsed = uuid::Uuid::try_parse(id).ok();
+            assert_eq!(parsed.map(|u| u.get_version_num()), Some(4), "{id}");
+        }
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 10_000, "no id repeats");
+    }
 }

@@ -179,7 +179,11 @@ mod tests {
         assert_eq!(kept.len(), MAX_TURNS);
         assert_eq!((kept[0].tokens_in, kept[0].tokens_out), (1005, 405));
         assert_eq!(kept[0].fold, TurnFold::Reused);
-        assert_eq!(std::mem::size_of::<TurnRecord>(), 24, "the bound's arithmetic");
+        assert_eq!(
+            std::mem::size_of::<TurnRecord>(),
+            24,
+            "the bound's arithmetic"
+        );
     }
 
     #[test]

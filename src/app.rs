@@ -9,7 +9,8 @@ use crate::fold::compress::StubCache;
 /// Bytes of rendered compression stubs kept (a stub is about 1 KB, charged
 /// at about 2 KB: some 8,000 stubs, the stubs of a hundred long agent
 /// conversations at once). A soak fills 32 MiB only after some 18 minutes,
-/// so that memory went on growing long after the rest had levelled.
+/// so that memory went on growing long after the rest had levelled; stubs
+/// of ended conversations go after `STUB_IDLE` unused.
 const STUB_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 use crate::background::Background;
 use crate::config::Config;
@@ -68,7 +69,7 @@ impl App {
             metrics,
             background: Background::default(),
             turns: Turns::new(config.state.ttl),
-            stubs: StubCache::new(STUB_CACHE_BYTES),
+            stubs: StubCache::new(STUB_CACHE_BYTES, crate::fold::compress::STUB_IDLE),
             config,
         })
     }

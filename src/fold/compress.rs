@@ -366,8 +366,15 @@ impl Compression {
 /// Stubs already rendered, with their tokens. A stub is a pure function
 /// of its message, the call it answers, its token count, the recall line
 /// and the model that counts it, so a conversation's stubs, shown on every
-/// later request, are rendered once per process. Bounded by bytes.
+/// later request, are rendered once per process. Bounded by bytes, and a
+/// stub unused for [`STUB_IDLE`] goes: its conversation is over or away
+/// (it is rendered again if the conversation comes back), so the cache
+/// holds what live conversations show rather than filling to its bound
+/// with ended ones.
 pub struct StubCache(moka::sync::Cache<u128, Arc<(Value, u32)>>);
+
+/// How long a stub no request showed is kept.
+pub const STUB_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl std::fmt::Debug for StubCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -383,8 +390,9 @@ impl StubCache {
         self.0.weighted_size()
     }
 
-    /// A cache of about `bytes` of stubs.
-    pub fn new(bytes: u64) -> Self {
+    /// A cache of about `bytes` of stubs, each kept while used within
+    /// `idle` ([`STUB_IDLE`] in the server).
+    pub fn new(bytes: u64, idle: std::time::Duration) -> Self {
         Self(
             moka::sync::Cache::builder()
                 .max_capacity(bytes)
@@ -395,6 +403,7 @@ impl StubCache {
                     let text = serde_json::to_vec(&v.0).map_or(0, |t| t.len());
                     u32::try_from(2 * text + 128).unwrap_or(u32::MAX)
                 })
+                .time_to_idle(idle)
                 .build(),
         )
     }

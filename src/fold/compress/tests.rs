@@ -88,3 +88,28 @@ fn a_stub_keeps_the_pair_and_names_what_it_was() {
     assert_eq!(Compression::of(&ms, &raw, &all, 1, true, &count).len(), 1);
     assert!(Compression::of(&ms, &[10, 20, 1], &all, 1, true, &count).is_empty());
 }
+
+#[test]
+fn a_stub_unused_for_the_idle_time_leaves_the_cache_and_is_made_again() {
+    let ms = vec![
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}),
+        json!({"role": "tool", "tool_call_id": "call_1", "content": "a.txt\n".repeat(300)}),
+    ];
+    let cache = StubCache::new(1 << 20, std::time::Duration::from_millis(200));
+    let made = std::cell::Cell::new(0);
+    let count = |_: &Value| {
+        made.set(made.get() + 1);
+        40
+    };
+    let get = || cache.get(&ms, 1, (7, 500), ("m", true), &count);
+    let first = get();
+    assert!(first.is_some());
+    assert_eq!(get(), first);
+    assert_eq!(made.get(), 1, "a stub in use is made once");
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    cache.0.run_pending_tasks();
+    assert_eq!(cache.0.entry_count(), 0, "unused past the idle time: gone");
+    assert_eq!(get(), first, "made again, the same bytes");
+    assert_eq!(made.get(), 2);
+}

@@ -28,6 +28,7 @@
 //! - [`replay`]: `foldgate replay`: a recorded conversation through the fold engine, offline.
 //! - [`glob`]: model-name patterns.
 //! - [`heap`]: live heap bytes, counted in a `heap-stats` build (for soaks).
+//! - [`log_writer`]: log lines to stderr without std's lock, whole.
 
 pub mod admin;
 pub mod api;
@@ -42,6 +43,7 @@ pub mod estimate;
 pub mod fold;
 pub mod glob;
 pub mod heap;
+pub mod log_writer;
 pub mod message;
 pub mod metrics;
 pub mod pipeline;

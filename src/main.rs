@@ -211,19 +211,13 @@ fn fail(error: &dyn std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// Where log lines go: stderr, through a duplicate of its descriptor that
-/// is written without std's stderr lock. Each line is formatted whole and
-/// written in one call, so lines stay whole (on a file at any length, on a
-/// pipe up to its atomic 4 KiB; longer lines, rare, may interleave there);
-/// what the lock added was the workers waiting on each other (under load,
-/// a futex call for a third of the access lines).
+/// Where log lines go: stderr, without std's lock
+/// ([`foldgate::log_writer`]).
 fn log_writer() -> tracing_subscriber::fmt::writer::BoxMakeWriter {
-    use std::os::fd::AsFd;
-    match std::io::stderr().as_fd().try_clone_to_owned() {
-        Ok(fd) => tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::sync::Arc::new(
-            std::fs::File::from(fd),
-        )),
-        Err(_) => tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stderr),
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
+    match foldgate::log_writer::LogWriter::stderr() {
+        Some(writer) => BoxMakeWriter::new(writer),
+        None => BoxMakeWriter::new(std::io::stderr),
     }
 }
 

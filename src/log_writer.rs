@@ -23,7 +23,8 @@ pub struct LogWriter(Arc<Shared>);
 
 #[derive(Debug)]
 struct Shared {
-    file: File,
+    /// `None`: stderr could not be duplicated; lines go through std's stderr.
+    file: Option<File>,
     /// Shared by lines of up to [`ATOMIC_LINE`] bytes, held alone by longer ones.
     long_line: RwLock<()>,
 }
@@ -31,36 +32,44 @@ struct Shared {
 impl LogWriter {
     /// Lines written to `file`.
     pub fn new(file: File) -> Self {
+        Self::to(Some(file))
+    }
+
+    /// Lines written to a duplicate of stderr (or, if it cannot be
+    /// duplicated, through std's stderr and its lock).
+    pub fn stderr() -> Self {
+        use std::os::fd::AsFd;
+        let fd = io::stderr().as_fd().try_clone_to_owned().ok();
+        Self::to(fd.map(File::from))
+    }
+
+    fn to(file: Option<File>) -> Self {
         Self(Arc::new(Shared {
             file,
             long_line: RwLock::new(()),
         }))
-    }
-
-    /// Lines written to a duplicate of stderr (`None` if it cannot be
-    /// duplicated).
-    pub fn stderr() -> Option<Self> {
-        use std::os::fd::AsFd;
-        let fd = io::stderr().as_fd().try_clone_to_owned().ok()?;
-        Some(Self::new(File::from(fd)))
     }
 }
 
 impl Write for &LogWriter {
     fn write(&mut self, line: &[u8]) -> io::Result<usize> {
         let shared = &self.0;
+        let Some(file) = &shared.file else {
+            io::stderr().write_all(line)?;
+            return Ok(line.len());
+        };
         if line.len() <= ATOMIC_LINE {
             let _shared = shared
                 .long_line
                 .read()
                 .unwrap_or_else(PoisonError::into_inner);
-            (&shared.file).write_all(line)?;
+            (&*file).write_all(line)?;
         } else {
             let _alone = shared
                 .long_line
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
-            (&shared.file).write_all(line)?;
+            (&*file).write_all(line)?;
         }
         Ok(line.len())
     }

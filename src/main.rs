@@ -211,22 +211,12 @@ fn fail(error: &dyn std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// Where log lines go: stderr, without std's lock
-/// ([`foldgate::log_writer`]).
-fn log_writer() -> tracing_subscriber::fmt::writer::BoxMakeWriter {
-    use tracing_subscriber::fmt::writer::BoxMakeWriter;
-    match foldgate::log_writer::LogWriter::stderr() {
-        Some(writer) => BoxMakeWriter::new(writer),
-        None => BoxMakeWriter::new(std::io::stderr),
-    }
-}
-
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FOLDGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(log_writer());
+        .with_writer(foldgate::log_writer::LogWriter::stderr());
     match format {
         // One object per line; the request span's fields (its id) included.
         LogFormat::Json => builder

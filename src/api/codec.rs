@@ -7,7 +7,6 @@
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use crate::message::{MessageId, unit_id};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use std::ops::Range;
 
@@ -22,10 +21,11 @@ pub struct RawRequest<'a> {
     /// (model, tool definitions, response format, output limits).
     pub rest: Map<String, Value>,
     /// The pinned top-level fields (`system`, `instructions`), as the
-    /// client wrote them.
-    pub pinned: Vec<(&'static str, &'a RawValue)>,
-    /// The conversation's items, as the client wrote them.
-    pub items: Vec<&'a RawValue>,
+    /// client wrote them: delimited, read by [`raw_pinned`].
+    pub pinned: Vec<(&'static str, &'a str)>,
+    /// The conversation's items, as the client wrote them: delimited,
+    /// read by [`raw_unit`].
+    pub items: Vec<&'a str>,
     /// The items of each engine message, in order (as the decoder groups
     /// them).
     pub units: Vec<Range<usize>>,
@@ -57,7 +57,7 @@ impl<'a> RawRequest<'a> {
         };
         // A field without text makes no message (as the decoder reads it).
         let mut pinned = fields.raw;
-        pinned.retain(|(_, field)| !matches!(field.get(), "null" | "\"\"" | "[]"));
+        pinned.retain(|(_, field)| !matches!(*field, "null" | "\"\"" | "[]"));
         Some(Self {
             model,
             rest,
@@ -71,17 +71,17 @@ impl<'a> RawRequest<'a> {
 
 /// [`pinned_unit`] of a pinned field given as JSON text (`None` also when
 /// the text is not JSON the decoder reads).
-pub fn raw_pinned(name: &str, field: &RawValue) -> Option<(Value, MessageId)> {
-    pinned_unit(name, &serde_json::from_str(field.get()).ok()?)
+pub fn raw_pinned(name: &str, field: &str) -> Option<(Value, MessageId)> {
+    pinned_unit(name, &serde_json::from_str(field).ok()?)
 }
 
 /// The engine message the wire items of `api` given as JSON text stand
 /// for, and its identity, as the decoder makes them (`None`: an item is
 /// not JSON the decoder reads).
-pub fn raw_unit(api: super::Api, items: &[&RawValue]) -> Option<(Value, MessageId)> {
+pub fn raw_unit(api: super::Api, items: &[&str]) -> Option<(Value, MessageId)> {
     let values = items
         .iter()
-        .map(|i| serde_json::from_str(i.get()))
+        .map(|i| serde_json::from_str(i))
         .collect::<Result<Vec<Value>, _>>()
         .ok()?;
     Some((api.unit_message(&values), unit_id(&values)))

@@ -24,7 +24,7 @@ pub fn fast_parse(bytes: &[u8]) -> Option<FastChat> {
     chat.shallow(bytes).map(|raw| FastChat {
         model: raw.model,
         rest: raw.rest,
-        messages: raw.items.iter().map(|m| m.get().to_string()).collect(),
+        messages: raw.items.iter().map(|m| m.to_string()).collect(),
     })
 }
 

@@ -4,9 +4,16 @@
 //! other field is checked as the full parser would read it (strings
 //! decoded, numbers in range) and skipped, so a body the full parser
 //! refuses is refused from the first request, not only when a fold nears.
+//!
+//! The pinned fields and the items are only delimited here (their
+//! strings found with `memchr`, not decoded): each is read in full by the
+//! serde parser when its text is first seen ([`super::codec::raw_unit`]),
+//! and a text seen before was read then — the count cache keeps only
+//! texts that read. So every byte of an accepted body has been checked
+//! as the full parser checks it, once, and the items of a long
+//! conversation are looked at once per request, at memory speed.
 
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::fmt;
@@ -32,71 +39,193 @@ pub const HELD_UPSTREAM: &str = "the history is held upstream";
 pub struct Fields<'a> {
     /// The parsed fields present, in body order.
     pub parsed: Map<String, Value>,
-    /// The raw fields present, in body order.
-    pub raw: Vec<(&'static str, &'a RawValue)>,
-    /// The conversation's items, as the client wrote them.
-    pub items: Vec<&'a RawValue>,
+    /// The raw fields present, in body order, as the client wrote them
+    /// (delimited, not yet read).
+    pub raw: Vec<(&'static str, &'a str)>,
+    /// The conversation's items, as the client wrote them (delimited, not
+    /// yet read).
+    pub items: Vec<&'a str>,
 }
 
 /// Reads `bytes` by `spec`. `None` when the body is not a well-formed
 /// object with the conversation an array, names a field twice, or holds
-/// a string or number the full parser refuses: the full parser then
-/// reports exactly what is wrong (or handles the oddity).
+/// a string or number the full parser refuses outside the raw fields and
+/// items: the full parser then reports exactly what is wrong (or handles
+/// the oddity).
 pub fn read<'a>(bytes: &'a [u8], spec: &Spec) -> Option<Fields<'a>> {
-    // serde does not check the UTF-8 of the raw texts it borrows.
-    std::str::from_utf8(bytes).ok()?;
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let fields = Reader(spec).deserialize(&mut de).ok()?;
-    de.end().ok()?;
-    Some(fields)
+    // One pass, so that every text handed out is a `str`.
+    let members = members(std::str::from_utf8(bytes).ok()?)?;
+    let mut out = Fields {
+        parsed: Map::new(),
+        raw: Vec::new(),
+        items: Vec::new(),
+    };
+    let mut has_items = false;
+    for (i, (key, value)) in members.iter().enumerate() {
+        if members[..i].iter().any(|(seen, _)| seen == key) {
+            return None;
+        }
+        if key == spec.items {
+            out.items = items(value)?;
+            has_items = true;
+        } else if let Some(name) = spec.raw.iter().find(|n| **n == key) {
+            out.raw.push((name, value));
+        } else if spec.parsed.contains(&key.as_ref()) {
+            out.parsed
+                .insert(key.to_string(), serde_json::from_str(value).ok()?);
+        } else {
+            serde_json::from_str::<Checked>(value).ok()?;
+        }
+    }
+    has_items.then_some(out)
 }
 
-struct Reader<'s>(&'s Spec);
-
-impl<'de> DeserializeSeed<'de> for Reader<'_> {
-    type Value = Fields<'de>;
-
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
-        de.deserialize_map(self)
+/// The members of the JSON object `text` holds, in order: keys decoded,
+/// values delimited (not read). `None` when `text` is not one object.
+pub fn members(text: &str) -> Option<Vec<(Cow<'_, str>, &str)>> {
+    let mut at = Cursor { text, pos: 0 };
+    let mut out = Vec::new();
+    at.expect(b'{')?;
+    let mut more = !at.eat(b'}');
+    while more {
+        let key = at.key()?;
+        at.expect(b':')?;
+        out.push((key, at.value()?));
+        more = at.eat(b',');
+        if !more {
+            at.expect(b'}')?;
+        }
     }
+    at.end()?;
+    Some(out)
 }
 
-impl<'de> Visitor<'de> for Reader<'_> {
-    type Value = Fields<'de>;
+/// The items of the JSON array `text` holds, delimited (not read).
+fn items(text: &str) -> Option<Vec<&str>> {
+    let mut at = Cursor { text, pos: 0 };
+    let mut out = Vec::new();
+    at.expect(b'[')?;
+    let mut more = !at.eat(b']');
+    while more {
+        out.push(at.value()?);
+        more = at.eat(b',');
+        if !more {
+            at.expect(b']')?;
+        }
+    }
+    at.end()?;
+    Some(out)
+}
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON object")
+/// A position in JSON text. It finds where values begin and end; it does
+/// not read them.
+struct Cursor<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let spec = self.0;
-        let mut out = Fields {
-            parsed: Map::new(),
-            raw: Vec::new(),
-            items: Vec::new(),
-        };
-        let mut seen: Vec<Cow<'de, str>> = Vec::new();
-        let mut has_items = false;
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            if seen.contains(&key) {
-                return Err(de::Error::custom("a field named twice"));
-            }
-            if key == spec.items {
-                out.items = map.next_value()?;
-                has_items = true;
-            } else if let Some(name) = spec.raw.iter().find(|n| **n == key) {
-                out.raw.push((name, map.next_value()?));
-            } else if spec.parsed.contains(&key.as_ref()) {
-                out.parsed.insert(key.to_string(), map.next_value()?);
-            } else {
-                map.next_value::<Checked>()?;
-            }
-            seen.push(key);
+    fn skip_space(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes().get(self.pos) {
+            self.pos += 1;
         }
-        if !has_items {
-            return Err(de::Error::missing_field("conversation"));
+    }
+
+    /// Takes `byte` (after any space) if it is next.
+    fn eat(&mut self, byte: u8) -> bool {
+        self.skip_space();
+        let next = self.bytes().get(self.pos) == Some(&byte);
+        self.pos += usize::from(next);
+        next
+    }
+
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        self.eat(byte).then_some(())
+    }
+
+    /// Only space is left.
+    fn end(&mut self) -> Option<()> {
+        self.skip_space();
+        (self.pos == self.text.len()).then_some(())
+    }
+
+    /// An object's key, decoded.
+    fn key(&mut self) -> Option<Cow<'a, str>> {
+        self.skip_space();
+        let start = self.pos;
+        (self.bytes().get(start) == Some(&b'"')).then_some(())?;
+        self.skip_string()?;
+        let quoted = self.text.get(start..self.pos)?;
+        let inner = quoted.get(1..quoted.len() - 1)?;
+        if inner.bytes().any(|b| b == b'\\' || b < 0x20) {
+            serde_json::from_str::<String>(quoted).ok().map(Cow::Owned)
+        } else {
+            Some(Cow::Borrowed(inner))
         }
-        Ok(out)
+    }
+
+    /// The text of the next value: a string, an object or array (to its
+    /// matching bracket), or a literal (to the next delimiter).
+    fn value(&mut self) -> Option<&'a str> {
+        self.skip_space();
+        let start = self.pos;
+        match *self.bytes().get(start)? {
+            b'"' => self.skip_string()?,
+            b'{' | b'[' => self.skip_nested()?,
+            _ => {
+                let len = self.bytes()[start..]
+                    .iter()
+                    .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                    .unwrap_or(self.bytes().len() - start);
+                (len > 0).then_some(())?;
+                self.pos += len;
+            }
+        }
+        self.text.get(start..self.pos)
+    }
+
+    /// Past the string that starts here: its end is the first quote not
+    /// escaped, found with `memchr` (an escape is a backslash and the byte
+    /// after it; `\uXXXX`'s digits hold no quote).
+    fn skip_string(&mut self) -> Option<()> {
+        self.pos += 1;
+        loop {
+            let found = memchr::memchr2(b'"', b'\\', self.bytes().get(self.pos..)?)?;
+            self.pos += found;
+            if self.bytes()[self.pos] == b'"' {
+                self.pos += 1;
+                return Some(());
+            }
+            self.pos += 2;
+        }
+    }
+
+    /// Past the object or array that starts here, to its matching bracket
+    /// (the kinds of brackets are matched by the parser that reads it).
+    fn skip_nested(&mut self) -> Option<()> {
+        let mut depth = 0usize;
+        loop {
+            match *self.bytes().get(self.pos)? {
+                b'"' => {
+                    self.skip_string()?;
+                    continue;
+                }
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        self.pos += 1;
+                        return Some(());
+                    }
+                }
+                _ => {}
+            }
+            self.pos += 1;
+        }
     }
 }
 
@@ -174,9 +303,61 @@ mod tests {
         let f = read(body, &SPEC).unwrap();
         assert_eq!(f.parsed["model"], "m");
         assert_eq!(f.raw[0].0, "system");
-        assert_eq!(f.raw[0].1.get(), r#"[{"type":"text","text":"s"}]"#);
+        assert_eq!(f.raw[0].1, r#"[{"type":"text","text":"s"}]"#);
         assert_eq!(f.items.len(), 2);
-        assert_eq!(f.items[1].get(), r#"{"role":"assistant","content":"b"}"#);
+        assert_eq!(f.items[1], r#"{"role":"assistant","content":"b"}"#);
+    }
+
+    #[test]
+    fn items_end_where_the_parser_ends_them() {
+        let items = [
+            r#"{"role":"user","content":"a \"quoted\" ] } [ {"}"#,
+            r#"{"content":"ends in a backslash \\","role":"assistant"}"#,
+            r#"{"role":"tool","content":[{"type":"text","text":"\u005d\""}],"n":[1,-2.5e3,true,null]}"#,
+            r#""a string item""#,
+            "12",
+            "{}",
+            "[[],[[]]]",
+            r#"{"k":"\u00e9t\u00e9 \ud83d\ude00 café"}"#,
+        ];
+        for spacing in ["", " \n\t "] {
+            let joined = items.join(&format!("{spacing},{spacing}"));
+            let body = format!(r#"{spacing}{{"model":"m",{spacing}"messages"{spacing}:{spacing}[{spacing}{joined}{spacing}]{spacing}}}{spacing}"#);
+            let f = read(body.as_bytes(), &SPEC).unwrap_or_else(|| panic!("{body}"));
+            assert_eq!(f.items, items, "{body}");
+            let parsed: Map<String, Value> = serde_json::from_str(&body).unwrap();
+            let reparsed: Vec<Value> = f.items.iter().map(|i| serde_json::from_str(i).unwrap()).collect();
+            assert_eq!(parsed["messages"], Value::Array(reparsed));
+        }
+    }
+
+    #[test]
+    fn escaped_keys_are_decoded() {
+        let body = br#"{"mod\u0065l":"m","messages":[],"\u006dodel":"n"}"#;
+        assert!(read(body, &SPEC).is_none(), "the same key twice, once escaped");
+        let body = br#"{"\u006dessages":[{"role":"user","content":"a"}],"model":"m"}"#;
+        assert_eq!(read(body, &SPEC).map(|f| f.items.len()), Some(1));
+    }
+
+    #[test]
+    fn refuses_broken_structure() {
+        for body in [
+            &br#"{"model":"m","messages":[{"role":"user"}"#[..],
+            br#"{"model":"m","messages":[{"role":"user"},]}"#,
+            br#"{"model":"m","messages":[,]}"#,
+            br#"{"model":"m","messages":["unterminated]}"#,
+            br#"{"model":"m","messages":["ends in \"#,
+            br#"{"model":"m","messages":[] "x":1}"#,
+            br#"{"model":"m",}"#,
+            br#"{"model" "m","messages":[]}"#,
+            br#"{"model":"m","messages":[]}"#,
+            b"{\"model\":\"m\",\"messages\":[],\"x\":\"\xff\"}",
+            br#"{"model":"m","messages":[]}}"#,
+            b"",
+        ] {
+            assert!(read(body, &SPEC).is_none(), "{}", String::from_utf8_lossy(body));
+            assert!(serde_json::from_slice::<Value>(body).is_err());
+        }
     }
 
     #[test]

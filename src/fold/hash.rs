@@ -44,11 +44,7 @@ impl ChainHash {
 
     /// Lower-case hex, 64 characters.
     pub fn to_hex(&self) -> String {
-        use fmt::Write;
-        self.0.iter().fold(String::with_capacity(64), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+        hex(&self.0)
     }
 
     /// Parses [`ChainHash::to_hex`] output.
@@ -120,6 +116,17 @@ impl<'m> PrefixChain<'m> {
         }
         Some(self.links[k])
     }
+}
+
+/// `bytes` in lower-case hex, two digits a byte (a table, not a
+/// formatter: this runs on every request's tenant key).
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    bytes
+        .iter()
+        .flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]])
+        .map(char::from)
+        .collect()
 }
 
 #[cfg(test)]

@@ -131,12 +131,12 @@ fn count(app: &App, api: Api, raw: &RawRequest<'_>) -> Option<Vec<RawCount>> {
     let units = app.tokens.raw_units(&raw.model);
     let mut out = Vec::with_capacity(raw.pinned.len() + raw.units.len());
     for (name, field) in &raw.pinned {
-        let key = unit_key(api, [*name, field.get()]);
+        let key = unit_key(api, [*name, *field]);
         out.push(units.count(key, || raw_pinned(name, field))?);
     }
     for range in &raw.units {
         let items = raw.items.get(range.clone())?;
-        let key = unit_key(api, items.iter().map(|i| i.get()));
+        let key = unit_key(api, items.iter().copied());
         out.push(units.count(key, || raw_unit(api, items))?);
     }
     Some(out)

@@ -3,6 +3,7 @@
 
 use crate::config::{ConversationConfig, Fallback};
 use crate::error::ApiError;
+use crate::fold::hash::hex;
 use crate::message::{MessageId, Role, pinned_count};
 use crate::state::ConvKey;
 use crate::upstream::headers;
@@ -98,10 +99,6 @@ pub fn fingerprint(roles: &[Role], ids: &[MessageId]) -> Option<String> {
         h.update(&id.to_le_bytes());
     }
     Some(format!("fp-{:032x}", h.digest128()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

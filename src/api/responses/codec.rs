@@ -18,10 +18,7 @@ use crate::api::shallow::{self, Spec};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use crate::message::role;
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
-use std::borrow::Cow;
 
 /// The fields that, set, say the history is held upstream.
 const HELD_UPSTREAM: [&str; 2] = ["previous_response_id", "conversation"];
@@ -100,31 +97,30 @@ fn shape(item: &Value) -> Shape {
     )
 }
 
-/// The head of an item as text: what [`Shape`] reads.
-#[derive(Deserialize)]
-struct Head<'a> {
-    #[serde(rename = "type", default, borrow)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(default, deserialize_with = "present")]
-    role: bool,
-    #[serde(default, borrow)]
-    call_id: Option<&'a RawValue>,
-}
-
-/// Whether a field is there at all (even as `null`).
-fn present<'de, D: serde::Deserializer<'de>>(de: D) -> Result<bool, D::Error> {
-    serde::de::IgnoredAny::deserialize(de).map(|_| true)
-}
-
-/// An item's [`Shape`] from its JSON text (`None`: not an object).
-fn raw_shape(item: &RawValue) -> Option<Shape> {
-    let head: Head<'_> = serde_json::from_str(item.get()).ok()?;
-    let kind = match (&head.kind, head.role) {
-        (Some(kind), _) => kind.as_ref(),
+/// An item's [`Shape`] from its JSON text (`None`: not an object, or a
+/// field [`Shape`] reads named twice or not of the type the decoder
+/// reads). Only the item's top-level members are delimited; the item is
+/// read in full when its text is first seen.
+fn raw_shape(item: &str) -> Option<Shape> {
+    let members = shallow::members(item)?;
+    let field = |name: &str| {
+        let mut named = members.iter().filter(|(key, _)| key == name);
+        match (named.next(), named.next()) {
+            (_, Some(_)) => Err(()),
+            (first, None) => Ok(first.map(|(_, value)| *value)),
+        }
+    };
+    let kind = match field("type").ok()? {
+        Some(text) => serde_json::from_str::<Option<String>>(text).ok()?,
+        None => None,
+    };
+    let role = field("role").ok()?.is_some();
+    let string_call_id = field("call_id").ok()?.is_some_and(|c| c.starts_with('"'));
+    let kind = match (&kind, role) {
+        (Some(kind), _) => kind.as_str(),
         (None, true) => "message",
         (None, false) => "",
     };
-    let string_call_id = head.call_id.is_some_and(|c| c.get().starts_with('"'));
     Some(Shape::of(kind, string_call_id))
 }
 
@@ -259,11 +255,7 @@ mod tests {
         let shapes: Vec<Shape> = items.iter().map(shape).collect();
         assert_eq!(unit_ranges(&shapes), vec![0..1, 1..4, 4..5, 5..6, 6..7]);
         let texts: Vec<String> = items.iter().map(Value::to_string).collect();
-        let raw: Vec<&RawValue> = texts
-            .iter()
-            .map(|t| serde_json::from_str(t).unwrap())
-            .collect();
-        let raw_shapes: Option<Vec<Shape>> = raw.iter().map(|i| raw_shape(i)).collect();
+        let raw_shapes: Option<Vec<Shape>> = texts.iter().map(|i| raw_shape(i)).collect();
         assert_eq!(raw_shapes, Some(shapes));
         let call = engine_message(&items[1..4]);
         assert_eq!(
@@ -277,5 +269,24 @@ mod tests {
         assert_eq!(Role::of_message(&out), Some(Role::Tool));
         assert_eq!(tool_call_id(&out), Some("a"));
         assert_eq!(engine_message(&items[6..7])["content"][0]["text"], "done");
+    }
+
+    #[test]
+    fn the_shape_from_text_is_the_shape_from_the_value() {
+        for text in [
+            r#"{"type":"function_call","call_id":"a","arguments":"{\"type\":\"reasoning\"}"}"#,
+            r#"{"typ\u0065" : "reasoning", "summary": [{"type":"x"}]}"#,
+            r#"{"type":null,"role":null}"#,
+            r#"{"call_id":7,"type":"function_call"}"#,
+            r#"{"call_id":null,"type":"custom_tool_call"}"#,
+            r#"{"content":[{"role":"user","type":"reasoning"}]}"#,
+            r#" { "role" : "assistant" } "#,
+        ] {
+            let value: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(raw_shape(text), Some(shape(&value)), "{text}");
+        }
+        for text in [r#"{"type":"reasoning","type":"message"}"#, r#"{"type":1}"#, "[]", "{"] {
+            assert_eq!(raw_shape(text), None, "{text}");
+        }
     }
 }

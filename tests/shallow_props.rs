@@ -1,0 +1,108 @@
+//! Property test for the fast path's reader (`foldgate::api::shallow`):
+//! it only delimits the conversation's items (their strings found with
+//! `memchr`, not decoded), so on any body the full parser reads, the
+//! items it hands out must be exactly the values the full parser finds —
+//! whatever the strings hold (quotes, backslashes, brackets, escapes,
+//! any code point) and however the JSON is spaced.
+//!
+//! Seeded for reproducible CI; explore others with
+//! `PROPTEST_RNG_SEED=<u64> cargo test --test shallow_props`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly; the no-panic rule is for the request path"
+)]
+
+use foldgate::api::shallow::{Spec, read};
+use proptest::prelude::*;
+use proptest::test_runner::{Config as ProptestConfig, RngSeed};
+use serde_json::{Map, Value, json};
+
+const SPEC: Spec = Spec {
+    parsed: &["model"],
+    raw: &["system"],
+    items: "messages",
+    held_upstream: &[],
+};
+
+/// Strings heavy in what a string scan can trip on.
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        r#"[\\"\[\]{}:, a-z]{0,12}"#,
+        "\\PC{0,12}",
+        r#"(\\\\|\\"|\\u[0-9a-f]{4}|[ -~]){0,8}"#,
+    ]
+}
+
+fn value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        (-1e300f64..1e300).prop_map(Value::from),
+        text().prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 32, 5, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            prop::collection::vec((text(), inner), 0..5)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+/// `value` written compact or pretty (spaces and newlines between tokens).
+fn written(value: &Value, style: u8) -> String {
+    match style % 2 {
+        0 => value.to_string(),
+        _ => serde_json::to_string_pretty(value).unwrap(),
+    }
+}
+
+fn config() -> ProptestConfig {
+    let mut config = ProptestConfig {
+        cases: 512,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    if config.rng_seed == RngSeed::Random {
+        config.rng_seed = RngSeed::Fixed(0x5ca1_ab1e);
+    }
+    config
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn items_are_the_values_the_full_parser_finds(
+        messages in prop::collection::vec(value(), 0..6),
+        system in value(),
+        extra in value(),
+        style in any::<u8>(),
+    ) {
+        let body = json!({"system": system, "model": "m", "messages": messages, "extra": extra});
+        let text = written(&body, style);
+        let fields = read(text.as_bytes(), &SPEC).expect("a body the full parser reads");
+        let items: Vec<Value> = fields.items.iter().map(|i| serde_json::from_str(i).unwrap()).collect();
+        prop_assert_eq!(items, messages);
+        prop_assert_eq!(fields.raw.len(), 1);
+        prop_assert_eq!(serde_json::from_str::<Value>(fields.raw[0].1).unwrap(), system);
+        prop_assert_eq!(&fields.parsed, &Map::from_iter([("model".to_string(), json!("m"))]));
+    }
+
+    #[test]
+    fn a_body_cut_short_is_refused(
+        messages in prop::collection::vec(value(), 1..4),
+        style in any::<u8>(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let text = written(&json!({"model": "m", "messages": messages}), style);
+        let end = text.trim_end().len() - 1;
+        let at = cut.index(end);
+        prop_assume!(text.is_char_boundary(at));
+        prop_assert!(read(&text.as_bytes()[..at], &SPEC).is_none());
+    }
+}

@@ -322,11 +322,17 @@ mod tests {
         ];
         for spacing in ["", " \n\t "] {
             let joined = items.join(&format!("{spacing},{spacing}"));
-            let body = format!(r#"{spacing}{{"model":"m",{spacing}"messages"{spacing}:{spacing}[{spacing}{joined}{spacing}]{spacing}}}{spacing}"#);
+            let body = format!(
+                r#"{spacing}{{"model":"m",{spacing}"messages"{spacing}:{spacing}[{spacing}{joined}{spacing}]{spacing}}}{spacing}"#
+            );
             let f = read(body.as_bytes(), &SPEC).unwrap_or_else(|| panic!("{body}"));
             assert_eq!(f.items, items, "{body}");
             let parsed: Map<String, Value> = serde_json::from_str(&body).unwrap();
-            let reparsed: Vec<Value> = f.items.iter().map(|i| serde_json::from_str(i).unwrap()).collect();
+            let reparsed: Vec<Value> = f
+                .items
+                .iter()
+                .map(|i| serde_json::from_str(i).unwrap())
+                .collect();
             assert_eq!(parsed["messages"], Value::Array(reparsed));
         }
     }
@@ -334,7 +340,10 @@ mod tests {
     #[test]
     fn escaped_keys_are_decoded() {
         let body = br#"{"mod\u0065l":"m","messages":[],"\u006dodel":"n"}"#;
-        assert!(read(body, &SPEC).is_none(), "the same key twice, once escaped");
+        assert!(
+            read(body, &SPEC).is_none(),
+            "the same key twice, once escaped"
+        );
         let body = br#"{"\u006dessages":[{"role":"user","content":"a"}],"model":"m"}"#;
         assert_eq!(read(body, &SPEC).map(|f| f.items.len()), Some(1));
     }
@@ -355,7 +364,11 @@ mod tests {
             br#"{"model":"m","messages":[]}}"#,
             b"",
         ] {
-            assert!(read(body, &SPEC).is_none(), "{}", String::from_utf8_lossy(body));
+            assert!(
+                read(body, &SPEC).is_none(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
             assert!(serde_json::from_slice::<Value>(body).is_err());
         }
     }

@@ -285,7 +285,12 @@ mod tests {
             let value: Value = serde_json::from_str(text).unwrap();
             assert_eq!(raw_shape(text), Some(shape(&value)), "{text}");
         }
-        for text in [r#"{"type":"reasoning","type":"message"}"#, r#"{"type":1}"#, "[]", "{"] {
+        for text in [
+            r#"{"type":"reasoning","type":"message"}"#,
+            r#"{"type":1}"#,
+            "[]",
+            "{",
+        ] {
             assert_eq!(raw_shape(text), None, "{text}");
         }
     }

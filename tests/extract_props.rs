@@ -16,7 +16,7 @@
 
 use foldgate::fold::extract::{Kind, contains_token, extract};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, RngSeed};
+mod props_support;
 
 /// Words of letters and digits that name a standard or an architecture:
 /// the extractor treats them as words, so the generator avoids them.
@@ -112,20 +112,8 @@ fn found_whole(text: &str, value: &str) -> bool {
         .any(|a| a.value == value || contains_token(&a.value, value))
 }
 
-fn config() -> ProptestConfig {
-    let mut config = ProptestConfig {
-        cases: 512,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    };
-    if config.rng_seed == RngSeed::Random {
-        config.rng_seed = RngSeed::Fixed(0x1d5_0f1d);
-    }
-    config
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(props_support::config(512, 0x1d5_0f1d))]
 
     #[test]
     fn mixed_identifiers_come_out_whole((id, text) in mixed_id().prop_flat_map(placed)) {

@@ -41,7 +41,7 @@ mod fold_support;
 use fold_support::decide_stubbed;
 use fold_support::invariants::{check_view_with, count, label, record_fold};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, RngSeed};
+mod props_support;
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashMap};
 
@@ -500,20 +500,8 @@ fn check_edit(ms: &[Value], chain: &FoldChain, step: usize) {
     }
 }
 
-fn config() -> ProptestConfig {
-    let mut config = ProptestConfig {
-        cases: 256,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    };
-    if config.rng_seed == RngSeed::Random {
-        config.rng_seed = RngSeed::Fixed(0xf01d_6a7e);
-    }
-    config
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(props_support::config(256, 0xf01d_6a7e))]
 
     #[test]
     fn folding_never_drops_and_always_fits(

@@ -28,7 +28,7 @@
 use foldgate::fold::extract::{Kind, contains_token, extract, message_text};
 use foldgate::fold::ledger::{Ledger, LedgerItem, LedgerUpdate};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, RngSeed};
+mod props_support;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 
@@ -186,20 +186,8 @@ fn fold(previous: &Ledger, folded: &[Value], budget: u32) -> LedgerUpdate {
     Ledger::after_fold(previous, None, &refs, "", budget, &count)
 }
 
-fn config() -> ProptestConfig {
-    let mut config = ProptestConfig {
-        cases: 128,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    };
-    if config.rng_seed == RngSeed::Random {
-        config.rng_seed = RngSeed::Fixed(0x1ed6_e75e);
-    }
-    config
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(props_support::config(128, 0x1ed6_e75e))]
 
     #[test]
     fn nothing_is_lost_while_the_budget_allows(folds in folds()) {

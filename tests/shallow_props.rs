@@ -17,7 +17,7 @@
 
 use foldgate::api::shallow::{Spec, read};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, RngSeed};
+mod props_support;
 use serde_json::{Map, Value, json};
 
 const SPEC: Spec = Spec {
@@ -61,20 +61,8 @@ fn written(value: &Value, style: u8) -> String {
     }
 }
 
-fn config() -> ProptestConfig {
-    let mut config = ProptestConfig {
-        cases: 512,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    };
-    if config.rng_seed == RngSeed::Random {
-        config.rng_seed = RngSeed::Fixed(0x5ca1_ab1e);
-    }
-    config
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(props_support::config(512, 0x5ca1_ab1e))]
 
     #[test]
     fn items_are_the_values_the_full_parser_finds(

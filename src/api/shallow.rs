@@ -83,34 +83,34 @@ pub fn read<'a>(bytes: &'a [u8], spec: &Spec) -> Option<Fields<'a>> {
 /// The members of the JSON object `text` holds, in order: keys decoded,
 /// values delimited (not read). `None` when `text` is not one object.
 pub fn members(text: &str) -> Option<Vec<(Cow<'_, str>, &str)>> {
-    let mut at = Cursor { text, pos: 0 };
-    let mut out = Vec::new();
-    at.expect(b'{')?;
-    let mut more = !at.eat(b'}');
-    while more {
+    entries(text, *b"{}", |at| {
         let key = at.key()?;
         at.expect(b':')?;
-        out.push((key, at.value()?));
-        more = at.eat(b',');
-        if !more {
-            at.expect(b'}')?;
-        }
-    }
-    at.end()?;
-    Some(out)
+        Some((key, at.value()?))
+    })
 }
 
 /// The items of the JSON array `text` holds, delimited (not read).
 fn items(text: &str) -> Option<Vec<&str>> {
+    entries(text, *b"[]", Cursor::value)
+}
+
+/// The comma-separated entries between `open` and `close` that make up
+/// all of `text`, each taken by `entry`.
+fn entries<'a, T>(
+    text: &'a str,
+    [open, close]: [u8; 2],
+    mut entry: impl FnMut(&mut Cursor<'a>) -> Option<T>,
+) -> Option<Vec<T>> {
     let mut at = Cursor { text, pos: 0 };
     let mut out = Vec::new();
-    at.expect(b'[')?;
-    let mut more = !at.eat(b']');
+    at.expect(open)?;
+    let mut more = !at.eat(close);
     while more {
-        out.push(at.value()?);
+        out.push(entry(&mut at)?);
         more = at.eat(b',');
         if !more {
-            at.expect(b']')?;
+            at.expect(close)?;
         }
     }
     at.end()?;

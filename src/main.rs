@@ -11,7 +11,8 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[global_allocator]
 static ALLOC: foldgate::heap::Counting<mimalloc::MiMalloc> =
     foldgate::heap::Counting(mimalloc::MiMalloc);
-use foldgate::config::{Config, LogFormat};
+use foldgate::config::{Config, LogConfig, LogFormat};
+use foldgate::log_writer::LogWriter;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -77,7 +78,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let code = run(Cli::parse());
+    flush_log();
+    code
+}
+
+fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Serve { config } => serve(config),
         Command::Prune { older_than, config } => prune(config, older_than),
@@ -119,7 +125,7 @@ fn main() -> ExitCode {
 /// Loads the configuration, then starts logging in its format.
 fn load(path: Option<PathBuf>) -> Result<Config, ExitCode> {
     let config = Config::load(path.as_deref()).map_err(|e| fail(&e))?;
-    init_logging(config.log.format);
+    init_logging(&config.log);
     Ok(config)
 }
 
@@ -207,17 +213,27 @@ fn out(text: &str) -> ExitCode {
 }
 
 fn fail(error: &dyn std::fmt::Display) -> ExitCode {
+    flush_log();
     eprintln!("foldgate: {error}");
     ExitCode::FAILURE
 }
 
-fn init_logging(format: LogFormat) {
+/// The log, once started: flushed at exit and on a panic.
+static LOG: std::sync::OnceLock<LogWriter> = std::sync::OnceLock::new();
+
+fn init_logging(config: &LogConfig) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FOLDGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let writer = LOG.get_or_init(|| LogWriter::stderr(config.flush_interval));
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |panic| {
+        flush_log();
+        previous(panic);
+    }));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(foldgate::log_writer::LogWriter::stderr());
-    match format {
+        .with_writer(writer.clone());
+    match config.format {
         // One object per line; the request span's fields (its id) included.
         LogFormat::Json => builder
             .json()
@@ -229,5 +245,13 @@ fn init_logging(format: LogFormat) {
         LogFormat::Text => builder
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init(),
+    }
+}
+
+/// Writes out the log's buffered lines, if logging has started.
+fn flush_log() {
+    if let Some(log) = LOG.get() {
+        // A log that cannot be written has nowhere to say so.
+        let _unwritten = log.flush();
     }
 }

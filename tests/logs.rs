@@ -21,7 +21,8 @@ use tokio::io::AsyncReadExt;
 
 /// Runs `foldgate serve` on a config in front of `llm` (plus `extra`
 /// sections) written to `path`, sends one folding request with id
-/// `request_id`, stops the server and returns everything it logged.
+/// `request_id`, stops the server (SIGTERM) and returns everything it
+/// logged.
 async fn serve_one_fold(llm: &Llm, path: &Path, extra: &str, request_id: &str) -> String {
     let port = common::free_port();
     let toml = convo::config(llm, &format!("[state]\nbackend = \"memory\"\n{extra}")).replace(
@@ -47,7 +48,13 @@ async fn serve_one_fold(llm: &Llm, path: &Path, extra: &str, request_id: &str) -
     let reply = post_json(&url, &headers, &Convo::with_turns(55).body()).await;
     reply.assert_ok();
     assert_eq!(label(&reply), "new");
-    child.start_kill().unwrap();
+    // SIGTERM: the server drains and exits, writing out the buffered lines.
+    let pid = child.id().unwrap().to_string();
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(term.success());
     let mut log = String::new();
     child
         .stderr

@@ -346,12 +346,26 @@ impl Default for TokensConfig {
 
 /// `[log]`: how foldgate writes its log (to stderr). `FOLDGATE_LOG` sets
 /// the filter (`info`, `foldgate=debug`).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     /// `"text"`: one human-readable line per event (colour only on a
     /// terminal); `"json"`: one JSON object per line, for log collectors.
     pub format: LogFormat,
+    /// How long info lines (the access lines among them) may wait in a
+    /// buffer before they are written; warnings and errors go out at once,
+    /// with every line before them. `0s`: every line at once.
+    #[serde(with = "humantime_serde")]
+    pub flush_interval: Duration,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::default(),
+            flush_interval: Duration::from_millis(100),
+        }
+    }
 }
 
 /// `log.format`.

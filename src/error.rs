@@ -185,7 +185,9 @@ impl ApiError {
         );
         if let Self::NotFolded { why, .. } = &self {
             if let Ok(value) = HeaderValue::from_str(&fold_failed(why)) {
-                response.headers_mut().insert("x-foldgate-warning", value);
+                response
+                    .headers_mut()
+                    .insert(crate::headers::WARNING, value);
             }
         }
         if matches!(self, Self::Unauthorized(_)) {

@@ -242,8 +242,12 @@ fn init_logging(config: &LogConfig) {
             .with_span_list(false)
             .init(),
         // Colour codes only on a terminal, never in a file or a pipe.
+        LogFormat::Text if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
+            builder.with_ansi(true).init();
+        }
         LogFormat::Text => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_ansi(false)
+            .event_format(foldgate::log_format::PlainText)
             .init(),
     }
 }

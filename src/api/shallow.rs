@@ -54,67 +54,54 @@ pub struct Fields<'a> {
 /// the oddity).
 pub fn read<'a>(bytes: &'a [u8], spec: &Spec) -> Option<Fields<'a>> {
     // One pass, so that every text handed out is a `str`.
-    let members = members(std::str::from_utf8(bytes).ok()?)?;
+    let mut at = Cursor::new(simdutf8::basic::from_utf8(bytes).ok()?);
     let mut out = Fields {
         parsed: Map::new(),
         raw: Vec::new(),
         items: Vec::new(),
     };
+    let mut keys: Vec<Cow<'a, str>> = Vec::new();
     let mut has_items = false;
-    for (i, (key, value)) in members.iter().enumerate() {
-        if members[..i].iter().any(|(seen, _)| seen == key) {
+    at.entries(*b"{}", |at| {
+        let key = at.key()?;
+        at.expect(b':')?;
+        if keys.contains(&key) {
             return None;
         }
         if key == spec.items {
-            out.items = items(value)?;
+            // Delimited item by item where it stands: the array is looked
+            // at once.
+            out.items = at.entries(*b"[]", Cursor::value)?;
             has_items = true;
-        } else if let Some(name) = spec.raw.iter().find(|n| **n == key) {
-            out.raw.push((name, value));
-        } else if spec.parsed.contains(&key.as_ref()) {
-            out.parsed
-                .insert(key.to_string(), serde_json::from_str(value).ok()?);
         } else {
-            serde_json::from_str::<Checked>(value).ok()?;
+            let value = at.value()?;
+            if let Some(name) = spec.raw.iter().find(|n| **n == key) {
+                out.raw.push((name, value));
+            } else if spec.parsed.contains(&key.as_ref()) {
+                out.parsed
+                    .insert(key.to_string(), serde_json::from_str(value).ok()?);
+            } else {
+                serde_json::from_str::<Checked>(value).ok()?;
+            }
         }
-    }
+        keys.push(key);
+        Some(())
+    })?;
+    at.end()?;
     has_items.then_some(out)
 }
 
 /// The members of the JSON object `text` holds, in order: keys decoded,
 /// values delimited (not read). `None` when `text` is not one object.
 pub fn members(text: &str) -> Option<Vec<(Cow<'_, str>, &str)>> {
-    entries(text, *b"{}", |at| {
+    let mut at = Cursor::new(text);
+    let members = at.entries(*b"{}", |at| {
         let key = at.key()?;
         at.expect(b':')?;
         Some((key, at.value()?))
-    })
-}
-
-/// The items of the JSON array `text` holds, delimited (not read).
-fn items(text: &str) -> Option<Vec<&str>> {
-    entries(text, *b"[]", Cursor::value)
-}
-
-/// The comma-separated entries between `open` and `close` that make up
-/// all of `text`, each taken by `entry`.
-fn entries<'a, T>(
-    text: &'a str,
-    [open, close]: [u8; 2],
-    mut entry: impl FnMut(&mut Cursor<'a>) -> Option<T>,
-) -> Option<Vec<T>> {
-    let mut at = Cursor { text, pos: 0 };
-    let mut out = Vec::new();
-    at.expect(open)?;
-    let mut more = !at.eat(close);
-    while more {
-        out.push(entry(&mut at)?);
-        more = at.eat(b',');
-        if !more {
-            at.expect(close)?;
-        }
-    }
+    })?;
     at.end()?;
-    Some(out)
+    Some(members)
 }
 
 /// A position in JSON text. It finds where values begin and end; it does
@@ -125,6 +112,30 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
+    fn new(text: &'a str) -> Self {
+        Self { text, pos: 0 }
+    }
+
+    /// The comma-separated entries between `open` and `close` that start
+    /// here, each taken by `entry`.
+    fn entries<T>(
+        &mut self,
+        [open, close]: [u8; 2],
+        mut entry: impl FnMut(&mut Self) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        let mut out = Vec::new();
+        self.expect(open)?;
+        let mut more = !self.eat(close);
+        while more {
+            out.push(entry(self)?);
+            more = self.eat(b',');
+            if !more {
+                self.expect(close)?;
+            }
+        }
+        Some(out)
+    }
+
     fn bytes(&self) -> &'a [u8] {
         self.text.as_bytes()
     }

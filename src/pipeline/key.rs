@@ -9,7 +9,8 @@ use crate::state::ConvKey;
 use crate::upstream::headers;
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
-use xxhash_rust::xxh3::Xxh3Default;
+use std::cell::RefCell;
+use xxhash_rust::xxh3::{Xxh3Default, xxh3_128};
 
 /// The client's address, set by the listener as a request extension.
 #[derive(Debug, Clone, Copy)]
@@ -45,11 +46,25 @@ pub fn check_header(headers: &HeaderMap, config: &ConversationConfig) -> Result<
 
 /// The tenant of a request: a hex SHA-256 prefix of its credential, so one
 /// client never sees another's summaries and no credential is stored.
+/// Each thread remembers the last credential's tenant (by a 128-bit xxh3
+/// of it, not the credential), so a client's stream of requests hashes
+/// its key once, not on every request.
 pub fn tenant(headers: &HeaderMap) -> String {
-    match headers::credential(headers) {
-        Some(credential) => hex(&Sha256::digest(credential.as_bytes())[..12]),
-        None => "anonymous".to_string(),
+    thread_local! {
+        static LAST: RefCell<Option<(u128, String)>> = const { RefCell::new(None) };
     }
+    let Some(credential) = headers::credential(headers) else {
+        return "anonymous".to_string();
+    };
+    let seen = xxh3_128(credential.as_bytes());
+    LAST.with_borrow_mut(|last| match last {
+        Some((id, tenant)) if *id == seen => tenant.clone(),
+        _ => {
+            let tenant = hex(&Sha256::digest(credential.as_bytes())[..12]);
+            *last = Some((seen, tenant.clone()));
+            tenant
+        }
+    })
 }
 
 /// The conversation key, or `None` when the request has no header and the
@@ -126,6 +141,11 @@ mod tests {
         );
         assert_ne!(a.tenant, b.tenant);
         assert!(!a.tenant.contains("sk-a"));
+        // Back to the first key: its own tenant, not the last one's.
+        h.insert("authorization", "Bearer sk-a".parse().unwrap());
+        let again = conversation_key(&h, || None, &cfg(Fallback::Fingerprint)).unwrap();
+        assert_eq!(again.tenant, a.tenant);
+        assert_eq!(a.tenant, hex(&Sha256::digest(b"sk-a")[..12]));
     }
 
     #[test]

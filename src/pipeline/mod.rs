@@ -24,6 +24,7 @@ use crate::api::Api;
 use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
+use crate::headers as names;
 use crate::upstream::UpstreamLatency;
 use crate::upstream::{Provider, headers};
 use bytes::Bytes;
@@ -239,35 +240,23 @@ fn annotate(
             .insert(crate::state::ViewIds(prepared.view_ids.clone()));
     }
     let headers = response.headers_mut();
-    headers.insert("x-foldgate-fold", HeaderValue::from_static(prepared.label));
+    headers.insert(names::FOLD, HeaderValue::from_static(prepared.label));
     if prepared.compressed > 0 {
-        headers.insert(
-            "x-foldgate-compressed",
-            HeaderValue::from(prepared.compressed),
-        );
+        headers.insert(names::COMPRESSED, HeaderValue::from(prepared.compressed));
     }
     if prepared.injected > 0 {
-        headers.insert(
-            "x-foldgate-recall-injected",
-            HeaderValue::from(prepared.injected),
-        );
+        headers.insert(names::RECALL_INJECTED, HeaderValue::from(prepared.injected));
     }
-    headers.insert(
-        "x-foldgate-tokens-in",
-        HeaderValue::from(prepared.tokens_in),
-    );
-    headers.insert(
-        "x-foldgate-tokens-out",
-        HeaderValue::from(prepared.tokens_out),
-    );
+    headers.insert(names::TOKENS_IN, HeaderValue::from(prepared.tokens_in));
+    headers.insert(names::TOKENS_OUT, HeaderValue::from(prepared.tokens_out));
     if let Some(w) = prepared
         .warning
         .as_deref()
         .and_then(|w| HeaderValue::from_str(w).ok())
     {
-        headers.insert("x-foldgate-warning", w);
+        headers.insert(names::WARNING, w);
     }
     if let Some(id) = conversation {
-        headers.insert("x-foldgate-conversation", id);
+        headers.insert(names::CONVERSATION, id);
     }
 }

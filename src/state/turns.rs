@@ -9,6 +9,7 @@
 //! serves that whole prefix).
 
 use super::ConvKey;
+use crate::headers as names;
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -96,14 +97,14 @@ impl Turns {
     /// chat answer and the identities of the messages it forwarded; does
     /// nothing when the headers are absent.
     pub fn record(&self, key: ConvKey, headers: &http::HeaderMap, view: Option<&ViewIds>) {
-        let number = |name: &str| headers.get(name)?.to_str().ok()?.parse::<u32>().ok();
-        let (Some(tokens_in), Some(tokens_out)) = (
-            number("x-foldgate-tokens-in"),
-            number("x-foldgate-tokens-out"),
-        ) else {
+        let number =
+            |name: &http::HeaderName| headers.get(name)?.to_str().ok()?.parse::<u32>().ok();
+        let (Some(tokens_in), Some(tokens_out)) =
+            (number(&names::TOKENS_IN), number(&names::TOKENS_OUT))
+        else {
             return;
         };
-        let fold = match headers.get("x-foldgate-fold").map(|v| v.as_bytes()) {
+        let fold = match headers.get(names::FOLD).map(|v| v.as_bytes()) {
             Some(b"new") => TurnFold::New,
             Some(b"reused") => TurnFold::Reused,
             _ => TurnFold::None,

@@ -25,6 +25,13 @@ const SPEC: Spec = Spec {
     raw: &["system"],
     items: "messages",
     held_upstream: &[],
+    item_members: false,
+};
+
+/// The same, with each item's members delimited in the same pass.
+const WITH_MEMBERS: Spec = Spec {
+    item_members: true,
+    ..SPEC
 };
 
 /// Strings heavy in what a string scan can trip on.
@@ -82,6 +89,39 @@ proptest! {
     }
 
     #[test]
+    fn item_members_are_the_members_the_full_parser_finds(
+        messages in prop::collection::vec(
+            prop::collection::vec((text(), value()), 0..5)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            0..5,
+        ),
+        style in any::<u8>(),
+    ) {
+        let text = written(&json!({"model": "m", "messages": messages}), style);
+        let fields = read(text.as_bytes(), &WITH_MEMBERS).expect("a body the full parser reads");
+        let plain = read(text.as_bytes(), &SPEC).expect("a body the full parser reads");
+        prop_assert_eq!(&fields.items, &plain.items);
+        prop_assert_eq!(fields.members.len(), messages.len());
+        for (members, message) in fields.members.iter().zip(&messages) {
+            let read: Map<String, Value> = members
+                .iter()
+                .map(|(k, v)| (k.to_string(), serde_json::from_str(v).unwrap()))
+                .collect();
+            prop_assert_eq!(&Value::Object(read), message);
+            prop_assert_eq!(members.len(), message.as_object().unwrap().len());
+        }
+    }
+
+    #[test]
+    fn an_item_that_is_not_an_object_is_refused_when_members_are_asked(
+        item in value().prop_filter("not an object", |v| !v.is_object()),
+    ) {
+        let text = json!({"model": "m", "messages": [{}, item]}).to_string();
+        prop_assert!(read(text.as_bytes(), &WITH_MEMBERS).is_none());
+        prop_assert!(read(text.as_bytes(), &SPEC).is_some());
+    }
+
+    #[test]
     fn a_body_cut_short_is_refused(
         messages in prop::collection::vec(value(), 1..4),
         style in any::<u8>(),
@@ -92,5 +132,6 @@ proptest! {
         let at = cut.index(end);
         prop_assume!(text.is_char_boundary(at));
         prop_assert!(read(&text.as_bytes()[..at], &SPEC).is_none());
+        prop_assert!(read(&text.as_bytes()[..at], &WITH_MEMBERS).is_none());
     }
 }

@@ -42,7 +42,15 @@ impl<'a> RawRequest<'a> {
         spec: &super::shallow::Spec,
         names: Option<(&str, &str)>,
     ) -> Option<Self> {
-        let fields = super::shallow::read(bytes, spec)?;
+        Self::from_fields(super::shallow::read(bytes, spec)?, spec, names)
+    }
+
+    /// [`Self::one_per_item`] of fields already read by `spec`.
+    pub fn from_fields(
+        fields: super::shallow::Fields<'a>,
+        spec: &super::shallow::Spec,
+        names: Option<(&str, &str)>,
+    ) -> Option<Self> {
         let model = match fields.parsed.get("model") {
             Some(Value::String(m)) if !m.is_empty() => m.clone(),
             _ => return None,

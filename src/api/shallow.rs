@@ -29,6 +29,9 @@ pub struct Spec {
     /// Parsed fields that, set to anything but `null`, say the history is
     /// held upstream (the request then goes upstream untouched).
     pub held_upstream: &'static [&'static str],
+    /// Each item must be an object, and its members are delimited too
+    /// ([`Fields::members`]), in the same pass.
+    pub item_members: bool,
 }
 
 /// Why a request whose [`Spec::held_upstream`] field is set goes
@@ -45,7 +48,12 @@ pub struct Fields<'a> {
     /// The conversation's items, as the client wrote them (delimited, not
     /// yet read).
     pub items: Vec<&'a str>,
+    /// Each item's members, when [`Spec::item_members`] asks for them.
+    pub members: Vec<Members<'a>>,
 }
+
+/// An object's members, in order: keys decoded, values delimited.
+pub type Members<'a> = Vec<(Cow<'a, str>, &'a str)>;
 
 /// Reads `bytes` by `spec`. `None` when the body is not a well-formed
 /// object with the conversation an array, names a field twice, or holds
@@ -59,6 +67,7 @@ pub fn read<'a>(bytes: &'a [u8], spec: &Spec) -> Option<Fields<'a>> {
         parsed: Map::new(),
         raw: Vec::new(),
         items: Vec::new(),
+        members: Vec::new(),
     };
     let mut keys: Vec<Cow<'a, str>> = Vec::new();
     let mut has_items = false;
@@ -71,7 +80,11 @@ pub fn read<'a>(bytes: &'a [u8], spec: &Spec) -> Option<Fields<'a>> {
         if key == spec.items {
             // Delimited item by item where it stands: the array is looked
             // at once.
-            out.items = at.entries(*b"[]", Cursor::value)?;
+            if spec.item_members {
+                (out.items, out.members) = at.entries(*b"[]", Cursor::object)?.into_iter().unzip();
+            } else {
+                out.items = at.entries(*b"[]", Cursor::value)?;
+            }
             has_items = true;
         } else {
             let value = at.value()?;
@@ -93,13 +106,9 @@ pub fn read<'a>(bytes: &'a [u8], spec: &Spec) -> Option<Fields<'a>> {
 
 /// The members of the JSON object `text` holds, in order: keys decoded,
 /// values delimited (not read). `None` when `text` is not one object.
-pub fn members(text: &str) -> Option<Vec<(Cow<'_, str>, &str)>> {
+pub fn members(text: &str) -> Option<Members<'_>> {
     let mut at = Cursor::new(text);
-    let members = at.entries(*b"{}", |at| {
-        let key = at.key()?;
-        at.expect(b':')?;
-        Some((key, at.value()?))
-    })?;
+    let members = at.entries(*b"{}", Cursor::member)?;
     at.end()?;
     Some(members)
 }
@@ -134,6 +143,21 @@ impl<'a> Cursor<'a> {
             }
         }
         Some(out)
+    }
+
+    /// One member of an object: its key, decoded, and its value, delimited.
+    fn member(&mut self) -> Option<(Cow<'a, str>, &'a str)> {
+        let key = self.key()?;
+        self.expect(b':')?;
+        Some((key, self.value()?))
+    }
+
+    /// The object that starts here: its text and its members.
+    fn object(&mut self) -> Option<(&'a str, Members<'a>)> {
+        self.skip_space();
+        let start = self.pos;
+        let members = self.entries(*b"{}", Self::member)?;
+        Some((self.text.get(start..self.pos)?, members))
     }
 
     fn bytes(&self) -> &'a [u8] {
@@ -305,6 +329,7 @@ mod tests {
         raw: &["system"],
         items: "messages",
         held_upstream: &[],
+        item_members: false,
     };
 
     #[test]

@@ -32,6 +32,7 @@ pub const SHALLOW: Spec = Spec {
     raw: &["system"],
     items: "messages",
     held_upstream: &[],
+    item_members: false,
 };
 
 /// Reads a Messages body shallowly, for the fast path.

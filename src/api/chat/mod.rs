@@ -34,6 +34,7 @@ const SHALLOW: Spec = Spec {
     raw: &[],
     items: "messages",
     held_upstream: &[],
+    item_members: false,
 };
 
 impl WireApi for Chat {

@@ -97,12 +97,11 @@ fn shape(item: &Value) -> Shape {
     )
 }
 
-/// An item's [`Shape`] from its JSON text (`None`: not an object, or a
-/// field [`Shape`] reads named twice or not of the type the decoder
-/// reads). Only the item's top-level members are delimited; the item is
-/// read in full when its text is first seen.
-fn raw_shape(item: &str) -> Option<Shape> {
-    let members = shallow::members(item)?;
+/// An item's [`Shape`] from its top-level members, delimited as the
+/// fast path's reader delimits the items (`None`: a field [`Shape`] reads
+/// named twice or not of the type the decoder reads). The item is read in
+/// full when its text is first seen.
+fn raw_shape(members: &shallow::Members<'_>) -> Option<Shape> {
     let field = |name: &str| {
         let mut named = members.iter().filter(|(key, _)| key == name);
         match (named.next(), named.next()) {
@@ -138,19 +137,21 @@ const SHALLOW: Spec = Spec {
     raw: &["instructions"],
     items: "input",
     held_upstream: &HELD_UPSTREAM,
+    item_members: true,
 };
 
 /// Reads a Responses body shallowly, for the fast path: its items grouped
 /// into units as [`decode`] groups them (`None`: a string `input`, or a
 /// body the decoder must judge).
 pub fn shallow(bytes: &[u8]) -> Option<RawRequest<'_>> {
-    let mut raw =
-        RawRequest::one_per_item(bytes, &SHALLOW, Some(("parameters", "max_output_tokens")))?;
-    let shapes = raw
-        .items
+    let fields = shallow::read(bytes, &SHALLOW)?;
+    let shapes = fields
+        .members
         .iter()
-        .map(|i| raw_shape(i))
+        .map(raw_shape)
         .collect::<Option<Vec<_>>>()?;
+    let mut raw =
+        RawRequest::from_fields(fields, &SHALLOW, Some(("parameters", "max_output_tokens")))?;
     raw.units = unit_ranges(&shapes);
     Some(raw)
 }
@@ -241,6 +242,11 @@ mod tests {
     use super::*;
     use crate::message::{Role, tool_call_id, tool_call_ids};
 
+    /// An item's shape from its text (`None` also when it is not an object).
+    fn text_shape(item: &str) -> Option<Shape> {
+        raw_shape(&shallow::members(item)?)
+    }
+
     #[test]
     fn units_glue_reasoning_and_parallel_calls() {
         let items = [
@@ -255,7 +261,7 @@ mod tests {
         let shapes: Vec<Shape> = items.iter().map(shape).collect();
         assert_eq!(unit_ranges(&shapes), vec![0..1, 1..4, 4..5, 5..6, 6..7]);
         let texts: Vec<String> = items.iter().map(Value::to_string).collect();
-        let raw_shapes: Option<Vec<Shape>> = texts.iter().map(|i| raw_shape(i)).collect();
+        let raw_shapes: Option<Vec<Shape>> = texts.iter().map(|i| text_shape(i)).collect();
         assert_eq!(raw_shapes, Some(shapes));
         let call = engine_message(&items[1..4]);
         assert_eq!(
@@ -283,7 +289,7 @@ mod tests {
             r#" { "role" : "assistant" } "#,
         ] {
             let value: Value = serde_json::from_str(text).unwrap();
-            assert_eq!(raw_shape(text), Some(shape(&value)), "{text}");
+            assert_eq!(text_shape(text), Some(shape(&value)), "{text}");
         }
         for text in [
             r#"{"type":"reasoning","type":"message"}"#,
@@ -291,7 +297,7 @@ mod tests {
             "[]",
             "{",
         ] {
-            assert_eq!(raw_shape(text), None, "{text}");
+            assert_eq!(text_shape(text), None, "{text}");
         }
     }
 }

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# User-space instructions per forwarded request, counted by callgrind:
+# repeatable to a fraction of a percent for one binary and one input,
+# whatever else the machine is doing (requests per second on a shared
+# 2-core machine move ±10% between runs). Kernel work (loopback TCP, the
+# log's write) is not counted: bench/passthrough.sh measures the whole.
+#
+# Rows: nginx as a plain reverse proxy, the bare hyper forwarder
+# (examples/bare_proxy.rs), and foldgate on its forward-only path and on
+# each route it folds, each under `valgrind --tool=callgrind` with wrk
+# (one thread, 4 connections) sending the 32 KB bodies of bench/*-32k.lua
+# to an nginx that answers at once; counters are zeroed after a warm-up.
+# Usage: bench/instructions.sh [seconds]
+# With BASELINE_BIN=path/to/an/older/foldgate, that binary gets rows too.
+# FOLDGATE_BIN / BARE_BIN run prebuilt binaries instead of building.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=${1:-4}
+for tool in wrk nginx valgrind callgrind_control; do
+  command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install -y wrk nginx-light valgrind" >&2; exit 1; }
+done
+BIN=${FOLDGATE_BIN:-./target/release/foldgate}
+[ -n "${FOLDGATE_BIN:-}" ] || cargo build --release --quiet
+BARE=${BARE_BIN:-./target/release/examples/bare_proxy}
+[ -n "${BARE_BIN:-}" ] || cargo build --release --quiet --example bare_proxy
+WORK=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; nginx -p "$WORK" -c nginx.conf -s stop 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$WORK"' EXIT
+UP=18181; PORT=18182
+
+CANNED='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":8000,"completion_tokens":2,"total_tokens":8002}}'
+cat > "$WORK/nginx.conf" <<CONF
+worker_processes 1;
+pid $WORK/nginx.pid;
+error_log $WORK/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log $WORK/access.log;
+  client_body_temp_path $WORK/body; proxy_temp_path $WORK/proxy;
+  fastcgi_temp_path $WORK/fcgi; uwsgi_temp_path $WORK/uwsgi; scgi_temp_path $WORK/scgi;
+  client_max_body_size 64m; client_body_buffer_size 64k;
+  server { listen 127.0.0.1:$UP;
+    location / { default_type application/json; return 200 '$CANNED'; } }
+}
+CONF
+nginx -p "$WORK" -c nginx.conf
+# next_port: the next row's port (a port just closed lingers in
+# TIME_WAIT), and the proxy nginx's and foldgate's configs listening on it.
+next_port() {
+  PORT=$((PORT + 1))
+  mkdir -p "$WORK/proxy-nginx"
+  cat > "$WORK/proxy-nginx/nginx.conf" <<CONF
+worker_processes 1; master_process off; daemon off;
+pid $WORK/proxy-nginx/nginx.pid;
+error_log $WORK/proxy-nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log $WORK/proxy-nginx/access.log;
+  client_body_temp_path $WORK/proxy-nginx/body; proxy_temp_path $WORK/proxy-nginx/proxy;
+  fastcgi_temp_path $WORK/proxy-nginx/fcgi; uwsgi_temp_path $WORK/proxy-nginx/uwsgi; scgi_temp_path $WORK/proxy-nginx/scgi;
+  client_max_body_size 64m; client_body_buffer_size 64k;
+  upstream backend { server 127.0.0.1:$UP; keepalive 64; }
+  server { listen 127.0.0.1:$PORT;
+    location / { proxy_pass http://backend; proxy_http_version 1.1;
+      proxy_set_header Connection ""; proxy_buffering off; proxy_request_buffering off; } }
+}
+CONF
+  printf '[server]\nlisten = "127.0.0.1:%s"\n[providers.bench]\nbase_url = "http://127.0.0.1:%s/v1"\n[state]\npath = "%s/foldgate-%s.db"\n' \
+    "$PORT" "$UP" "$WORK" "$PORT" > "$WORK/foldgate.toml"
+}
+
+# count NAME PATH LUA COMMAND...: Ir per request of COMMAND (a server on
+# $PORT) under wrk; prints "NAME Ir".
+count() {
+  local name=$1 path=$2 lua=$3; shift 3
+  rm -f "$WORK"/callgrind.out*
+  env -u FOLDGATE_BIN valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" "$@" 2>"$WORK/$name.log" &
+  local pid=$!
+  for _ in $(seq 150); do curl -s -o /dev/null "http://127.0.0.1:$PORT/foldgate/health" && break; sleep 0.2; done
+  wrk -t1 -c4 -d3s -s "bench/$lua" "http://127.0.0.1:$PORT$path" >/dev/null
+  callgrind_control -z "$pid" >/dev/null
+  local before; before=$(wc -l < "$WORK/access.log")
+  wrk -t1 -c4 -d"${DURATION}s" -s "bench/$lua" "http://127.0.0.1:$PORT$path" >/dev/null
+  local after; after=$(wc -l < "$WORK/access.log")
+  callgrind_control -d "$pid" >/dev/null
+  sleep 0.5
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  local dump; dump=$(ls -t "$WORK"/callgrind.out.* | head -1)
+  local ir; ir=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
+  echo "$name $((ir / (after - before)))"
+}
+
+declare -a ROWS
+declare -A IR
+run() { local line; line=$(count "$@"); ROWS+=("${line%% *}"); IR[${line%% *}]=${line##* }; echo "$line" >&2; }
+next_port; run nginx-proxy /v1/chat/completions chat-32k.lua nginx -p "$WORK/proxy-nginx" -c nginx.conf
+next_port; run hyper-bare /v1/chat/completions chat-32k.lua "$BARE" "127.0.0.1:$PORT" "127.0.0.1:$UP"
+# routes NAME BIN: the rows of one foldgate, one per route.
+routes() {
+  next_port; run "$1-json" /v1/embeddings chat-32k.lua "$2" serve --config "$WORK/foldgate.toml"
+  next_port; run "$1" /v1/chat/completions chat-32k.lua "$2" serve --config "$WORK/foldgate.toml"
+  next_port; run "$1-messages" /v1/messages messages-32k.lua "$2" serve --config "$WORK/foldgate.toml"
+  next_port; run "$1-responses" /v1/responses responses-32k.lua "$2" serve --config "$WORK/foldgate.toml"
+}
+routes foldgate "$BIN"
+[ -n "${BASELINE_BIN:-}" ] && routes baseline "$BASELINE_BIN"
+
+printf '\n%s, callgrind, wrk -c4, %ss a row after a 3 s warm-up\n\n' "$(date -u +%F)" "$DURATION"
+echo "| target | instructions/request | vs hyper-bare | vs its forward-only path | vs its chat path |"
+echo "|---|---:|---:|---:|---:|"
+for row in "${ROWS[@]}"; do
+  base=${row%%-*}; json=0; chat=0
+  case $base in foldgate|baseline) json=${IR[$base-json]}; chat=${IR[$base]} ;; esac
+  awk -v row="$row" -v ir="${IR[$row]}" -v bare="${IR[hyper-bare]}" -v json="$json" -v chat="$chat" 'BEGIN {
+    j = json > 0 ? sprintf("%.2fx", ir / json) : "–"; c = chat > 0 ? sprintf("%.2fx", ir / chat) : "–"
+    printf "| %s | %d | %.2fx | %s | %s |\n", row, ir, ir / bare, j, c }'
+done

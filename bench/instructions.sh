@@ -27,43 +27,15 @@ WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; nginx -p "$WORK" -c nginx.conf -s stop 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$WORK"' EXIT
 UP=18181; PORT=18182
 
-CANNED='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":8000,"completion_tokens":2,"total_tokens":8002}}'
-cat > "$WORK/nginx.conf" <<CONF
-worker_processes 1;
-pid $WORK/nginx.pid;
-error_log $WORK/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log $WORK/access.log;
-  client_body_temp_path $WORK/body; proxy_temp_path $WORK/proxy;
-  fastcgi_temp_path $WORK/fcgi; uwsgi_temp_path $WORK/uwsgi; scgi_temp_path $WORK/scgi;
-  client_max_body_size 64m; client_body_buffer_size 64k;
-  server { listen 127.0.0.1:$UP;
-    location / { default_type application/json; return 200 '$CANNED'; } }
-}
-CONF
+. bench/nginx.sh
+nginx_conf "$WORK" "$(answering "$UP")"
 nginx -p "$WORK" -c nginx.conf
 # next_port: the next row's port (a port just closed lingers in
 # TIME_WAIT), and the proxy nginx's and foldgate's configs listening on it.
 next_port() {
   PORT=$((PORT + 1))
   mkdir -p "$WORK/proxy-nginx"
-  cat > "$WORK/proxy-nginx/nginx.conf" <<CONF
-worker_processes 1; master_process off; daemon off;
-pid $WORK/proxy-nginx/nginx.pid;
-error_log $WORK/proxy-nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log $WORK/proxy-nginx/access.log;
-  client_body_temp_path $WORK/proxy-nginx/body; proxy_temp_path $WORK/proxy-nginx/proxy;
-  fastcgi_temp_path $WORK/proxy-nginx/fcgi; uwsgi_temp_path $WORK/proxy-nginx/uwsgi; scgi_temp_path $WORK/proxy-nginx/scgi;
-  client_max_body_size 64m; client_body_buffer_size 64k;
-  upstream backend { server 127.0.0.1:$UP; keepalive 64; }
-  server { listen 127.0.0.1:$PORT;
-    location / { proxy_pass http://backend; proxy_http_version 1.1;
-      proxy_set_header Connection ""; proxy_buffering off; proxy_request_buffering off; } }
-}
-CONF
+  nginx_conf "$WORK/proxy-nginx" "$(proxying "$PORT" "$UP")" "master_process off; daemon off;"
   printf '[server]\nlisten = "127.0.0.1:%s"\n[providers.bench]\nbase_url = "http://127.0.0.1:%s/v1"\n[state]\npath = "%s/foldgate-%s.db"\n' \
     "$PORT" "$UP" "$WORK" "$PORT" > "$WORK/foldgate.toml"
 }

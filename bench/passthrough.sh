@@ -27,25 +27,9 @@ WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; nginx -p "$WORK" -c nginx.conf -s stop 2>/dev/null || true; rm -rf "$WORK"' EXIT
 UP=18081; PROXY=18082; FG=18083; BASE=18084; BAREP=18085
 
-CANNED='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":8000,"completion_tokens":2,"total_tokens":8002}}'
-cat > "$WORK/nginx.conf" <<CONF
-worker_processes 1;
-pid $WORK/nginx.pid;
-error_log $WORK/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log $WORK/access.log;
-  client_body_temp_path $WORK/body; proxy_temp_path $WORK/proxy;
-  fastcgi_temp_path $WORK/fcgi; uwsgi_temp_path $WORK/uwsgi; scgi_temp_path $WORK/scgi;
-  client_max_body_size 64m; client_body_buffer_size 64k;
-  server { listen 127.0.0.1:$UP;
-    location / { default_type application/json; return 200 '$CANNED'; } }
-  upstream backend { server 127.0.0.1:$UP; keepalive 64; }
-  server { listen 127.0.0.1:$PROXY;
-    location / { proxy_pass http://backend; proxy_http_version 1.1;
-      proxy_set_header Connection ""; proxy_buffering off; proxy_request_buffering off; } }
-}
-CONF
+. bench/nginx.sh
+nginx_conf "$WORK" "$(answering "$UP")
+$(proxying "$PROXY" "$UP")"
 nginx -p "$WORK" -c nginx.conf
 cat > "$WORK/template.toml" <<CONF
 [server]

@@ -1,0 +1,40 @@
+# Sourced by the bench scripts: the nginx they measure against.
+
+# The answer the upstream nginx gives every request.
+CANNED='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":8000,"completion_tokens":2,"total_tokens":8002}}'
+
+# nginx_conf DIR HTTP [MAIN]: writes DIR/nginx.conf — one worker, its pid,
+# logs and temporary files in DIR, MAIN's top-level directives, and HTTP
+# inside `http { }`.
+nginx_conf() {
+  cat > "$1/nginx.conf" <<CONF
+worker_processes 1; ${3:-}
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log $1/access.log;
+  client_body_temp_path $1/body; proxy_temp_path $1/proxy;
+  fastcgi_temp_path $1/fcgi; uwsgi_temp_path $1/uwsgi; scgi_temp_path $1/scgi;
+  client_max_body_size 64m; client_body_buffer_size 64k;
+$2
+}
+CONF
+}
+
+# answering PORT: a server that answers CANNED on PORT.
+answering() {
+  echo "  server { listen 127.0.0.1:$1;
+    location / { default_type application/json; return 200 '$CANNED'; } }"
+}
+
+# proxying PORT UP: nginx as a plain reverse proxy on PORT in front of UP
+# (upstream keepalive, no buffering either way).
+proxying() {
+  cat <<CONF
+  upstream backend { server 127.0.0.1:$2; keepalive 64; }
+  server { listen 127.0.0.1:$1;
+    location / { proxy_pass http://backend; proxy_http_version 1.1;
+      proxy_set_header Connection ""; proxy_buffering off; proxy_request_buffering off; } }
+CONF
+}

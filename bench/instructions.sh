@@ -19,15 +19,11 @@ DURATION=${1:-4}
 for tool in wrk nginx valgrind callgrind_control; do
   command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install -y wrk nginx-light valgrind" >&2; exit 1; }
 done
-BIN=${FOLDGATE_BIN:-./target/release/foldgate}
-[ -n "${FOLDGATE_BIN:-}" ] || cargo build --release --quiet
-BARE=${BARE_BIN:-./target/release/examples/bare_proxy}
-[ -n "${BARE_BIN:-}" ] || cargo build --release --quiet --example bare_proxy
-WORK=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; nginx -p "$WORK" -c nginx.conf -s stop 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$WORK"' EXIT
+. bench/common.sh
+binaries
+workdir
 UP=18181; PORT=18182
 
-. bench/nginx.sh
 nginx_conf "$WORK" "$(answering "$UP")"
 nginx -p "$WORK" -c nginx.conf
 # next_port: the next row's port (a port just closed lingers in

@@ -19,15 +19,11 @@ ROUNDS=${2:-3}
 CONNS=${3:-16}
 command -v wrk >/dev/null && command -v nginx >/dev/null || {
   echo "needs wrk and nginx: apt-get install -y wrk nginx-light" >&2; exit 1; }
-BIN=${FOLDGATE_BIN:-./target/release/foldgate}
-[ -n "${FOLDGATE_BIN:-}" ] || cargo build --release --quiet
-BARE=${BARE_BIN:-./target/release/examples/bare_proxy}
-[ -n "${BARE_BIN:-}" ] || cargo build --release --quiet --example bare_proxy
-WORK=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; nginx -p "$WORK" -c nginx.conf -s stop 2>/dev/null || true; rm -rf "$WORK"' EXIT
+. bench/common.sh
+binaries
+workdir
 UP=18081; PROXY=18082; FG=18083; BASE=18084; BAREP=18085
 
-. bench/nginx.sh
 nginx_conf "$WORK" "$(answering "$UP")
 $(proxying "$PROXY" "$UP")"
 nginx -p "$WORK" -c nginx.conf

@@ -1,4 +1,22 @@
-# Sourced by the bench scripts: the nginx they measure against.
+# Sourced by the bench scripts: the binaries they measure, their working
+# directory, and the nginx they measure against.
+
+# binaries: BIN, the foldgate measured, and BARE, the bare hyper
+# forwarder (examples/bare_proxy.rs), built unless FOLDGATE_BIN and
+# BARE_BIN name prebuilt ones.
+binaries() {
+  BIN=${FOLDGATE_BIN:-./target/release/foldgate}
+  [ -n "${FOLDGATE_BIN:-}" ] || cargo build --release --quiet
+  BARE=${BARE_BIN:-./target/release/examples/bare_proxy}
+  [ -n "${BARE_BIN:-}" ] || cargo build --release --quiet --example bare_proxy
+}
+
+# workdir: WORK, a fresh directory removed at exit (kept with KEEP=1),
+# after the background jobs and the nginx started in it are stopped.
+workdir() {
+  WORK=$(mktemp -d)
+  trap 'kill $(jobs -p) 2>/dev/null || true; nginx -p "$WORK" -c nginx.conf -s stop 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$WORK"' EXIT
+}
 
 # The answer the upstream nginx gives every request.
 CANNED='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":8000,"completion_tokens":2,"total_tokens":8002}}'

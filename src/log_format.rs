@@ -34,7 +34,8 @@ where
         let since_epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        writer.write_str(&timestamp(since_epoch))?;
+        let time = timestamp(since_epoch);
+        writer.write_str(std::str::from_utf8(&time).unwrap_or_default())?;
         writer.write_char(' ')?;
         let meta = event.metadata();
         writer.write_str(level(*meta.level()))?;
@@ -75,8 +76,8 @@ fn level(level: Level) -> &'static str {
 }
 
 /// RFC 3339 UTC to the microsecond (`2026-11-25T11:12:51.283332Z`), for a
-/// time given since the Unix epoch.
-fn timestamp(since_epoch: Duration) -> String {
+/// time given since the Unix epoch, as ASCII on the stack.
+fn timestamp(since_epoch: Duration) -> [u8; 27] {
     let secs = since_epoch.as_secs();
     let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX);
     let (year, month, day) = civil(days);
@@ -108,7 +109,7 @@ fn timestamp(since_epoch: Duration) -> String {
     ] {
         text[at] = mark;
     }
-    String::from_utf8_lossy(&text).into_owned()
+    text
 }
 
 /// The proleptic Gregorian date `days` after 1970-01-01 (Howard
@@ -138,7 +139,9 @@ mod tests {
 
     #[test]
     fn timestamps_are_rfc_3339_to_the_microsecond() {
-        let at = |secs: u64, micros: u32| timestamp(Duration::new(secs, micros * 1000));
+        let at = |secs: u64, micros: u32| {
+            String::from_utf8(timestamp(Duration::new(secs, micros * 1000)).to_vec()).unwrap()
+        };
         assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
         assert_eq!(at(1_700_000_000, 123_456), "2023-11-14T22:13:20.123456Z");
         assert_eq!(at(1_709_208_000, 7), "2024-02-29T12:00:00.000007Z");

@@ -147,7 +147,7 @@ fn corpus() -> Vec<(usize, Vec<Row>)> {
             let rows = (start..start + BATCH)
                 .map(|p| {
                     let message = json!({"role": "user", "content": text(&mut rng, &vocab, c, p)});
-                    let id = xxhash_rust::xxh3::xxh3_128(message.to_string().as_bytes());
+                    let id = twox_hash::XxHash3_128::oneshot(message.to_string().as_bytes());
                     Row::of(p, &message, id, "fold", "chat", 0)
                 })
                 .collect();

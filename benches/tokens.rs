@@ -22,7 +22,7 @@ use foldgate::tokens::TokenCounter;
 use serde_json::{Map, Value, json};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use xxhash_rust::xxh3::xxh3_128;
+use twox_hash::XxHash3_128;
 
 const WORDS: &[&str] = &[
     "the",
@@ -255,7 +255,9 @@ fn main() {
         // and tokenize only the new one.
         let t = Instant::now();
         let texts = contents(&convo);
-        let h = texts.iter().fold(0u128, |a, s| a ^ xxh3_128(s.as_bytes()));
+        let h = texts
+            .iter()
+            .fold(0u128, |a, s| a ^ XxHash3_128::oneshot(s.as_bytes()));
         let n = texts.last().map_or(0, |s| bpe.encode_ordinary(s).len());
         black_box((h, n));
         baseline.push(t.elapsed());

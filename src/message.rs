@@ -3,7 +3,7 @@
 //! conversation key. A leaf: it imports nothing of foldgate's.
 
 use serde_json::Value;
-use xxhash_rust::xxh3::Xxh3Default;
+use twox_hash::XxHash3_128;
 
 /// The function tool through which a model recalls archived messages
 /// (foldgate's own: it answers the calls and hides them from the client).
@@ -56,24 +56,24 @@ pub fn message_id(message: &Value) -> MessageId {
 /// `serde_json` encodings, separated, hashed. One item's is its
 /// [`message_id`].
 pub fn unit_id<'a>(items: impl IntoIterator<Item = &'a Value>) -> MessageId {
-    let mut h = HashWriter(Xxh3Default::new());
+    let mut h = HashWriter(XxHash3_128::new());
     for (i, item) in items.into_iter().enumerate() {
         if i > 0 {
-            h.0.update(b"\x1e");
+            h.0.write(b"\x1e");
         }
         // Writing a `Value` into a hasher cannot fail (its map keys are
         // strings, the writer takes everything).
         let _ = serde_json::to_writer(&mut h, item);
     }
-    h.0.digest128()
+    h.0.finish_128()
 }
 
 /// Feeds what is written to an XXH3 hasher.
-struct HashWriter(Xxh3Default);
+struct HashWriter(XxHash3_128);
 
 impl std::io::Write for HashWriter {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.update(bytes);
+        self.0.write(bytes);
         Ok(bytes.len())
     }
 

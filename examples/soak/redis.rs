@@ -162,10 +162,10 @@ impl Drop for RedisServer {
 }
 
 fn hash(parts: &[&str]) -> u128 {
-    let mut h = xxhash_rust::xxh3::Xxh3Default::new();
+    let mut h = twox_hash::XxHash3_128::new();
     for p in parts {
-        h.update(p.as_bytes());
-        h.update(b"\0");
+        h.write(p.as_bytes());
+        h.write(b"\0");
     }
-    h.digest128()
+    h.finish_128()
 }

@@ -240,18 +240,18 @@ impl Archive {
 
     /// The remembered identity of a stored compressed message.
     fn stored_key(key: &ConvKey, position: usize, id: MessageId) -> u128 {
-        let mut h = xxhash_rust::xxh3::Xxh3Default::new();
+        let mut h = twox_hash::XxHash3_128::new();
         for part in [
             key.tenant.as_bytes(),
             b"\0",
             key.conversation.as_bytes(),
             b"\0",
         ] {
-            h.update(part);
+            h.write(part);
         }
-        h.update(&position.to_le_bytes());
-        h.update(&id.to_le_bytes());
-        h.digest128()
+        h.write(&position.to_le_bytes());
+        h.write(&id.to_le_bytes());
+        h.finish_128()
     }
 }
 

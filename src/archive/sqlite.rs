@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 /// Schema steps, applied in order (see `state::sqlite::db::open_with`).
 /// Append, never edit: a database carries the steps it has seen.
@@ -253,7 +253,7 @@ fn scope(key: &ConvKey) -> String {
     let mut bytes = key.tenant.clone().into_bytes();
     bytes.push(0);
     bytes.extend_from_slice(key.conversation.as_bytes());
-    format!("s{:016x}", xxh3_64(&bytes))
+    format!("s{:016x}", XxHash3_64::oneshot(&bytes))
 }
 
 /// Stores the rows not stored yet, then drops the conversation's oldest

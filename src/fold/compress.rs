@@ -40,7 +40,7 @@ use crate::message::RECALL_TOOL;
 use crate::message::{MessageId, Role, pinned_count, tool_call_id};
 use serde_json::Value;
 use std::sync::Arc;
-use xxhash_rust::xxh3::Xxh3Default;
+use twox_hash::XxHash3_128;
 
 /// Every stub's text starts with this.
 pub const STUB_PREFIX: &str = "[foldgate: compressed ";
@@ -418,15 +418,15 @@ impl StubCache {
         (model, recall): (&str, bool),
         count: &dyn Fn(&Value) -> u32,
     ) -> Option<(Value, u32)> {
-        let mut h = Xxh3Default::new();
-        h.update(&id.to_le_bytes());
-        h.update(&tokens.to_le_bytes());
-        h.update(&[u8::from(recall)]);
+        let mut h = XxHash3_128::new();
+        h.write(&id.to_le_bytes());
+        h.write(&tokens.to_le_bytes());
+        h.write(&[u8::from(recall)]);
         for part in [model, tool_name(messages, i).unwrap_or("")] {
-            h.update(part.as_bytes());
-            h.update(b"\0");
+            h.write(part.as_bytes());
+            h.write(b"\0");
         }
-        let key = h.digest128();
+        let key = h.finish_128();
         if let Some(hit) = self.0.get(&key) {
             return Some(hit.as_ref().clone());
         }

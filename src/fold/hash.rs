@@ -15,7 +15,7 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use std::fmt;
-use xxhash_rust::xxh3::xxh3_128_with_seed;
+use twox_hash::XxHash3_128;
 
 pub use crate::message::{MessageId, ids_of, message_id};
 
@@ -37,7 +37,7 @@ impl ChainHash {
         input[32..].copy_from_slice(&id.to_le_bytes());
         let mut out = [0u8; 32];
         for (lane, seed) in out.chunks_exact_mut(16).zip(LANES) {
-            lane.copy_from_slice(&xxh3_128_with_seed(&input, seed).to_le_bytes());
+            lane.copy_from_slice(&XxHash3_128::oneshot_with_seed(seed, &input).to_le_bytes());
         }
         Self(out)
     }
@@ -134,6 +134,43 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Identities, chains and fingerprints are stored (archives, fold
+    /// states, conversation keys), so the hash must stay XXH3 as its
+    /// reference computes it, whatever crate computes it: these values
+    /// came from another implementation (xxhash-rust 0.8).
+    #[test]
+    fn xxh3_gives_the_reference_values() {
+        use std::hash::Hasher;
+        use twox_hash::XxHash3_64;
+        let long: String = (0..300)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        let hex = |v: u128| format!("{v:032x}");
+        assert_eq!(
+            hex(XxHash3_128::oneshot(
+                r#"{"role":"user","content":"é"}"#.as_bytes()
+            )),
+            "bea332dd06c6797a91507f499287456c"
+        );
+        let seed = XxHash3_64::oneshot(b"chat");
+        assert_eq!(
+            hex(XxHash3_128::oneshot_with_seed(seed, long.as_bytes())),
+            "dba6f4a8d7f41b82d478fbe1b1017a7b"
+        );
+        let mut streamed = XxHash3_128::new();
+        for part in [&b"chat\x1e"[..], long.as_bytes(), b"\x1e", b"x"] {
+            streamed.write(part);
+        }
+        assert_eq!(
+            hex(streamed.finish_128()),
+            "ac28485e752833d42666d36e479f24b8"
+        );
+        let mut short = XxHash3_64::new();
+        short.write(long.as_bytes());
+        assert_eq!(short.finish(), 0x7f72_0c1f_731c_9648);
+        assert_eq!(XxHash3_64::oneshot(long.as_bytes()), 0x7f72_0c1f_731c_9648);
+    }
+
     #[test]
     fn prefix_chain_matches_direct_chain() {
         let ms = vec![
@@ -164,7 +201,7 @@ mod tests {
         assert_eq!(message_id(&compact), message_id(&spaced));
         assert_eq!(
             message_id(&compact),
-            xxhash_rust::xxh3::xxh3_128(r#"{"role":"user","content":"é"}"#.as_bytes())
+            twox_hash::XxHash3_128::oneshot(r#"{"role":"user","content":"é"}"#.as_bytes())
         );
         let pair = [compact.clone(), spaced];
         assert_ne!(crate::message::unit_id(&pair), message_id(&compact));

@@ -15,7 +15,7 @@ use crate::state::ConvKey;
 use crate::tokens::{Estimate, RawCount};
 use http::HeaderMap;
 use std::sync::Arc;
-use xxhash_rust::xxh3::{Xxh3Default, xxh3_64, xxh3_128_with_seed};
+use twox_hash::{XxHash3_64, XxHash3_128};
 
 /// What the first look found: the conversation key, the estimate, the
 /// conversation's fold chain (read once, here), and whether the request
@@ -152,15 +152,18 @@ fn unit_key<'t>(api: Api, texts: impl IntoIterator<Item = &'t str>) -> u128 {
     let mut texts = texts.into_iter().peekable();
     let first = texts.next().unwrap_or_default();
     if texts.peek().is_none() {
-        return xxh3_128_with_seed(first.as_bytes(), xxh3_64(api.name().as_bytes()));
+        return XxHash3_128::oneshot_with_seed(
+            XxHash3_64::oneshot(api.name().as_bytes()),
+            first.as_bytes(),
+        );
     }
-    let mut h = Xxh3Default::new();
-    h.update(api.name().as_bytes());
-    h.update(b"\x1e");
-    h.update(first.as_bytes());
+    let mut h = XxHash3_128::new();
+    h.write(api.name().as_bytes());
+    h.write(b"\x1e");
+    h.write(first.as_bytes());
     for text in texts {
-        h.update(b"\x1e");
-        h.update(text.as_bytes());
+        h.write(b"\x1e");
+        h.write(text.as_bytes());
     }
-    h.digest128()
+    h.finish_128()
 }

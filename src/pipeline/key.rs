@@ -10,7 +10,7 @@ use crate::upstream::headers;
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
-use xxhash_rust::xxh3::{Xxh3Default, xxh3_128};
+use twox_hash::XxHash3_128;
 
 /// The client's address, set by the listener as a request extension.
 #[derive(Debug, Clone, Copy)]
@@ -56,7 +56,7 @@ pub fn tenant(headers: &HeaderMap) -> String {
     let Some(credential) = headers::credential(headers) else {
         return "anonymous".to_string();
     };
-    let seen = xxh3_128(credential.as_bytes());
+    let seen = XxHash3_128::oneshot(credential.as_bytes());
     LAST.with_borrow_mut(|last| match last {
         Some((id, tenant)) if *id == seen => tenant.clone(),
         _ => {
@@ -109,11 +109,11 @@ pub fn conversation_key(
 pub fn fingerprint(roles: &[Role], ids: &[MessageId]) -> Option<String> {
     let pinned = pinned_count(roles.iter().copied().map(Some));
     let first_user = roles.get(pinned..)?.iter().position(|r| *r == Role::User)? + pinned;
-    let mut h = Xxh3Default::new();
+    let mut h = XxHash3_128::new();
     for id in ids.get(..pinned)?.iter().chain(ids.get(first_user)) {
-        h.update(&id.to_le_bytes());
+        h.write(&id.to_le_bytes());
     }
-    Some(format!("fp-{:032x}", h.digest128()))
+    Some(format!("fp-{:032x}", h.finish_128()))
 }
 
 #[cfg(test)]

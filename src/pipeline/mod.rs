@@ -84,7 +84,9 @@ pub async fn handle(
             let mut response = match recall {
                 Some(session) if head.status.is_success() => {
                     let observe = observed(app, &prepared, request.model);
-                    session.respond(head, incoming, observe).await?
+                    // Boxed: the recall rounds' state is most of this future's size,
+                    // moved on every request that never recalls.
+                    Box::pin(session.respond(head, incoming, observe)).await?
                 }
                 _ => respond(app, request.api, head, incoming, &prepared, request.model),
             };

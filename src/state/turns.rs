@@ -12,9 +12,10 @@ use super::ConvKey;
 use crate::headers as names;
 use serde::Serialize;
 use std::collections::VecDeque;
+use std::hash::Hasher;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use xxhash_rust::xxh3::Xxh3Default;
+use twox_hash::XxHash3_64;
 
 /// The identities of the messages a request forwarded (in order), put in
 /// the response's extensions by the chat pipeline.
@@ -69,11 +70,11 @@ type Series = Arc<Mutex<Record>>;
 
 /// The hash of the first `len` identities (`None` when there are fewer).
 fn prefix_hash(ids: &[u128], len: usize) -> Option<u64> {
-    let mut h = Xxh3Default::new();
+    let mut h = XxHash3_64::new();
     for id in ids.get(..len)? {
-        h.update(&id.to_le_bytes());
+        h.write(&id.to_le_bytes());
     }
-    Some(h.digest())
+    Some(h.finish())
 }
 
 /// The turns of recent conversations.

@@ -6,7 +6,7 @@
 //! produce the same byte stream (`["ab"]` vs `["a","b"]`).
 
 use serde_json::Value;
-use xxhash_rust::xxh3::Xxh3Default;
+use twox_hash::XxHash3_128;
 
 /// A 128-bit hash of `value`. 128 bits keep the chance of two different
 /// messages sharing a cached count negligible even with millions of entries.
@@ -16,40 +16,40 @@ pub(crate) fn hash_value(value: &Value) -> u128 {
 
 /// One hash over a sequence of values, each framed as in [`hash_value`].
 pub(crate) fn hash_values<'a>(values: impl IntoIterator<Item = &'a Value>) -> u128 {
-    let mut h = Xxh3Default::new();
+    let mut h = XxHash3_128::new();
     for value in values {
         feed(&mut h, value);
     }
-    h.digest128()
+    h.finish_128()
 }
 
-fn feed(h: &mut Xxh3Default, value: &Value) {
+fn feed(h: &mut XxHash3_128, value: &Value) {
     match value {
-        Value::Null => h.update(b"n"),
-        Value::Bool(b) => h.update(if *b { b"t" } else { b"f" }),
+        Value::Null => h.write(b"n"),
+        Value::Bool(b) => h.write(if *b { b"t" } else { b"f" }),
         Value::Number(n) => {
             if let Some(u) = n.as_u64() {
-                h.update(b"u");
-                h.update(&u.to_le_bytes());
+                h.write(b"u");
+                h.write(&u.to_le_bytes());
             } else if let Some(i) = n.as_i64() {
-                h.update(b"i");
-                h.update(&i.to_le_bytes());
+                h.write(b"i");
+                h.write(&i.to_le_bytes());
             } else {
-                h.update(b"d");
-                h.update(&n.as_f64().unwrap_or(f64::NAN).to_bits().to_le_bytes());
+                h.write(b"d");
+                h.write(&n.as_f64().unwrap_or(f64::NAN).to_bits().to_le_bytes());
             }
         }
         Value::String(s) => feed_str(h, b's', s),
         Value::Array(items) => {
-            h.update(b"a");
-            h.update(&(items.len() as u64).to_le_bytes());
+            h.write(b"a");
+            h.write(&(items.len() as u64).to_le_bytes());
             for item in items {
                 feed(h, item);
             }
         }
         Value::Object(map) => {
-            h.update(b"o");
-            h.update(&(map.len() as u64).to_le_bytes());
+            h.write(b"o");
+            h.write(&(map.len() as u64).to_le_bytes());
             for (key, item) in map {
                 feed_str(h, b'k', key);
                 feed(h, item);
@@ -58,10 +58,10 @@ fn feed(h: &mut Xxh3Default, value: &Value) {
     }
 }
 
-fn feed_str(h: &mut Xxh3Default, tag: u8, s: &str) {
-    h.update(&[tag]);
-    h.update(&(s.len() as u64).to_le_bytes());
-    h.update(s.as_bytes());
+fn feed_str(h: &mut XxHash3_128, tag: u8, s: &str) {
+    h.write(&[tag]);
+    h.write(&(s.len() as u64).to_le_bytes());
+    h.write(s.as_bytes());
 }
 
 #[cfg(test)]

@@ -247,6 +247,7 @@ fn init_logging(config: &LogConfig) {
         }
         LogFormat::Text => builder
             .with_ansi(false)
+            .fmt_fields(foldgate::log_format::PlainFields)
             .event_format(foldgate::log_format::PlainText)
             .init(),
     }

@@ -106,7 +106,6 @@ pub fn read<'a>(bytes: &'a [u8], spec: &Spec) -> Option<Fields<'a>> {
 
 /// The members of the JSON object `text` holds, in order: keys decoded,
 /// values delimited (not read). `None` when `text` is not one object.
-#[cfg(test)]
 pub(crate) fn members(text: &str) -> Option<Members<'_>> {
     let mut at = Cursor::new(text);
     let members = at.entries(*b"{}", Cursor::member)?;

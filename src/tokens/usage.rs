@@ -120,11 +120,25 @@ impl UsageReader {
     };
 }
 
-/// The prompt tokens of a body or event in [`UsageReader::USAGE`]'s shapes.
+/// The prompt tokens of a body or event in [`UsageReader::USAGE`]'s shapes:
+/// its own `usage`, else the `usage` of the object under `response`
+/// (Responses events) or `message` (Anthropic's `message_start`). Only the
+/// `usage` object is parsed; the rest of the answer (its choices, its
+/// text) is only delimited.
 fn usage_prompt_tokens(data: &[u8]) -> Option<u32> {
-    serde_json::from_slice::<Envelope>(data)
-        .ok()
-        .and_then(Envelope::prompt_tokens)
+    let text = std::str::from_utf8(data).ok()?;
+    let members = crate::api::shallow::members(text)?;
+    let value = |name: &str| {
+        members
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| *value)
+    };
+    let own = value("usage")
+        .and_then(|usage| serde_json::from_str::<Option<Usage>>(usage).ok().flatten())
+        .and_then(|usage| usage.prompt_tokens());
+    own.or_else(|| value("response").and_then(|r| usage_prompt_tokens(r.as_bytes())))
+        .or_else(|| value("message").and_then(|m| usage_prompt_tokens(m.as_bytes())))
 }
 
 /// Whether `data` holds `key` followed by `:` and an object.
@@ -139,16 +153,6 @@ fn has_object(data: &[u8], key: &[u8]) -> bool {
         from += at + key.len();
     }
     false
-}
-
-/// The parts of a response or chunk that can carry usage.
-#[derive(Deserialize)]
-struct Envelope {
-    usage: Option<Usage>,
-    /// Responses API events wrap the response object.
-    response: Option<Box<Envelope>>,
-    /// Anthropic's `message_start` event wraps the message.
-    message: Option<Box<Envelope>>,
 }
 
 #[derive(Deserialize)]
@@ -178,14 +182,6 @@ impl Usage {
     }
 }
 
-impl Envelope {
-    fn prompt_tokens(self) -> Option<u32> {
-        let own = self.usage.and_then(|u| u.prompt_tokens());
-        own.or_else(|| self.response.and_then(|r| r.prompt_tokens()))
-            .or_else(|| self.message.and_then(|m| m.prompt_tokens()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +200,25 @@ mod tests {
         assert_eq!(scan(false, &[&body[..10], &body[10..]]), Some(57));
         assert_eq!(scan(false, &[br#"{"choices":[]}"#]), None);
         assert_eq!(scan(false, &[b"not json"]), None);
+    }
+
+    /// Only the answer's own `usage` (or its `response`'s or `message`'s)
+    /// counts: not one nested deeper, not one in a string, not a cut body.
+    #[test]
+    fn only_the_top_level_usage_counts() {
+        let nested = br#"{"choices":[{"message":{"usage":{"prompt_tokens":1}}}],"model":"m"}"#;
+        assert_eq!(scan(false, &[nested]), None);
+        let both = br#"{"choices":[{"usage":{"prompt_tokens":1}}],"usage":{"prompt_tokens":9}}"#;
+        assert_eq!(scan(false, &[both]), Some(9));
+        let wrapped = br#"{"type":"x","response":{"output":[{"usage":{"input_tokens":1}}],"usage":{"input_tokens":8}}}"#;
+        assert_eq!(scan(false, &[wrapped]), Some(8));
+        assert_eq!(scan(false, &[br#"{"usage":null}"#]), None);
+        assert_eq!(
+            scan(false, &[br#"{"usage":{"prompt_tokens":"many"}}"#]),
+            None
+        );
+        let cut = br#"{"usage":{"prompt_tokens":5},"choices":["#;
+        assert_eq!(scan(false, &[cut]), None);
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! - [`archive`]: every message a fold removed from the view, stored and searchable.
 //! - [`upstream`]: the pooled HTTPS client, provider routing, header hygiene.
 //! - [`sse`]: server-sent events, split once for the usage tap and the recall rounds.
+//! - [`shallow`]: the one-pass JSON reader: a request's wanted fields parsed, the conversation's items and an object's members delimited, not read (the fast path's and the usage tap's).
 //! - [`metrics`]: Prometheus counters and latency histograms.
 //! - [`error`]: errors made by foldgate, in the route's API's error envelope.
 //! - [`message`]: the message vocabulary: roles, pinned head, tool pairing.
@@ -52,6 +53,7 @@ pub mod pipeline;
 pub mod proxy;
 pub mod replay;
 pub mod server;
+pub mod shallow;
 pub mod sse;
 pub mod state;
 pub mod summarize;

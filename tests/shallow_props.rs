@@ -1,4 +1,4 @@
-//! Property test for the fast path's reader (`foldgate::api::shallow`):
+//! Property test for the fast path's reader (`foldgate::shallow`):
 //! it only delimits the conversation's items (their strings found with
 //! `memchr`, not decoded), so on any body the full parser reads, the
 //! items it hands out must be exactly the values the full parser finds —
@@ -15,7 +15,7 @@
     reason = "tests fail loudly; the no-panic rule is for the request path"
 )]
 
-use foldgate::api::shallow::{Spec, read};
+use foldgate::shallow::{Spec, read};
 use proptest::prelude::*;
 mod props_support;
 use serde_json::{Map, Value, json};

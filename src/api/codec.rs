@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use std::ops::Range;
 
 /// A request read shallowly, without building a `Value` tree
-/// ([`super::shallow`]): its pinned fields and conversation items stay
+/// ([`crate::shallow`]): its pinned fields and conversation items stay
 /// JSON text, other fields are skipped unless the estimate needs them.
 /// The pipeline's fast path decides from it alone.
 pub struct RawRequest<'a> {
@@ -39,16 +39,16 @@ impl<'a> RawRequest<'a> {
     /// (`None`: the fields are chat completions' already).
     pub fn one_per_item(
         bytes: &'a [u8],
-        spec: &super::shallow::Spec,
+        spec: &crate::shallow::Spec,
         names: Option<(&str, &str)>,
     ) -> Option<Self> {
-        Self::from_fields(super::shallow::read(bytes, spec)?, spec, names)
+        Self::from_fields(crate::shallow::read(bytes, spec)?, spec, names)
     }
 
     /// [`Self::one_per_item`] of fields already read by `spec`.
     pub fn from_fields(
-        fields: super::shallow::Fields<'a>,
-        spec: &super::shallow::Spec,
+        fields: crate::shallow::Fields<'a>,
+        spec: &crate::shallow::Spec,
         names: Option<(&str, &str)>,
     ) -> Option<Self> {
         let model = match fields.parsed.get("model") {
@@ -72,7 +72,7 @@ impl<'a> RawRequest<'a> {
             pinned,
             units: (0..fields.items.len()).map(|i| i..i + 1).collect(),
             items: fields.items,
-            opaque: held.then_some(super::shallow::HELD_UPSTREAM),
+            opaque: held.then_some(crate::shallow::HELD_UPSTREAM),
         })
     }
 }

@@ -16,7 +16,7 @@
 //! - [`gemini`]: Gemini `generateContent`; `systemInstruction` pinned,
 //!   `functionCall` and `functionResponse` parts one unit, the model in
 //!   the path.
-//! - [`codec`], [`shallow`], [`recall`], [`context_error`], [`summary`]:
+//! - [`codec`] (with [`crate::shallow`]), [`recall`], [`context_error`], [`summary`]:
 //!   what the APIs share.
 
 pub mod anthropic;
@@ -28,7 +28,6 @@ pub mod fuzzing;
 pub mod gemini;
 pub mod recall;
 pub mod responses;
-pub mod shallow;
 pub mod summary;
 
 pub use context_error::ContextError;

@@ -127,7 +127,7 @@ impl UsageReader {
 /// text) is only delimited.
 fn usage_prompt_tokens(data: &[u8]) -> Option<u32> {
     let text = std::str::from_utf8(data).ok()?;
-    let members = crate::api::shallow::members(text)?;
+    let members = crate::shallow::members(text)?;
     let value = |name: &str| {
         members
             .iter()

@@ -14,9 +14,9 @@
 use crate::api::codec::{
     Decoded, RawRequest, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call,
 };
-use crate::api::shallow::Spec;
 use crate::error::ApiError;
 use crate::fold::view::Item;
+use crate::shallow::Spec;
 use serde_json::{Map, Value, json};
 
 /// Most `cache_control` breakpoints a request may carry.

@@ -1,6 +1,6 @@
 //! OpenAI chat completions (`POST /v1/chat/completions`): the messages
 //! are the engine's messages. The body is read shallowly first
-//! ([`super::shallow`]) and decoded only when a fold may apply
+//! ([`crate::shallow`]) and decoded only when a fold may apply
 //! ([`codec`]).
 
 pub mod codec;
@@ -10,10 +10,10 @@ use super::WireApi;
 use super::codec::{Decoded, RawRequest, Wire};
 use super::recall::calls::{Call, Calls, Carry};
 use super::recall::stream::{self, Round};
-use super::shallow::Spec;
 use super::summary::{Format, SummaryCall};
 use crate::error::ApiError;
 use crate::fold::view::Item;
+use crate::shallow::Spec;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 

@@ -14,10 +14,10 @@
 use crate::api::codec::{
     Decoded, RawRequest, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call,
 };
-use crate::api::shallow::{self, Spec};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use crate::message::role;
+use crate::shallow::{self, Spec};
 use serde_json::{Map, Value, json};
 
 /// The fields that, set, say the history is held upstream.

@@ -7,7 +7,7 @@
 //!
 //! The pinned fields and the items are only delimited here (their
 //! strings found with `memchr`, not decoded): each is read in full by the
-//! serde parser when its text is first seen ([`super::codec::raw_unit`]),
+//! serde parser when its text is first seen ([`crate::api::codec::raw_unit`]),
 //! and a text seen before was read then — the count cache keeps only
 //! texts that read. So every byte of an accepted body has been checked
 //! as the full parser checks it, once, and the items of a long

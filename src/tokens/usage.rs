@@ -126,7 +126,11 @@ impl UsageReader {
 /// `usage` object is parsed; the rest of the answer (its choices, its
 /// text) is only delimited.
 fn usage_prompt_tokens(data: &[u8]) -> Option<u32> {
-    let text = std::str::from_utf8(data).ok()?;
+    object_prompt_tokens(std::str::from_utf8(data).ok()?)
+}
+
+/// [`usage_prompt_tokens`] of an object's text (already checked UTF-8).
+fn object_prompt_tokens(text: &str) -> Option<u32> {
     let members = crate::shallow::members(text)?;
     let value = |name: &str| {
         members
@@ -137,8 +141,8 @@ fn usage_prompt_tokens(data: &[u8]) -> Option<u32> {
     let own = value("usage")
         .and_then(|usage| serde_json::from_str::<Option<Usage>>(usage).ok().flatten())
         .and_then(|usage| usage.prompt_tokens());
-    own.or_else(|| value("response").and_then(|r| usage_prompt_tokens(r.as_bytes())))
-        .or_else(|| value("message").and_then(|m| usage_prompt_tokens(m.as_bytes())))
+    own.or_else(|| value("response").and_then(object_prompt_tokens))
+        .or_else(|| value("message").and_then(object_prompt_tokens))
 }
 
 /// Whether `data` holds `key` followed by `:` and an object.

@@ -18,6 +18,7 @@
     reason = "a benchmark fails loudly; the no-panic rule is for the request path"
 )]
 
+#[allow(dead_code, reason = "a bench uses a part of the test harness")]
 #[path = "../tests/common/mod.rs"]
 mod common;
 

@@ -2,14 +2,7 @@
 //! backend, tenant-scoped or all with the admin token; 401 against 404;
 //! turns and fold details for the dashboard.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::convo::{Convo, config, label};
 use common::llm::Llm;

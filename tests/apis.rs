@@ -3,14 +3,7 @@
 //! mocks that enforce each API's rules, byte-exact passthrough, the error
 //! shape, reactive folds, and requests whose history is held upstream.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::llm::{Llm, assert_covers, tags};
 use common::{Foldgate, post_json, send};

@@ -3,14 +3,7 @@
 //! conversation, kept across restarts (SQLite), pruned, and shared through
 //! Redis. All through the real server, over HTTP, against the mock LLM.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::convo::{Convo, chat, config, label};
 use common::llm::Llm;

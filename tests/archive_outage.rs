@@ -5,14 +5,7 @@
 //! Against a scripted model that calls `foldgate_recall` when asked about
 //! a fact it cannot see, and a lossy summarizer that keeps no fact.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::convo::{Convo, chat, label};
 use common::llm::{LOSSY_SUMMARY, content_text};

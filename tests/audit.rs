@@ -4,14 +4,7 @@
 //! Ten folds through the real server, on memory, SQLite (also across a
 //! restart) and a real redis-server.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::convo::{Convo, chat, label};
 use common::llm::Llm;

@@ -1,14 +1,7 @@
 //! Background folding: summaries are prepared off the request path, so a
 //! request only waits for a summarizer in an emergency.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::llm::{self, Llm};
 use common::{Foldgate, Reply, post_json};

@@ -1,13 +1,6 @@
 //! End-to-end folding against a mock LLM that plays chat model and summarizer.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::convo::{Convo, config, label};
 use common::llm::{self, Llm, Sum};

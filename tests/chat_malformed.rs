@@ -3,14 +3,7 @@
 //! `fuzz/fuzz_targets/chat_parse.rs`): the full parser answers them with
 //! a 400 and the upstream never sees them.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::llm::Llm;
 use common::{Foldgate, config_for, send};

@@ -1,13 +1,6 @@
 //! The `foldgate` binary as a user runs it.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

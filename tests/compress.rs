@@ -6,14 +6,7 @@
 //! and found by their call id, that it is off without an archive, per
 //! model, and on the Anthropic and Responses wire formats.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::agents::{anthropic_violation, responses_violation};
 use common::llm::{Llm, assert_tool_pairs, content_text, tags};

@@ -3,14 +3,7 @@
 //! folded conversation (timeline, summary, chart, totals) and logs nothing
 //! to the console. Fails, never skips, when chromium is missing.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::convo::{Convo, config, label};
 use common::llm::{Llm, Sum};

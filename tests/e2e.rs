@@ -2,14 +2,7 @@
 //! 50-turn conversation (streamed and not); the mock upstream's view of
 //! every request is checked against what the client sent.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::Foldgate;
 use common::llm::{self, Llm};

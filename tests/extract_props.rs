@@ -7,16 +7,9 @@
 //! Seeded for reproducible CI; explore others with
 //! `PROPTEST_RNG_SEED=<u64> cargo test --test extract_props`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
+use crate::props_support;
 use foldgate::fold::extract::{Kind, contains_token, extract};
 use proptest::prelude::*;
-mod props_support;
 
 /// Words of letters and digits that name a standard or an architecture:
 /// the extractor treats them as words, so the generator avoids them.

@@ -5,14 +5,7 @@
 //! request is reused on the next; and a body the decoder refuses is
 //! refused from the first request, not only once a fold nears.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::llm::Llm;
 use common::{Foldgate, send};

@@ -4,14 +4,7 @@
 //! are bounded per provider, request ids are UUIDs, and the history rules
 //! (`max_depth`, `idle_fold_after`, re-sent older histories) hold end to end.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::convo::{self, Convo, label};
 use common::llm::{self, Llm, Sum, assert_tool_pairs, content_text};

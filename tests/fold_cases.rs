@@ -2,13 +2,6 @@
 //! cooldown, cut rules (tool pairs, agent loops, giant messages), placements,
 //! state matching, and the `strict-memory` example config.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
 use foldgate::config::{Config, Placement, Policy};
 use foldgate::fold::ledger::Ledger;
 use foldgate::fold::{
@@ -17,7 +10,7 @@ use foldgate::fold::{
 };
 use serde_json::{Value, json};
 
-mod fold_support;
+use crate::fold_support;
 use fold_support::*;
 
 // ---- triggers ---------------------------------------------------------------

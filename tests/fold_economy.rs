@@ -2,13 +2,6 @@
 //! `preserve_recent` allows stubs the tail's older tool outputs in the
 //! same rewrite instead, and the stubs it added stay on later requests.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
 use foldgate::config::{Compress, Placement, Policy};
 use foldgate::fold::compress::STUB_PREFIX;
 use foldgate::fold::ledger::Ledger;
@@ -17,7 +10,7 @@ use foldgate::fold::{
 };
 use serde_json::{Value, json};
 
-mod fold_support;
+use crate::fold_support;
 use fold_support::invariants::count;
 use fold_support::{decide_stubbed, expect_fold};
 

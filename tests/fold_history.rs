@@ -2,20 +2,13 @@
 //! re-sent older histories, rebuilds after `max_depth`, the idle trigger,
 //! and the ledger's place in the rendered summary.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
 use foldgate::config::Placement;
 use foldgate::fold::ledger::Ledger;
 use foldgate::fold::{Decision, FoldChain, FoldState, Reason, Summary, build_view};
 use serde_json::{Value, json};
 use std::time::Duration;
 
-mod fold_support;
+use crate::fold_support;
 use fold_support::*;
 
 /// Folds `ms` once more on top of `chain`, with a summary naming the fold.

@@ -23,25 +23,18 @@
 //! `PROPTEST_RNG_SEED=<u64> cargo test --test fold_props` and more cases with
 //! `PROPTEST_CASES=<n>`. A failure prints the minimal input it shrank to.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
+use crate::fold_support;
 use foldgate::config::{Compress, Placement, Policy};
 use foldgate::fold::compress::select;
 use foldgate::fold::{
     Budget, Compression, Decision, FoldChain, FoldState, Reason, build_view_with, pinned_len,
 };
 use foldgate::message::Role;
-mod fold_support;
 
+use crate::props_support;
 use fold_support::decide_stubbed;
 use fold_support::invariants::{check_view_with, count, label, record_fold};
 use proptest::prelude::*;
-mod props_support;
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashMap};
 

@@ -7,14 +7,7 @@
 //! a provider with `api = "gemini"` sets the key and takes the
 //! summarizer's calls.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::gemini::{GeminiMock, violation};
 use common::llm::tags;

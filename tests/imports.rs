@@ -4,8 +4,6 @@
 //! folder the same holds between its modules (read from `super::…` and
 //! `crate::folder::…` paths). `scripts/imports` prints both.
 
-#![allow(clippy::unwrap_used, clippy::panic)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 

@@ -18,17 +18,10 @@
 //! Runs are seeded with a fixed seed for reproducible CI; explore others with
 //! `PROPTEST_RNG_SEED=<u64> cargo test --test ledger_props`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
+use crate::props_support;
 use foldgate::fold::extract::{Kind, contains_token, extract, message_text};
 use foldgate::fold::ledger::{Ledger, LedgerItem, LedgerUpdate};
 use proptest::prelude::*;
-mod props_support;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 

@@ -7,14 +7,7 @@
 //! context-length error survives a restart with SQLite state; a local model
 //! without a window gets a WARN naming the config line.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::convo::{Convo, label};
 use common::llm::Llm;

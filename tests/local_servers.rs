@@ -5,14 +5,7 @@
 //! servers answer those endpoints beside `/v1`; a discovered window shows
 //! in whether a conversation folds.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::convo::{Convo, config, label};
 use common::llm::Llm;

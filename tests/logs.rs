@@ -2,14 +2,7 @@
 //! line, every event a request causes (the fold included) carrying the
 //! request's id, in text or as JSON lines.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::convo::{self, Convo, label};
 use common::llm::Llm;

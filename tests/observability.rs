@@ -1,14 +1,7 @@
 //! Metrics scraped over HTTP from `/foldgate/metrics`: latency histograms
 //! (foldgate's overhead, the upstream, the summarizer) and tokens saved.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::convo::{Convo, chat, config, label};
 use common::llm::Llm;

@@ -4,9 +4,7 @@
 //! After 5 folds every view still holds the instruction text and the
 //! newest todo list verbatim, and no two consecutive requests fold.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
+use crate::common;
 
 use common::llm::Llm;
 use common::{Foldgate, post_json};

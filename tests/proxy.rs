@@ -1,13 +1,6 @@
 //! Passthrough behaviour of the proxy against a real mock upstream.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::mock::{self, Mock, Recorded};

@@ -4,14 +4,7 @@
 //! model that calls the tool when asked about a fact it cannot see, and a
 //! lossy summarizer that keeps no fact, through the real server.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::convo::Convo;

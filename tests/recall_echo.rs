@@ -6,19 +6,10 @@
 //! result, and the call never reaches the client). Through the real
 //! server, against a scripted model that writes its answers as raw JSON.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
+use crate::common;
 
-mod common;
-
-#[path = "recall_echo/model.rs"]
-mod model;
-#[path = "recall_echo/script.rs"]
-mod script;
+pub(crate) mod model;
+pub(crate) mod script;
 
 use common::{Foldgate, Reply};
 use model::{Args, Model};

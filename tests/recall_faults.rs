@@ -7,19 +7,9 @@
 //! client; and a 1 MB recall argument does not ride along in the next
 //! request.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
+use crate::common;
 
-mod common;
-
-#[path = "recall_echo/model.rs"]
-mod model;
-#[path = "recall_echo/script.rs"]
-mod script;
+use crate::recall_echo::{model, script};
 
 use common::mock::json as json_response;
 use common::{Foldgate, Reply, metric};

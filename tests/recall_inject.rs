@@ -6,14 +6,7 @@
 //! a tool and answers only from what its request shows, and a summarizer
 //! that keeps no fact.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::convo::Convo;
 use common::llm::{LOSSY_SUMMARY, content_text};

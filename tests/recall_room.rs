@@ -6,14 +6,7 @@
 //! request the upstream sees fits the window, counted with foldgate's own
 //! token counter, and the client still gets the fact.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::llm::{LOSSY_SUMMARY, content_text};
 use common::mock::{self, Mock, Recorded};

@@ -8,16 +8,9 @@
 //! Seeded for reproducible CI; explore others with
 //! `PROPTEST_RNG_SEED=<u64> cargo test --test shallow_props`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
+use crate::props_support;
 use foldgate::shallow::{Spec, read};
 use proptest::prelude::*;
-mod props_support;
 use serde_json::{Map, Value, json};
 
 const SPEC: Spec = Spec {

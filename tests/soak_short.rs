@@ -7,13 +7,6 @@
 //! shown to a client and archive rows in Redis = messages folded and
 //! stubbed.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
 #[path = "../examples/soak/answers.rs"]
 mod answers;
 #[path = "../examples/soak/convo.rs"]

@@ -2,14 +2,7 @@
 //! conversation once and share it; a Redis outage never fails a request,
 //! and sharing resumes when Redis is back.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::Foldgate;
 use common::convo::{Convo, chat, config, label};

@@ -1,14 +1,7 @@
 //! The SQLite backend: folds survive a restart, corrupted rows are
 //! discarded, and `foldgate prune` deletes exactly what is old.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::convo::{Convo, chat, config, label};
 use common::llm::Llm;

@@ -1,13 +1,6 @@
 //! TLS termination and HTTPS upstreams trusted through `ca_file`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use common::Foldgate;
 use common::mock::{self, Mock, Recorded};

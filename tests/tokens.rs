@@ -1,12 +1,5 @@
 //! Integration tests of the token estimator's public API (no server).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
 use bytes::Bytes;
 use foldgate::config::Config;
 use foldgate::estimate::{EstimateError, report};

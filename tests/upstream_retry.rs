@@ -9,14 +9,7 @@
 //! each connection with keep-alive, then reads the next request on that
 //! connection and closes it without a byte of answer.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "tests fail loudly; the no-panic rule is for the request path"
-)]
-
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::{Foldgate, config_for, mock, post_json, send};

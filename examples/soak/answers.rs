@@ -244,7 +244,7 @@ fn sse(events: Vec<(Option<String>, Value)>) -> Response<Body> {
             let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
         }
     });
-    crate::upstream::channel_reply(rx)
+    super::upstream::channel_reply(rx)
 }
 
 pub fn json_reply(status: StatusCode, value: &Value) -> Response<Body> {

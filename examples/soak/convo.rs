@@ -4,8 +4,8 @@
 //! stubs), and the answers. It starts over, under a new id, past its
 //! item bound (`--conversation-items`, default [`MAX_ITEMS`]).
 
-use crate::answers::{Api, TEXT};
-use crate::rng::Rng;
+use super::answers::{Api, TEXT};
+use super::rng::Rng;
 use serde_json::{Value, json};
 
 /// A conversation starts over past this many messages (or input items).

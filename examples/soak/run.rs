@@ -2,8 +2,8 @@
 //! readings and the checks (see `main.rs`). Also run, shortened, by
 //! `tests/soak_short.rs`.
 
-use crate::redis::RedisServer;
-use crate::{tiers, traffic, upstream};
+use super::redis::RedisServer;
+use super::{tiers, traffic, upstream};
 use clap::Parser;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -46,7 +46,7 @@ pub struct Args {
     pub dir: Option<PathBuf>,
     /// Items (messages or input items) past which a client's conversation
     /// starts over as a new one: smaller means more distinct conversations.
-    #[arg(long, default_value_t = crate::convo::MAX_ITEMS)]
+    #[arg(long, default_value_t = super::convo::MAX_ITEMS)]
     pub conversation_items: usize,
     /// `tokens.cache_bytes` of foldgate (the fold-state cache gets half).
     #[arg(long, default_value_t = 8 * 1024 * 1024)]

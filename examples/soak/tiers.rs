@@ -4,8 +4,8 @@
 //! the archive for the messages it folded and stubbed, once the spool has
 //! drained).
 
-use crate::redis::{Archived, RedisServer};
-use crate::upstream::Injected;
+use super::redis::{Archived, RedisServer};
+use super::upstream::Injected;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 

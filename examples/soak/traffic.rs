@@ -7,9 +7,9 @@
 //! an answer that shows the client `foldgate_recall` counts as
 //! `recall_leaked`.
 
-use crate::answers::Api;
-use crate::convo::{Convo, user_text};
-use crate::rng::Rng;
+use super::answers::Api;
+use super::convo::{Convo, user_text};
+use super::rng::Rng;
 use bytes::Bytes;
 use foldgate::body::{self, Body};
 use http::{Method, Request, StatusCode};

@@ -1,14 +1,14 @@
 //! The soak's mock upstream: a hyper HTTP/1.1 server on 127.0.0.1:0 that
 //! answers chat completions, Anthropic Messages and Responses (JSON or
-//! SSE, see [`answers`](crate::answers)), `/models`, `/embeddings` and the
+//! SSE, see [`answers`](super::answers)), `/models`, `/embeddings` and the
 //! summarizer, and injects faults: connections reset as soon as they are
 //! accepted, 500s, bodies aborted midway, slow SSE bodies, and summaries
 //! that are not JSON. A request that offers `foldgate_recall` is answered
 //! with a call to it one time in four (a recall round); the round after
 //! it, normally.
 
-use crate::answers::{self, Api};
-use crate::rng::Rng;
+use super::answers::{self, Api};
+use super::rng::Rng;
 use bytes::Bytes;
 use foldgate::body::{self, Body, BoxError};
 use foldgate::summarize::prompt::SYSTEM_PROMPT;

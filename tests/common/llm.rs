@@ -26,8 +26,6 @@ pub enum Sum {
     Garbage,
     /// An HTTP error status.
     Status(u16),
-    /// A valid summary after a delay.
-    Slow(Duration),
     /// A valid summary that keeps no identifier at all.
     Lossy,
     /// Exactly this message content, `finish_reason: "stop"`.
@@ -350,10 +348,6 @@ async fn summary_reply(
         Sum::Lossy => (LOSSY_SUMMARY.to_string(), "stop"),
         Sum::Raw(content) => (content, "stop"),
         Sum::Cut(content) => (content, "length"),
-        Sum::Slow(d) => {
-            tokio::time::sleep(d).await;
-            (summary, "stop")
-        }
         Sum::Fenced => (
             format!("Here is the summary:\n```json\n{summary}\n```\nAnything else?"),
             "stop",

@@ -1,9 +1,5 @@
 //! Test harness: a real foldgate server on 127.0.0.1:0, a mock upstream
 //! that is itself a real HTTP server, and a small HTTP client.
-#![allow(
-    dead_code,
-    reason = "each test binary uses a different part of the harness"
-)]
 
 pub mod agents;
 pub mod convo;

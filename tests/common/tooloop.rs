@@ -73,11 +73,6 @@ impl ToolLoop {
         format!("call_{k}")
     }
 
-    /// Steps so far.
-    pub fn steps(&self) -> u32 {
-        self.step
-    }
-
     /// The request body for `model`.
     pub fn body(&self, model: &str) -> Value {
         json!({"model": model, "messages": self.messages, "max_tokens": 200})

@@ -82,17 +82,8 @@ pub fn record_fold(
 /// one summary, order kept, every message either shown or folded into the
 /// summary shown (never both), the pinned head and the last user message
 /// shown, and every tool result still right after its call.
-pub fn check_view(
-    ms: &[Value],
-    index: &HashMap<String, usize>,
-    view: &[Value],
-    state: Option<&FoldState>,
-    folds: &HashMap<String, BTreeSet<usize>>,
-) {
-    check_view_with(ms, index, view, state, folds, &Compression::default());
-}
-
-/// [`check_view`] of a view that may show messages compressed: a stub
+///
+/// The view may show messages compressed: a stub
 /// stands for its message (shown, not folded) and must be one that
 /// `compression` chose; it keeps the message's role and pairing (`role`,
 /// `tool_call_id`, `tool_calls`), carries the specifics of its message

@@ -1,8 +1,6 @@
 //! Builders and checks shared by the fold engine's case tests: messages
 //! with exact token counts, a deterministic counter, plan-and-record helpers.
 
-#![allow(dead_code)]
-
 pub mod invariants;
 
 use foldgate::config::{Placement, Policy};
@@ -136,11 +134,6 @@ pub fn decide_stubbed(
         stubbed,
     };
     plan(request, Some(chain), policy, budget, &count, placement)
-}
-
-/// [`count`] of every message.
-pub fn counts_of(ms: &[Value]) -> Vec<u32> {
-    ms.iter().map(count).collect()
 }
 
 pub fn expect_fold(d: Decision) -> FoldPlan {

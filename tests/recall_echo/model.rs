@@ -5,8 +5,6 @@
 //! JSON, so the arguments of its call can be anything a model may send.
 //! A test may script what it does instead on a given request ([`Act`]).
 
-#![allow(dead_code, reason = "each test file that includes this uses a part")]
-
 use super::common::llm::LOSSY_SUMMARY;
 use super::common::mock::{Mock, Recorded};
 use super::script::{ANSWER, BLIND, LOOKING};

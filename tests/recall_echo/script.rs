@@ -2,8 +2,6 @@
 //! `tests/recall_faults.rs` ask on every API, and how they read what the
 //! client was shown: one script for the scripted model of `model.rs`.
 
-#![allow(dead_code, reason = "each test file that includes this uses a part")]
-
 use super::common::convo::Convo;
 use super::common::{Foldgate, Reply, post_json};
 use serde_json::{Value, json};

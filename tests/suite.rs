@@ -1,0 +1,56 @@
+//! The integration tests, one binary: each file beside this one is a
+//! module of it (one link instead of one per file; the shared harness,
+//! `common`, compiled once). cargo-nextest still runs every test in its own
+//! process. Run one file's tests with `scripts/test -E 'test(/^proxy::/)'`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly; the no-panic rule is for the request path"
+)]
+
+mod common;
+mod fold_support;
+mod props_support;
+
+mod admin;
+mod apis;
+mod archive;
+mod archive_outage;
+mod audit;
+mod background;
+mod chat;
+mod chat_malformed;
+mod cli;
+mod compress;
+mod dashboard;
+mod e2e;
+mod extract_props;
+mod fast_path;
+mod fidelity;
+mod fold_cases;
+mod fold_economy;
+mod fold_history;
+mod fold_props;
+mod gemini;
+mod imports;
+mod ledger_props;
+mod llama_cpp_python;
+mod local_servers;
+mod logs;
+mod observability;
+mod pins;
+mod proxy;
+mod recall;
+mod recall_echo;
+mod recall_faults;
+mod recall_inject;
+mod recall_room;
+mod shallow_props;
+mod soak_short;
+mod state_redis;
+mod state_sqlite;
+mod tls;
+mod tokens;
+mod upstream_retry;

@@ -5,7 +5,8 @@
 //!
 //! The fixed parts are written here directly; so are the fields whose
 //! text needs no escaping ([`PlainFields`]: a plain string, an integer, a
-//! bool), while every other field is formatted by the subscriber's own
+//! bool, a float of whole thousandths such as the access line's `0.044`
+//! milliseconds), while every other field is formatted by the subscriber's own
 //! visitor (its quoting and its escaping of control characters). The
 //! subscriber's own format paints every part through an ANSI style even
 //! with colour off and builds the time through layers of `Display`: about
@@ -157,13 +158,23 @@ impl Visit for PlainVisitor<'_> {
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        let display = |w: &mut Writer<'_>| write!(w, "{value}");
+        let display = |w: &mut Writer<'_>| w.write_str(Digits::of(value).as_str());
         self.write(field, display, |inner| inner.record_u64(field, value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
         let display = |w: &mut Writer<'_>| write!(w, "{value}");
         self.write(field, display, |inner| inner.record_i64(field, value));
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        match thousandths(value) {
+            Some(n) => {
+                let display = |w: &mut Writer<'_>| write_thousandths(w, n);
+                self.write(field, display, |inner| inner.record_f64(field, value));
+            }
+            None => self.delegate(field, |inner| inner.record_f64(field, value)),
+        }
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
@@ -177,6 +188,59 @@ impl Visit for PlainVisitor<'_> {
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         self.delegate(field, |inner| inner.record_debug(field, value));
+    }
+}
+
+/// `value` as a count of thousandths when it is one exactly (non-negative,
+/// below 10^12, `n / 1000` for a whole `n`): then `Debug` writes the
+/// decimal `n / 1000` itself, which [`write_thousandths`] writes without
+/// the float formatting. Below 10^12 doubles lie closer together than half
+/// a thousandth, so no shorter decimal names the same double.
+fn thousandths(value: f64) -> Option<u64> {
+    if !(value.is_sign_positive() && value < 1e12) {
+        return None;
+    }
+    let n = (value * 1e3).round();
+    let whole = n as u64; // 0 <= n < 10^15
+    (whole as f64 / 1e3 == value).then_some(whole)
+}
+
+/// `n / 1000` as `Debug` writes an `f64`: `0.044`, `12.5`, `3.0`.
+fn write_thousandths(w: &mut Writer<'_>, n: u64) -> fmt::Result {
+    w.write_str(Digits::of(n / 1000).as_str())?;
+    let frac = Digits::of(1000 + n % 1000);
+    let frac = frac
+        .as_str()
+        .get(1..)
+        .unwrap_or_default()
+        .trim_end_matches('0');
+    w.write_char('.')?;
+    w.write_str(if frac.is_empty() { "0" } else { frac })
+}
+
+/// A number's decimal digits, written on the stack (what `write!` does
+/// through the formatting machinery, for a tenth of the instructions).
+struct Digits {
+    text: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    fn of(mut n: u64) -> Self {
+        let mut text = [0u8; 20];
+        let mut start = text.len();
+        loop {
+            start -= 1;
+            text[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                return Self { text, start };
+            }
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.text[self.start..]).unwrap_or_default()
     }
 }
 
@@ -349,6 +413,17 @@ mod tests {
             below = -42i64,
             above = u64::MAX,
             ratio = 0.1f64,
+            whole = 3.0f64,
+            cents = 12.5f64,
+            millis = 0.044f64,
+            leading = 1.007f64,
+            zero = 0.0f64,
+            negative = -0.044f64,
+            minus_zero = -0.0f64,
+            tiny = 1e-7f64,
+            huge = 1e300f64,
+            third = 1.0f64 / 3.0,
+            nan = f64::NAN,
             r#type = "raw",
             error = &failed as &(dyn std::error::Error + 'static),
             shown = %"a \"display\"",
@@ -357,6 +432,39 @@ mod tests {
         tracing::info!(log.target = "skipped", first = "after a skipped field");
         tracing::debug!("debug");
         tracing::trace!("trace");
+    }
+
+    #[test]
+    fn thousandths_write_as_debug_writes_them() {
+        let written = |n: u64| {
+            let mut text = String::new();
+            write_thousandths(&mut Writer::new(&mut text), n).unwrap();
+            text
+        };
+        let big = (0..2_000).map(|k| 999_999_999_000_000 - k * 7_919);
+        for n in (0..200_000)
+            .chain([1_000_000, 123_456_789, 999_999_999_999])
+            .chain(big)
+        {
+            let value = n as f64 / 1e3;
+            assert_eq!(thousandths(value), Some(n), "{value:?}");
+            assert_eq!(written(n), format!("{value:?}"), "{n}");
+        }
+        for n in [0, 7, 10, 99, 1_000_000_007, u64::MAX] {
+            assert_eq!(Digits::of(n).as_str(), n.to_string());
+        }
+        for other in [
+            0.0001,
+            0.1234,
+            1e12,
+            1e-7,
+            -1.0,
+            -0.0,
+            f64::NAN,
+            f64::INFINITY,
+        ] {
+            assert_eq!(thousandths(other), None, "{other:?}");
+        }
     }
 
     #[test]

@@ -161,7 +161,12 @@ pub(super) async fn send(
     body: Bytes,
 ) -> Result<(http::response::Parts, hyper::body::Incoming), ApiError> {
     let len = body.len();
-    let mut req = Request::from_parts(parts.clone(), body::full(body));
+    // The head without the client request's extensions: nothing upstream
+    // reads them, and each would be cloned again for a retry.
+    let mut req = Request::new(body::full(body));
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = parts.uri.clone();
+    *req.headers_mut() = parts.headers.clone();
     req.headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     let started = Instant::now();

@@ -5,21 +5,34 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): they describe one connection and
 /// must not be forwarded.
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
 ];
 
+/// Whether `name` (in any case) is a hop-by-hop header: for most names,
+/// eight length comparisons.
+fn is_hop_by_hop(name: &str) -> bool {
+    HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
 /// Removes hop-by-hop headers, including any that `Connection` names.
-/// Most messages carry none: one look at each name, then nothing removed.
+/// Most messages carry none: one look at each name, then nothing removed;
+/// the others (an upstream's `Connection: keep-alive`) lose only the names
+/// they carry.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+    let mut doomed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| is_hop_by_hop(name.as_str()))
+        .cloned()
+        .collect();
+    if doomed.is_empty() {
         return;
     }
     let named: Vec<HeaderName> = headers
@@ -27,23 +40,29 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .map(str::trim)
+        // `close` names no header; the listed names go anyway.
+        .filter(|name| !name.eq_ignore_ascii_case("close") && !is_hop_by_hop(name))
+        .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+        .filter(|name| headers.contains_key(name))
         .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+    doomed.extend(named);
+    for name in doomed {
         headers.remove(name);
     }
 }
 
 /// Prepares client headers for the upstream: hop-by-hop removed, `Host`
-/// removed (the client sets the upstream's), and the credential replaced
-/// by the provider's key when it has one, in the header its API reads.
+/// the upstream's, and the credential replaced by the provider's key when
+/// it has one, in the header its API reads.
 pub fn to_upstream(
     headers: &mut HeaderMap,
+    host: &HeaderValue,
     provider_key: Option<(&str, Api)>,
     drop_client_auth: bool,
 ) {
     strip_hop_by_hop(headers);
-    headers.remove(header::HOST);
+    headers.insert(header::HOST, host.clone());
     if drop_client_auth || provider_key.is_some() {
         for name in crate::api::key_headers() {
             headers.remove(name);
@@ -106,6 +125,8 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(header::CONNECTION, HeaderValue::from_static("close, x-hop"));
         h.insert("x-hop", HeaderValue::from_static("1"));
+        h.append("x-hop", HeaderValue::from_static("2"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         h.insert("x-keep", HeaderValue::from_static("1"));
         h.insert(
             header::TRANSFER_ENCODING,
@@ -124,11 +145,17 @@ mod tests {
             HeaderValue::from_static("Bearer client"),
         );
         h.insert(header::HOST, HeaderValue::from_static("localhost:8080"));
-        to_upstream(&mut h, Some(("sk-provider", api("openai"))), false);
+        let upstream = HeaderValue::from_static("api.example:8443");
+        to_upstream(
+            &mut h,
+            &upstream,
+            Some(("sk-provider", api("openai"))),
+            false,
+        );
         assert_eq!(h[header::AUTHORIZATION], "Bearer sk-provider");
-        assert!(!h.contains_key(header::HOST));
+        assert_eq!(h[header::HOST], "api.example:8443");
         h.insert("x-api-key", HeaderValue::from_static("client"));
-        to_upstream(&mut h, Some(("sk-ant", api("anthropic"))), false);
+        to_upstream(&mut h, &upstream, Some(("sk-ant", api("anthropic"))), false);
         assert_eq!(h["x-api-key"], "sk-ant");
         assert!(!h.contains_key(header::AUTHORIZATION));
     }

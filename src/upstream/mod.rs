@@ -15,7 +15,7 @@ use crate::body::Body;
 use crate::config::{Config, Secret};
 use crate::error::ApiError;
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{Request, Response, Uri};
+use http::{HeaderValue, Request, Response, Uri};
 use hyper::body::Incoming;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,6 +28,9 @@ pub struct Provider {
     pub name: String,
     scheme: Scheme,
     authority: Authority,
+    /// The `Host` header every request to it carries, made once (the
+    /// client would format it for each request).
+    host: HeaderValue,
     /// Path of `base_url`, without a trailing slash (e.g. `/v1`).
     base_path: String,
     api_key: Option<Secret>,
@@ -78,13 +81,16 @@ impl Upstreams {
                 .as_deref()
                 .and_then(crate::config::read_key)
                 .map(Secret::new);
+            let scheme = uri.scheme().cloned().unwrap_or(Scheme::HTTPS);
+            let authority = uri
+                .authority()
+                .cloned()
+                .ok_or_else(|| UpstreamError::NoHost { name: name.clone() })?;
             let provider = Provider {
                 name: name.clone(),
-                scheme: uri.scheme().cloned().unwrap_or(Scheme::HTTPS),
-                authority: uri
-                    .authority()
-                    .cloned()
-                    .ok_or_else(|| UpstreamError::NoHost { name: name.clone() })?,
+                host: host_header(&scheme, &authority),
+                scheme,
+                authority,
                 base_path: uri.path().trim_end_matches('/').to_string(),
                 api_key,
                 api: crate::api::for_provider(&p.api.0).ok_or_else(|| {
@@ -183,20 +189,21 @@ impl Provider {
             Some(r) if r.is_empty() || r.starts_with('/') || r.starts_with('?') => r,
             _ => pq,
         };
-        let path = format!("{}{}", self.base_path, rest);
-        Uri::builder()
-            .scheme(self.scheme.clone())
-            .authority(self.authority.clone())
-            .path_and_query(if path.is_empty() {
-                "/".to_string()
-            } else {
-                path
-            })
-            .build()
-            .map_err(|e| ApiError::BadRequest {
-                message: format!("bad request path: {e}"),
-                param: None,
-            })
+        let mut path = String::with_capacity(self.base_path.len() + rest.len() + 1);
+        path.push_str(&self.base_path);
+        path.push_str(rest);
+        if path.is_empty() {
+            path.push('/');
+        }
+        let bad = |e: &dyn std::fmt::Display| ApiError::BadRequest {
+            message: format!("bad request path: {e}"),
+            param: None,
+        };
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = Some(PathAndQuery::try_from(path).map_err(|e| bad(&e))?);
+        Uri::from_parts(parts).map_err(|e| bad(&e))
     }
 
     /// Sends `req` (whose URI is the client's) upstream and waits up to
@@ -253,6 +260,7 @@ impl Provider {
     ) -> Result<Response<Incoming>, ApiError> {
         headers::to_upstream(
             req.headers_mut(),
+            &self.host,
             self.api_key.as_ref().map(|k| (k.expose(), self.api)),
             drop_client_auth,
         );
@@ -316,6 +324,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn host_is_the_authority_without_userinfo_or_the_default_port() {
+        let host = |scheme: &str, authority: &str| {
+            let scheme: Scheme = scheme.parse().unwrap();
+            host_header(&scheme, &authority.parse().unwrap())
+        };
+        assert_eq!(host("http", "127.0.0.1:19191"), "127.0.0.1:19191");
+        assert_eq!(host("https", "api.example"), "api.example");
+        assert_eq!(host("https", "api.example:443"), "api.example");
+        assert_eq!(host("http", "h:80"), "h");
+        assert_eq!(host("http", "h:443"), "h:443");
+        assert_eq!(host("https", "h:80"), "h:80");
+        assert_eq!(host("http", "user:pw@h:8080"), "h:8080");
+        assert_eq!(host("http", "[::1]:8080"), "[::1]:8080");
+    }
+
+    #[test]
+    fn dot_segments_are_found_however_they_are_spelled() {
+        for climbing in [
+            "/v1/..",
+            "/v1/%2E%2e/x",
+            "/a\\..\\b",
+            "/v1/.%2fx",
+            "/v1%5c..%5cx",
+            "/./x",
+        ] {
+            assert!(has_dot_segment(climbing), "{climbing}");
+        }
+        for plain in [
+            "/v1/chat/completions",
+            "/v1/files/a.json",
+            "/v1/.well",
+            "/v1/..x",
+            "/",
+        ] {
+            assert!(!has_dot_segment(plain), "{plain}");
+        }
+    }
+
+    #[test]
     fn the_clients_query_key_is_dropped_and_the_rest_kept() {
         let strip = |s: &str| without_query_key(s.parse().unwrap()).to_string();
         assert_eq!(
@@ -371,9 +418,24 @@ mod tests {
     }
 }
 
+/// The `Host` header for `authority`: its host, and its port unless the
+/// scheme's default (as the client writes it when a request has none).
+fn host_header(scheme: &Scheme, authority: &Authority) -> HeaderValue {
+    let default_port = if *scheme == Scheme::HTTPS { 443 } else { 80 };
+    let text = match authority.port() {
+        Some(port) if port.as_u16() != default_port => format!("{}:{port}", authority.host()),
+        _ => authority.host().to_string(),
+    };
+    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("localhost"))
+}
+
 /// Whether `path`, once `%2e`, `%2f` and `%5c` are decoded, has a `.` or
 /// `..` segment between `/` or `\\` separators.
 fn has_dot_segment(path: &str) -> bool {
+    // Most paths have no dot, percent sign or backslash at all.
+    if !path.bytes().any(|b| matches!(b, b'.' | b'%' | b'\\')) {
+        return false;
+    }
     let lower = path.to_ascii_lowercase();
     let decoded = lower
         .replace("%2e", ".")

@@ -28,7 +28,9 @@ pub const DEFAULT_PLAN_TOOLS: [&str; 3] = ["TodoWrite", "update_plan", "todowrit
 /// sources are equal; serialized as the sources.
 #[derive(Clone)]
 pub struct Patterns {
-    sources: Vec<String>,
+    // Shared: a policy is resolved per request, and cloning its patterns
+    // is then two reference counts, not a string each.
+    sources: Arc<[String]>,
     set: Arc<RegexSet>,
 }
 
@@ -44,7 +46,7 @@ impl Patterns {
     pub fn new(sources: Vec<String>) -> Result<Self, String> {
         let set = RegexSet::new(&sources).map_err(|e| format!("invalid pin pattern: {e}"))?;
         Ok(Self {
-            sources,
+            sources: sources.into(),
             set: Arc::new(set),
         })
     }
@@ -52,7 +54,7 @@ impl Patterns {
     /// No pattern: nothing is pinned.
     pub fn empty() -> Self {
         Self {
-            sources: Vec::new(),
+            sources: Arc::new([]),
             set: Arc::new(RegexSet::empty()),
         }
     }
@@ -75,7 +77,7 @@ impl Patterns {
 
 impl std::fmt::Debug for Patterns {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(&self.sources).finish()
+        f.debug_list().entries(self.sources.iter()).finish()
     }
 }
 

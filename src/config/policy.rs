@@ -5,6 +5,7 @@
 
 use super::pins::{DEFAULT_PLAN_TOOLS, Patterns};
 use serde::{Deserialize, Serialize};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 /// When summaries are written.
@@ -65,7 +66,7 @@ pub struct Policy {
     pub pin_ratio: f64,
     /// Tools whose newest call (with its arguments) is the current plan,
     /// rendered verbatim under its own heading in the summary.
-    pub plan_tools: Vec<String>,
+    pub plan_tools: Arc<[String]>,
     /// The longest a request waits for folding, all of it together: an
     /// inline or emergency fold (waiting for a fold already running
     /// included), the reactive fold after an upstream context-length
@@ -75,6 +76,11 @@ pub struct Policy {
     #[serde(with = "humantime_serde")]
     pub fold_deadline: Duration,
 }
+
+/// [`DEFAULT_PLAN_TOOLS`] as owned names, made once: a policy is resolved
+/// per request.
+static DEFAULT_TOOLS: LazyLock<Arc<[String]>> =
+    LazyLock::new(|| DEFAULT_PLAN_TOOLS.iter().map(|t| t.to_string()).collect());
 
 impl Default for Policy {
     fn default() -> Self {
@@ -93,7 +99,7 @@ impl Default for Policy {
             idle_fold_after: None,
             pin: Patterns::defaults(),
             pin_ratio: 0.20,
-            plan_tools: DEFAULT_PLAN_TOOLS.iter().map(|t| t.to_string()).collect(),
+            plan_tools: DEFAULT_TOOLS.clone(),
             fold_deadline: Duration::from_secs(60),
         }
     }
@@ -190,7 +196,7 @@ impl PolicyOverrides {
             base.pin = pin.clone();
         }
         if let Some(tools) = &self.plan_tools {
-            base.plan_tools = tools.clone();
+            base.plan_tools = tools.as_slice().into();
         }
     }
 

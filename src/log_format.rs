@@ -6,8 +6,8 @@
 //! The fixed parts are written here directly; so are the fields whose
 //! text needs no escaping ([`PlainFields`]: a plain string, an integer, a
 //! bool, a float of whole thousandths such as the access line's `0.044`
-//! milliseconds), while every other field is formatted by the subscriber's own
-//! visitor (its quoting and its escaping of control characters). The
+//! milliseconds), while every other field is formatted by the subscriber's
+//! own visitor (its quoting and its escaping of control characters). The
 //! subscriber's own format paints every part through an ANSI style even
 //! with colour off and builds the time through layers of `Display`: about
 //! a fifth of the access line's instructions.
@@ -218,8 +218,8 @@ fn write_thousandths(w: &mut Writer<'_>, n: u64) -> fmt::Result {
     w.write_str(if frac.is_empty() { "0" } else { frac })
 }
 
-/// A number's decimal digits, written on the stack (what `write!` does
-/// through the formatting machinery, for a tenth of the instructions).
+/// A number's decimal digits, written on the stack (what `write!` writes,
+/// without the formatting machinery).
 struct Digits {
     text: [u8; 20],
     start: usize,

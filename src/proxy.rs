@@ -7,7 +7,6 @@ use crate::body::{self, Body};
 use crate::error::ApiError;
 use crate::metrics::RouteLabel;
 use crate::pipeline;
-use crate::state::ConvKey;
 use crate::upstream::{UpstreamLatency, headers};
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, header};
@@ -41,10 +40,6 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
         let bytes = read_body(incoming, limit).await?;
         let mut response = pipeline::handle(app, api, parts, bytes).await?;
         response.extensions_mut().insert(RouteLabel(api.name()));
-        if let Some(key) = response.extensions().get::<ConvKey>() {
-            let view = response.extensions().get::<crate::state::ViewIds>();
-            app.turns.record(key.clone(), response.headers(), view);
-        }
         return Ok(response);
     }
     let (provider, body) = if is_json_post(&parts.method, &parts.headers) {

@@ -267,7 +267,8 @@ pub enum Fallback {
 #[serde(deny_unknown_fields, default)]
 pub struct ConversationConfig {
     /// Request header that names the conversation.
-    pub header: String,
+    #[serde(with = "header_name")]
+    pub header: http::HeaderName,
     /// Key used when the header is absent.
     pub fallback: Fallback,
 }
@@ -275,9 +276,26 @@ pub struct ConversationConfig {
 impl Default for ConversationConfig {
     fn default() -> Self {
         Self {
-            header: "x-conversation-id".to_string(),
+            header: http::HeaderName::from_static("x-conversation-id"),
             fallback: Fallback::Fingerprint,
         }
+    }
+}
+
+/// A header name in the config: read once, so a request's lookup does not
+/// parse it again.
+mod header_name {
+    use http::HeaderName;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(name: &HeaderName, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(name.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<HeaderName, D::Error> {
+        let name = String::deserialize(d)?;
+        HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| serde::de::Error::custom(format!("{name:?} is not a header name")))
     }
 }
 

@@ -31,7 +31,7 @@ pub const MAX_HEADER_LEN: usize = 1024;
 
 /// Refuses a conversation header longer than [`MAX_HEADER_LEN`].
 pub fn check_header(headers: &HeaderMap, config: &ConversationConfig) -> Result<(), ApiError> {
-    match headers.get(config.header.as_str()) {
+    match headers.get(&config.header) {
         Some(v) if v.len() > MAX_HEADER_LEN => Err(ApiError::BadRequest {
             message: format!(
                 "the {} header is {} bytes long; at most {MAX_HEADER_LEN} are accepted",
@@ -76,7 +76,7 @@ pub fn conversation_key(
     config: &ConversationConfig,
 ) -> Option<ConvKey> {
     let from_header = headers
-        .get(config.header.as_str())
+        .get(&config.header)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|v| !v.is_empty())

@@ -90,7 +90,7 @@ pub async fn handle(
                 }
                 _ => respond(app, request.api, head, incoming, &prepared, request.model),
             };
-            annotate(&mut response, &prepared, conversation, key);
+            annotate(app, &mut response, &prepared, conversation, key);
             return Ok(response);
         }
         let error_body = read_bounded(incoming).await?;
@@ -119,13 +119,13 @@ pub async fn handle(
                         "{why}; the upstream's context-length error is returned"
                     ));
                     let mut response = Response::from_parts(head, body::full(error_body));
-                    annotate(&mut response, &prepared, conversation, key);
+                    annotate(app, &mut response, &prepared, conversation, key);
                     return Ok(response);
                 }
             }
             _ => {
                 let mut response = Response::from_parts(head, body::full(error_body));
-                annotate(&mut response, &prepared, conversation, key);
+                annotate(app, &mut response, &prepared, conversation, key);
                 return Ok(response);
             }
         }
@@ -231,20 +231,19 @@ async fn read_bounded(incoming: hyper::body::Incoming) -> Result<Bytes, ApiError
 /// Sets the `x-foldgate-*` response headers: the fold label, how many
 /// messages the view shows compressed (when any), tokens in and out, a
 /// warning, and the conversation id used (a header's value or
-/// a fingerprint), as the admin API names it; the conversation's key goes
-/// in the extensions, for the dashboard's turn chart (so the credential is
-/// not hashed again).
+/// a fingerprint), as the admin API names it; and records the turn for
+/// the dashboard's chart when the conversation has a key.
 fn annotate(
+    app: &App,
     response: &mut Response<Body>,
     prepared: &Prepared,
     conversation: Option<HeaderValue>,
     key: Option<crate::state::ConvKey>,
 ) {
     if let Some(key) = key {
-        response.extensions_mut().insert(key);
-        response
-            .extensions_mut()
-            .insert(crate::state::ViewIds(prepared.view_ids.clone()));
+        let tokens = (prepared.tokens_in, prepared.tokens_out);
+        let fold = crate::state::TurnFold::of_label(prepared.label);
+        app.turns.record(key, tokens, fold, &prepared.view_ids);
     }
     let headers = response.headers_mut();
     headers.insert(names::FOLD, HeaderValue::from_static(prepared.label));

@@ -24,7 +24,7 @@ pub use memory::MemoryStore;
 pub use redis::RedisStore;
 pub use sqlite::SqliteStore;
 pub use sqlite::db::Pruned;
-pub use turns::{Turns, ViewIds};
+pub use turns::{TurnFold, Turns};
 
 use crate::config::{StateBackend, StateConfig};
 use std::time::Duration;

@@ -9,17 +9,11 @@
 //! serves that whole prefix).
 
 use super::ConvKey;
-use crate::headers as names;
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use twox_hash::XxHash3_64;
-
-/// The identities of the messages a request forwarded (in order), put in
-/// the response's extensions by the chat pipeline.
-#[derive(Debug, Clone)]
-pub struct ViewIds(pub Arc<[u128]>);
 
 /// Turns kept per conversation; older ones are dropped.
 pub const MAX_TURNS: usize = 120;
@@ -36,6 +30,17 @@ pub enum TurnFold {
     Reused,
     /// A fold was made for this turn.
     New,
+}
+
+impl TurnFold {
+    /// The fold of an `x-foldgate-fold` label.
+    pub fn of_label(label: &str) -> Self {
+        match label {
+            "new" => Self::New,
+            "reused" => Self::Reused,
+            _ => Self::None,
+        }
+    }
 }
 
 /// One forwarded chat request.
@@ -96,37 +101,24 @@ impl Turns {
         }
     }
 
-    /// Records a turn from the `x-foldgate-*` headers of an intercepted
-    /// chat answer and the identities of the messages it forwarded; does
-    /// nothing when the headers are absent.
-    pub fn record(&self, key: ConvKey, headers: &http::HeaderMap, view: Option<&ViewIds>) {
-        let number =
-            |name: &http::HeaderName| headers.get(name)?.to_str().ok()?.parse::<u32>().ok();
-        let (Some(tokens_in), Some(tokens_out)) =
-            (number(&names::TOKENS_IN), number(&names::TOKENS_OUT))
-        else {
-            return;
-        };
-        let fold = match headers.get(names::FOLD).map(|v| v.as_bytes()) {
-            Some(b"new") => TurnFold::New,
-            Some(b"reused") => TurnFold::Reused,
-            _ => TurnFold::None,
-        };
+    /// Records a turn: the estimated tokens of the client's messages and
+    /// of the forwarded view, how the view came about, and the identities
+    /// of the messages it forwarded (in order).
+    pub fn record(&self, key: ConvKey, tokens: (u32, u32), fold: TurnFold, view: &[u128]) {
+        let (tokens_in, tokens_out) = tokens;
         let at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let series = self.series.get_with(key, Series::default);
         if let Ok(mut record) = series.lock() {
-            let stable = match (record.last, view) {
-                (Some((len, hash)), Some(ids)) => Some(prefix_hash(&ids.0, len) == Some(hash)),
-                _ => None,
-            };
+            let stable = record
+                .last
+                .map(|(len, hash)| prefix_hash(view, len) == Some(hash));
             if let Some(stable) = stable {
                 record.compared += 1;
                 record.stable += u64::from(stable);
             }
-            record.last =
-                view.and_then(|ids| Some((ids.0.len(), prefix_hash(&ids.0, ids.0.len())?)));
+            record.last = prefix_hash(view, view.len()).map(|hash| (view.len(), hash));
             if record.turns.len() == MAX_TURNS {
                 record.turns.pop_front();
             }
@@ -161,25 +153,23 @@ impl Turns {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::{HeaderMap, HeaderValue};
 
-    #[test]
-    fn keeps_the_latest_turns_of_annotated_answers_only() {
-        let turns = Turns::new(Duration::from_secs(60));
-        let key = ConvKey {
+    fn key() -> ConvKey {
+        ConvKey {
             tenant: "t".into(),
             conversation: "c".into(),
-        };
-        turns.record(key.clone(), &HeaderMap::new(), None);
-        assert!(turns.of(&key).is_empty(), "a passthrough answer is no turn");
-        for i in 0..MAX_TURNS as u32 + 5 {
-            let mut h = HeaderMap::new();
-            h.insert("x-foldgate-tokens-in", HeaderValue::from(1000 + i));
-            h.insert("x-foldgate-tokens-out", HeaderValue::from(400 + i));
-            h.insert("x-foldgate-fold", HeaderValue::from_static("reused"));
-            turns.record(key.clone(), &h, None);
         }
-        let kept = turns.of(&key);
+    }
+
+    #[test]
+    fn keeps_the_latest_turns() {
+        let turns = Turns::new(Duration::from_secs(60));
+        assert!(turns.of(&key()).is_empty());
+        for i in 0..MAX_TURNS as u32 + 5 {
+            let fold = TurnFold::of_label("reused");
+            turns.record(key(), (1000 + i, 400 + i), fold, &[]);
+        }
+        let kept = turns.of(&key());
         assert_eq!(kept.len(), MAX_TURNS);
         assert_eq!((kept[0].tokens_in, kept[0].tokens_out), (1005, 405));
         assert_eq!(kept[0].fold, TurnFold::Reused);
@@ -193,20 +183,22 @@ mod tests {
     #[test]
     fn a_request_is_stable_when_it_extends_the_previous_one() {
         let turns = Turns::new(Duration::from_secs(60));
-        let key = ConvKey {
-            tenant: "t".into(),
-            conversation: "c".into(),
-        };
-        let mut h = HeaderMap::new();
-        h.insert("x-foldgate-tokens-in", HeaderValue::from(10));
-        h.insert("x-foldgate-tokens-out", HeaderValue::from(10));
-        let view = |ids: &[u128]| ViewIds(ids.into());
-        turns.record(key.clone(), &h, Some(&view(&[1, 2])));
-        turns.record(key.clone(), &h, Some(&view(&[1, 2, 3, 4])));
-        turns.record(key.clone(), &h, Some(&view(&[1, 9, 3, 4, 5])));
-        turns.record(key.clone(), &h, Some(&view(&[1, 9, 3, 4, 5, 6])));
-        assert_eq!(turns.cache_stable(&key), (2, 3));
-        let stable: Vec<Option<bool>> = turns.of(&key).iter().map(|t| t.stable).collect();
+        for view in [&[1, 2][..], &[1, 2, 3, 4], &[1, 9, 3, 4, 5], &[1, 9, 3, 4, 5, 6]] {
+            turns.record(key(), (10, 10), TurnFold::None, view);
+        }
+        assert_eq!(turns.cache_stable(&key()), (2, 3));
+        let stable: Vec<Option<bool>> = turns.of(&key()).iter().map(|t| t.stable).collect();
         assert_eq!(stable, [None, Some(true), Some(false), Some(true)]);
+    }
+
+    #[test]
+    fn fold_labels() {
+        for (label, fold) in [
+            ("none", TurnFold::None),
+            ("reused", TurnFold::Reused),
+            ("new", TurnFold::New),
+        ] {
+            assert_eq!(TurnFold::of_label(label), fold);
+        }
     }
 }

@@ -14,11 +14,10 @@ use crate::config::default_reserve;
 use crate::config::{Config, ModelConfig, TokensConfig};
 use crate::glob;
 use crate::message::{MessageId, Role};
-use moka::sync::Cache;
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError, RwLock};
 
 /// Bytes charged per cache entry against `tokens.cache_bytes`: the key and
 /// value (64 bytes, the identity 16-byte aligned) with the hash table's
@@ -27,6 +26,9 @@ const CACHE_ENTRY_BYTES: u64 = 88;
 /// Unknown model names remembered for the once-per-model warning; names come
 /// from clients, so the set is bounded and later unknown names go unwarned.
 const MAX_WARNED: usize = 1024;
+
+/// Most model names whose built-in table entry is remembered.
+const MAX_BUILT_IN_NAMES: usize = 4096;
 
 /// What a cache entry counts: one message (by its structure, or by the
 /// JSON text the client sent), or a request's tool definitions.
@@ -62,8 +64,10 @@ pub struct TokenCounter {
     /// identities) by encoding, kind and hash; `None` when `cache_bytes`
     /// is 0.
     cache: Option<CountCache<(u32, Role, MessageId)>>,
-    /// Built-in table lookups by model name (the table is scanned once per name).
-    built_ins: Cache<String, Option<(u32, Option<u32>)>>,
+    /// Built-in table lookups by model name (the table is scanned once per
+    /// name), for up to [`MAX_BUILT_IN_NAMES`] names; a plain map, since a
+    /// cache's bookkeeping costs more than the scan it saves.
+    built_ins: RwLock<HashMap<String, Option<(u32, Option<u32>)>>>,
     hits: AtomicU64,
     misses: AtomicU64,
     /// Windows read from providers or learned from their errors.
@@ -147,7 +151,7 @@ impl TokenCounter {
             settings: config.tokens.clone(),
             models: config.models.clone(),
             cache,
-            built_ins: Cache::new(4096),
+            built_ins: RwLock::default(),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             windows: Windows::default(),
@@ -164,11 +168,17 @@ impl TokenCounter {
 
     /// The built-in table's entry for `model`, memoized.
     fn built_in(&self, model: &str) -> Option<(u32, Option<u32>)> {
-        if let Some(found) = self.built_ins.get(model) {
-            return found;
+        let names = self.built_ins.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(found) = names.get(model) {
+            return *found;
         }
+        let full = names.len() >= MAX_BUILT_IN_NAMES;
+        drop(names);
         let found = registry::built_in(&base_name(model));
-        self.built_ins.insert(model.to_string(), found);
+        if !full {
+            let mut names = self.built_ins.write().unwrap_or_else(PoisonError::into_inner);
+            names.insert(model.to_string(), found);
+        }
         found
     }
 

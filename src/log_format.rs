@@ -53,7 +53,9 @@ where
                 if let Some(fields) = extensions.get::<FormattedFields<N>>()
                     && !fields.is_empty()
                 {
-                    write!(writer, "{{{fields}}}")?;
+                    writer.write_char('{')?;
+                    writer.write_str(&fields.fields)?;
+                    writer.write_char('}')?;
                 }
                 writer.write_char(':')?;
                 seen = true;

@@ -106,34 +106,11 @@ pub fn read<'a>(bytes: &'a [u8], spec: &Spec) -> Option<Fields<'a>> {
 
 /// The members of the JSON object `text` holds, in order: keys decoded,
 /// values delimited (not read). `None` when `text` is not one object.
-#[cfg(test)]
 pub(crate) fn members(text: &str) -> Option<Members<'_>> {
     let mut at = Cursor::new(text);
     let members = at.entries(*b"{}", Cursor::member)?;
     at.end()?;
     Some(members)
-}
-
-/// The values of the members of the JSON object `text` named by `names`
-/// (delimited, not read): every member is walked, none of the others
-/// kept. `None` when `text` is not one object or
-/// names one of `names` twice.
-pub(crate) fn named<'a, const N: usize>(
-    text: &'a str,
-    names: [&str; N],
-) -> Option<[Option<&'a str>; N]> {
-    let mut found = [None; N];
-    let mut at = Cursor::new(text);
-    // Entries of `()`: the walk keeps nothing (a `Vec` of them allocates nothing).
-    at.entries(*b"{}", |at| {
-        let (key, value) = at.member()?;
-        if let Some(i) = names.iter().position(|n| *n == key) {
-            found[i].replace(value).is_none().then_some(())?;
-        }
-        Some(())
-    })?;
-    at.end()?;
-    Some(found)
 }
 
 /// A position in JSON text. It finds where values begin and end; it does

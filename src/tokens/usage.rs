@@ -4,6 +4,7 @@
 
 use crate::sse::{self, Events};
 use bytes::Bytes;
+use serde::Deserialize;
 
 /// Largest JSON body buffered; past it the scanner gives up (a chat
 /// completion this large is rare and one missed observation costs nothing).
@@ -29,19 +30,8 @@ pub struct UsageScanner {
 enum Body {
     /// An event stream, split into events.
     Sse(Events),
-    /// A JSON body so far.
-    Json(Json),
-}
-
-/// A JSON body so far: most arrive in one chunk, which is kept as it came
-/// (not copied); more are joined.
-#[derive(Debug)]
-enum Json {
-    Empty,
-    One(Bytes),
-    Joined(Vec<u8>),
-    /// Grew past [`MAX_JSON_BYTES`].
-    TooLarge,
+    /// A JSON body so far; `None` once it grew past [`MAX_JSON_BYTES`].
+    Json(Option<Vec<u8>>),
 }
 
 impl UsageScanner {
@@ -56,7 +46,7 @@ impl UsageScanner {
         let body = if is_sse {
             Body::Sse(Events::default())
         } else {
-            Body::Json(Json::Empty)
+            Body::Json(Some(Vec::new()))
         };
         Self {
             reader,
@@ -73,23 +63,16 @@ impl UsageScanner {
                     self.found = read_event(self.reader, &event).or(self.found);
                 }
             }
-            Body::Json(json) => {
-                let held = match json {
-                    Json::Empty => 0,
-                    Json::One(b) => b.len(),
-                    Json::Joined(b) => b.len(),
-                    Json::TooLarge => return,
-                };
-                *json = match std::mem::replace(json, Json::TooLarge) {
-                    _ if held + chunk.len() > MAX_JSON_BYTES => Json::TooLarge,
-                    Json::Empty => Json::One(chunk.clone()),
-                    Json::One(first) => Json::Joined([&first[..], chunk].concat()),
-                    Json::Joined(mut joined) => {
-                        joined.extend_from_slice(chunk);
-                        Json::Joined(joined)
-                    }
-                    Json::TooLarge => Json::TooLarge,
-                };
+            Body::Json(buf) => {
+                if buf
+                    .as_ref()
+                    .is_some_and(|b| b.len() + chunk.len() > MAX_JSON_BYTES)
+                {
+                    *buf = None;
+                }
+                if let Some(buf) = buf {
+                    buf.extend_from_slice(chunk);
+                }
             }
         }
     }
@@ -104,9 +87,7 @@ impl UsageScanner {
     pub fn finish(self) -> Option<u32> {
         match self.body {
             Body::Sse(events) => read_event(self.reader, &events.rest()).or(self.found),
-            Body::Json(Json::One(b)) => (self.reader.prompt_tokens)(&b),
-            Body::Json(Json::Joined(b)) => (self.reader.prompt_tokens)(&b),
-            Body::Json(Json::Empty | Json::TooLarge) => None,
+            Body::Json(buf) => buf.and_then(|b| (self.reader.prompt_tokens)(&b)),
         }
     }
 }
@@ -150,10 +131,18 @@ fn usage_prompt_tokens(data: &[u8]) -> Option<u32> {
 
 /// [`usage_prompt_tokens`] of an object's text (already checked UTF-8).
 fn object_prompt_tokens(text: &str) -> Option<u32> {
-    let [usage, response, message] = crate::shallow::named(text, ["usage", "response", "message"])?;
-    let own = usage.and_then(usage_prompt);
-    own.or_else(|| response.and_then(object_prompt_tokens))
-        .or_else(|| message.and_then(object_prompt_tokens))
+    let members = crate::shallow::members(text)?;
+    let value = |name: &str| {
+        members
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| *value)
+    };
+    let own = value("usage")
+        .and_then(|usage| serde_json::from_str::<Option<Usage>>(usage).ok().flatten())
+        .and_then(|usage| usage.prompt_tokens());
+    own.or_else(|| value("response").and_then(object_prompt_tokens))
+        .or_else(|| value("message").and_then(object_prompt_tokens))
 }
 
 /// Whether `data` holds `key` followed by `:` and an object.
@@ -170,40 +159,31 @@ fn has_object(data: &[u8], key: &[u8]) -> bool {
     false
 }
 
-/// The prompt tokens of a `usage` object: its `prompt_tokens`, else its
-/// `input_tokens` with the cached prompt tokens Anthropic counts apart
-/// added. `None` when it is not an object, or names one of these twice or
-/// with anything but a whole number or `null`.
-fn usage_prompt(usage: &str) -> Option<u32> {
-    let fields = crate::shallow::named(
-        usage,
-        [
-            "prompt_tokens",
-            "input_tokens",
-            "cache_creation_input_tokens",
-            "cache_read_input_tokens",
-        ],
-    )?;
-    let mut counts = [None; 4];
-    for (count, text) in counts.iter_mut().zip(fields) {
-        *count = match text {
-            None | Some("null") => None,
-            Some(number) => Some(whole(number)?),
-        };
-    }
-    let [prompt, input, creation, read] = counts;
-    prompt.or_else(|| {
-        let cached = [creation, read].into_iter().flatten();
-        Some(cached.fold(input?, u32::saturating_add))
-    })
+#[derive(Deserialize)]
+struct Usage {
+    prompt_tokens: Option<u32>,
+    input_tokens: Option<u32>,
+    /// Anthropic counts cached prompt tokens apart from `input_tokens`.
+    cache_creation_input_tokens: Option<u32>,
+    cache_read_input_tokens: Option<u32>,
 }
 
-/// A JSON number that is a whole `u32` (digits, no sign, no leading zero).
-fn whole(number: &str) -> Option<u32> {
-    let digits = number.bytes().all(|b| b.is_ascii_digit());
-    (digits && (number == "0" || !number.starts_with('0')))
-        .then(|| number.parse().ok())
-        .flatten()
+impl Usage {
+    fn prompt_tokens(&self) -> Option<u32> {
+        let cached = [
+            self.cache_creation_input_tokens,
+            self.cache_read_input_tokens,
+        ];
+        self.prompt_tokens.or_else(|| {
+            let input = self.input_tokens?;
+            Some(
+                cached
+                    .iter()
+                    .flatten()
+                    .fold(input, |a, b| a.saturating_add(*b)),
+            )
+        })
+    }
 }
 
 #[cfg(test)]
@@ -243,47 +223,6 @@ mod tests {
         );
         let cut = br#"{"usage":{"prompt_tokens":5},"choices":["#;
         assert_eq!(scan(false, &[cut]), None);
-    }
-
-    /// A count is read as serde reads a `u32`: a whole number or `null`;
-    /// anything else, or a count named twice, and the usage is not read.
-    #[test]
-    fn counts_are_whole_numbers() {
-        let usage = |text: &str| scan(false, &[format!(r#"{{"usage":{text}}}"#).as_bytes()]);
-        assert_eq!(usage(r#"{"prompt_tokens":0}"#), Some(0));
-        assert_eq!(usage(r#"{ "prompt_tokens" : 4294967295 }"#), Some(u32::MAX));
-        assert_eq!(usage(r#"{"prompt_tokens":null,"input_tokens":6}"#), Some(6));
-        assert_eq!(
-            usage(r#"{"input_tokens":6,"cache_read_input_tokens":null,"x":[1]}"#),
-            Some(6)
-        );
-        for bad in [
-            r#"{"prompt_tokens":4294967296}"#,
-            r#"{"prompt_tokens":8.5}"#,
-            r#"{"prompt_tokens":1e3}"#,
-            r#"{"prompt_tokens":-1}"#,
-            r#"{"prompt_tokens":07}"#,
-            r#"{"prompt_tokens":true}"#,
-            r#"{"prompt_tokens":1,"prompt_tokens":2}"#,
-            r#"{"input_tokens":6,"cache_read_input_tokens":"9"}"#,
-        ] {
-            assert_eq!(usage(bad), None, "{bad}");
-        }
-    }
-
-    /// A JSON answer in one chunk is read where it lies; in several, joined.
-    #[test]
-    fn json_body_in_one_or_many_chunks() {
-        let body: &[u8] = br#"{"id":"x","usage":{"prompt_tokens":12}}"#;
-        for cuts in [vec![], vec![1], vec![3, 20, 21]] {
-            let mut chunks = Vec::new();
-            let mut from = 0;
-            for cut in cuts.into_iter().chain([body.len()]) {
-                chunks.push(&body[from..cut]);
-                from = cut;
-            }
-            assert_eq!(scan(false, &chunks), Some(12), "{chunks:?}");
-        }
     }
 
     #[test]

@@ -100,7 +100,8 @@ impl RawUnits<'_> {
     /// The count, role and identity of the engine message whose items'
     /// text hashes to `key`; `make` builds the message and its identity
     /// only when `key` is not cached. `None` when `make` cannot, or the
-    /// message has no string `role`.
+    /// message has no string `role`. Inlined: called once per message.
+    #[inline]
     pub fn count(
         &self,
         key: u128,

@@ -118,15 +118,21 @@ impl<'m> PrefixChain<'m> {
     }
 }
 
-/// `bytes` in lower-case hex, two digits a byte (a table, not a
-/// formatter: this runs on every request's tenant key).
+/// `bytes` in lower-case hex, two digits a byte.
 pub fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    out
+}
+
+/// Appends `bytes` in lower-case hex to `out` (a table, not a formatter:
+/// this runs on every request's conversation key).
+pub fn push_hex(out: &mut String, bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    bytes
-        .iter()
-        .flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]])
-        .map(char::from)
-        .collect()
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
 }
 
 #[cfg(test)]

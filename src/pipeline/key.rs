@@ -3,7 +3,7 @@
 
 use crate::config::{ConversationConfig, Fallback};
 use crate::error::ApiError;
-use crate::fold::hash::hex;
+use crate::fold::hash::{hex, push_hex};
 use crate::message::{MessageId, Role, pinned_count};
 use crate::state::ConvKey;
 use crate::upstream::headers;
@@ -109,11 +109,12 @@ pub fn conversation_key(
 pub fn fingerprint(roles: &[Role], ids: &[MessageId]) -> Option<String> {
     let pinned = pinned_count(roles.iter().copied().map(Some));
     let first_user = roles.get(pinned..)?.iter().position(|r| *r == Role::User)? + pinned;
-    let mut h = XxHash3_128::new();
-    for id in ids.get(..pinned)?.iter().chain(ids.get(first_user)) {
-        h.write(&id.to_le_bytes());
-    }
-    Some(format!("fp-{:032x}", h.finish_128()))
+    let head = ids.get(..pinned)?.iter().chain(ids.get(first_user));
+    let bytes: Vec<u8> = head.flat_map(|id| id.to_le_bytes()).collect();
+    let mut id = String::with_capacity(35);
+    id.push_str("fp-");
+    push_hex(&mut id, &XxHash3_128::oneshot(&bytes).to_be_bytes());
+    Some(id)
 }
 
 #[cfg(test)]
@@ -122,7 +123,7 @@ mod tests {
 
     fn cfg(fallback: Fallback) -> ConversationConfig {
         ConversationConfig {
-            header: "x-conversation-id".into(),
+            header: http::HeaderName::from_static("x-conversation-id"),
             fallback,
         }
     }
@@ -160,6 +161,13 @@ mod tests {
         assert_ne!(Some(&one), fingerprint(&[Pinned, User], &[9, 2]).as_ref());
         assert_ne!(Some(&one), fingerprint(&[User], &[2]).as_ref());
         assert_eq!(fingerprint(&[Pinned, Assistant], &[1, 2]), None);
+        // Stored keys name conversations across restarts: the values stay
+        // (XXH3-128 of the identities' little-endian bytes, in hex).
+        assert_eq!(one, "fp-c88e3255b4546aadee3fb5249c767bd2");
+        assert_eq!(
+            fingerprint(&[Assistant, User], &[3, 7]).as_deref(),
+            Some("fp-0ab34a2c5f4265696a13a265f6ff14ad")
+        );
         let h = HeaderMap::new();
         let key = conversation_key(&h, || Some(one.clone()), &cfg(Fallback::Fingerprint)).unwrap();
         assert_eq!(key.conversation, one);

@@ -203,7 +203,7 @@ mod tests {
         for view in views {
             turns.record(key(), (10, 10), TurnFold::None, view);
         }
-        assert_eq!(turns.cache_stable(&key()), (5, 7));
+        assert_eq!(turns.cache_stable(&key()), (4, 7));
         let stable: Vec<Option<bool>> = turns.of(&key()).iter().map(|t| t.stable).collect();
         let (yes, no) = (Some(true), Some(false));
         assert_eq!(stable, [None, yes, no, yes, yes, no, no, yes]);

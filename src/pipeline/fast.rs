@@ -12,7 +12,7 @@ use crate::fold::trigger::{Observed, evaluate, prefold_at};
 use crate::fold::{FoldChain, compress};
 use crate::message::{MessageId, Role, pinned_count};
 use crate::state::ConvKey;
-use crate::tokens::{Estimate, RawCount};
+use crate::tokens::{Estimate, RawCount, RawUnits};
 use http::HeaderMap;
 use std::sync::Arc;
 use twox_hash::{XxHash3_64, XxHash3_128};
@@ -41,11 +41,12 @@ pub(super) async fn route(
     raw: &RawRequest<'_>,
     provider: &str,
 ) -> Option<Look> {
-    let counted = count(app, api, raw)?;
+    let units = app.tokens.raw_units(&raw.model);
+    let counted = count(&units, api, raw)?;
     let roles: Vec<Role> = counted.iter().map(|c| c.role).collect();
     let counts: Vec<u32> = counted.iter().map(|c| c.tokens).collect();
     let ids: Vec<MessageId> = counted.iter().map(|c| c.id).collect();
-    let estimate = app.tokens.estimate_with(&raw.model, &raw.rest, counts);
+    let estimate = units.estimate(&raw.model, &raw.rest, counts);
     if let Some(why) = raw.opaque {
         tracing::debug!(api = api.name(), why, "forwarded untouched");
         return Some(Look::opaque(estimate, ids));
@@ -127,8 +128,7 @@ impl Look {
 /// texts: a unit whose text was seen before costs a hash and a cache
 /// lookup; a new one is parsed and made into its engine message as the
 /// decoder makes it. `None` when a unit cannot be read.
-fn count(app: &App, api: Api, raw: &RawRequest<'_>) -> Option<Vec<RawCount>> {
-    let units = app.tokens.raw_units(&raw.model);
+fn count(units: &RawUnits<'_>, api: Api, raw: &RawRequest<'_>) -> Option<Vec<RawCount>> {
     let mut out = Vec::with_capacity(raw.pinned.len() + raw.units.len());
     for (name, field) in &raw.pinned {
         let key = unit_key(api, [*name, *field]);

@@ -132,6 +132,18 @@ impl RawUnits<'_> {
             id,
         })
     }
+
+    /// [`TokenCounter::estimate_with`] for this counter's model (named
+    /// again: `model`), its profile not looked up a second time.
+    pub fn estimate(
+        &self,
+        model: &str,
+        request: &Map<String, Value>,
+        messages: Vec<u32>,
+    ) -> Estimate {
+        self.counter
+            .estimate_as(&self.profile, model, request, messages)
+    }
 }
 
 /// How one model is counted.
@@ -169,7 +181,10 @@ impl TokenCounter {
 
     /// The built-in table's entry for `model`, memoized.
     fn built_in(&self, model: &str) -> Option<(u32, Option<u32>)> {
-        let names = self.built_ins.read().unwrap_or_else(PoisonError::into_inner);
+        let names = self
+            .built_ins
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(found) = names.get(model) {
             return *found;
         }
@@ -177,7 +192,10 @@ impl TokenCounter {
         drop(names);
         let found = registry::built_in(&base_name(model));
         if !full {
-            let mut names = self.built_ins.write().unwrap_or_else(PoisonError::into_inner);
+            let mut names = self
+                .built_ins
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
             names.insert(model.to_string(), found);
         }
         found
@@ -225,7 +243,17 @@ impl TokenCounter {
         request: &Map<String, Value>,
         messages: Vec<u32>,
     ) -> Estimate {
-        let profile = self.profile(model);
+        self.estimate_as(&self.profile(model), model, request, messages)
+    }
+
+    /// [`TokenCounter::estimate_with`] with `model`'s profile at hand.
+    fn estimate_as(
+        &self,
+        profile: &Profile,
+        model: &str,
+        request: &Map<String, Value>,
+        messages: Vec<u32>,
+    ) -> Estimate {
         let encoding = profile.rules.encoding;
         let definitions = self.cached(
             || Kind::Definitions.key(encoding, definitions_hash(request)),

@@ -27,6 +27,10 @@ const CACHE_ENTRY_BYTES: u64 = 88;
 /// from clients, so the set is bounded and later unknown names go unwarned.
 const MAX_WARNED: usize = 1024;
 
+/// A model's built-in table entry: its window and output limit (`None`:
+/// not in the table).
+type BuiltIn = Option<(u32, Option<u32>)>;
+
 /// Most model names whose built-in table entry is remembered.
 const MAX_BUILT_IN_NAMES: usize = 4096;
 
@@ -67,7 +71,7 @@ pub struct TokenCounter {
     /// Built-in table lookups by model name (the table is scanned once per
     /// name), for up to [`MAX_BUILT_IN_NAMES`] names; a plain map, since a
     /// cache's bookkeeping costs more than the scan it saves.
-    built_ins: RwLock<HashMap<String, Option<(u32, Option<u32>)>>>,
+    built_ins: RwLock<HashMap<String, BuiltIn>>,
     hits: AtomicU64,
     misses: AtomicU64,
     /// Windows read from providers or learned from their errors.
@@ -180,7 +184,7 @@ impl TokenCounter {
     }
 
     /// The built-in table's entry for `model`, memoized.
-    fn built_in(&self, model: &str) -> Option<(u32, Option<u32>)> {
+    fn built_in(&self, model: &str) -> BuiltIn {
         let names = self
             .built_ins
             .read()

@@ -14,6 +14,18 @@ fn defaults_without_a_file() {
     assert_eq!(c.policy_for("openai", "gpt-4o"), Policy::default());
 }
 
+/// The conversation header's name is read at load: any case, the same
+/// header; a name no request can carry is refused, naming the key.
+#[test]
+fn the_conversation_header_is_a_header_name() {
+    let c = Config::from_toml("[conversation]\nheader = \"X-Thread-ID\"\n").unwrap();
+    assert_eq!(c.conversation.header, "x-thread-id");
+    let err = Config::from_toml("[conversation]\nheader = \"bad header\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("conversation.header"), "{err}");
+}
+
 #[test]
 fn unknown_keys_are_named() {
     for (toml, key) in [

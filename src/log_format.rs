@@ -6,8 +6,10 @@
 //! The fixed parts are written here directly; so are the fields whose
 //! text needs no escaping ([`PlainFields`]: a plain string, an integer, a
 //! bool, a float of whole thousandths such as the access line's `0.044`
-//! milliseconds), while every other field is formatted by the subscriber's
-//! own visitor (its quoting and its escaping of control characters). The
+//! milliseconds) and `Debug` or `Display` values (their `{:?}` after the
+//! name, as the default visitor writes them), while every other field is
+//! formatted by the subscriber's own visitor (its quoting and its escaping
+//! of control characters). The
 //! subscriber's own format paints every part through an ANSI style even
 //! with colour off and builds the time through layers of `Display`: about
 //! a fifth of the access line's instructions.
@@ -74,7 +76,8 @@ where
 /// Fields as the subscriber's default formatter writes them without
 /// colour (`name="text" count=3`), with a plain string, an integer or a
 /// bool written directly instead of through `Debug` and the formatting
-/// machinery; anything else goes to the subscriber's own visitor.
+/// machinery, and a `Debug` value's name written directly; anything else
+/// goes to the subscriber's own visitor.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PlainFields;
 
@@ -189,7 +192,10 @@ impl Visit for PlainVisitor<'_> {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.delegate(field, |inner| inner.record_debug(field, value));
+        // What the default visitor writes (`name=` then `Debug`), without
+        // painting the name and the `=` through its colourless styles.
+        let debug = |w: &mut Writer<'_>| write!(w, "{value:?}");
+        self.write(field, debug, |inner| inner.record_debug(field, value));
     }
 }
 

@@ -69,8 +69,10 @@ pub struct TokenCounter {
     /// is 0.
     cache: Option<CountCache<(u32, Role, MessageId)>>,
     /// Built-in table lookups by model name (the table is scanned once per
-    /// name), for up to [`MAX_BUILT_IN_NAMES`] names; a plain map, since a
-    /// cache's bookkeeping costs more than the scan it saves.
+    /// name), for the first [`MAX_BUILT_IN_NAMES`] names (later ones, which
+    /// only a client inventing names reaches, are scanned each time); a
+    /// plain map, since a cache's bookkeeping costs more than the scan it
+    /// saves.
     built_ins: RwLock<HashMap<String, BuiltIn>>,
     hits: AtomicU64,
     misses: AtomicU64,

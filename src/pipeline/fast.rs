@@ -46,7 +46,7 @@ pub(super) async fn route(
     let roles: Vec<Role> = counted.iter().map(|c| c.role).collect();
     let counts: Vec<u32> = counted.iter().map(|c| c.tokens).collect();
     let ids: Vec<MessageId> = counted.iter().map(|c| c.id).collect();
-    let estimate = units.estimate(&raw.model, &raw.rest, counts);
+    let estimate = units.estimate(&raw.rest, counts);
     if let Some(why) = raw.opaque {
         tracing::debug!(api = api.name(), why, "forwarded untouched");
         return Some(Look::opaque(estimate, ids));

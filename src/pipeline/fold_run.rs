@@ -14,6 +14,7 @@ use crate::fold::trigger::prefold_at;
 use crate::fold::{
     Decision, FailureRecord, FoldChain, FoldPlan, FoldState, PlanCall, Reason, Summary, ViewInfo,
 };
+use crate::state::TurnFold;
 use crate::summarize::{Outcome, Target};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -301,7 +302,7 @@ impl FoldRequest {
         if pins_folded > 0 {
             tracing::warn!(target: "foldgate::fold", conversation, pins_folded, "pinned messages over their budget (policy.pin_ratio); the oldest were folded");
         }
-        let prepared = self.prepared(Some(&state), "new", warning);
+        let prepared = self.prepared(Some(&state), TurnFold::New, warning);
         // Archived first: a fold whose messages the archive cannot hold is
         // not made, so nothing leaves the view unarchived.
         let archived = match &self.data.key {

@@ -25,6 +25,7 @@ use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
 use crate::headers as names;
+use crate::state::TurnFold;
 use crate::upstream::UpstreamLatency;
 use crate::upstream::{Provider, headers};
 use bytes::Bytes;
@@ -109,7 +110,7 @@ pub async fn handle(
                 let window = err.window.unwrap_or(u32::MAX).min(prepared.tokens_out);
                 let rejected = prepared.tokens_out;
                 prepared = request.prepare_smaller(app, &own, window).await?;
-                if prepared.label != "new" && prepared.tokens_out >= rejected {
+                if prepared.fold != TurnFold::New && prepared.tokens_out >= rejected {
                     // No smaller view: sending it again would only be
                     // rejected again. The upstream's answer, and why.
                     let why = prepared.warning.take().unwrap_or_else(|| {
@@ -242,11 +243,14 @@ fn annotate(
 ) {
     if let Some(key) = key {
         let tokens = (prepared.tokens_in, prepared.tokens_out);
-        let fold = crate::state::TurnFold::of_label(prepared.label);
-        app.turns.record(key, tokens, fold, &prepared.view_ids);
+        app.turns
+            .record(key, tokens, prepared.fold, &prepared.view_ids);
     }
     let headers = response.headers_mut();
-    headers.insert(names::FOLD, HeaderValue::from_static(prepared.label));
+    headers.insert(
+        names::FOLD,
+        HeaderValue::from_static(prepared.fold.as_str()),
+    );
     if prepared.compressed > 0 {
         headers.insert(names::COMPRESSED, HeaderValue::from(prepared.compressed));
     }

@@ -3,6 +3,7 @@
 
 use crate::fold::MessageId;
 use crate::fold::view::Item;
+use crate::state::TurnFold;
 use crate::tokens::Estimate;
 use std::sync::Arc;
 
@@ -12,8 +13,8 @@ pub struct Prepared {
     /// The view to send, laid out over the engine's messages; `None`
     /// sends the client's bytes unchanged.
     pub view: Option<Vec<Item>>,
-    /// `none`, `reused` or `new`.
-    pub label: &'static str,
+    /// How the view came about (`x-foldgate-fold`).
+    pub fold: TurnFold,
     /// Estimated tokens of the client's messages (calibrated).
     pub tokens_in: u32,
     /// Estimated tokens of the forwarded prompt (calibrated).
@@ -36,7 +37,7 @@ impl Prepared {
     pub fn untouched(estimate: &Estimate, ids: &[MessageId]) -> Self {
         Self {
             view: None,
-            label: "none",
+            fold: TurnFold::None,
             tokens_in: estimate.input_tokens,
             tokens_out: estimate.input_tokens,
             raw_tokens_out: estimate.raw_input_tokens,

@@ -15,7 +15,7 @@ use crate::fold::{
     self, Budget, CannotFit, Compression, Decision, FoldChain, FoldState, MessageId, Messages,
     ViewInfo,
 };
-use crate::state::ConvKey;
+use crate::state::{ConvKey, TurnFold};
 use crate::summarize::Credentials;
 use crate::tokens::Estimate;
 use http::HeaderMap;
@@ -304,10 +304,10 @@ impl FoldRequest {
         warning: Option<&str>,
     ) -> Result<Prepared, ApiError> {
         match base {
-            None => Ok(self.prepared(None, "none", warning)),
+            None => Ok(self.prepared(None, TurnFold::None, warning)),
             Some(state) => {
                 self.app.metrics.folds_reused.inc();
-                Ok(self.prepared(Some(state), "reused", warning))
+                Ok(self.prepared(Some(state), TurnFold::Reused, warning))
             }
         }
     }
@@ -345,7 +345,7 @@ impl FoldRequest {
     pub(super) fn prepared(
         &self,
         state: Option<&FoldState>,
-        label: &'static str,
+        fold: TurnFold,
         warning: Option<&str>,
     ) -> Prepared {
         let estimate = &self.data.estimate;
@@ -401,7 +401,7 @@ impl FoldRequest {
         Prepared {
             view_ids,
             view,
-            label,
+            fold,
             tokens_in: estimate.input_tokens,
             tokens_out: estimate.calibrated(raw_out),
             raw_tokens_out: u32::try_from(raw_out).unwrap_or(u32::MAX),

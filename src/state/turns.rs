@@ -32,12 +32,12 @@ pub enum TurnFold {
 }
 
 impl TurnFold {
-    /// The fold of an `x-foldgate-fold` label.
-    pub fn of_label(label: &str) -> Self {
-        match label {
-            "new" => Self::New,
-            "reused" => Self::Reused,
-            _ => Self::None,
+    /// Its `x-foldgate-fold` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Reused => "reused",
+            Self::New => "new",
         }
     }
 }
@@ -173,8 +173,7 @@ mod tests {
         let turns = Turns::new(Duration::from_secs(60));
         assert!(turns.of(&key()).is_empty());
         for i in 0..MAX_TURNS as u32 + 5 {
-            let fold = TurnFold::of_label("reused");
-            turns.record(key(), (1000 + i, 400 + i), fold, &[]);
+            turns.record(key(), (1000 + i, 400 + i), TurnFold::Reused, &[]);
         }
         let kept = turns.of(&key());
         assert_eq!(kept.len(), MAX_TURNS);
@@ -209,14 +208,12 @@ mod tests {
         assert_eq!(stable, [None, yes, no, yes, yes, no, no, yes]);
     }
 
+    /// The header's labels are the dashboard's (serde's) names.
     #[test]
     fn fold_labels() {
-        for (label, fold) in [
-            ("none", TurnFold::None),
-            ("reused", TurnFold::Reused),
-            ("new", TurnFold::New),
-        ] {
-            assert_eq!(TurnFold::of_label(label), fold);
+        for fold in [TurnFold::None, TurnFold::Reused, TurnFold::New] {
+            let named = serde_json::to_value(fold).unwrap();
+            assert_eq!(named, fold.as_str());
         }
     }
 }

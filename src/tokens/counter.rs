@@ -99,6 +99,7 @@ pub struct RawCount {
 /// cache lookup; only a new one is parsed.
 pub struct RawUnits<'c> {
     counter: &'c TokenCounter,
+    model: &'c str,
     profile: Profile,
 }
 
@@ -139,16 +140,11 @@ impl RawUnits<'_> {
         })
     }
 
-    /// [`TokenCounter::estimate_with`] for this counter's model (named
-    /// again: `model`), its profile not looked up a second time.
-    pub fn estimate(
-        &self,
-        model: &str,
-        request: &Map<String, Value>,
-        messages: Vec<u32>,
-    ) -> Estimate {
+    /// [`TokenCounter::estimate_with`] for this counter's model, its
+    /// profile not looked up a second time.
+    pub fn estimate(&self, request: &Map<String, Value>, messages: Vec<u32>) -> Estimate {
         self.counter
-            .estimate_as(&self.profile, model, request, messages)
+            .estimate_as(&self.profile, self.model, request, messages)
     }
 }
 
@@ -209,9 +205,10 @@ impl TokenCounter {
 
     /// A counter of engine messages given as the JSON text of the wire
     /// items they stand for, in `model`'s encoding ([`RawUnits`]).
-    pub fn raw_units(&self, model: &str) -> RawUnits<'_> {
+    pub fn raw_units<'c>(&'c self, model: &'c str) -> RawUnits<'c> {
         RawUnits {
             counter: self,
+            model,
             profile: self.profile(model),
         }
     }

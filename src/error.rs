@@ -35,6 +35,19 @@ pub enum ApiError {
     /// No provider lists the request's model.
     #[error("the model `{0}` does not exist: no provider lists it")]
     ModelNotFound(String),
+    /// No provider speaks the request's API: a request is never sent to a
+    /// provider of another API (its credential would cross with it).
+    #[error(
+        "no provider takes {api} requests (POST {path}); add one with api = \"{provider_api}\", e.g. [providers.{provider_api}] base_url = \"…\", api = \"{provider_api}\", models = [\"*\"]"
+    )]
+    NoProvider {
+        /// The API that claimed the request.
+        api: &'static str,
+        /// The `api` setting a provider needs to take it.
+        provider_api: &'static str,
+        /// The request's path.
+        path: String,
+    },
     /// The body is larger than `server.max_body_bytes`.
     #[error("request body exceeds the limit of {limit} bytes (server.max_body_bytes)")]
     BodyTooLarge { limit: usize },
@@ -99,7 +112,10 @@ impl ApiError {
         match self {
             Self::BadRequest { .. } | Self::ContextLength(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Self::NotFound(_) | Self::NoState(_) | Self::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            Self::NotFound(_)
+            | Self::NoState(_)
+            | Self::ModelNotFound(_)
+            | Self::NoProvider { .. } => StatusCode::NOT_FOUND,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UpstreamUnreachable { .. } | Self::UpstreamBroken { .. } => {
                 StatusCode::BAD_GATEWAY
@@ -121,6 +137,7 @@ impl ApiError {
             Self::NotFound(_) => "not_found",
             Self::NoState(_) => "conversation_not_found",
             Self::ModelNotFound(_) => "model_not_found",
+            Self::NoProvider { .. } => "provider_not_found",
             Self::BodyTooLarge { .. } => "request_too_large",
             Self::UpstreamUnreachable { .. } => "upstream_unreachable",
             Self::UpstreamBroken { .. } => "upstream_broken",
@@ -139,7 +156,8 @@ impl ApiError {
             | Self::NotFound(_)
             | Self::NoState(_)
             | Self::BodyTooLarge { .. }
-            | Self::ModelNotFound(_) => "invalid_request_error",
+            | Self::ModelNotFound(_)
+            | Self::NoProvider { .. } => "invalid_request_error",
             Self::Unauthorized(_) => "authentication_error",
             _ => "server_error",
         }
@@ -171,7 +189,8 @@ impl ApiError {
     /// Renders the error in `shape`, logging it once here.
     pub fn into_response_as(self, shape: ErrorShape) -> Response<Body> {
         let status = self.status();
-        if status.is_server_error() {
+        // A missing provider is the operator's to fix: said as loudly as a failure.
+        if status.is_server_error() || matches!(self, Self::NoProvider { .. }) {
             tracing::warn!(code = self.code(), error = %self, "request failed");
         } else {
             tracing::debug!(code = self.code(), error = %self, "request rejected");

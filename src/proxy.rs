@@ -36,10 +36,11 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
     if content_length(&parts.headers).is_some_and(|len| len > limit as u64) {
         return Err(ApiError::BodyTooLarge { limit });
     }
-    if let Some(api) = crate::api::of(&parts.method, parts.uri.path()) {
+    if let Some(route) = crate::api::route(&parts.method, &parts.uri) {
         let bytes = read_body(incoming, limit).await?;
-        let mut response = pipeline::handle(app, api, parts, bytes).await?;
-        response.extensions_mut().insert(RouteLabel(api.name()));
+        let label = RouteLabel(route.api.name());
+        let mut response = pipeline::handle(app, route, parts, bytes).await?;
+        response.extensions_mut().insert(label);
         return Ok(response);
     }
     let (provider, body) = if is_json_post(&parts.method, &parts.headers) {

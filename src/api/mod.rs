@@ -28,6 +28,7 @@ pub mod fuzzing;
 pub mod gemini;
 pub mod recall;
 pub mod responses;
+pub mod route;
 pub mod summary;
 
 pub use context_error::ContextError;
@@ -38,10 +39,12 @@ use crate::fold::view::Item;
 use crate::tokens::UsageReader;
 use bytes::Bytes;
 use codec::{Decoded, RawRequest, Wire};
-use http::Method;
 use http::header::{AUTHORIZATION, HeaderName};
+use http::uri::PathAndQuery;
+use http::{Method, Uri};
 use recall::calls::{Call, Calls, Carry};
 use recall::stream::Round;
+use route::Claim;
 use serde_json::{Map, Value};
 use std::sync::LazyLock;
 use summary::SummaryCall;
@@ -59,13 +62,48 @@ static APIS: &[Api] = &[
     &gemini::Gemini,
 ];
 
-/// The API a request speaks, when foldgate folds it: a `POST` to the
-/// path an API serves, with or without the leading `/v1`.
+/// The API a request speaks, when foldgate folds it: a `POST` whose path
+/// has the shape of an API's endpoint ([`WireApi::claim`]).
 pub fn of(method: &Method, path: &str) -> Option<Api> {
+    claim(method, path).map(|(api, _)| api)
+}
+
+/// The API claiming a `POST` to `path`, and its claim.
+fn claim(method: &Method, path: &str) -> Option<(Api, Claim)> {
     if method != Method::POST {
         return None;
     }
-    APIS.iter().copied().find(|api| api.serves(path))
+    APIS.iter()
+        .find_map(|&api| api.claim(path).map(|claim| (api, claim)))
+}
+
+/// A conversation request's route: the API that claims it, the part of
+/// its path that goes after the provider's `base_url`, and the model the
+/// path names.
+#[derive(Debug)]
+pub struct Route {
+    /// The API.
+    pub api: Api,
+    /// What the client's SDK appended to its base URL, with the query:
+    /// the provider's `base_url` takes it as it is.
+    pub tail: PathAndQuery,
+    /// The model the path names (a Gemini model, an Azure deployment).
+    pub model: Option<String>,
+}
+
+/// The route of a conversation request, when an API claims it.
+pub fn route(method: &Method, uri: &Uri) -> Option<Route> {
+    let path = uri.path();
+    let (api, claim) = claim(method, path)?;
+    let tail = match uri.query() {
+        Some(query) => format!("{}?{query}", &path[claim.tail..]),
+        None => path[claim.tail..].to_string(),
+    };
+    Some(Route {
+        api,
+        tail: PathAndQuery::try_from(tail).ok()?,
+        model: claim.model.map(|range| path[range].to_string()),
+    })
 }
 
 /// Every API's name ([`WireApi::name`]), in registry order.
@@ -86,14 +124,18 @@ pub fn named(name: &str) -> Option<Api> {
 /// The API providers set to `api = NAME` speak: the one their summarizer
 /// calls are shaped for and whose header takes their key.
 pub fn for_provider(name: &str) -> Option<Api> {
-    APIS.iter()
-        .copied()
-        .find(|api| api.provider_api() == Some(name))
+    APIS.iter().copied().find(|api| api.provider() == name)
 }
 
 /// The names providers may set `api` to, in registry order.
 pub fn provider_names() -> Vec<&'static str> {
-    APIS.iter().filter_map(|api| api.provider_api()).collect()
+    let mut names: Vec<&'static str> = Vec::with_capacity(APIS.len());
+    for api in APIS {
+        if !names.contains(&api.provider()) {
+            names.push(api.provider());
+        }
+    }
+    names
 }
 
 /// The headers a client's or provider's API key may come in, each once,
@@ -125,13 +167,20 @@ pub trait WireApi: Send + Sync + 'static {
     /// A short label for logs, metrics and the admin API.
     fn name(&self) -> &'static str;
 
-    /// The path it serves (a `POST`), after an optional `/v1`.
+    /// Its endpoint, as its SDKs append it to their base URL
+    /// (`/chat/completions`).
     fn path(&self) -> &'static str;
 
-    /// Whether a `POST` to `path` is this API's.
-    fn serves(&self, path: &str) -> bool {
-        path.strip_prefix("/v1").unwrap_or(path) == self.path()
+    /// Whether a `POST` to `path` is this API's, and what its path says
+    /// ([`route`]): by default, a path ending in [`Self::path`], under any
+    /// mount prefix and version.
+    fn claim(&self, path: &str) -> Option<Claim> {
+        route::endpoint(path, self.path())
     }
+
+    /// The `api` setting of the providers its requests go to: never to a
+    /// provider of another API, whose host would get the client's key.
+    fn provider(&self) -> &'static str;
 
     /// The shape of foldgate's own errors on this API's route.
     fn error_shape(&self) -> ErrorShape {
@@ -156,12 +205,6 @@ pub trait WireApi: Send + Sync + 'static {
     /// whose clients may send it there): the tenant and foldgate's own
     /// calls then read it as if it came in [`Self::key_header`].
     fn query_key<'q>(&self, _query: &'q str) -> Option<&'q str> {
-        None
-    }
-
-    /// The `api` setting of providers that speak this API, when a
-    /// provider may be set to it.
-    fn provider_api(&self) -> Option<&'static str> {
         None
     }
 
@@ -352,22 +395,120 @@ mod tests {
         named(name).unwrap()
     }
 
+    /// Every path shape the official SDKs produce on their defaults (and
+    /// the mount prefixes users put in front of them): the API that claims
+    /// it, the tail a provider's `base_url` takes, the model in the path.
     #[test]
-    fn routes() {
-        let post = Method::POST;
-        let name = |path| of(&post, path).map(|api| api.name());
-        assert_eq!(name("/v1/chat/completions"), Some("chat"));
-        assert_eq!(name("/chat/completions"), Some("chat"));
-        assert_eq!(name("/v1/messages"), Some("anthropic"));
-        assert_eq!(name("/v1/responses"), Some("responses"));
-        assert_eq!(
-            name("/v1beta/models/gemini-2.5-pro:streamGenerateContent"),
-            Some("gemini")
-        );
-        assert_eq!(name("/v1beta/models/gemini-2.5-pro:countTokens"), None);
-        assert_eq!(name("/v1/messages/count_tokens"), None);
-        assert_eq!(name("/v1/responses/compact"), None);
-        assert_eq!(of(&Method::GET, "/v1/responses").map(|a| a.name()), None);
+    fn routes_by_path_shape() {
+        let table: &[(&str, Option<(&str, &str, Option<&str>)>)] = &[
+            // openai, OpenAI(base_url=…/v1) and the mounts of other servers
+            (
+                "/v1/chat/completions",
+                Some(("chat", "/chat/completions", None)),
+            ),
+            (
+                "/chat/completions",
+                Some(("chat", "/chat/completions", None)),
+            ),
+            (
+                "/api/v1/chat/completions",
+                Some(("chat", "/chat/completions", None)),
+            ),
+            (
+                "/openai/v1/chat/completions",
+                Some(("chat", "/chat/completions", None)),
+            ),
+            ("/v1/responses", Some(("responses", "/responses", None))),
+            (
+                "/openai/v1/responses",
+                Some(("responses", "/responses", None)),
+            ),
+            // AzureOpenAI(azure_endpoint=…): base …/openai, the deployment in the path
+            (
+                "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21",
+                Some((
+                    "chat",
+                    "/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21",
+                    Some("gpt-4o-prod"),
+                )),
+            ),
+            (
+                "/openai/responses?api-version=preview",
+                Some(("responses", "/responses?api-version=preview", None)),
+            ),
+            // anthropic: Anthropic(base_url=host) calls /v1/messages
+            ("/v1/messages", Some(("anthropic", "/messages", None))),
+            (
+                "/anthropic/v1/messages",
+                Some(("anthropic", "/messages", None)),
+            ),
+            (
+                "/messages?beta=true",
+                Some(("anthropic", "/messages?beta=true", None)),
+            ),
+            // google-genai: v1 (its default), v1beta, v1alpha, any mount
+            (
+                "/v1/models/gemini-2.5-flash:generateContent",
+                Some((
+                    "gemini",
+                    "/v1/models/gemini-2.5-flash:generateContent",
+                    Some("gemini-2.5-flash"),
+                )),
+            ),
+            (
+                "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+                Some((
+                    "gemini",
+                    "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+                    Some("gemini-2.5-flash"),
+                )),
+            ),
+            (
+                "/gemini/v1alpha/models/m:generateContent",
+                Some(("gemini", "/v1alpha/models/m:generateContent", Some("m"))),
+            ),
+            (
+                "/models/m:generateContent",
+                Some(("gemini", "/models/m:generateContent", Some("m"))),
+            ),
+            // google-genai with vertexai=True: projects and locations, and express mode
+            (
+                "/v1beta1/projects/p-1/locations/us-central1/publishers/google/models/gemini-2.5-pro:generateContent",
+                Some((
+                    "gemini",
+                    "/v1beta1/projects/p-1/locations/us-central1/publishers/google/models/gemini-2.5-pro:generateContent",
+                    Some("gemini-2.5-pro"),
+                )),
+            ),
+            (
+                "/vertex/v1/publishers/google/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
+                Some((
+                    "gemini",
+                    "/v1/publishers/google/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
+                    Some("gemini-2.5-pro"),
+                )),
+            ),
+            // not conversations
+            ("/v1beta/models/gemini-2.5-pro:countTokens", None),
+            ("/v1/models/gemini-2.5-pro:embedContent", None),
+            ("/v1/messages/count_tokens", None),
+            ("/v1/messages/batches", None),
+            ("/v1/threads/thread_1/messages", None),
+            ("/v1/responses/compact", None),
+            ("/v1/responses/resp_1/cancel", None),
+            ("/v1/embeddings", None),
+            ("/v1/models", None),
+        ];
+        for (path, expected) in table {
+            let uri: Uri = path.parse().unwrap();
+            let got = route(&Method::POST, &uri);
+            let got = got
+                .as_ref()
+                .map(|r| (r.api.name(), r.tail.as_str(), r.model.as_deref()));
+            assert_eq!(got, *expected, "{path}");
+        }
+        let uri: Uri = "/v1/responses".parse().unwrap();
+        assert!(route(&Method::GET, &uri).is_none());
     }
 
     #[test]

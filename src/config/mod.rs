@@ -247,14 +247,30 @@ impl Config {
     /// a provider that does not serve it). Without a model, the default
     /// provider.
     pub fn provider_for(&self, model: Option<&str>) -> Option<(&str, &ProviderConfig)> {
-        let Some(model) = model else {
-            return self.default_provider();
-        };
+        match model {
+            Some(model) => self.provider_among(|_| true, model),
+            None => self.default_provider(),
+        }
+    }
+
+    /// The provider a model routes to among those set to `api` (see
+    /// [`Self::provider_for`]): a request is never sent to a provider of
+    /// another API.
+    pub fn provider_for_api(&self, api: &str, model: &str) -> Option<(&str, &ProviderConfig)> {
+        self.provider_among(|p| p.api.0 == api, model)
+    }
+
+    fn provider_among(
+        &self,
+        keep: impl Fn(&ProviderConfig) -> bool,
+        model: &str,
+    ) -> Option<(&str, &ProviderConfig)> {
         let listed = |wildcard: bool| {
             self.providers.iter().find(|(_, p)| {
-                p.models
-                    .iter()
-                    .any(|pat| (pat == "*") == wildcard && glob::matches(pat, model))
+                keep(p)
+                    && p.models
+                        .iter()
+                        .any(|pat| (pat == "*") == wildcard && glob::matches(pat, model))
             })
         };
         listed(false)

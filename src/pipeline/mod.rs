@@ -20,7 +20,7 @@ mod request;
 mod tap;
 mod turn;
 
-use crate::api::Api;
+use crate::api::{Api, Route};
 use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
@@ -30,7 +30,7 @@ use crate::upstream::UpstreamLatency;
 use crate::upstream::{Provider, headers};
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Limited};
 use prepared::Prepared;
 use request::ConvRequest;
@@ -46,13 +46,18 @@ const MAX_ERROR_BODY: usize = 1 << 20;
 /// once.
 pub async fn handle(
     app: &Arc<App>,
-    api: Api,
-    parts: Parts,
+    route: Route,
+    mut parts: Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, ApiError> {
     app.metrics.chat_requests.inc();
+    let api = route.api;
+    // From here on the request's URI is its tail: what goes after the
+    // provider's `base_url`.
+    let path = parts.uri.path().to_string();
+    parts.uri = Uri::from(route.tail);
     let own = own_headers(api, &parts);
-    let mut request = ConvRequest::read(app, api, &own, parts.uri.path(), bytes).await?;
+    let mut request = ConvRequest::read(app, api, &own, &path, route.model, bytes).await?;
     let conversation = request.conversation_header();
     let key = request.key().cloned();
     let mut prepared = request.prepare(app, &own).await?;
@@ -173,7 +178,7 @@ pub(super) async fn send(
     let started = Instant::now();
     let drop_auth = !app.config.server.api_keys.is_empty();
     let response = provider
-        .send(req, app.config.server.upstream_timeout, drop_auth)
+        .send_tail(req, app.config.server.upstream_timeout, drop_auth)
         .await?;
     let latency = started.elapsed();
     let (mut head, incoming) = response.into_parts();

@@ -62,11 +62,12 @@ impl ConvRequest {
         api: Api,
         headers: &HeaderMap,
         path: &str,
+        path_model: Option<String>,
         bytes: Bytes,
     ) -> Result<Self, ApiError> {
         let path = path.to_string();
         if let Some(raw) = api.shallow(&bytes) {
-            let provider = app.upstreams.route(Some(&raw.model))?;
+            let provider = app.upstreams.route_api(api, &raw.model, &path)?;
             if let Some(look) = fast::route(app, api, headers, &raw, &provider.name).await {
                 let model = raw.model;
                 let stage = Stage::Raw {
@@ -85,12 +86,14 @@ impl ConvRequest {
         }
         let mut decoded = api.decode_at(&path, &bytes)?;
         let fields = decoded.estimate_fields();
+        // The body's model, else the path's (an Azure deployment).
         let model = fields
             .get("model")
             .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let provider = app.upstreams.route(Some(&model))?;
+            .map(str::to_string)
+            .or(path_model)
+            .unwrap_or_default();
+        let provider = app.upstreams.route_api(api, &model, &path)?;
         let estimate = app
             .tokens
             .estimate_messages(&model, &decoded.messages, fields);

@@ -139,6 +139,26 @@ impl Upstreams {
         }
     }
 
+    /// The provider of a conversation request on `api`'s route, for
+    /// `model`: only a provider set to that API's `api` (a key sent to a
+    /// Gemini route never reaches OpenAI's host). With none, a 404 naming
+    /// the setting to add; with some, but none listing the model, a 404
+    /// `model_not_found`.
+    pub fn route_api(&self, api: Api, model: &str, path: &str) -> Result<Arc<Provider>, ApiError> {
+        let wanted = api.provider();
+        if let Some((name, _)) = self.config.provider_for_api(wanted, model) {
+            return Ok(self.by_name(name));
+        }
+        match self.providers.values().any(|p| p.api.provider() == wanted) {
+            true => Err(ApiError::ModelNotFound(model.to_string())),
+            false => Err(ApiError::NoProvider {
+                api: api.name(),
+                provider_api: wanted,
+                path: path.to_string(),
+            }),
+        }
+    }
+
     /// A provider by name; unknown names give the default provider.
     pub fn by_name(&self, name: &str) -> Arc<Provider> {
         self.providers
@@ -177,7 +197,18 @@ impl Provider {
     /// them, which would reach paths outside `base_url`'s prefix.
     pub fn target(&self, path_and_query: Option<&PathAndQuery>) -> Result<Uri, ApiError> {
         let pq = path_and_query.map(PathAndQuery::as_str).unwrap_or("/");
-        if has_dot_segment(pq.split('?').next().unwrap_or_default()) {
+        let rest = match pq.strip_prefix("/v1") {
+            Some(r) if r.is_empty() || r.starts_with('/') || r.starts_with('?') => r,
+            _ => pq,
+        };
+        self.join(rest)
+    }
+
+    /// `{base_url}` then `tail` (a path and query relative to the
+    /// client's base URL, see [`crate::api::Route`]), dot segments refused
+    /// as by [`Self::target`].
+    pub fn join(&self, tail: &str) -> Result<Uri, ApiError> {
+        if has_dot_segment(tail.split('?').next().unwrap_or_default()) {
             return Err(ApiError::BadRequest {
                 message:
                     "the request path has `.` or `..` segments, which foldgate does not forward"
@@ -185,13 +216,9 @@ impl Provider {
                 param: None,
             });
         }
-        let rest = match pq.strip_prefix("/v1") {
-            Some(r) if r.is_empty() || r.starts_with('/') || r.starts_with('?') => r,
-            _ => pq,
-        };
-        let mut path = String::with_capacity(self.base_path.len() + rest.len() + 1);
+        let mut path = String::with_capacity(self.base_path.len() + tail.len() + 1);
         path.push_str(&self.base_path);
-        path.push_str(rest);
+        path.push_str(tail);
         if path.is_empty() {
             path.push('/');
         }
@@ -212,11 +239,34 @@ impl Provider {
     /// connection before answering (see `retry`).
     pub async fn send(
         &self,
-        mut req: Request<Body>,
+        req: Request<Body>,
         timeout: Duration,
         drop_client_auth: bool,
     ) -> Result<Response<Incoming>, ApiError> {
-        let mut target = self.target(req.uri().path_and_query())?;
+        let target = self.target(req.uri().path_and_query())?;
+        self.send_to(req, target, timeout, drop_client_auth).await
+    }
+
+    /// Sends a conversation request, whose URI is its route's tail
+    /// ([`crate::api::Route::tail`]), to `{base_url}{tail}`.
+    pub async fn send_tail(
+        &self,
+        req: Request<Body>,
+        timeout: Duration,
+        drop_client_auth: bool,
+    ) -> Result<Response<Incoming>, ApiError> {
+        let tail = req.uri().path_and_query().map_or("/", PathAndQuery::as_str);
+        let target = self.join(tail)?;
+        self.send_to(req, target, timeout, drop_client_auth).await
+    }
+
+    async fn send_to(
+        &self,
+        mut req: Request<Body>,
+        mut target: Uri,
+        timeout: Duration,
+        drop_client_auth: bool,
+    ) -> Result<Response<Incoming>, ApiError> {
         if self.api_key.is_some() || drop_client_auth {
             // The client's credential does not go upstream in the query
             // either (Gemini clients send `?key=`), as in its headers.

@@ -12,6 +12,7 @@ use super::WireApi;
 use super::codec::{Decoded, RawRequest, Wire, object};
 use super::recall::calls::{Call, Calls, Carry};
 use super::recall::stream::{self, Round};
+use super::route::{self, Claim};
 use super::summary::SummaryCall;
 use crate::config::Placement;
 use crate::error::{ApiError, ErrorShape};
@@ -32,13 +33,19 @@ impl WireApi for Anthropic {
         "/messages"
     }
 
+    /// Not the Assistants API's `…/threads/{thread}/messages`, which
+    /// OpenAI-compatible servers serve under the same last segment.
+    fn claim(&self, path: &str) -> Option<Claim> {
+        route::endpoint(path, self.path()).filter(|_| !path.contains("/threads/"))
+    }
+
     /// `{"type":"error","error":{"type","message"}}`.
     fn error_shape(&self) -> ErrorShape {
         ErrorShape(error_envelope)
     }
 
-    fn provider_api(&self) -> Option<&'static str> {
-        Some("anthropic")
+    fn provider(&self) -> &'static str {
+        "anthropic"
     }
 
     /// `x-api-key: KEY`.

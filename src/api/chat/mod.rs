@@ -10,6 +10,7 @@ use super::WireApi;
 use super::codec::{Decoded, RawRequest, Wire};
 use super::recall::calls::{Call, Calls, Carry};
 use super::recall::stream::{self, Round};
+use super::route::{self, Claim};
 use super::summary::{Format, SummaryCall};
 use crate::error::ApiError;
 use crate::fold::view::Item;
@@ -46,8 +47,14 @@ impl WireApi for Chat {
         "/chat/completions"
     }
 
-    fn provider_api(&self) -> Option<&'static str> {
-        Some("openai")
+    /// Also Azure OpenAI's `…/deployments/{deployment}/chat/completions`,
+    /// the deployment naming the model.
+    fn claim(&self, path: &str) -> Option<Claim> {
+        route::deployment(path, self.path()).or_else(|| route::endpoint(path, self.path()))
+    }
+
+    fn provider(&self) -> &'static str {
+        "openai"
     }
 
     /// The system prompt and the user's, `response_format` as `format`

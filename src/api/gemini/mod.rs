@@ -15,6 +15,7 @@ use super::codec::{Decoded, Wire, bad, object};
 use super::context_error::{self, ContextError};
 use super::recall::calls::{Call, Calls, Carry};
 use super::recall::stream::{self, Round};
+use super::route::{self, Claim};
 use super::summary::{Format, SummaryCall};
 use crate::config::Placement;
 use crate::error::{ApiError, ErrorShape};
@@ -39,14 +40,13 @@ impl WireApi for Gemini {
         "/v1beta/models/{model}:generateContent"
     }
 
-    /// `/v1beta/models/{model}:generateContent` or
-    /// `:streamGenerateContent` (a `/v1/…` path would lose its `/v1` on
-    /// the way to the provider, see [`crate::upstream::Provider::target`]).
-    fn serves(&self, path: &str) -> bool {
-        let rest = path.strip_prefix("/v1beta/models/");
-        rest.is_some_and(|rest| {
-            METHODS.iter().any(|m| rest.ends_with(m)) && codec::model_in_path(path).is_some()
-        })
+    /// `…/models/{model}:generateContent` or `:streamGenerateContent`
+    /// under any version (`v1`, `v1beta`, `v1alpha`, none) and mount
+    /// prefix, Vertex AI's `…/projects/{p}/locations/{l}/publishers/
+    /// google/models/{model}:…` included; the version segment stays in
+    /// the tail, since a Gemini provider's `base_url` is the bare host.
+    fn claim(&self, path: &str) -> Option<Claim> {
+        route::gemini_model(path, &METHODS)
     }
 
     /// `{"error":{"code","message","status"}}`.
@@ -86,8 +86,8 @@ impl WireApi for Gemini {
             .filter(|k| !k.is_empty())
     }
 
-    fn provider_api(&self) -> Option<&'static str> {
-        Some("gemini")
+    fn provider(&self) -> &'static str {
+        "gemini"
     }
 
     /// The prompt in `systemInstruction`; JSON asked for by
@@ -290,10 +290,20 @@ mod tests {
     #[test]
     fn routes_and_errors() {
         let g = Gemini;
-        assert!(g.serves("/v1beta/models/gemini-2.5-flash:generateContent"));
-        assert!(g.serves("/v1beta/models/gemini-2.5-flash:streamGenerateContent"));
-        assert!(!g.serves("/v1beta/models/gemini-2.5-flash:countTokens"));
-        assert!(!g.serves("/v1beta/models"));
+        assert!(
+            g.claim("/v1beta/models/gemini-2.5-flash:generateContent")
+                .is_some()
+        );
+        assert!(
+            g.claim("/v1/models/gemini-2.5-flash:streamGenerateContent")
+                .is_some()
+        );
+        assert!(
+            g.claim("/v1beta/models/gemini-2.5-flash:countTokens")
+                .is_none()
+        );
+        assert!(g.claim("/v1beta/models").is_none());
+        assert!(g.claim("/v1beta/models/:generateContent").is_none());
         let body = br#"{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#;
         assert_eq!(
             g.context_error(body).and_then(|e| e.window),

@@ -29,6 +29,11 @@ impl WireApi for Responses {
         "/responses"
     }
 
+    /// OpenAI's: the providers chat completions go to.
+    fn provider(&self) -> &'static str {
+        "openai"
+    }
+
     fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
         codec::shallow(bytes)
     }

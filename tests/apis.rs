@@ -14,9 +14,9 @@ use std::sync::atomic::Ordering;
 /// A small window, so that a 40-step loop folds several times.
 fn config(llm: &Llm) -> String {
     format!(
-        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"tiny-*\"]\ncontext_window = 3000\n\
+        "{}[models.\"tiny-*\"]\ncontext_window = 3000\n\
          [policy]\nreset_ratio = 0.45\n[summarizer]\nmax_summary_tokens = 300\n",
-        llm.url()
+        crate::common::providers(&llm.url())
     )
 }
 
@@ -185,7 +185,7 @@ async fn unfolded_requests_pass_through_byte_exact() {
 async fn foldgate_errors_on_the_messages_route_use_anthropic_shape() {
     let llm = Llm::start().await;
     let fg = Foldgate::start(&format!(
-        "[providers.mock]\nbase_url = \"{}/v1\"\nmodels = [\"claude-*\"]\n",
+        "[providers.mock]\nbase_url = \"{}/v1\"\napi = \"anthropic\"\nmodels = [\"claude-*\"]\n",
         llm.url()
     ))
     .await;
@@ -235,7 +235,14 @@ async fn foldgate_errors_on_the_messages_route_use_anthropic_shape() {
         &json!({"model": "gpt-4o", "messages": []}),
     )
     .await;
-    reply.assert_envelope(404, "model_not_found");
+    // Only an Anthropic provider: a chat request is not sent to it.
+    reply.assert_envelope(404, "provider_not_found");
+    assert!(
+        reply.text().contains(r#"api = \"openai\""#),
+        "{}",
+        reply.text()
+    );
+    assert_eq!(llm.chat_requests().len(), 0);
 }
 
 /// A long Messages conversation in tool steps.
@@ -260,8 +267,8 @@ async fn prompt_too_long_from_anthropic_folds_and_retries_once() {
     // foldgate believes the window is large; the upstream knows better.
     llm.state.window_tokens.store(3000, Ordering::Relaxed);
     let fg = Foldgate::start(&format!(
-        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"tiny-*\"]\ncontext_window = 100000\n",
-        llm.url()
+        "{}[models.\"tiny-*\"]\ncontext_window = 100000\n",
+        crate::common::providers(&llm.url())
     ))
     .await;
     let body = long_anthropic(30);
@@ -303,9 +310,9 @@ async fn a_reactive_fold_past_its_deadline_says_so_in_anthropics_shape() {
         .store(600_000, Ordering::Relaxed);
     let toml = |on_failure: &str| {
         format!(
-            "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"tiny-*\"]\ncontext_window = 100000\n\
+            "{}[models.\"tiny-*\"]\ncontext_window = 100000\n\
              [policy]\nfold_deadline = \"1s\"\n[summarizer]\non_failure = \"{on_failure}\"\n",
-            llm.url()
+            crate::common::providers(&llm.url())
         )
     };
     async fn send(fg: &Foldgate) -> common::Reply {

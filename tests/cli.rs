@@ -495,7 +495,7 @@ fn responses_body() -> serde_json::Value {
 #[tokio::test]
 async fn estimate_counts_each_api_as_the_proxy_does() {
     let upstream = common::mock::Mock::echo().await;
-    let toml = common::config_for(&upstream.url, "");
+    let toml = common::providers(&upstream.url);
     let chat = serde_json::json!({"model": "gpt-4o", "max_tokens": 200, "messages": [
         {"role": "system", "content": words(400)},
         {"role": "user", "content": "hi"},

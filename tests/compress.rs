@@ -31,7 +31,7 @@ const TAIL: usize = 6;
 /// tokens after 2 turns, in batches of 3; plus `extra`.
 fn config(llm: &Llm, extra: &str) -> String {
     format!(
-        "[providers.mock]\nbase_url = \"{}/v1\"\n\
+        "{}\
          [models.\"big-*\"]\ncontext_window = 200000\n\
          [models.\"mid-*\"]\ncontext_window = 9000\n\
          [models.\"plain-*\"]\ncontext_window = 200000\n\
@@ -39,7 +39,7 @@ fn config(llm: &Llm, extra: &str) -> String {
          [policy]\nreset_ratio = 0.45\nmode = \"inline\"\n\
          [summarizer]\nmax_summary_tokens = 400\ntimeout = \"5s\"\n\
          [compress]\nmin_tokens = 300\nafter_turns = 2\nbatch = 3\n{extra}",
-        llm.url()
+        crate::common::providers(&llm.url())
     )
 }
 

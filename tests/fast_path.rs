@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 /// A small window, so that a long conversation folds.
 fn config(llm: &Llm) -> String {
     format!(
-        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"tiny-*\"]\ncontext_window = 3000\n\
+        "{}[models.\"tiny-*\"]\ncontext_window = 3000\n\
          [policy]\nreset_ratio = 0.45\n[summarizer]\nmax_summary_tokens = 300\n",
-        llm.url()
+        crate::common::providers(&llm.url())
     )
 }
 

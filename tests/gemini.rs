@@ -510,6 +510,12 @@ async fn google_genai_agent_loop_folds_without_splitting_function_pairs() {
             request.uri
         );
         assert_eq!(request.header("x-goog-api-key"), Some("g-e2e"));
+        // The SDK's default version, kept on the way to the provider.
+        assert!(
+            request.uri.starts_with("/v1/models/tiny-"),
+            "{}",
+            request.uri
+        );
         let body = request.json();
         let summary = summary_of(&body);
         folded += usize::from(!summary.is_empty());

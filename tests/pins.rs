@@ -167,9 +167,9 @@ impl Loop {
 /// foldgate before `llm` with a 6k window, inline folds and `policy`.
 fn config(llm: &Llm, policy: &str) -> String {
     format!(
-        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"agent-*\"]\ncontext_window = 6000\n\
+        "{}[models.\"agent-*\"]\ncontext_window = 6000\n\
          [policy]\nmode = \"inline\"\n{policy}[summarizer]\ntimeout = \"5s\"\n",
-        llm.url()
+        crate::common::providers(&llm.url())
     )
 }
 
@@ -323,9 +323,9 @@ async fn the_ledger_keeps_completed_items_apart_from_open_ones() {
     let llm = Llm::start().await;
     llm.answer_always(common::llm::Sum::Lossy);
     let fg = Foldgate::start(&format!(
-        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"agent-*\"]\ncontext_window = 4000\n\
+        "{}[models.\"agent-*\"]\ncontext_window = 4000\n\
          [policy]\nmode = \"inline\"\n",
-        llm.url()
+        crate::common::providers(&llm.url())
     ))
     .await;
     let todos = json!({"todos": [

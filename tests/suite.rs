@@ -25,6 +25,7 @@ mod chat_malformed;
 mod cli;
 mod compress;
 mod dashboard;
+mod doors;
 mod e2e;
 mod extract_props;
 mod fast_path;

@@ -145,8 +145,11 @@ pub fn key_headers() -> &'static [HeaderName] {
         let mut names: Vec<HeaderName> = Vec::with_capacity(APIS.len());
         for api in APIS {
             let (name, _) = api.key_header("");
-            if !names.contains(&name) {
-                names.push(name);
+            let others = api.client_key_headers().iter().copied();
+            for name in std::iter::once(name).chain(others.map(HeaderName::from_static)) {
+                if !names.contains(&name) {
+                    names.push(name);
+                }
             }
         }
         names
@@ -221,9 +224,18 @@ pub trait WireApi: Send + Sync + 'static {
         error.contains("response_format") || error.contains("json_schema")
     }
 
-    /// Where a summarizer call to `model` goes on the provider.
-    fn summary_path(&self, _model: &str) -> String {
-        format!("/v1{}", self.path())
+    /// Where a summarizer call to `model` goes, after the provider's
+    /// `base_url` (a route's tail, see [`route`]); `conversation` is the
+    /// tail of the conversation being folded when the call goes to its
+    /// own provider (an Azure deployment's path names the model).
+    fn summary_path(&self, _model: &str, _conversation: Option<&str>) -> String {
+        self.path().to_string()
+    }
+
+    /// Headers other than [`Self::key_header`] its clients send their key
+    /// in (Azure OpenAI's `api-key`): a credential like the others.
+    fn client_key_headers(&self) -> &'static [&'static str] {
+        &[]
     }
 
     /// A successful answer to a summarizer call, in the shape the
@@ -608,9 +620,10 @@ mod tests {
     fn key_headers_are_each_apis_once() {
         let x_api_key = HeaderName::from_static("x-api-key");
         let x_goog_api_key = HeaderName::from_static("x-goog-api-key");
+        let api_key = HeaderName::from_static("api-key");
         assert_eq!(
             key_headers(),
-            [AUTHORIZATION, x_api_key.clone(), x_goog_api_key]
+            [AUTHORIZATION, api_key, x_api_key.clone(), x_goog_api_key]
         );
         let anthropic = for_provider("anthropic").unwrap();
         assert_eq!(anthropic.key_header("k"), (x_api_key, "k".to_string()));

@@ -447,10 +447,10 @@ impl FoldRequest {
     /// The summarizer models to try, in order.
     fn targets(&self) -> Vec<Target> {
         let cfg = &self.app.config.summarizer;
-        let provider = self
-            .app
-            .upstreams
-            .by_name(cfg.provider.as_deref().unwrap_or(&self.data.provider));
+        let name = cfg.provider.as_deref().unwrap_or(&self.data.provider);
+        let provider = self.app.upstreams.by_name(name);
+        // Calls to the conversation's own provider follow its route.
+        let own = (name == self.data.provider).then(|| self.data.tail.clone());
         let first = cfg.model.as_deref().unwrap_or(&self.data.model);
         std::iter::once(first)
             .chain(cfg.fallback_models.iter().map(String::as_str))
@@ -460,6 +460,7 @@ impl FoldRequest {
                 let answer = self.narrative_tokens().saturating_mul(2);
                 Target {
                     provider: provider.clone(),
+                    conversation: own.clone(),
                     model: model.to_string(),
                     input_budget: window
                         .saturating_sub(answer + SUMMARIZER_PROMPT_TOKENS)

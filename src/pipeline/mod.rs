@@ -57,7 +57,8 @@ pub async fn handle(
     let path = parts.uri.path().to_string();
     parts.uri = Uri::from(route.tail);
     let own = own_headers(api, &parts);
-    let mut request = ConvRequest::read(app, api, &own, &path, route.model, bytes).await?;
+    let tail = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let mut request = ConvRequest::read(app, api, &own, (&path, tail), route.model, bytes).await?;
     let conversation = request.conversation_header();
     let key = request.key().cloned();
     let mut prepared = request.prepare(app, &own).await?;

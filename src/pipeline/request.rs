@@ -26,6 +26,8 @@ pub(super) struct ConvRequest {
     pub bytes: Bytes,
     /// The request's path (an API may name the model in it).
     path: String,
+    /// Its route's tail, as the provider gets it.
+    tail: String,
     /// The `model` field.
     pub model: String,
     /// Where it goes.
@@ -61,11 +63,12 @@ impl ConvRequest {
         app: &App,
         api: Api,
         headers: &HeaderMap,
-        path: &str,
+        (path, tail): (&str, &str),
         path_model: Option<String>,
         bytes: Bytes,
     ) -> Result<Self, ApiError> {
         let path = path.to_string();
+        let tail = tail.to_string();
         if let Some(raw) = api.shallow(&bytes) {
             let provider = app.upstreams.route_api(api, &raw.model, &path)?;
             if let Some(look) = fast::route(app, api, headers, &raw, &provider.name).await {
@@ -78,6 +81,7 @@ impl ConvRequest {
                     api,
                     bytes,
                     path,
+                    tail,
                     model,
                     provider,
                     stage,
@@ -131,6 +135,7 @@ impl ConvRequest {
             api,
             bytes,
             path,
+            tail,
             model,
             provider,
             stage: Stage::Raw {
@@ -315,7 +320,7 @@ impl ConvRequest {
             let turn = FoldRequest::new(
                 app.clone(),
                 look,
-                &self.provider.name,
+                (&self.provider.name, &self.tail),
                 headers,
                 estimate_fields.as_ref().unwrap_or(&fields),
                 messages,

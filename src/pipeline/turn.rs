@@ -87,6 +87,8 @@ pub(super) struct FoldRequestData {
     pub credentials: Credentials,
     /// The wire format.
     pub api: Api,
+    /// The request's route tail (see [`crate::api::Route`]).
+    pub tail: Arc<str>,
     /// Where the summary goes, as the wire format allows.
     pub placement: Placement,
 }
@@ -99,7 +101,7 @@ impl FoldRequest {
     pub fn new(
         app: Arc<App>,
         look: Look,
-        provider: &str,
+        (provider, tail): (&str, &str),
         headers: &HeaderMap,
         request: &Map<String, Value>,
         messages: Vec<Value>,
@@ -146,6 +148,7 @@ impl FoldRequest {
             ids,
             estimate,
             api,
+            tail: Arc::from(tail),
             placement: api.placement(config.summary.placement),
         };
         let mut data = data;

@@ -47,6 +47,9 @@ pub struct Target {
     /// Input budget of one call in tokens (the model's window less the
     /// summary's own room).
     pub input_budget: u32,
+    /// The folded conversation's route tail, when the call goes to its
+    /// own provider (see [`crate::api::WireApi::summary_path`]).
+    pub conversation: Option<Arc<str>>,
 }
 
 /// Credentials forwarded to the summarizer: the client's own
@@ -400,7 +403,11 @@ async fn post(
     body: Value,
     timeout: Duration,
 ) -> Result<(StatusCode, Bytes), CallError> {
-    let path = target.provider.api().summary_path(&target.model);
+    let conversation = target.conversation.as_deref();
+    let path = target
+        .provider
+        .api()
+        .summary_path(&target.model, conversation);
     let mut req = Request::post(path)
         .header(header::CONTENT_TYPE, "application/json")
         .body(body::full(body.to_string()))?;
@@ -409,7 +416,7 @@ async fn post(
     }
     let response = target
         .provider
-        .send(req, timeout, credentials.drop_client_auth)
+        .send_tail(req, timeout, credentials.drop_client_auth)
         .await?;
     let status = response.status();
     let bytes = response.into_body().collect().await?.to_bytes();

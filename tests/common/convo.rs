@@ -108,11 +108,11 @@ impl Convo {
 /// models, plus `extra` sections.
 pub fn config(llm: &Llm, extra: &str) -> String {
     format!(
-        "[providers.mock]\nbase_url = \"{}/v1\"\n\
+        "{}\
          [models.\"tiny-*\"]\ncontext_window = 4000\n\
          [policy]\nreset_ratio = 0.45\nmode = \"inline\"\n\
          [summarizer]\nmax_summary_tokens = 400\nretries = 2\nbackoff = \"5ms\"\ntimeout = \"5s\"\n{extra}",
-        llm.url()
+        super::providers(&llm.url())
     )
 }
 

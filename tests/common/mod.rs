@@ -169,6 +169,11 @@ impl Reply {
         self.header("x-foldgate-tokens-out").parse().unwrap()
     }
 
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
@@ -260,4 +265,15 @@ pub async fn drive(script: &str, base: &str) -> Vec<serde_json::Value> {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap()
+}
+
+/// Providers for a mock upstream that answers every API on one address:
+/// `mock` (OpenAI's: chat completions and Responses) and `mock-anthropic`
+/// (Anthropic Messages), since a request is never sent to a provider of
+/// another API.
+pub fn providers(upstream: &str) -> String {
+    format!(
+        "[providers.mock]\nbase_url = \"{upstream}/v1\"\n\
+         [providers.mock-anthropic]\nbase_url = \"{upstream}/v1\"\napi = \"anthropic\"\n"
+    )
 }

@@ -14,7 +14,7 @@ base_url, out_path = sys.argv[1], sys.argv[2]
 client = genai.Client(
     api_key="g-e2e",
     http_options=types.HttpOptions(
-        base_url=base_url, api_version="v1beta",
+        base_url=base_url,
         headers={"x-conversation-id": "gemini-e2e"},
         retry_options=types.HttpRetryOptions(attempts=1),
     ),

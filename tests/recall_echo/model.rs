@@ -109,11 +109,11 @@ impl Model {
 
     pub fn config(&self) -> String {
         format!(
-            "[providers.mock]\nbase_url = \"{}/v1\"\n\
+            "{}\
              [models.\"tiny-*\"]\ncontext_window = 4000\n\
              [policy]\nreset_ratio = 0.45\nmode = \"inline\"\n\
-             [summarizer]\nmax_summary_tokens = 400\nretries = 0\ntimeout = \"5s\"\n",
-            self.mock.url
+             [summarizer]\nprovider = \"mock\"\nmax_summary_tokens = 400\nretries = 0\ntimeout = \"5s\"\n",
+            crate::common::providers(&self.mock.url)
         )
     }
 }

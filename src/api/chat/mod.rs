@@ -57,6 +57,24 @@ impl WireApi for Chat {
         "openai"
     }
 
+    fn client_key_headers(&self) -> &'static [&'static str] {
+        &["api-key"]
+    }
+
+    /// A conversation on an Azure deployment's path is summarized on the
+    /// summarizer model's deployment, with the same `api-version`.
+    fn summary_path(&self, model: &str, conversation: Option<&str>) -> String {
+        let deployment = conversation.filter(|tail| tail.starts_with("/deployments/"));
+        match deployment {
+            Some(tail) => {
+                let query = tail.split_once('?').map_or("", |(_, q)| q);
+                let sep = if query.is_empty() { "" } else { "?" };
+                format!("/deployments/{model}{}{sep}{query}", self.path())
+            }
+            None => self.path().to_string(),
+        }
+    }
+
     /// The system prompt and the user's, `response_format` as `format`
     /// says, and the limit in the parameter the model takes.
     fn summary_body(&self, call: SummaryCall<'_>) -> Option<Value> {

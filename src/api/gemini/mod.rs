@@ -104,7 +104,7 @@ impl WireApi for Gemini {
         }))
     }
 
-    fn summary_path(&self, model: &str) -> String {
+    fn summary_path(&self, model: &str, _conversation: Option<&str>) -> String {
         format!("/v1beta/models/{model}:generateContent")
     }
 

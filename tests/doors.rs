@@ -1,0 +1,120 @@
+//! Every door: real clients on their defaults reach the fold by whatever
+//! path shape their SDK uses, and a request never goes to a provider of
+//! another API (its key would go with it).
+
+use crate::common;
+
+use common::gemini::GeminiMock;
+use common::llm::{Llm, tags};
+use common::{Foldgate, drive};
+use serde_json::Value;
+
+/// google-genai on its defaults (API version `v1`) against the shipped
+/// config's shape — one OpenAI provider taking `*` — gets a clear 404
+/// naming `api = "gemini"`, and nothing reaches the OpenAI upstream.
+#[tokio::test]
+async fn a_gemini_key_never_reaches_an_openai_provider() {
+    let llm = Llm::start().await;
+    let fg = Foldgate::start(&format!(
+        "[providers.openai]\nbase_url = \"{}/v1\"\nmodels = [\"*\"]\napi = \"openai\"\n",
+        llm.url()
+    ))
+    .await;
+    for mode in ["whole", "stream"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.json");
+        let script = format!(
+            "{}/tests/e2e/gemini_one_call.py",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let status = tokio::process::Command::new("python3")
+            .args([&script, &fg.url, out.to_str().unwrap(), mode])
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+        let result: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        let result = &result[0];
+        assert_eq!(result["status"], 404, "{mode}: {result}");
+        let message = result["message"].as_str().unwrap_or_default();
+        assert!(message.contains(r#"api = "gemini""#), "{mode}: {result}");
+    }
+    assert!(llm.mock.received().is_empty(), "{:?}", llm.mock.received());
+}
+
+/// google-genai on its defaults calls `/v1/models/…`: claimed as Gemini,
+/// forwarded to the provider's host with the version it used (its
+/// 40-step loop folds in `gemini::google_genai_agent_loop_…`).
+#[tokio::test]
+async fn google_genai_on_its_default_version_is_claimed_and_keeps_it() {
+    let mock = GeminiMock::start().await;
+    let fg = Foldgate::start(&format!(
+        "[providers.google]\nbase_url = \"{}\"\napi = \"gemini\"\nmodels = [\"gemini-*\"]\n\
+         [models.\"gemini-*\"]\ncontext_window = 1000\n",
+        mock.url()
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.json");
+    let script = format!(
+        "{}/tests/e2e/gemini_one_call.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let status = tokio::process::Command::new("python3")
+        .args([&script, &fg.url, out.to_str().unwrap()])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+    let result: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(result[0]["status"], 200, "{result}");
+    let received = mock.mock.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(
+        received[0].uri,
+        "/v1/models/gemini-2.5-flash:generateContent"
+    );
+    assert_eq!(received[0].header("x-goog-api-key"), Some("AIza-user-key"));
+}
+
+/// The openai package's `AzureOpenAI` client, on Azure's quick-start
+/// settings: every request keeps its deployment path and `api-version`,
+/// the `api-key` header passes through, the conversation folds, and the
+/// summarizer calls the same deployment.
+#[tokio::test]
+async fn azure_openai_client_folds_on_its_deployment() {
+    let llm = Llm::start().await;
+    let fg = Foldgate::start(&format!(
+        "[providers.azure]\nbase_url = \"{}/openai\"\nmodels = [\"*\"]\n\
+         [models.\"gpt-4o-prod\"]\ncontext_window = 3000\n\
+         [policy]\nreset_ratio = 0.45\nmode = \"inline\"\n[summarizer]\nmax_summary_tokens = 300\n",
+        llm.url()
+    ))
+    .await;
+    let log = drive("azure_chat.py", &fg.url).await;
+    assert_eq!(log.len(), 30);
+    let received = llm.mock.received();
+    for r in &received {
+        assert_eq!(
+            r.uri, "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21",
+            "every call, the summarizer's too, on the deployment"
+        );
+        assert_eq!(r.header("api-key"), Some("azure-user-key"));
+    }
+    assert!(llm.summarizer_calls() > 0, "never folded");
+    let upstream = llm.chat_requests();
+    assert_eq!(upstream.len(), 30);
+    let mut folded = 0;
+    for (entry, body) in log.iter().zip(&upstream) {
+        let messages = body["messages"].as_array().unwrap();
+        let view = body["messages"].to_string();
+        folded += usize::from(messages.len() < entry["sent"].as_array().unwrap().len());
+        let seen = tags(&view);
+        for sent in entry["sent"].as_array().unwrap() {
+            assert!(tags(&sent.to_string()).is_subset(&seen), "{sent} dropped");
+        }
+        let headers = &entry["headers"];
+        assert!(headers["x-foldgate-fold"].is_string(), "{headers}");
+    }
+    assert!(folded >= 5, "only {folded} of 30 requests were folded");
+}

@@ -16,7 +16,7 @@ fn config(llm: &Llm) -> String {
     format!(
         "{}[models.\"tiny-*\"]\ncontext_window = 3000\n\
          [policy]\nreset_ratio = 0.45\n[summarizer]\nmax_summary_tokens = 300\n",
-        crate::common::providers(&llm.url())
+        crate::common::providers(llm.url())
     )
 }
 
@@ -268,7 +268,7 @@ async fn prompt_too_long_from_anthropic_folds_and_retries_once() {
     llm.state.window_tokens.store(3000, Ordering::Relaxed);
     let fg = Foldgate::start(&format!(
         "{}[models.\"tiny-*\"]\ncontext_window = 100000\n",
-        crate::common::providers(&llm.url())
+        crate::common::providers(llm.url())
     ))
     .await;
     let body = long_anthropic(30);
@@ -312,7 +312,7 @@ async fn a_reactive_fold_past_its_deadline_says_so_in_anthropics_shape() {
         format!(
             "{}[models.\"tiny-*\"]\ncontext_window = 100000\n\
              [policy]\nfold_deadline = \"1s\"\n[summarizer]\non_failure = \"{on_failure}\"\n",
-            crate::common::providers(&llm.url())
+            crate::common::providers(llm.url())
         )
     };
     async fn send(fg: &Foldgate) -> common::Reply {

@@ -39,7 +39,7 @@ fn config(llm: &Llm, extra: &str) -> String {
          [policy]\nreset_ratio = 0.45\nmode = \"inline\"\n\
          [summarizer]\nmax_summary_tokens = 400\ntimeout = \"5s\"\n\
          [compress]\nmin_tokens = 300\nafter_turns = 2\nbatch = 3\n{extra}",
-        crate::common::providers(&llm.url())
+        crate::common::providers(llm.url())
     )
 }
 

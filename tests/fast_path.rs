@@ -16,7 +16,7 @@ fn config(llm: &Llm) -> String {
     format!(
         "{}[models.\"tiny-*\"]\ncontext_window = 3000\n\
          [policy]\nreset_ratio = 0.45\n[summarizer]\nmax_summary_tokens = 300\n",
-        crate::common::providers(&llm.url())
+        crate::common::providers(llm.url())
     )
 }
 

@@ -169,7 +169,7 @@ fn config(llm: &Llm, policy: &str) -> String {
     format!(
         "{}[models.\"agent-*\"]\ncontext_window = 6000\n\
          [policy]\nmode = \"inline\"\n{policy}[summarizer]\ntimeout = \"5s\"\n",
-        crate::common::providers(&llm.url())
+        crate::common::providers(llm.url())
     )
 }
 
@@ -325,7 +325,7 @@ async fn the_ledger_keeps_completed_items_apart_from_open_ones() {
     let fg = Foldgate::start(&format!(
         "{}[models.\"agent-*\"]\ncontext_window = 4000\n\
          [policy]\nmode = \"inline\"\n",
-        crate::common::providers(&llm.url())
+        crate::common::providers(llm.url())
     ))
     .await;
     let todos = json!({"todos": [

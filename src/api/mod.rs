@@ -412,7 +412,9 @@ mod tests {
     /// it, the tail a provider's `base_url` takes, the model in the path.
     #[test]
     fn routes_by_path_shape() {
-        let table: &[(&str, Option<(&str, &str, Option<&str>)>)] = &[
+        /// The API's name, the tail, the model.
+        type Claimed = Option<(&'static str, &'static str, Option<&'static str>)>;
+        let table: &[(&str, Claimed)] = &[
             // openai, OpenAI(base_url=…/v1) and the mounts of other servers
             (
                 "/v1/chat/completions",

@@ -112,7 +112,7 @@ pub fn config(llm: &Llm, extra: &str) -> String {
          [models.\"tiny-*\"]\ncontext_window = 4000\n\
          [policy]\nreset_ratio = 0.45\nmode = \"inline\"\n\
          [summarizer]\nmax_summary_tokens = 400\nretries = 2\nbackoff = \"5ms\"\ntimeout = \"5s\"\n{extra}",
-        super::providers(&llm.url())
+        super::providers(llm.url())
     )
 }
 

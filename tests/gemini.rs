@@ -9,10 +9,9 @@
 
 use crate::common;
 
-use common::gemini::{GeminiMock, violation};
+use common::gemini::{GeminiMock, summary_of, violation};
 use common::llm::tags;
 use common::{Foldgate, post_json, send};
-use foldgate::fold::summary::HEADING_PREFIX;
 use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
 
@@ -50,17 +49,6 @@ fn long_gemini(steps: usize) -> Value {
             "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]}],
         "generationConfig": {"maxOutputTokens": 100},
     })
-}
-
-/// The summary foldgate put in a forwarded body's `systemInstruction`.
-fn summary_of(body: &Value) -> String {
-    body["systemInstruction"]["parts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["text"].as_str())
-        .filter(|t| t.contains(HEADING_PREFIX))
-        .collect()
 }
 
 /// The Gemini view covers what the client sent; foldgate's own turn is

@@ -35,6 +35,7 @@ mod fold_economy;
 mod fold_history;
 mod fold_props;
 mod gemini;
+mod gemini_cli;
 mod imports;
 mod ledger_props;
 mod llama_cpp_python;

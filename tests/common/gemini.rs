@@ -8,6 +8,7 @@
 use super::llm::{ranges, tags};
 use super::mock::{self, Mock, Recorded};
 use bytes::Bytes;
+use foldgate::fold::summary::HEADING_PREFIX;
 use foldgate::summarize::prompt::SYSTEM_PROMPT;
 use http::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -78,7 +79,7 @@ fn answer(state: &GeminiState, r: Recorded) -> Response<foldgate::body::Body> {
     let Ok(body) = serde_json::from_slice::<Value>(&r.body) else {
         return error(400, "INVALID_ARGUMENT", "Invalid JSON payload received.");
     };
-    if body.pointer("/systemInstruction/parts/0/text") == Some(&json!(SYSTEM_PROMPT)) {
+    if is_summarizer(&body) {
         state.summarizer.lock().unwrap().push(r.clone());
         let json_mode = body.pointer("/generationConfig/responseMimeType").is_some();
         if json_mode && state.no_json_mode.load(Ordering::Relaxed) {
@@ -88,19 +89,7 @@ fn answer(state: &GeminiState, r: Recorded) -> Response<foldgate::body::Body> {
                 "Json mode is not enabled for models/tiny-gemini",
             );
         }
-        let prompt = body
-            .pointer("/contents/0/parts/0/text")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let summary = json!({
-            "summary": "The user and the model worked through numbered steps.",
-            "facts": [ranges(&tags(prompt))],
-            "goals": ["finish the steps"], "decisions": [], "open_items": [], "artifacts": [],
-        });
-        return mock::json(
-            StatusCode::OK,
-            &response(vec![json!({"text": summary.to_string()})], 100),
-        );
+        return mock::json(StatusCode::OK, &summary(&body));
     }
     state.conversation.lock().unwrap().push(r.clone());
     if let Some(v) = violation(&body) {
@@ -158,6 +147,38 @@ fn recalling(body: &Value) -> Value {
     }
 }
 
+/// Whether `body` is foldgate's summarizer call (its system prompt).
+pub fn is_summarizer(body: &Value) -> bool {
+    body.pointer("/systemInstruction/parts/0/text") == Some(&json!(SYSTEM_PROMPT))
+}
+
+/// The mock summarizer's answer to `body`: a summary whose facts name
+/// every `[mN]` tag of the folded text, so coverage can be traced.
+pub fn summary(body: &Value) -> Value {
+    let prompt = body
+        .pointer("/contents/0/parts/0/text")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let summary = json!({
+        "summary": "The user and the model worked through numbered steps.",
+        "facts": [ranges(&tags(prompt))],
+        "goals": ["finish the steps"], "decisions": [], "open_items": [], "artifacts": [],
+    });
+    response(vec![json!({"text": summary.to_string()})], 100)
+}
+
+/// The summary foldgate put in a forwarded body's `systemInstruction`
+/// ("" when the body carries none).
+pub fn summary_of(body: &Value) -> String {
+    body["systemInstruction"]["parts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["text"].as_str())
+        .filter(|t| t.contains(HEADING_PREFIX))
+        .collect()
+}
+
 /// A `GenerateContentResponse` with `parts` (none: the usage event).
 pub fn response(parts: Vec<Value>, prompt_tokens: u64) -> Value {
     let mut out = json!({"modelVersion": "mock"});
@@ -199,6 +220,18 @@ pub fn violation(body: &Value) -> Option<String> {
         if i > 0 && contents[i - 1]["role"] == c["role"] {
             return Some(format!("contents[{i}]: roles must alternate user/model"));
         }
+    }
+    pairing_violation(body)
+}
+
+/// Whether a request breaks Gemini's pairing of function calls and
+/// responses: a model turn's calls need their responses in the very next
+/// content, a response its call in the one before.
+pub fn pairing_violation(body: &Value) -> Option<String> {
+    let Some(contents) = body["contents"].as_array() else {
+        return Some("contents: field required".into());
+    };
+    for (i, c) in contents.iter().enumerate() {
         let answers = named(c, "functionResponse");
         let calls = i
             .checked_sub(1)

@@ -50,7 +50,7 @@ pub async fn handle(
     parts: Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    app.metrics.chat_requests.inc();
+    app.metrics.count_request(api.name());
     let own = own_headers(api, &parts);
     let mut request = ConvRequest::read(app, api, &own, parts.uri.path(), bytes).await?;
     let conversation = request.conversation_header();

@@ -91,7 +91,7 @@ async function loadTotals() {
     [total(m, 'foldgate_folds_total'), 'folds'],
     [total(m, 'foldgate_folds_reused_total'), 'reused summaries'],
     [total(m, 'foldgate_fold_failures_total'), 'fold failures'],
-    [total(m, 'foldgate_chat_requests_total'), 'chat requests'],
+    [total(m, 'foldgate_requests_total'), 'requests'],
     [calls ? Math.round(ms / calls) + ' ms' : '—', 'summarizer latency (mean)'],
   ];
   const box = $('totals');

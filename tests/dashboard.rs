@@ -162,7 +162,7 @@ async fn the_dashboard_shows_a_folded_conversation_without_console_errors() {
     let totals = block(dom, "totals", "</section>");
     assert!(totals.contains("<b>1</b><span>folds</span>"), "{totals}");
     assert!(
-        totals.contains("<b>1</b><span>reused summaries</span>"),
+        totals.contains("<b>1</b><span>reused summaries since start</span>"),
         "{totals}"
     );
 }

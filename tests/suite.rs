@@ -53,4 +53,5 @@ mod state_redis;
 mod state_sqlite;
 mod tls;
 mod tokens;
+mod totals;
 mod upstream_retry;

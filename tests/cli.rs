@@ -121,6 +121,36 @@ fn check_config_rejects_unknown_keys_naming_key_and_file() {
     );
 }
 
+/// The unknown-key message reads as plain text: the key, the file, and
+/// the keys its section takes (figment's own nests backticks in
+/// backticks).
+#[test]
+fn check_config_says_which_keys_a_section_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("typo.toml");
+    std::fs::write(&path, "[conversation]\nheadr = \"x-thread\"\n").unwrap();
+    let out = check_config_file(&path, &[]);
+    assert!(!out.status.success());
+    assert_eq!(
+        err_text(&out),
+        format!(
+            "foldgate: unknown key \"conversation.headr\" in TOML file {}; \
+             expected one of: header, fallback\n",
+            path.display()
+        )
+    );
+    std::fs::write(&path, "[state]\nbackend = \"mysql\"\n").unwrap();
+    let out = check_config_file(&path, &[]);
+    assert_eq!(
+        err_text(&out),
+        format!(
+            "foldgate: unknown value \"mysql\" for key \"state.backend\" in TOML file {}; \
+             expected one of: sqlite, redis, memory\n",
+            path.display()
+        )
+    );
+}
+
 #[test]
 fn the_repository_config_is_valid() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml");

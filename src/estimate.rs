@@ -5,10 +5,11 @@
 //! the headroom left before it.
 
 use crate::api::codec::ReadBody;
-use crate::api::{Api, anthropic::Anthropic, chat::Chat};
+use crate::api::{Api, WireApi, anthropic::Anthropic, chat::Chat, gemini::Gemini};
 use crate::config::Config;
 use crate::fold::trigger::{emergency_at, prefold_at, token_at};
-use crate::tokens::{Encoding, TokenCounter};
+use crate::tokens::{Encoding, LimitSource, TokenCounter};
+use http::Method;
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
 
@@ -25,16 +26,44 @@ pub enum EstimateError {
     #[error("request has no \"{0}\" ({1} API)")]
     NoMessages(&'static str, &'static str),
     /// No model was given and the body names none.
-    #[error("no model given and the request has no \"model\"")]
+    #[error("no model given and the request has no \"model\": pass --model NAME")]
     NoModel,
+    /// A Gemini body, whose model is in the URL path, without the path
+    /// or a model.
+    #[error(
+        "no model given and a Gemini request names its model in the URL path: \
+         pass --path /v1beta/models/MODEL:generateContent (or --model MODEL)"
+    )]
+    NoModelInPath,
+    /// `--path` is not a route of an API foldgate folds.
+    #[error(
+        "--path {0}: no API foldgate folds serves this path (a POST to it is forwarded untouched)"
+    )]
+    NotARoute(String),
     /// The API's reader rejected the body, as the proxy would.
     #[error("{0}")]
     Invalid(String),
 }
 
-/// Estimates `body` for `model` (empty: the body's own `model`) on `api`
-/// (`None`: judged by the body's shape, [`by_shape`]) and reports it,
-/// one `key: value` per line:
+/// What `foldgate estimate` is told besides the body.
+#[derive(Clone, Copy, Default)]
+pub struct Given<'a> {
+    /// `--api`: the body's API (`None`: the path's, else judged by the
+    /// body's shape, [`by_shape`]).
+    pub api: Option<Api>,
+    /// `--model` (empty: the body's `model`, or the path's for an API that
+    /// names it there).
+    pub model: &'a str,
+    /// `--path`: the URL path the client posts the body to (its query, if
+    /// any, is ignored).
+    pub path: Option<&'a str>,
+    /// Context windows the proxy learned and kept in the state store,
+    /// `(model, window)` ([`crate::state::learned::windows`]).
+    pub learned: &'a [(String, u32)],
+}
+
+/// Estimates `body` as the proxy would on its route ([`Given`]) and
+/// reports it, one `key: value` per line:
 ///
 /// ```text
 /// api: anthropic (by shape)
@@ -53,34 +82,56 @@ pub enum EstimateError {
 ///
 /// `trigger_at` is the fewest prompt tokens at which the proxy folds this
 /// request: the token trigger or, when the output reserve leaves less
-/// room, the emergency one. A fresh counter is used, so calibration is
-/// always 1.000 here.
-pub fn report(
-    config: &Config,
-    api: Option<Api>,
-    model: &str,
-    body: &[u8],
-) -> Result<String, EstimateError> {
+/// room, the emergency one. A fresh counter is used (with the learned
+/// windows), so calibration is always 1.000 here.
+pub fn report(config: &Config, given: &Given<'_>, body: &[u8]) -> Result<String, EstimateError> {
     let Value::Object(mut request) = serde_json::from_slice::<Value>(body)? else {
         return Err(EstimateError::NotObject);
     };
-    let (api, how) = match api {
-        Some(api) => (api, "given"),
-        None => (by_shape(&request), "by shape"),
+    let path = given.path.map(|p| p.split('?').next().unwrap_or(p));
+    let by_path = match path {
+        Some(p) => Some(
+            crate::api::of(&Method::POST, p).ok_or_else(|| EstimateError::NotARoute(p.into()))?,
+        ),
+        None => None,
+    };
+    let (api, how) = match (given.api, by_path) {
+        (Some(api), _) => (api, "given"),
+        (None, Some(api)) => (api, "by path"),
+        (None, None) => (by_shape(&request), "by shape"),
     };
     let field = api.conversation_field();
     if !request.contains_key(field) {
         return Err(EstimateError::NoMessages(field, api.name()));
     }
-    let model = match (model, request.get("model").and_then(Value::as_str)) {
-        ("", Some(own)) => own.to_string(),
-        ("", None) => return Err(EstimateError::NoModel),
-        (given, _) => given.to_string(),
+    let has_model = request.get("model").and_then(Value::as_str).is_some();
+    // Gemini names the model in the path, the others in the body.
+    let model_in_path = api.name() == Gemini.name();
+    if given.model.is_empty() && !has_model {
+        match (model_in_path, path) {
+            (false, _) => return Err(EstimateError::NoModel),
+            (true, None) => return Err(EstimateError::NoModelInPath),
+            (true, Some(_)) => {}
+        }
+    }
+    let read = match path {
+        _ if !given.model.is_empty() => {
+            request.insert("model".into(), Value::String(given.model.to_string()));
+            ReadBody::read(api, &serde_json::to_vec(&request)?)
+        }
+        // The body's model, or the path's, as the proxy reads them.
+        Some(p) => ReadBody::read_at(api, p, body),
+        None => ReadBody::read(api, body),
     };
-    request.insert("model".into(), Value::String(model.clone()));
-    let bytes = serde_json::to_vec(&request)?;
-    let read = ReadBody::read(api, &bytes).map_err(|e| EstimateError::Invalid(e.to_string()))?;
+    let read = read.map_err(|e| EstimateError::Invalid(e.to_string()))?;
+    let model = match read.fields.get("model").and_then(Value::as_str) {
+        Some(model) if !model.is_empty() => model.to_string(),
+        _ => return Err(EstimateError::NoModel),
+    };
     let counter = TokenCounter::new(config);
+    for (learned, window) in given.learned {
+        counter.record_window(learned, *window, LimitSource::Learned, "");
+    }
     let estimate = counter.estimate_messages(&model, &read.messages, &read.fields);
     let limits = counter.limits(&model);
     let window = estimate.context_window;
@@ -252,7 +303,7 @@ mod tests {
     #[test]
     fn report_lines() {
         let body = br#"{"model":"gpt-4o","max_tokens":100,"messages":[{"role":"user","content":"hello world"}]}"#;
-        let report = report(&Config::default(), None, "", body).unwrap();
+        let report = report(&Config::default(), &Given::default(), body).unwrap();
         // 3 per message + "user" + "hello world" (2) + 3 priming.
         let expect = "api: chat (by shape)\nmodel: gpt-4o\nencoding: o200k_base\nmessages: 1\ninput_tokens: 9\n\
 context_window: 128000 (built-in)\nratio: 0.01%\noutput_reserve: 100\ncalibration: 1.000\n\
@@ -264,25 +315,70 @@ prefold_at: 89600 (background mode: folded off the request path from here)\nhead
     #[test]
     fn errors() {
         let c = Config::default();
+        let with = |api: Option<Api>, model: &'static str| Given {
+            api,
+            model,
+            ..Given::default()
+        };
         assert!(matches!(
-            report(&c, None, "m", b"{"),
+            report(&c, &with(None, "m"), b"{"),
             Err(EstimateError::NotJson(_))
         ));
         assert!(matches!(
-            report(&c, None, "m", b"[]"),
+            report(&c, &with(None, "m"), b"[]"),
             Err(EstimateError::NotObject)
         ));
         assert!(matches!(
-            report(&c, None, "m", b"{}"),
+            report(&c, &with(None, "m"), b"{}"),
             Err(EstimateError::NoMessages("messages", "chat"))
         ));
         assert!(matches!(
-            report(&c, Some(&Responses), "m", br#"{"messages":[]}"#),
+            report(&c, &with(Some(&Responses), "m"), br#"{"messages":[]}"#),
             Err(EstimateError::NoMessages("input", "responses"))
         ));
         assert!(matches!(
-            report(&c, None, "", br#"{"messages":[]}"#),
+            report(&c, &with(None, ""), br#"{"messages":[]}"#),
             Err(EstimateError::NoModel)
         ));
+        let gemini = br#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;
+        assert!(matches!(
+            report(&c, &with(None, ""), gemini),
+            Err(EstimateError::NoModelInPath)
+        ));
+        let elsewhere = Given {
+            path: Some("/v1/models"),
+            ..Given::default()
+        };
+        assert!(matches!(
+            report(&c, &elsewhere, gemini),
+            Err(EstimateError::NotARoute(p)) if p == "/v1/models"
+        ));
+    }
+
+    #[test]
+    fn the_path_names_the_api_and_a_gemini_model_and_learned_windows_count() {
+        let gemini = br#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;
+        let learned = [("gemini-2.5-flash".to_string(), 32_000)];
+        let given = Given {
+            path: Some("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"),
+            learned: &learned,
+            ..Given::default()
+        };
+        let text = report(&Config::default(), &given, gemini).unwrap();
+        assert!(
+            text.starts_with("api: gemini (by path)\nmodel: gemini-2.5-flash\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\ncontext_window: 32000 (learned)\n"),
+            "{text}"
+        );
+        // A configured window still wins over a learned one, as in the proxy.
+        let config = Config::from_toml("[models.\"gemini-*\"]\ncontext_window = 50000\n").unwrap();
+        let text = report(&config, &given, gemini).unwrap();
+        assert!(
+            text.contains("\ncontext_window: 50000 (config)\n"),
+            "{text}"
+        );
     }
 }

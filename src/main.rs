@@ -40,15 +40,22 @@ enum Command {
         config: Option<PathBuf>,
     },
     /// Estimate a request's prompt tokens as the proxy counts them, and
-    /// where a fold would trigger; reads the JSON body on stdin.
+    /// where a fold would trigger; reads the JSON body on stdin. Windows
+    /// the proxy learned and kept in the configured state store count.
     Estimate {
-        /// Model to count for (default: the body's `model`).
+        /// Model to count for (default: the body's `model`, or the path's
+        /// for Gemini).
         #[arg(long, short, default_value = "")]
         model: String,
         /// The body's API, by name (an unknown name lists them; default:
-        /// judged by its shape).
+        /// the path's, else judged by the body's shape).
         #[arg(long, value_parser = foldgate::estimate::parse_api)]
         api: Option<foldgate::api::Api>,
+        /// The URL path the client posts the body to, e.g.
+        /// `/v1beta/models/gemini-2.5-flash:generateContent` (names the API,
+        /// and Gemini's model).
+        #[arg(long)]
+        path: Option<String>,
         /// Configuration file (default: ./config.toml if present).
         #[arg(long, short)]
         config: Option<PathBuf>,
@@ -88,7 +95,12 @@ fn run(cli: Cli) -> ExitCode {
         Command::Serve { config } => serve(config),
         Command::Prune { older_than, config } => prune(config, older_than),
         Command::CheckConfig { config } => check_config(config),
-        Command::Estimate { model, api, config } => {
+        Command::Estimate {
+            model,
+            api,
+            path,
+            config,
+        } => {
             let config = match load(config) {
                 Ok(c) => c,
                 Err(code) => return code,
@@ -97,7 +109,14 @@ fn run(cli: Cli) -> ExitCode {
             if let Err(e) = std::io::Read::read_to_end(&mut std::io::stdin(), &mut body) {
                 return fail(&e);
             }
-            match foldgate::estimate::report(&config, api, &model, &body) {
+            let learned = learned_windows(&config);
+            let given = foldgate::estimate::Given {
+                api,
+                model: &model,
+                path: path.as_deref(),
+                learned: &learned,
+            };
+            match foldgate::estimate::report(&config, &given, &body) {
                 Ok(report) => out(&report.to_string()),
                 Err(e) => fail(&e),
             }
@@ -127,6 +146,28 @@ fn load(path: Option<PathBuf>) -> Result<Config, ExitCode> {
     let config = Config::load(path.as_deref()).map_err(|e| fail(&e))?;
     init_logging(&config.log);
     Ok(config)
+}
+
+/// The windows the proxy learned and kept in the configured state store;
+/// none (and a warning) when the store cannot be read: the estimate goes
+/// on with the windows it knows otherwise.
+fn learned_windows(config: &Config) -> Vec<(String, u32)> {
+    let read = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt
+            .block_on(foldgate::state::learned::windows(&config.state))
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    read.unwrap_or_else(|error| {
+        tracing::warn!(
+            error,
+            "learned context windows not read from the state store"
+        );
+        Vec::new()
+    })
 }
 
 fn serve(path: Option<PathBuf>) -> ExitCode {

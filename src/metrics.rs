@@ -42,9 +42,10 @@ type Label = [(&'static str, &'static str); 1];
 /// Process-wide counters. Labels are fixed and low-cardinality.
 #[derive(Debug)]
 pub struct Metrics {
-    /// Chat-completion requests intercepted.
-    pub chat_requests: Counter,
-    /// Chat requests forwarded with a reused summary.
+    /// Conversation requests the pipeline took, by API: one counter per
+    /// API given at construction, in that order ([`Metrics::count_request`]).
+    requests: Vec<(&'static str, Counter)>,
+    /// Conversation requests forwarded with a reused summary.
     pub folds_reused: Counter,
     /// New folds by reason: emergency, token, overflow, safety, idle.
     pub folds_new: [Counter; 5],
@@ -181,10 +182,6 @@ impl Metrics {
             registry.register(name, help.trim_end_matches('.'), c.clone());
             c
         };
-        let chat_requests = counter(
-            "foldgate_chat_requests",
-            "Chat-completion requests intercepted.",
-        );
         let folds_reused = counter(
             "foldgate_folds_reused",
             "Requests forwarded with a reused summary.",
@@ -307,9 +304,17 @@ impl Metrics {
             "cause",
             &RECALL_CAUSES,
         );
+        let routes: Vec<&'static str> = routes.into_iter().collect();
+        let requests = by_label(
+            "foldgate_requests",
+            "Conversation requests the pipeline took, by API",
+            "api",
+            &routes,
+        );
+        let requests = routes.iter().copied().zip(requests).collect();
         let latency = Latencies::register(&mut registry, routes);
         Self {
-            chat_requests,
+            requests,
             folds_reused,
             folds_new: array(folds_new),
             fold_failures,
@@ -340,6 +345,14 @@ impl Metrics {
             archive_rows: array(archive_rows),
             latency,
             registry,
+        }
+    }
+
+    /// Counts one conversation request of `api` (one of the names given
+    /// at construction; another is not counted).
+    pub fn count_request(&self, api: &str) {
+        if let Some((_, counter)) = self.requests.iter().find(|(name, _)| *name == api) {
+            counter.inc();
         }
     }
 
@@ -436,8 +449,11 @@ mod tests {
 
     #[test]
     fn every_sample_is_exported_under_its_name_from_the_start() {
-        let m = Metrics::with_routes(["chat"]);
+        let m = Metrics::with_routes(["chat", "gemini"]);
         m.folds_new[1].inc();
+        m.count_request("gemini");
+        m.count_request("gemini");
+        m.count_request("nope");
         m.observe_request("chat", Duration::from_millis(7), Duration::from_millis(5));
         m.observe_request("unknown", Duration::from_millis(1), Duration::ZERO);
         let text = m.render(&[Gauge {
@@ -446,8 +462,9 @@ mod tests {
             samples: vec![(vec![("model", "a\"b".to_string())], 1.5)],
         }]);
         for line in [
-            "# HELP foldgate_chat_requests Chat-completion requests intercepted.\n",
-            "foldgate_chat_requests_total 0\n",
+            "# HELP foldgate_requests Conversation requests the pipeline took, by API.\n",
+            "foldgate_requests_total{api=\"chat\"} 0\n",
+            "foldgate_requests_total{api=\"gemini\"} 2\n",
             "foldgate_folds_total{reason=\"token\"} 1\n",
             "foldgate_folds_total{reason=\"idle\"} 0\n",
             "foldgate_recall_failures_total{cause=\"recall_after_last\"} 0\n",

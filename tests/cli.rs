@@ -121,6 +121,36 @@ fn check_config_rejects_unknown_keys_naming_key_and_file() {
     );
 }
 
+/// The unknown-key message reads as plain text: the key, the file, and
+/// the keys its section takes (figment's own nests backticks in
+/// backticks).
+#[test]
+fn check_config_says_which_keys_a_section_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("typo.toml");
+    std::fs::write(&path, "[conversation]\nheadr = \"x-thread\"\n").unwrap();
+    let out = check_config_file(&path, &[]);
+    assert!(!out.status.success());
+    assert_eq!(
+        err_text(&out),
+        format!(
+            "foldgate: unknown key \"conversation.headr\" in TOML file {}; \
+             expected one of: header, fallback\n",
+            path.display()
+        )
+    );
+    std::fs::write(&path, "[state]\nbackend = \"mysql\"\n").unwrap();
+    let out = check_config_file(&path, &[]);
+    assert_eq!(
+        err_text(&out),
+        format!(
+            "foldgate: unknown value \"mysql\" for key \"state.backend\" in TOML file {}; \
+             expected one of: sqlite, redis, memory\n",
+            path.display()
+        )
+    );
+}
+
 #[test]
 fn the_repository_config_is_valid() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml");
@@ -604,6 +634,81 @@ fn estimate_reports_the_output_reserve_the_proxy_plans_with() {
     assert!(big.contains("output_reserve: 4096\n"), "{big}");
     let asked = estimate(toml, &body("small-model", r#""max_tokens":3000,"#));
     assert!(asked.contains("output_reserve: 3000\n"), "{asked}");
+}
+
+/// Runs `foldgate estimate ARGS` on `body` with a config file holding
+/// `toml`; returns the whole output, failed or not.
+fn estimate_output(toml: &str, args: &[&str], body: &str) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, toml).unwrap();
+    let mut cmd = foldgate();
+    cmd.args(["estimate", "--config"]).arg(&path).args(args);
+    run_with_stdin(cmd, body)
+}
+
+/// A Gemini body: the model is in the URL path, not in the body.
+const GEMINI_BODY: &str = r#"{"contents":[{"role":"user","parts":[{"text":"Hello there, how are you?"}]}],"generationConfig":{"maxOutputTokens":300}}"#;
+
+/// A Gemini body is read with the model its path names, and without a
+/// path (or a model) the command says which flag to give.
+#[test]
+fn estimate_takes_a_gemini_model_from_the_path() {
+    let out = estimate_output("", &[], GEMINI_BODY);
+    assert!(!out.status.success());
+    assert_eq!(
+        err_text(&out),
+        "foldgate: no model given and a Gemini request names its model in the URL path: \
+         pass --path /v1beta/models/MODEL:generateContent (or --model MODEL)\n"
+    );
+    let path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse";
+    let report = estimate_with("", &["--path", path], GEMINI_BODY);
+    assert_eq!(report_value(&report, "api"), "gemini (by path)", "{report}");
+    assert_eq!(report_value(&report, "model"), "gemini-2.5-flash");
+    assert_eq!(report_value(&report, "output_reserve"), "300");
+    // `--model` still wins, and a path no API serves is named.
+    let named = estimate_with("", &["--path", path, "--model", "gemini-x"], GEMINI_BODY);
+    assert_eq!(report_value(&named, "model"), "gemini-x");
+    let out = estimate_output("", &["--path", "/v1/models"], GEMINI_BODY);
+    assert!(!out.status.success());
+    assert!(
+        err_text(&out).contains("--path /v1/models: no API"),
+        "{}",
+        err_text(&out)
+    );
+}
+
+/// A window the proxy learned from a context-length error and kept in the
+/// state store is the window `estimate` counts against, as after a
+/// restart of the proxy.
+#[tokio::test]
+async fn estimate_counts_against_windows_learned_into_the_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let toml = format!(
+        "[state]\nbackend = \"sqlite\"\npath = {:?}\n",
+        db.display().to_string()
+    );
+    let body = r#"{"model":"my-local-model","messages":[{"role":"user","content":"hi"}]}"#;
+    let before = estimate(&toml, body);
+    assert_eq!(report_value(&before, "context_window"), "8192 (default)");
+    assert_eq!(report_value(&before, "output_reserve"), "2048");
+    assert!(!db.exists(), "estimate creates no state database");
+
+    // What `App::learn_window` keeps, through the store the proxy opens.
+    let config = foldgate::config::Config::from_toml(&toml).unwrap();
+    let store = foldgate::state::SqliteStore::open(&config.state).unwrap();
+    foldgate::state::Store::save_window(&store, "my-local-model", 32_768).await;
+    drop(store);
+
+    let after = estimate(&toml, body);
+    assert_eq!(
+        report_value(&after, "context_window"),
+        "32768 (learned)",
+        "{after}"
+    );
+    // The default reserve is capped at a quarter of the window it knows.
+    assert_eq!(report_value(&after, "output_reserve"), "4096", "{after}");
 }
 
 /// A config for the replay fixture (`tiny-replay`, 2,400-token window,

@@ -162,7 +162,7 @@ async fn the_dashboard_shows_a_folded_conversation_without_console_errors() {
     let totals = block(dom, "totals", "</section>");
     assert!(totals.contains("<b>1</b><span>folds</span>"), "{totals}");
     assert!(
-        totals.contains("<b>1</b><span>reused summaries</span>"),
+        totals.contains("<b>1</b><span>reused summaries since start</span>"),
         "{totals}"
     );
 }
@@ -266,4 +266,54 @@ async fn a_failed_fold_stays_in_the_timeline_and_other_tenants_are_named() {
     assert!(hint.contains("placeholder key \"none\""), "{hint}");
     assert!(!page.dom.contains("dash-failing"), "nothing of it is shown");
     assert_eq!(element(&page.dom, "status"), "", "{}", page.dom);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_the_totals_still_count_the_folds_the_table_shows() {
+    // Four conversations folded once each, in SQLite; then a new foldgate
+    // on the same file, whose own counters start at zero.
+    let llm = Llm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = config(
+        &llm,
+        &format!(
+            "[server]\nadmin_token = \"{ADMIN}\"\n[state]\nbackend = \"sqlite\"\npath = {:?}\n",
+            dir.path().join("foldgate.db").display().to_string()
+        ),
+    );
+    let mut fg = Foldgate::start(&toml).await;
+    let url = format!("{}/v1/chat/completions", fg.url);
+    for id in ["dash-1", "dash-2", "dash-3", "dash-4"] {
+        let headers = [
+            ("x-conversation-id", id),
+            ("authorization", "Bearer sk-dash"),
+        ];
+        let reply = post_json(&url, &headers, &Convo::with_turns(55).body()).await;
+        assert_eq!(label(&reply), "new");
+    }
+    fg.begin_shutdown();
+    if let Some(task) = fg.task.take() {
+        task.await.unwrap();
+    }
+    let fg = Foldgate::start(&toml).await;
+
+    let page = chromium(&format!("{}/foldgate/ui#token={ADMIN}", fg.url)).await;
+    let dom = &page.dom;
+    assert!(page.console.is_empty(), "console: {:#?}", page.console);
+    let table = block(dom, "conversations", "</table>");
+    assert_eq!(
+        table.matches("<tr").count(),
+        5,
+        "header and four conversations:\n{table}"
+    );
+    let totals = block(dom, "totals", "</section>");
+    assert!(totals.contains("<b>4</b><span>folds</span>"), "{totals}");
+    assert!(
+        totals.contains("<b>4</b><span>conversations</span>"),
+        "{totals}"
+    );
+    assert!(
+        totals.contains("<b>0</b><span>requests since start</span>"),
+        "this process's counters say what they count:\n{totals}"
+    );
 }

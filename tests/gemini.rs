@@ -172,6 +172,17 @@ async fn untouched_gemini_requests_go_byte_for_byte_with_the_clients_key() {
         2.0,
         "{text}"
     );
+    // And counted as Gemini's requests, not chat's.
+    assert_eq!(
+        common::metric(&text, "foldgate_requests_total{api=\"gemini\"}"),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        common::metric(&text, "foldgate_requests_total{api=\"chat\"}"),
+        0.0,
+        "{text}"
+    );
 }
 
 /// A client that sends its key as `?key=` only: the upstream gets the

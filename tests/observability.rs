@@ -59,6 +59,15 @@ async fn histograms_and_tokens_saved_follow_the_requests() {
         ("gemini", 0.0),
         ("other", 1.0),
     ] {
+        // Conversation requests, counted by API; a forwarded-only request
+        // is none.
+        if route != "other" {
+            let counted = metric(
+                &text,
+                &format!("foldgate_requests_total{{api=\"{route}\"}}"),
+            );
+            assert_eq!(counted, requests, "requests of {route}\n{text}");
+        }
         for name in ["foldgate_overhead_seconds", "foldgate_upstream_seconds"] {
             let count = metric(&text, &format!("{name}_count{{route=\"{route}\"}}"));
             assert_eq!(count, requests, "{name} {route}\n{text}");

@@ -55,4 +55,5 @@ mod state_redis;
 mod state_sqlite;
 mod tls;
 mod tokens;
+mod totals;
 mod upstream_retry;

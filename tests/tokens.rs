@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use foldgate::config::Config;
-use foldgate::estimate::{EstimateError, report};
+use foldgate::estimate::{EstimateError, Given, report};
 use foldgate::tokens::{Encoding, LimitSource, TokenCounter, UsageScanner, parse_models_listing};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -393,7 +393,13 @@ fn tokens_estimate_report() {
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
-    let estimate = |model: &str, body: &[u8]| report(&Config::default(), None, model, body);
+    let estimate = |model: &str, body: &[u8]| {
+        let given = Given {
+            model,
+            ..Given::default()
+        };
+        report(&Config::default(), &given, body)
+    };
     let text = estimate("", &body).unwrap();
     assert!(text.contains("api: chat (by shape)\n"), "{text}");
     assert!(text.contains("model: gpt-4-0613\n"), "{text}");

@@ -35,7 +35,8 @@ pub const ADMIN_HEADER: &str = "x-foldgate-admin-token";
 ///
 /// - `x-foldgate-admin-token` claims the admin: it must match
 ///   `server.admin_token` (401 otherwise);
-/// - a credential (`Authorization`, `x-api-key`) that is the admin token
+/// - a credential (`Authorization: Bearer`, or an API's key header:
+///   `x-api-key`, `x-goog-api-key`) that is the admin token
 ///   reads everything, any other scopes its tenant;
 /// - without one, the `anonymous` tenant from loopback when no admin token
 ///   is set ([`may_read_keyless`]), else 401.

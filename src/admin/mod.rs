@@ -9,10 +9,13 @@
 //! - `GET /foldgate/conversations/{id}`: a conversation's fold chain.
 //! - `GET /foldgate/conversations/{id}/archive?q=`: a search of its archived
 //!   messages ([`archive`]).
+//! - `GET /foldgate/totals`: folds, failures and summarizer time summed
+//!   over the conversations the request may read ([`totals`]), from the
+//!   state store, so they survive a restart as the listing does.
 //! - `GET /foldgate/ui`: the dashboard ([`crate::ui`]); its data comes
-//!   from the two routes above.
+//!   from the routes above.
 //!
-//! Conversation reads go through one guard, [`access::check`]: with
+//! Conversation reads (totals included) go through one guard, [`access::check`]: with
 //! `server.admin_token` every tenant's; otherwise only the tenant whose
 //! credential the request carries. Conversations of key-less clients are
 //! readable without a credential only from loopback, and only when no
@@ -21,6 +24,7 @@
 pub mod access;
 mod archive;
 mod conversations;
+pub mod totals;
 
 pub use access::may_read_keyless;
 
@@ -47,6 +51,14 @@ pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
             guarded(app, &req, |access| async move {
                 conversations::list(app, &access, query).await
             })
+            .await
+        }
+        (&Method::GET, "/foldgate/totals") => {
+            guarded(
+                app,
+                &req,
+                |access| async move { totals::of(app, &access).await },
+            )
             .await
         }
         (&Method::GET, p) if archive::id_of(p).is_some() => {

@@ -121,13 +121,22 @@ impl ReadBody {
     /// Reads a body of `api` as the pipeline reads it, for an estimate
     /// made outside the proxy (`foldgate estimate`).
     pub fn read(api: super::Api, bytes: &[u8]) -> Result<Self, ApiError> {
-        let decoded = api.decode(bytes)?;
+        api.decode(bytes).map(Self::of)
+    }
+
+    /// [`ReadBody::read`] of a body posted to `path` (an API may name the
+    /// model there).
+    pub fn read_at(api: super::Api, path: &str, bytes: &[u8]) -> Result<Self, ApiError> {
+        api.decode_at(path, bytes).map(Self::of)
+    }
+
+    fn of(decoded: Decoded) -> Self {
         let fields = decoded.estimate_fields().clone();
-        Ok(Self {
+        Self {
             messages: decoded.messages,
             fields,
             untouched: decoded.opaque,
-        })
+        }
     }
 }
 

@@ -20,6 +20,7 @@ pub use sections::*;
 
 use crate::glob;
 use figment::Figment;
+use figment::error::Kind;
 use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -82,14 +83,26 @@ fn load_message(error: &figment::Error) -> String {
         .clone()
         .into_iter()
         .map(|e| {
-            let mut line = e.kind.to_string();
-            if !e.path.is_empty() {
-                line.push_str(&format!(" for key \"{}\"", e.path.join(".")));
-            }
+            let key = e.path.join(".");
+            let (mut line, expected) = match &e.kind {
+                // figment quotes the list in backticks inside backticks.
+                Kind::UnknownField(_, expected) => (format!("unknown key \"{key}\""), *expected),
+                Kind::UnknownVariant(found, expected) => (
+                    format!("unknown value \"{found}\" for key \"{key}\""),
+                    *expected,
+                ),
+                kind if key.is_empty() => (kind.to_string(), &[][..]),
+                kind => (format!("{kind} for key \"{key}\""), &[][..]),
+            };
             match e.metadata.as_ref().map(|md| (&md.source, &md.name)) {
-                Some((Some(source), name)) => line.push_str(&format!(" in {source} {name}")),
+                Some((Some(source), name)) => line.push_str(&format!(" in {name} {source}")),
                 Some((None, name)) => line.push_str(&format!(" in {name}")),
                 None => {}
+            }
+            match expected {
+                [] => {}
+                [one] => line.push_str(&format!("; expected {one}")),
+                many => line.push_str(&format!("; expected one of: {}", many.join(", "))),
             }
             line
         })

@@ -50,8 +50,8 @@ pub async fn handle(
     mut parts: Parts,
     bytes: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    app.metrics.chat_requests.inc();
     let api = route.api;
+    app.metrics.count_request(api.name());
     // From here on the request's URI is its tail: what goes after the
     // provider's `base_url`.
     let path = parts.uri.path().to_string();

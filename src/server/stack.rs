@@ -39,8 +39,10 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 ///    ([`AccessLog`]: one line per request, from the response extensions
 ///    `UpstreamLatency`, `RouteLabel` and `ErrorLabel`; it feeds the
 ///    overhead and upstream latency histograms); its other events are off.
-/// 5. `SetSensitiveRequestHeadersLayer` — marks `authorization`,
-///    `proxy-authorization` and `x-api-key` sensitive so no log prints them.
+/// 5. `SetSensitiveRequestHeadersLayer` — marks `proxy-authorization` and
+///    every API's key header (`authorization`, `x-api-key`,
+///    `x-goog-api-key`: [`crate::api::key_headers`]) sensitive so no log
+///    prints them.
 /// 6. `ShedLayer` — `server.max_concurrent_requests`: a request over the
 ///    limit gets 503 with `Retry-After` at once; a slot is held until the
 ///    response body ends. Inside the access log so shed requests are

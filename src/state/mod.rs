@@ -8,10 +8,12 @@
 //! - `hot`: the in-process layer the durable backends keep in front.
 //!
 //! [`open`] picks the backend from `[state]`; [`prune`] serves
-//! `foldgate prune`.
+//! `foldgate prune`; [`learned::windows`] reads the learned context
+//! windows for `foldgate estimate`.
 
 mod error;
 mod hot;
+pub mod learned;
 pub mod list;
 mod memory;
 pub mod redis;

@@ -60,7 +60,12 @@ const when = (unix) => (unix ? new Date(unix * 1000).toISOString().replace('T', 
 
 function status(text) { $('status').textContent = text || ''; }
 
-// ---- totals, from /foldgate/metrics ---------------------------------------
+// ---- totals ----------------------------------------------------------------
+
+// Folds, failures and summarizer time come from the fold history the state
+// store keeps (/foldgate/totals): the same conversations as the table, so
+// a restart changes neither. Requests, reuses and tokens saved are this
+// process's counters (/foldgate/metrics), and say so.
 
 function parseMetrics(text) {
   const m = new Map();
@@ -81,18 +86,18 @@ function total(m, name) {
 }
 
 async function loadTotals() {
+  const t = await (await api('/foldgate/totals')).json();
   const m = parseMetrics(await (await api('/foldgate/metrics')).text());
-  const saved = total(m, 'foldgate_tokens_saved_total');
-  const listedSaved = listed.reduce((s, c) => s + (c.saved || 0), 0);
-  const calls = total(m, 'foldgate_summarizer_calls_total') || 0;
-  const ms = total(m, 'foldgate_summarizer_milliseconds_total') || 0;
+  const atLeast = (n) => (t.complete ? n : '≥ ' + fmt(n));
+  const mean = t.summarizer.mean_ms_per_fold;
   const cards = [
-    [saved === null ? listedSaved : saved, saved === null ? 'tokens saved (listed, recent turns)' : 'tokens saved'],
-    [total(m, 'foldgate_folds_total'), 'folds'],
-    [total(m, 'foldgate_folds_reused_total'), 'reused summaries'],
-    [total(m, 'foldgate_fold_failures_total'), 'fold failures'],
-    [total(m, 'foldgate_chat_requests_total'), 'chat requests'],
-    [calls ? Math.round(ms / calls) + ' ms' : '—', 'summarizer latency (mean)'],
+    [atLeast(t.folds), 'folds'],
+    [atLeast(t.failed_folds), 'fold failures'],
+    [atLeast(t.conversations), 'conversations'],
+    [mean === null ? '—' : fmt(mean) + ' ms', 'summarizer time per fold (mean)'],
+    [total(m, 'foldgate_requests_total'), 'requests since start'],
+    [total(m, 'foldgate_folds_reused_total'), 'reused summaries since start'],
+    [total(m, 'foldgate_tokens_saved_total'), 'tokens saved since start'],
   ];
   const box = $('totals');
   box.replaceChildren();

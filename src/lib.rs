@@ -10,6 +10,7 @@
 //! - [`server`]: listener, TLS, the tower stack, graceful shutdown.
 //! - [`body`]: the body type that crosses the stack.
 //! - [`proxy`]: the request handler: admin routes, passthrough, the pipeline for API routes.
+//! - [`unclaimed`]: conversation-shaped `POST`s no API claims: counted, warned about once, listed.
 //! - [`admin`]: `/foldgate/*` endpoints and the guard on conversation reads; [`ui`]: the dashboard's embedded files (`/foldgate/ui`).
 //! - [`pipeline`]: the conversation pipeline: key, estimate, plan, fold, forward, retry, recall rounds; names no API.
 //! - [`api`]: the wire formats (chat completions, Anthropic, Responses), one folder each behind one trait.
@@ -59,4 +60,5 @@ pub mod state;
 pub mod summarize;
 pub mod tokens;
 pub mod ui;
+pub mod unclaimed;
 pub mod upstream;

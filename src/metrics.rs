@@ -8,6 +8,7 @@
 //! themselves (shared handles), so recording one is an atomic add or, for
 //! a histogram, an uncontended lock: no label lookup on the request path.
 
+use crate::unclaimed::Unclaimed;
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -109,6 +110,8 @@ pub struct Metrics {
     pub archive_rows: [Counter; 2],
     /// Durations: foldgate's overhead, upstream and summarizer latency.
     pub latency: Latencies,
+    /// Conversation-shaped `POST`s no API claimed, by path.
+    pub unclaimed: Unclaimed,
     /// Every metric above, registered under its exported name.
     registry: Registry,
 }
@@ -313,7 +316,14 @@ impl Metrics {
         );
         let requests = routes.iter().copied().zip(requests).collect();
         let latency = Latencies::register(&mut registry, routes);
+        let unclaimed = Unclaimed::default();
+        registry.register(
+            "foldgate_unrecognised",
+            "Conversation-shaped POSTs no API claimed, forwarded unfolded, by path",
+            unclaimed.family(),
+        );
         Self {
+            unclaimed,
             requests,
             folds_reused,
             folds_new: array(folds_new),

@@ -45,6 +45,7 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
     }
     let (provider, body) = if is_json_post(&parts.method, &parts.headers) {
         let bytes = read_body(incoming, limit).await?;
+        app.metrics.unclaimed.check(parts.uri.path(), &bytes);
         let model = app.upstreams.route_by_model().then(|| model_of(&bytes));
         let provider = app.upstreams.route(model.flatten().as_deref())?;
         (provider, body::full(bytes))

@@ -118,3 +118,45 @@ async fn azure_openai_client_folds_on_its_deployment() {
     }
     assert!(folded >= 5, "only {folded} of 30 requests were folded");
 }
+
+/// A conversation POSTed where no API claims it (a chat body on a path
+/// of the client's own) goes upstream as it came, and is counted by path,
+/// listed for the dashboard; an embeddings body is not a conversation.
+#[tokio::test]
+async fn an_unclaimed_conversation_is_counted_and_listed_not_silent() {
+    let llm = Llm::start().await;
+    let fg = Foldgate::start(&common::config_for(llm.url(), "")).await;
+    let chat = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    for _ in 0..2 {
+        let reply = common::post_json(&format!("{}/v2/chat", fg.url), &[], &chat).await;
+        reply.assert_ok();
+        assert_eq!(reply.header("x-foldgate-fold"), "", "not claimed");
+    }
+    let embed = serde_json::json!({"model": "m", "input": ["a", "b"]});
+    common::post_json(&format!("{}/v1/embeddings", fg.url), &[], &embed).await;
+    assert_eq!(llm.mock.received().len(), 3, "everything forwarded");
+    let listed = common::send(
+        http::Method::GET,
+        &format!("{}/foldgate/unclaimed", fg.url),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .json();
+    assert_eq!(
+        listed,
+        serde_json::json!({"paths": [{"path": "/v2/chat", "count": 2}]})
+    );
+    let metrics = common::send(
+        http::Method::GET,
+        &format!("{}/foldgate/metrics", fg.url),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .text();
+    assert!(
+        metrics.contains(r#"foldgate_unrecognised_total{path="/v2/chat"} 2"#),
+        "{metrics}"
+    );
+}

@@ -4,6 +4,8 @@
 //! - `GET /foldgate/metrics`: Prometheus text.
 //! - `GET /foldgate/windows`: every model window with where it came from,
 //!   and the local models without one (with the config line to add).
+//! - `GET /foldgate/unclaimed`: conversation-shaped `POST`s no API
+//!   claimed (forwarded unfolded), by path, with their counts.
 //! - `GET /foldgate/conversations`: a page of the conversations the
 //!   request may read ([`conversations::list`]).
 //! - `GET /foldgate/conversations/{id}`: a conversation's fold chain.
@@ -45,6 +47,7 @@ pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
         }
         (&Method::GET, "/foldgate/metrics") => metrics(app),
         (&Method::GET, "/foldgate/windows") => json(windows(app)),
+        (&Method::GET, "/foldgate/unclaimed") => json(unclaimed(app)),
         (&Method::GET | &Method::HEAD, p) if crate::ui::is_ui(p) => crate::ui::serve(p),
         (&Method::GET, "/foldgate/conversations") => {
             let query = req.uri().query().unwrap_or("");
@@ -93,6 +96,19 @@ where
         Err(e) => Err(e),
     };
     result.map_or_else(ApiError::into_response, json)
+}
+
+/// Conversation-shaped `POST`s no API claimed, by path, with their
+/// counts (paths only, like the metrics).
+fn unclaimed(app: &App) -> serde_json::Value {
+    let paths: Vec<serde_json::Value> = app
+        .metrics
+        .unclaimed
+        .list()
+        .into_iter()
+        .map(|(path, count)| serde_json::json!({"path": path, "count": count}))
+        .collect();
+    serde_json::json!({ "paths": paths })
 }
 
 /// Model windows: configured (by glob), read from providers or learned

@@ -125,6 +125,24 @@ async function loadWindows() {
   }
 }
 
+// ---- conversations no API claimed, from /foldgate/unclaimed ---------------
+
+// A conversation POSTed to a path no API claims went upstream unfolded:
+// say where, and what foldgate claims instead.
+async function loadUnclaimed() {
+  const u = await (await api('/foldgate/unclaimed')).json();
+  const box = $('unclaimed');
+  box.replaceChildren();
+  box.hidden = !u.paths.length;
+  if (!u.paths.length) return;
+  box.append(el('p', 'Conversations were sent to paths no API claims and went upstream unfolded. '
+    + 'foldgate folds paths ending in /chat/completions, /messages, /responses or '
+    + '/models/{model}:generateContent; point the client\'s base URL so its SDK calls one of them:'));
+  for (const p of u.paths) {
+    box.append(el('pre', 'POST ' + p.path + '   × ' + fmt(p.count)));
+  }
+}
+
 // ---- the conversation list ------------------------------------------------
 
 async function loadList(more) {
@@ -324,6 +342,7 @@ async function refresh() {
     await loadList(false);
     await loadTotals();
     await loadWindows();
+    await loadUnclaimed();
     const first = listed[0];
     const keep = selected && listed.find((c) => c.tenant === selected.tenant && c.conversation === selected.conversation);
     const pick = keep || first;

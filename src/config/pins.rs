@@ -26,10 +26,6 @@ pub const DEFAULT_PINS: [&str; 8] = [
     r"This is the Gemini CLI\. We are setting up the context",
 ];
 
-/// The plan tools of Claude Code (`TodoWrite`), Codex (`update_plan`) and
-/// OpenCode (`todowrite`).
-pub const DEFAULT_PLAN_TOOLS: [&str; 3] = ["TodoWrite", "update_plan", "todowrite"];
-
 /// A list of regular expressions and their compiled set. Equal when their
 /// sources are equal; serialized as the sources.
 #[derive(Clone)]

@@ -373,7 +373,6 @@ fn check_config_prints_every_default() {
         "max_depth",
         "pin",
         "pin_ratio",
-        "plan_tools",
     ] {
         assert!(policy.contains_key(key), "policy.{key}: {stdout}");
     }
@@ -402,6 +401,8 @@ fn check_config_prints_every_default() {
         "{stdout}"
     );
     assert!(stdout.contains("# idle_fold_after = (unset)\n"), "{stdout}");
+    // Unset, plans are recognised by their shape.
+    assert!(stdout.contains("# plan_tools = (unset)\n"), "{stdout}");
     assert!(stdout.contains("# spool_path = (unset)\n"), "{stdout}");
     // In the order config.toml documents them.
     let at = |header: &str| {

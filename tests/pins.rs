@@ -8,7 +8,7 @@ use crate::common;
 
 use common::llm::Llm;
 use common::{Foldgate, post_json};
-use foldgate::fold::pins::PLAN_HEADING;
+use foldgate::fold::plan_call::PLAN_HEADING;
 use serde_json::{Value, json};
 
 /// The instruction file Claude Code quotes in a system reminder.

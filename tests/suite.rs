@@ -43,6 +43,8 @@ mod local_servers;
 mod logs;
 mod observability;
 mod pins;
+mod plan_props;
+mod plans;
 mod proxy;
 mod recall;
 mod recall_echo;

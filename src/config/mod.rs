@@ -13,7 +13,7 @@ mod sections;
 pub use archive::{ArchiveConfig, Recall, RecallMode};
 pub use compress::{Compress, CompressOverrides, resolve as resolve_compress};
 pub use describe::read_key;
-pub use pins::{DEFAULT_PINS, DEFAULT_PLAN_TOOLS, Patterns};
+pub use pins::{DEFAULT_PINS, Patterns};
 pub use policy::{Mode, Policy, PolicyOverrides, resolve as resolve_policy};
 pub use secret::Secret;
 pub use sections::*;

@@ -10,19 +10,21 @@ use std::sync::{Arc, LazyLock};
 /// Claude Code's `<system-reminder>` blocks and the "Contents of
 /// …/CLAUDE.md" it quotes in them, Codex's "# AGENTS.md instructions for
 /// …" and older `<user_instructions>` / `<environment_context>` messages,
-/// and OpenCode's "Instructions from: …/AGENTS.md".
-pub const DEFAULT_PINS: [&str; 6] = [
+/// OpenCode's "Instructions from: …/AGENTS.md", and Gemini CLI's
+/// "--- Context from: …/GEMINI.md ---" blocks (any context file name it is
+/// configured with) and its session context ("This is the Gemini CLI. We
+/// are setting up the context for our chat.", bare or in
+/// `<session_context>`).
+pub const DEFAULT_PINS: [&str; 8] = [
     "<system-reminder>",
     r"Contents of [^\n]*(CLAUDE|AGENTS)(\.local)?\.md",
     r"# AGENTS\.md instructions",
     "<user_instructions>",
     "<environment_context>",
     r"Instructions from: [^\n]*\.md",
+    r"--- Context from: [^\n]+ ---",
+    r"This is the Gemini CLI\. We are setting up the context",
 ];
-
-/// The plan tools of Claude Code (`TodoWrite`), Codex (`update_plan`) and
-/// OpenCode (`todowrite`).
-pub const DEFAULT_PLAN_TOOLS: [&str; 3] = ["TodoWrite", "update_plan", "todowrite"];
 
 /// A list of regular expressions and their compiled set. Equal when their
 /// sources are equal; serialized as the sources.
@@ -112,10 +114,15 @@ mod tests {
             "# AGENTS.md instructions for /repo\n\n<INSTRUCTIONS>\nRun cargo fmt.\n</INSTRUCTIONS>",
             "<user_instructions>\nBe terse.\n</user_instructions>",
             "Instructions from: /repo/AGENTS.md\nUse bun.",
+            "--- Context from: ../../.gemini/GEMINI.md ---\nAnswer in Japanese.\n--- End of Context from: ../../.gemini/GEMINI.md ---",
+            "--- Context from: AGENTS.md ---\nUse uv.\n--- End of Context from: AGENTS.md ---",
+            "<session_context>\nThis is the Gemini CLI. We are setting up the context for our chat.\nToday's date is Friday.\n</session_context>",
+            "This is the Gemini CLI. We are setting up the context for our chat.\nMy operating system is: linux",
         ] {
             assert!(p.is_match(text), "{text}");
         }
         assert!(!p.is_match("please fix the failing test in src/lib.rs"));
+        assert!(!p.is_match("--- Context from: ---"));
         assert!(!Patterns::empty().is_match("<system-reminder>"));
     }
 

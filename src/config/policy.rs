@@ -3,9 +3,9 @@
 //! Every knob can be set in `[policy]`, in `[providers.NAME.policy]` and in
 //! `[models."glob"]`; the most specific level that sets a knob wins.
 
-use super::pins::{DEFAULT_PLAN_TOOLS, Patterns};
+use super::pins::Patterns;
 use serde::{Deserialize, Serialize};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// When summaries are written.
@@ -64,9 +64,13 @@ pub struct Policy {
     /// Pinned messages may take at most this share of the window; over it,
     /// the oldest pins fold (with a warning).
     pub pin_ratio: f64,
-    /// Tools whose newest call (with its arguments) is the current plan,
-    /// rendered verbatim under its own heading in the summary.
-    pub plan_tools: Arc<[String]>,
+    /// Which tool calls are the agent's plan; the newest one (with its
+    /// arguments) is rendered verbatim under its own heading in the
+    /// summary. Unset (the default): any call whose arguments hold a
+    /// non-empty list of items that each have a text and a `status` string
+    /// (TodoWrite, update_plan, todowrite, write_todos, …). Set: exactly
+    /// the calls of the tools named, whatever their arguments; `[]`: none.
+    pub plan_tools: Option<Arc<[String]>>,
     /// The longest a request waits for folding, all of it together: an
     /// inline or emergency fold (waiting for a fold already running
     /// included), the reactive fold after an upstream context-length
@@ -76,11 +80,6 @@ pub struct Policy {
     #[serde(with = "humantime_serde")]
     pub fold_deadline: Duration,
 }
-
-/// [`DEFAULT_PLAN_TOOLS`] as owned names, made once: a policy is resolved
-/// per request.
-static DEFAULT_TOOLS: LazyLock<Arc<[String]>> =
-    LazyLock::new(|| DEFAULT_PLAN_TOOLS.iter().map(|t| t.to_string()).collect());
 
 impl Default for Policy {
     fn default() -> Self {
@@ -99,7 +98,7 @@ impl Default for Policy {
             idle_fold_after: None,
             pin: Patterns::defaults(),
             pin_ratio: 0.20,
-            plan_tools: DEFAULT_TOOLS.clone(),
+            plan_tools: None,
             fold_deadline: Duration::from_secs(60),
         }
     }
@@ -196,7 +195,7 @@ impl PolicyOverrides {
             base.pin = pin.clone();
         }
         if let Some(tools) = &self.plan_tools {
-            base.plan_tools = tools.as_slice().into();
+            base.plan_tools = Some(tools.as_slice().into());
         }
     }
 

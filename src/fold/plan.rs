@@ -3,7 +3,8 @@
 
 use super::cut::{self, Candidate, CutInput};
 use super::hash::{ChainHash, PrefixChain};
-use super::pins::{self, PlanCall};
+use super::pins;
+use super::plan_call::PlanCall;
 use super::state::{FoldChain, FoldState, Reason, Retained};
 use super::trigger::{self, Observed};
 use super::view::{Item, ack_message, layout};

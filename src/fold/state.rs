@@ -13,7 +13,7 @@ use super::audit::{Audit, FailureRecord, FoldRecord};
 pub use super::audit::{Reason, SummarizerRun};
 use super::hash::{ChainHash, MessageId, PrefixChain, ids_of};
 use super::ledger::Ledger;
-use super::pins::PlanCall;
+use super::plan_call::PlanCall;
 use super::summary::Summary;
 use crate::message::pinned_len;
 use serde::{Deserialize, Serialize};

@@ -232,7 +232,30 @@ pub fn encode(fields: &mut Map<String, Value>, wire: &Wire, items: Vec<Item>) {
         }
         fields.insert(name.into(), Value::Object(system));
     }
-    fields.insert("contents".into(), Value::Array(contents));
+    fields.insert("contents".into(), Value::Array(joined_user_turns(contents)));
+}
+
+/// `contents` with adjacent user turns joined into one, their parts in
+/// order: a view puts pinned turns and the kept task next to each other,
+/// and Gemini wants user and model turns to alternate.
+fn joined_user_turns(contents: Vec<Value>) -> Vec<Value> {
+    let is_user = |c: &Value| c.get("role").and_then(Value::as_str) == Some("user");
+    let mut out: Vec<Value> = Vec::with_capacity(contents.len());
+    for content in contents {
+        if let Some(last) = out
+            .last_mut()
+            .filter(|last| is_user(last) && is_user(&content))
+        {
+            if let (Some(Value::Array(into)), Value::Array(more)) =
+                (last.get_mut("parts"), content["parts"].clone())
+            {
+                into.extend(more);
+                continue;
+            }
+        }
+        out.push(content);
+    }
+    out
 }
 
 /// The contents engine message `i` stands for.
@@ -333,6 +356,33 @@ mod tests {
         assert_eq!(contents[0]["parts"][0]["text"], CONTINUE_TEXT);
         assert_eq!(contents[1]["role"], "model");
         assert_eq!(contents.len(), 3);
+    }
+
+    #[test]
+    fn pinned_turns_and_the_kept_task_join_into_one_user_turn() {
+        let body = json!({"contents": [
+            {"role": "user", "parts": [{"text": "--- Context from: GEMINI.md ---"}]},
+            {"role": "model", "parts": [{"text": "Got it."}]},
+            {"role": "user", "parts": [{"text": "task"}]},
+            {"role": "model", "parts": [{"functionCall": {"name": "ls", "args": {}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "ls", "response": {}}}]},
+            {"role": "model", "parts": [{"text": "done"}]}]});
+        let d = decode(body.as_object().cloned().unwrap_or_default(), "g").unwrap();
+        let mut fields = d.fields;
+        let summary = json!({"role": "system", "content": "SUMMARY"});
+        let view = vec![
+            Item::Original(0),
+            Item::New(summary),
+            Item::Original(2),
+            Item::Original(5),
+        ];
+        encode(&mut fields, d.wire.as_ref().unwrap(), view);
+        assert_eq!(
+            fields["contents"],
+            json!([
+                {"role": "user", "parts": [{"text": "--- Context from: GEMINI.md ---"}, {"text": "task"}]},
+                {"role": "model", "parts": [{"text": "done"}]}])
+        );
     }
 
     #[test]

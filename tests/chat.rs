@@ -385,9 +385,12 @@ async fn context_length_error_triggers_one_emergency_fold() {
     let fg = Foldgate::start(&config(&llm, "")).await;
     let convo = Convo::with_turns(12);
     let body = convo.body_for("gpt-4o", false);
+    // The mock names a 1,000-token window whatever its byte limit: the
+    // folded view keeps as much tail as the learned window allows, so the
+    // limit is two thirds of the body, not a half.
     llm.state
         .context_limit_bytes
-        .store(body.to_string().len() / 2, Ordering::Relaxed);
+        .store(body.to_string().len() * 2 / 3, Ordering::Relaxed);
     let reply = chat(&fg, "c", &body).await;
     reply.assert_ok();
     assert_eq!(label(&reply), "new");
@@ -540,9 +543,12 @@ async fn a_failed_reactive_fold_says_so() {
     llm.answer_always(Sum::Status(500));
     let fg = Foldgate::start(&config(&llm, "")).await;
     let body = Convo::with_turns(12).body_for("gpt-4o", false);
+    // The mock names a 1,000-token window whatever its byte limit: the
+    // folded view keeps as much tail as the learned window allows, so the
+    // limit is two thirds of the body, not a half.
     llm.state
         .context_limit_bytes
-        .store(body.to_string().len() / 2, Ordering::Relaxed);
+        .store(body.to_string().len() * 2 / 3, Ordering::Relaxed);
     let reply = chat(&fg, "c", &body).await;
     assert_eq!(reply.status, 400);
     assert_eq!(reply.json()["error"]["code"], "context_length_exceeded");
@@ -557,9 +563,12 @@ async fn a_failed_reactive_fold_says_so() {
     let llm = Llm::start().await;
     llm.answer_always(Sum::Status(500));
     let fg = Foldgate::start(&config(&llm, "on_failure = \"error\"\n")).await;
+    // The mock names a 1,000-token window whatever its byte limit: the
+    // folded view keeps as much tail as the learned window allows, so the
+    // limit is two thirds of the body, not a half.
     llm.state
         .context_limit_bytes
-        .store(body.to_string().len() / 2, Ordering::Relaxed);
+        .store(body.to_string().len() * 2 / 3, Ordering::Relaxed);
     let reply = chat(&fg, "c", &body).await;
     reply.assert_envelope(503, "unavailable");
     let message = reply.json()["error"]["message"]

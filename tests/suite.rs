@@ -30,6 +30,7 @@ mod e2e;
 mod extract_props;
 mod fast_path;
 mod fidelity;
+mod first_overflow;
 mod fold_cases;
 mod fold_economy;
 mod fold_history;

@@ -72,7 +72,7 @@ pub use state::{FoldChain, FoldState, Reason, Retained, SummarizerRun};
 pub use summary::Summary;
 pub use view::{ACK_TEXT, build_view, view_differs};
 
-use crate::config::{Config, Policy};
+use crate::config::{Config, Policy, default_reserve};
 use crate::tokens::Estimate;
 use serde_json::Value;
 
@@ -142,6 +142,29 @@ impl Budget {
             overhead: estimate.calibrated(u64::from(estimate.overhead)),
             summary_reserve: summary_budget(config, policy, estimate.context_window),
             now_unix,
+        }
+    }
+}
+
+impl Budget {
+    /// The same request's budget against a smaller `window` (what an
+    /// upstream's context-length error taught): the summary's share and a
+    /// default output reserve follow the window, so the fold planned for
+    /// the same request fits it; an output limit the request asked for
+    /// stays.
+    pub fn shrunk(&self, config: &Config, policy: &Policy, window: u32) -> Self {
+        let window = self.context_window.min(window.max(1));
+        let configured = config.tokens.default_output_reserve;
+        let output_reserve =
+            match self.output_reserve == default_reserve(configured, self.context_window) {
+                true => default_reserve(configured, window),
+                false => self.output_reserve,
+            };
+        Self {
+            context_window: window,
+            output_reserve,
+            summary_reserve: summary_budget(config, policy, window),
+            ..*self
         }
     }
 }

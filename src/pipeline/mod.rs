@@ -113,9 +113,27 @@ pub async fn handle(
                 if let Some(window) = err.window {
                     app.learn_window(&request.model, window).await;
                 }
+                // The rejected prompt is over the window in the upstream's
+                // count, whatever foldgate's estimate of it was.
                 let window = err.window.unwrap_or(u32::MAX).min(prepared.tokens_out);
                 let rejected = prepared.tokens_out;
-                prepared = request.prepare_smaller(app, &own, window).await?;
+                let smaller = request
+                    .prepare_smaller(app, &own, (window, err.window))
+                    .await;
+                prepared = match smaller {
+                    Ok(smaller) => smaller,
+                    // No view fits: the upstream's own answer, and why.
+                    Err(ApiError::ContextLength(why)) => {
+                        prepared.warning = Some(format!(
+                            "{}; the upstream's context-length error is returned",
+                            crate::error::fold_failed(&why)
+                        ));
+                        let mut response = Response::from_parts(head, body::full(error_body));
+                        annotate(app, &mut response, &prepared, conversation, key);
+                        return Ok(response);
+                    }
+                    Err(e) => return Err(e),
+                };
                 if prepared.fold != TurnFold::New && prepared.tokens_out >= rejected {
                     // No smaller view: sending it again would only be
                     // rejected again. The upstream's answer, and why.

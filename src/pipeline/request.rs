@@ -173,15 +173,16 @@ impl ConvRequest {
     }
 
     /// After the upstream said the prompt is too long: plans again against
-    /// a window no larger than `window`, which forces an emergency fold.
+    /// a window no larger than `window` (`said`: the one the upstream
+    /// named), which forces an emergency fold.
     pub async fn prepare_smaller(
         &mut self,
         app: &Arc<App>,
         headers: &HeaderMap,
-        window: u32,
+        (window, said): (u32, Option<u32>),
     ) -> Result<Prepared, ApiError> {
         let turn = self.upgrade(app, headers)?;
-        turn.shrink_window(window);
+        turn.shrink_window(window, said);
         let chain = turn.load().await;
         turn.prepare(chain).await
     }

@@ -30,6 +30,9 @@ pub struct FoldRequest {
     pub(super) app: Arc<App>,
     pub(super) data: Arc<FoldRequestData>,
     pub(super) budget: Budget,
+    /// The window an upstream's context-length error named, when one did
+    /// (the budget plans with it in foldgate's own estimate).
+    said_window: Option<u32>,
     /// What is left of the request's `policy.fold_deadline`.
     pub(super) fold_time: Arc<FoldTime>,
 }
@@ -161,6 +164,7 @@ impl FoldRequest {
             app: app.clone(),
             data: Arc::new(data),
             budget,
+            said_window: None,
             fold_time,
         }
     }
@@ -177,9 +181,14 @@ impl FoldRequest {
     }
 
     /// After the upstream said the prompt is too long: plan again against
-    /// a window no larger than `window`, which forces an emergency fold.
-    pub fn shrink_window(&mut self, window: u32) {
-        self.budget.context_window = self.budget.context_window.min(window.max(1));
+    /// a window no larger than `window` (in foldgate's estimate; `said`:
+    /// the one the upstream named), every budget derived from it, which
+    /// forces an emergency fold.
+    pub fn shrink_window(&mut self, window: u32, said: Option<u32>) {
+        self.budget = self
+            .budget
+            .shrunk(&self.app.config, &self.data.policy, window);
+        self.said_window = said;
     }
 
     /// Whether the conversation's last fold failed too recently to try again.
@@ -319,12 +328,18 @@ impl FoldRequest {
     /// rather than drop a message the summary does not hold.
     pub(super) fn cannot_fit(&self, c: &CannotFit) -> Result<Prepared, ApiError> {
         self.app.metrics.cannot_fit.inc();
+        let planned = self.budget.context_window;
+        let window = match self.said_window {
+            Some(said) if said != planned => {
+                format!("{said} tokens (the upstream's; about {planned} as foldgate counts)")
+            }
+            _ => format!("{planned} tokens"),
+        };
         Err(ApiError::ContextLength(format!(
-            "the conversation cannot fit {}'s context window of {} tokens: the smallest view foldgate can make \
+            "the conversation cannot fit {}'s context window of {window}: the smallest view foldgate can make \
              (pinned messages, up to {} tokens of summary, the last user message and the most recent messages) \
              needs about {} tokens, plus {} for the output",
             self.data.model,
-            self.budget.context_window,
             self.budget.summary_reserve,
             c.smallest.unwrap_or(c.view.tokens),
             self.budget.output_reserve,

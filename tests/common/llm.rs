@@ -190,6 +190,17 @@ async fn answer(state: Arc<LlmState>, r: Recorded) -> Response<foldgate::body::B
         return super::agents::responses(&state, body, r.body.len());
     }
     state.chat_requests.lock().unwrap().push(body.clone());
+    let window = state.window_tokens.load(Ordering::Relaxed) as usize;
+    let tokens = super::agents::body_tokens(r.body.len());
+    if window > 0 && tokens > window {
+        let message = format!(
+            "This model's maximum context length is {window} tokens. However, your messages resulted in {tokens} tokens."
+        );
+        return mock::json(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": {"message": message, "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+        );
+    }
     let limit = state.context_limit_bytes.load(Ordering::Relaxed);
     if limit > 0 && r.body.len() > limit {
         return mock::json(

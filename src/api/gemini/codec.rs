@@ -182,12 +182,10 @@ fn estimate_fields(fields: &Map<String, Value>, model: &str) -> Map<String, Valu
     if !tools.is_empty() {
         out.insert("tools".into(), Value::Array(tools));
     }
-    if let Some(limit) = fields
-        .get("generationConfig")
-        .and_then(|c| c.get("maxOutputTokens"))
-    {
-        out.insert("max_tokens".into(), limit.clone());
-    }
+    // Gemini's window is its input limit (`inputTokenLimit`, the limit its
+    // "input token count exceeds" error names); the output has a limit of
+    // its own. So nothing of the window is kept for `maxOutputTokens`.
+    out.insert("max_tokens".into(), Value::from(0));
     out
 }
 

@@ -666,7 +666,8 @@ fn estimate_takes_a_gemini_model_from_the_path() {
     let report = estimate_with("", &["--path", path], GEMINI_BODY);
     assert_eq!(report_value(&report, "api"), "gemini (by path)", "{report}");
     assert_eq!(report_value(&report, "model"), "gemini-2.5-flash");
-    assert_eq!(report_value(&report, "output_reserve"), "300");
+    // Gemini's window is its input limit: `maxOutputTokens` takes no share.
+    assert_eq!(report_value(&report, "output_reserve"), "0");
     // `--model` still wins, and a path no API serves is named.
     let named = estimate_with("", &["--path", path, "--model", "gemini-x"], GEMINI_BODY);
     assert_eq!(report_value(&named, "model"), "gemini-x");

@@ -160,3 +160,89 @@ async fn an_unclaimed_conversation_is_counted_and_listed_not_silent() {
         "{metrics}"
     );
 }
+
+/// On every API: a request whose API no provider takes is answered 404
+/// in that API's error shape, naming the `api` to set, and nothing
+/// reaches the providers there are (of other APIs).
+#[tokio::test]
+async fn no_request_crosses_to_another_apis_provider() {
+    let llm = Llm::start().await;
+    let gemini_only = format!(
+        "[providers.google]\nbase_url = \"{}\"\napi = \"gemini\"\n",
+        llm.url()
+    );
+    let openai_only = common::config_for(llm.url(), "");
+    let chat = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let anthropic = serde_json::json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]});
+    let responses = serde_json::json!({"model": "m", "input": "hi"});
+    let gemini = serde_json::json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
+    let cases = [
+        (
+            &gemini_only,
+            "/v1/chat/completions",
+            &chat,
+            "openai",
+            "/error/code",
+        ),
+        (
+            &gemini_only,
+            "/api/v1/responses",
+            &responses,
+            "openai",
+            "/error/code",
+        ),
+        (
+            &gemini_only,
+            "/v1/messages",
+            &anthropic,
+            "anthropic",
+            "/type",
+        ),
+        (
+            &openai_only,
+            "/v1/messages",
+            &anthropic,
+            "anthropic",
+            "/type",
+        ),
+        (
+            &openai_only,
+            "/v1/models/gemini-2.5-flash:generateContent",
+            &gemini,
+            "gemini",
+            "/error/status",
+        ),
+        (
+            &openai_only,
+            "/v1beta1/projects/p/locations/l/publishers/google/models/g:generateContent",
+            &gemini,
+            "gemini",
+            "/error/status",
+        ),
+    ];
+    for (config, path, body, api, shape) in cases {
+        let fg = Foldgate::start(config).await;
+        let reply = common::post_json(
+            &format!("{}{path}", fg.url),
+            &[
+                ("x-api-key", "k"),
+                ("x-goog-api-key", "g"),
+                ("authorization", "Bearer b"),
+            ],
+            body,
+        )
+        .await;
+        assert_eq!(reply.status, 404, "{path}: {}", reply.text());
+        assert!(
+            reply.text().contains(&format!(r#"api = \"{api}\""#)),
+            "{path}: {}",
+            reply.text()
+        );
+        assert!(
+            reply.json().pointer(shape).is_some(),
+            "{path}: not its API's shape: {}",
+            reply.text()
+        );
+    }
+    assert!(llm.mock.received().is_empty(), "{:?}", llm.mock.received());
+}

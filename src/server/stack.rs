@@ -40,7 +40,7 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 ///    `UpstreamLatency`, `RouteLabel` and `ErrorLabel`; it feeds the
 ///    overhead and upstream latency histograms); its other events are off.
 /// 5. `SetSensitiveRequestHeadersLayer` — marks `proxy-authorization` and
-///    every API's key header (`authorization`, `x-api-key`,
+///    every API's key header (`authorization`, `api-key`, `x-api-key`,
 ///    `x-goog-api-key`: [`crate::api::key_headers`]) sensitive so no log
 ///    prints them.
 /// 6. `ShedLayer` — `server.max_concurrent_requests`: a request over the

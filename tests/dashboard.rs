@@ -116,6 +116,9 @@ fn block<'a>(dom: &'a str, id: &str, end: &str) -> &'a str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_a_folded_conversation_without_console_errors() {
     let (_llm, fg) = folded().await;
+    // A conversation where no API claims it: the page names its path.
+    let chat = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    post_json(&format!("{}/v2/chat", fg.url), &[], &chat).await;
     let page = chromium(&format!("{}/foldgate/ui#token={ADMIN}", fg.url)).await;
     let dom = &page.dom;
     assert!(page.console.is_empty(), "console: {:#?}", page.console);
@@ -159,6 +162,9 @@ async fn the_dashboard_shows_a_folded_conversation_without_console_errors() {
         1,
         "one new fold:\n{chart}"
     );
+    let unclaimed = block(dom, "unclaimed", "</section>");
+    assert!(!unclaimed.contains("hidden"), "{unclaimed}");
+    assert!(unclaimed.contains("POST /v2/chat   × 1"), "{unclaimed}");
     let totals = block(dom, "totals", "</section>");
     assert!(totals.contains("<b>1</b><span>folds</span>"), "{totals}");
     assert!(

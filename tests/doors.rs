@@ -9,6 +9,25 @@ use common::llm::{Llm, tags};
 use common::{Foldgate, drive};
 use serde_json::Value;
 
+/// One call of `tests/e2e/gemini_one_call.py` against `base` (`mode`:
+/// `whole` or `stream`): the status and the text or error it got.
+async fn gemini_one_call(base: &str, mode: &str) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.json");
+    let script = format!(
+        "{}/tests/e2e/gemini_one_call.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let status = tokio::process::Command::new("python3")
+        .args([&script, base, out.to_str().unwrap(), mode])
+        .status()
+        .await
+        .expect("python3 must be installed (.ci/run installs the client packages)");
+    assert!(status.success(), "{script} failed");
+    let result: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    result[0].clone()
+}
+
 /// google-genai on its defaults (API version `v1`) against the shipped
 /// config's shape — one OpenAI provider taking `*` — gets a clear 404
 /// naming `api = "gemini"`, and nothing reaches the OpenAI upstream.
@@ -21,20 +40,7 @@ async fn a_gemini_key_never_reaches_an_openai_provider() {
     ))
     .await;
     for mode in ["whole", "stream"] {
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("out.json");
-        let script = format!(
-            "{}/tests/e2e/gemini_one_call.py",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let status = tokio::process::Command::new("python3")
-            .args([&script, &fg.url, out.to_str().unwrap(), mode])
-            .status()
-            .await
-            .unwrap();
-        assert!(status.success());
-        let result: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
-        let result = &result[0];
+        let result = gemini_one_call(&fg.url, mode).await;
         assert_eq!(result["status"], 404, "{mode}: {result}");
         let message = result["message"].as_str().unwrap_or_default();
         assert!(message.contains(r#"api = "gemini""#), "{mode}: {result}");
@@ -54,20 +60,8 @@ async fn google_genai_on_its_default_version_is_claimed_and_keeps_it() {
         mock.url()
     ))
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.json");
-    let script = format!(
-        "{}/tests/e2e/gemini_one_call.py",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let status = tokio::process::Command::new("python3")
-        .args([&script, &fg.url, out.to_str().unwrap()])
-        .status()
-        .await
-        .unwrap();
-    assert!(status.success());
-    let result: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
-    assert_eq!(result[0]["status"], 200, "{result}");
+    let result = gemini_one_call(&fg.url, "whole").await;
+    assert_eq!(result["status"], 200, "{result}");
     let received = mock.mock.received();
     assert_eq!(received.len(), 1);
     assert_eq!(
@@ -143,18 +137,11 @@ async fn an_unclaimed_conversation_is_counted_and_listed_not_silent() {
     )
     .await
     .json();
+    let metrics = fg.metrics().await;
     assert_eq!(
         listed,
         serde_json::json!({"paths": [{"path": "/v2/chat", "count": 2}]})
     );
-    let metrics = common::send(
-        http::Method::GET,
-        &format!("{}/foldgate/metrics", fg.url),
-        &[],
-        Vec::new(),
-    )
-    .await
-    .text();
     assert!(
         metrics.contains(r#"foldgate_unrecognised_total{path="/v2/chat"} 2"#),
         "{metrics}"

@@ -322,27 +322,38 @@ fn a_circle_planted_through_a_re_export_is_found() {
 }
 
 #[test]
-fn a_circle_planted_between_siblings_of_a_folder_is_found() {
+fn circles_planted_between_siblings_of_a_folder_are_found() {
     let graphs = graphs(&src());
-    let folder = graphs
-        .keys()
-        .find(|f| f.as_str() != "src")
+    let folders: Vec<&String> = graphs.keys().filter(|f| f.as_str() != "src").collect();
+    // A folder of `src/`, and the most deeply nested folder with an edge.
+    let shallow = folders
+        .first()
         .expect("a folder with an edge between its modules");
-    let (x, y) = an_edge(folder);
-    let dir = copy_of_src();
-    // From `y`'s file, `super::` is the folder; `x` a sibling.
-    plant(
-        dir.path(),
-        &y,
-        &format!("\nuse super::{{{}::planted}};\n", x.last().unwrap()),
-    );
-    let found = circles_in(dir.path());
+    let deep = folders
+        .iter()
+        .max_by_key(|f| f.matches('/').count())
+        .expect("a folder with an edge between its modules");
     assert!(
-        found
-            .iter()
-            .any(|c| c.starts_with(&format!("import circle in {folder}/"))),
-        "planted {y:?} -> {x:?}, found {found:?}"
+        deep.contains('/'),
+        "no nested folder has an edge: {folders:?}"
     );
+    for folder in [shallow, deep] {
+        let (x, y) = an_edge(folder);
+        let dir = copy_of_src();
+        // From `y`'s file, `super::` is the folder; `x` a sibling.
+        plant(
+            dir.path(),
+            &y,
+            &format!("\nuse super::{{{}::planted}};\n", x.last().unwrap()),
+        );
+        let found = circles_in(dir.path());
+        assert!(
+            found
+                .iter()
+                .any(|c| c.starts_with(&format!("import circle in {folder}/"))),
+            "planted {y:?} -> {x:?}, found {found:?}"
+        );
+    }
 }
 
 #[test]

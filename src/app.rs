@@ -1,6 +1,7 @@
 //! The application's shared parts, built once at start-up and shared by
 //! every request: configuration, upstreams, token counting, fold states,
-//! the summarizer, metrics and the background folds. Everything that
+//! the summarizer, metrics and the background folds; and the errors that
+//! stop it being built ([`StartupError`]). Everything that
 //! handles requests sits above this module; the engines it holds sit below.
 
 use crate::archive::Archive;
@@ -13,13 +14,12 @@ use crate::fold::compress::StubCache;
 /// of ended conversations go after `STUB_IDLE` unused.
 const STUB_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 use crate::background::Background;
-use crate::config::Config;
-use crate::error::StartupError;
+use crate::config::{Config, ConfigError};
 use crate::metrics::Metrics;
-use crate::state::{Store, Turns};
+use crate::state::{Store, StoreError, Turns};
 use crate::summarize::Summarizer;
 use crate::tokens::TokenCounter;
-use crate::upstream::Upstreams;
+use crate::upstream::{UpstreamError, Upstreams};
 use std::sync::Arc;
 
 /// Everything a request needs, shared by all requests.
@@ -100,4 +100,27 @@ impl App {
                 .record_window(&model, window, crate::tokens::LimitSource::Learned, "");
         }
     }
+}
+
+/// Errors that stop foldgate from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// The configuration could not be loaded or is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    /// The TLS certificate or key could not be used.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// Upstream clients could not be built.
+    #[error("upstream: {0}")]
+    Upstream(#[from] UpstreamError),
+    /// The state store or the archive could not be opened.
+    #[error("state: {0}")]
+    State(#[from] StoreError),
 }

@@ -2,10 +2,11 @@
 //! `{"error":{"message","type","param","code"}}` in one place,
 //! [`ApiError::into_response`], so the stack's error type is `Infallible`.
 //! Upstream errors are not `ApiError`s: they pass through unchanged.
-//! [`StartupError`]s stop the process before it serves.
+//! Errors that stop the process before it serves are
+//! [`crate::app::StartupError`]s: they belong to start-up, above the
+//! engines they name.
 
 use crate::body::{self, Body};
-use crate::config::ConfigError;
 use http::{HeaderValue, Response, StatusCode, header};
 use std::time::Duration;
 
@@ -240,27 +241,4 @@ mod tests {
         assert!(v["error"]["param"].is_null());
         assert!(v["error"]["message"].as_str().unwrap().contains("10 bytes"));
     }
-}
-
-/// Errors that stop foldgate from starting.
-#[derive(Debug, thiserror::Error)]
-pub enum StartupError {
-    /// The configuration could not be loaded or is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The listen address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: std::net::SocketAddr,
-        source: std::io::Error,
-    },
-    /// The TLS certificate or key could not be used.
-    #[error("TLS: {0}")]
-    Tls(String),
-    /// Upstream clients could not be built.
-    #[error("upstream: {0}")]
-    Upstream(#[from] crate::upstream::UpstreamError),
-    /// The state store or the archive could not be opened.
-    #[error("state: {0}")]
-    State(#[from] crate::state::StoreError),
 }

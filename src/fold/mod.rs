@@ -66,9 +66,9 @@ pub use audit::{Audit, FailureRecord, FoldRecord};
 pub use compress::Compression;
 pub use compress::build_view_with;
 pub use hash::{ChainHash, MessageId};
-pub use plan::{CannotFit, Decision, FoldPlan, ViewInfo, plan};
+pub use plan::{CannotFit, Decision, ViewInfo, plan};
 pub use plan_call::PlanCall;
-pub use state::{FoldChain, FoldState, Reason, Retained, SummarizerRun};
+pub use state::{FoldChain, FoldPlan, FoldState, Reason, Retained, SummarizerRun};
 pub use summary::Summary;
 pub use view::{ACK_TEXT, build_view, view_differs};
 

@@ -2,10 +2,10 @@
 //! conversation's fold chain to [`Decision`].
 
 use super::cut::{self, Candidate, CutInput};
-use super::hash::{ChainHash, PrefixChain};
+use super::hash::PrefixChain;
 use super::pins;
 use super::plan_call::PlanCall;
-use super::state::{FoldChain, FoldState, Reason, Retained};
+use super::state::{FoldChain, FoldPlan, FoldState, Reason, Retained};
 use super::trigger::{self, Observed};
 use super::view::{Item, ack_message, layout};
 use super::{Budget, CountTokens, Messages};
@@ -68,47 +68,6 @@ impl ViewInfo {
     /// Whether the view differs from the client's messages.
     pub fn changed(&self) -> bool {
         self.base.is_some()
-    }
-}
-
-/// Everything the summarizer step needs to carry out one fold.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FoldPlan {
-    /// The state being rewritten (its summary goes to the summarizer).
-    pub base: Option<FoldState>,
-    /// The trigger that fired.
-    pub reason: Reason,
-    /// Indices into the request's messages to fold, ascending: a previously
-    /// kept user message that is no longer kept, then the newly folded run.
-    pub fold: Vec<usize>,
-    /// Length of the pinned head.
-    pub pinned: usize,
-    /// The new state's span after the pinned head.
-    pub covered: usize,
-    /// The new state's kept user message (relative to the pinned head).
-    pub kept_user: Option<usize>,
-    /// Hash chain over the new span.
-    pub chain: ChainHash,
-    /// Prompt tokens of the view before the fold.
-    pub tokens_before: u32,
-    /// Expected prompt tokens after it, counting the summary reserve.
-    pub tokens_after: u32,
-    /// Messages in the request.
-    pub messages: usize,
-    /// User messages in the request.
-    pub user_turns: usize,
-    /// The base summary has been rewritten `policy.max_depth` times: this
-    /// fold summarizes the raw messages again (`fold` holds every message of
-    /// the new span but the kept one and the pins) instead of the base summary.
-    pub rebuild: bool,
-    /// What the new state keeps in the view besides the summary.
-    pub retained: Retained,
-}
-
-impl FoldPlan {
-    /// The messages to fold, in order.
-    pub fn to_fold<'m>(&self, messages: &'m [Value]) -> Vec<&'m Value> {
-        self.fold.iter().filter_map(|&i| messages.get(i)).collect()
     }
 }
 

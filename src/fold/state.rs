@@ -1,5 +1,6 @@
-//! Fold states: what one fold produced, and the bounded chain of recent
-//! folds a conversation keeps.
+//! Fold states: what one fold produced, the plan of the next one (a
+//! [`FoldPlan`] is a state less its summary: [`FoldState::after`] completes
+//! it), and the bounded chain of recent folds a conversation keeps.
 //!
 //! A [`FoldState`] spans `covered` messages after the pinned head. All of
 //! them are folded into its summary except `kept_user`, the last user
@@ -8,7 +9,6 @@
 //! to a request whose messages at those positions are byte-for-byte the ones
 //! it was made from ([`FoldChain::best_match`]).
 
-use super::FoldPlan;
 use super::audit::{Audit, FailureRecord, FoldRecord};
 pub use super::audit::{Reason, SummarizerRun};
 use super::hash::{ChainHash, MessageId, PrefixChain, ids_of};
@@ -98,6 +98,47 @@ impl Retained {
 
 fn chat_api() -> String {
     "chat".to_string()
+}
+
+/// Everything the summarizer step needs to carry out one fold.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoldPlan {
+    /// The state being rewritten (its summary goes to the summarizer).
+    pub base: Option<FoldState>,
+    /// The trigger that fired.
+    pub reason: Reason,
+    /// Indices into the request's messages to fold, ascending: a previously
+    /// kept user message that is no longer kept, then the newly folded run.
+    pub fold: Vec<usize>,
+    /// Length of the pinned head.
+    pub pinned: usize,
+    /// The new state's span after the pinned head.
+    pub covered: usize,
+    /// The new state's kept user message (relative to the pinned head).
+    pub kept_user: Option<usize>,
+    /// Hash chain over the new span.
+    pub chain: ChainHash,
+    /// Prompt tokens of the view before the fold.
+    pub tokens_before: u32,
+    /// Expected prompt tokens after it, counting the summary reserve.
+    pub tokens_after: u32,
+    /// Messages in the request.
+    pub messages: usize,
+    /// User messages in the request.
+    pub user_turns: usize,
+    /// The base summary has been rewritten `policy.max_depth` times: this
+    /// fold summarizes the raw messages again (`fold` holds every message of
+    /// the new span but the kept one and the pins) instead of the base summary.
+    pub rebuild: bool,
+    /// What the new state keeps in the view besides the summary.
+    pub retained: Retained,
+}
+
+impl FoldPlan {
+    /// The messages to fold, in order.
+    pub fn to_fold<'m>(&self, messages: &'m [Value]) -> Vec<&'m Value> {
+        self.fold.iter().filter_map(|&i| messages.get(i)).collect()
+    }
 }
 
 impl FoldState {

@@ -6,9 +6,8 @@ pub mod stack;
 
 pub use layers::{AccessLog, AuthLayer};
 
-use crate::app::App;
+use crate::app::{App, StartupError};
 use crate::config::Config;
-use crate::error::StartupError;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;

@@ -113,6 +113,12 @@ pub(crate) fn members(text: &str) -> Option<Members<'_>> {
     Some(members)
 }
 
+/// Whether `text` is one JSON value the full parser reads (strings
+/// decoded, numbers in range), checked without building it.
+pub(crate) fn checked(text: &str) -> bool {
+    serde_json::from_str::<Checked>(text).is_ok()
+}
+
 /// A position in JSON text. It finds where values begin and end; it does
 /// not read them.
 struct Cursor<'a> {

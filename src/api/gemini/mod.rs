@@ -5,13 +5,15 @@
 //! are never separated; the summary is appended to `systemInstruction`
 //! ([`codec`]). The key comes in `x-goog-api-key` or `?key=` (passed
 //! through), or from a provider with `api = "gemini"`; errors take
-//! Google's shape; usage is `usageMetadata.promptTokenCount`.
+//! Google's shape; usage is `usageMetadata.promptTokenCount`. Untouched
+//! bodies take the fast path ([`shallow`]).
 
 pub mod codec;
 pub mod recall;
+pub mod shallow;
 
 use super::WireApi;
-use super::codec::{Decoded, Wire, bad, object};
+use super::codec::{Decoded, RawRequest, Wire, bad, object};
 use super::context_error::{self, ContextError};
 use super::recall::calls::{Call, Calls, Carry};
 use super::recall::stream::{self, Round};
@@ -159,6 +161,32 @@ impl WireApi for Gemini {
             key: b"\"usageMetadata\"",
             prompt_tokens,
         }
+    }
+
+    fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
+        shallow::shallow(bytes)
+    }
+
+    fn unit_message(&self, unit: &[Value]) -> Value {
+        self.unit_message_after(unit, false)
+    }
+
+    /// A function response answers the model turn before it.
+    fn answers_by_position(&self) -> bool {
+        true
+    }
+
+    /// One content each; one that is not an object has none (the decoder
+    /// refuses it, so the fast path must not take it).
+    fn unit_message_after(&self, unit: &[Value], after_calls: bool) -> Value {
+        match unit {
+            [content] if content.is_object() => codec::unit_message(content, after_calls),
+            _ => Value::Null,
+        }
+    }
+
+    fn model_in_path<'p>(&self, path: &'p str) -> Option<&'p str> {
+        codec::model_in_path(path)
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {

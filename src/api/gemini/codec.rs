@@ -29,7 +29,14 @@ pub(super) const SYSTEM_FIELDS: [&str; 2] = ["systemInstruction", "system_instru
 
 /// The model a path names: `…/models/{model}:generateContent`.
 pub fn model_in_path(path: &str) -> Option<&str> {
-    let rest = &path[path.rfind("/models/")? + "/models/".len()..];
+    // Searched by windows: a substring searcher's set-up costs more than
+    // this short scan (the path is read a few times per request).
+    const MARK: &[u8] = b"/models/";
+    let at = path
+        .as_bytes()
+        .windows(MARK.len())
+        .rposition(|w| w == MARK)?;
+    let rest = path.get(at + MARK.len()..)?;
     let model = rest.split(':').next()?;
     (!model.is_empty()).then_some(model)
 }
@@ -296,6 +303,11 @@ mod tests {
         assert_eq!(m, Some("gemini-2.5-flash"));
         assert_eq!(model_in_path("/v1beta/models/:generateContent"), None);
         assert_eq!(model_in_path("/v1/chat/completions"), None);
+        assert_eq!(model_in_path("/models/"), None);
+        assert_eq!(
+            model_in_path("/v1/models/m/models/g:generateContent"),
+            Some("g")
+        );
     }
 
     #[test]

@@ -21,6 +21,9 @@ workdir() {
 # The answer the upstream nginx gives every request.
 CANNED='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":8000,"completion_tokens":2,"total_tokens":8002}}'
 
+# The answer it gives Gemini's generateContent.
+CANNED_GEMINI='{"candidates":[{"content":{"role":"model","parts":[{"text":"Hello!"}]},"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":8000,"candidatesTokenCount":2,"totalTokenCount":8002},"modelVersion":"gemini-2.5-flash"}'
+
 # nginx_conf DIR HTTP [MAIN]: writes DIR/nginx.conf — one worker, its pid,
 # logs and temporary files in DIR, MAIN's top-level directives, and HTTP
 # inside `http { }`.
@@ -40,9 +43,11 @@ $2
 CONF
 }
 
-# answering PORT: a server that answers CANNED on PORT.
+# answering PORT: a server that answers CANNED on PORT (CANNED_GEMINI
+# to a Gemini model's methods).
 answering() {
   echo "  server { listen 127.0.0.1:$1;
+    location ~ :(stream)?[gG]enerateContent\$ { default_type application/json; return 200 '$CANNED_GEMINI'; }
     location / { default_type application/json; return 200 '$CANNED'; } }"
 }
 

@@ -7,7 +7,7 @@
 #
 # Rows: nginx as a plain reverse proxy, the bare hyper forwarder
 # (examples/bare_proxy.rs), and foldgate on its forward-only path and on
-# each route it folds, each under `valgrind --tool=callgrind` with wrk
+# each route it folds (Gemini's with a provider that speaks it), each under `valgrind --tool=callgrind` with wrk
 # (one thread, 4 connections) sending the 32 KB bodies of bench/*-32k.lua
 # to an nginx that answers at once; counters are zeroed after a warm-up.
 # Usage: bench/instructions.sh [seconds]
@@ -34,6 +34,9 @@ next_port() {
   nginx_conf "$WORK/proxy-nginx" "$(proxying "$PORT" "$UP")" "master_process off; daemon off;"
   printf '[server]\nlisten = "127.0.0.1:%s"\n[providers.bench]\nbase_url = "http://127.0.0.1:%s/v1"\n[state]\npath = "%s/foldgate-%s.db"\n' \
     "$PORT" "$UP" "$WORK" "$PORT" > "$WORK/foldgate.toml"
+  # The Gemini row's: its one provider speaks Gemini.
+  printf '[server]\nlisten = "127.0.0.1:%s"\n[providers.google]\nbase_url = "http://127.0.0.1:%s"\napi = "gemini"\n[state]\npath = "%s/foldgate-%s.db"\n' \
+    "$PORT" "$UP" "$WORK" "$PORT" > "$WORK/foldgate-gemini.toml"
 }
 
 # count NAME PATH LUA COMMAND...: Ir per request of COMMAND (a server on
@@ -68,6 +71,7 @@ routes() {
   next_port; run "$1" /v1/chat/completions chat-32k.lua "$2" serve --config "$WORK/foldgate.toml"
   next_port; run "$1-messages" /v1/messages messages-32k.lua "$2" serve --config "$WORK/foldgate.toml"
   next_port; run "$1-responses" /v1/responses responses-32k.lua "$2" serve --config "$WORK/foldgate.toml"
+  next_port; run "$1-gemini" /v1beta/models/gemini-2.5-flash:generateContent gemini-32k.lua "$2" serve --config "$WORK/foldgate-gemini.toml"
 }
 routes foldgate "$BIN"
 [ -n "${BASELINE_BIN:-}" ] && routes baseline "$BASELINE_BIN"

@@ -2,8 +2,10 @@
 # Passthrough overhead, measured as BENCHMARKS.md describes: one run,
 # interleaved rounds — nginx direct, nginx as a plain reverse proxy, and
 # foldgate on each route it folds (chat completions, Anthropic Messages,
-# OpenAI Responses) and on one it only forwards — all POSTing a 32 KB body
-# (bench/*-32k.lua) with wrk.
+# OpenAI Responses, Gemini) and on one it only forwards — all POSTing a
+# 32 KB body (bench/*-32k.lua) with wrk. The Gemini row is a second
+# foldgate of the same binary whose one provider speaks Gemini (as the
+# first one's speaks OpenAI), so neither reads a body's model to route.
 # Usage: bench/passthrough.sh [seconds-per-round] [rounds] [connections]
 # With BASELINE_BIN=path/to/an/older/foldgate, that binary runs beside this
 # build (same config) and gets rows of its own, interleaved in the same
@@ -22,7 +24,7 @@ command -v wrk >/dev/null && command -v nginx >/dev/null || {
 . bench/common.sh
 binaries
 workdir
-UP=18081; PROXY=18082; FG=18083; BASE=18084; BAREP=18085
+UP=18081; PROXY=18082; FG=18083; BASE=18084; BAREP=18085; FGG=18086; BASEG=18087
 
 nginx_conf "$WORK" "$(answering "$UP")
 $(proxying "$PROXY" "$UP")"
@@ -35,16 +37,20 @@ base_url = "http://127.0.0.1:$UP/v1"
 [state]
 path = "$WORK/foldgate.db"
 CONF
-# start BIN PORT NAME: one foldgate on the config above, listening on PORT.
+sed -e '/^\[providers.bench\]/,/^base_url/c [providers.google]\nbase_url = "http://127.0.0.1:'"$UP"'"\napi = "gemini"' \
+  "$WORK/template.toml" > "$WORK/template-gemini.toml"
+# start BIN PORT NAME [TEMPLATE]: one foldgate on the config above (or
+# TEMPLATE.toml), listening on PORT.
 start() {
-  sed -e "s/127.0.0.1:$FG\"/127.0.0.1:$2\"/" -e "s/foldgate.db/$3.db/" "$WORK/template.toml" > "$WORK/$3.toml"
+  sed -e "s/127.0.0.1:$FG\"/127.0.0.1:$2\"/" -e "s/foldgate.db/$3.db/" "$WORK/${4:-template}.toml" > "$WORK/$3.toml"
   env -u FOLDGATE_BIN FOLDGATE_LOG="${FOLDGATE_LOG:-info}" "$1" serve --config "$WORK/$3.toml" 2>"$WORK/$3.log" &
   for _ in $(seq 50); do curl -sf "http://127.0.0.1:$2/foldgate/health" >/dev/null && break; sleep 0.1; done
 }
 start "$BIN" "$FG" foldgate
+start "$BIN" "$FGG" foldgate-gemini template-gemini
 "$BARE" "127.0.0.1:$BAREP" "127.0.0.1:$UP" &
 for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$BAREP/" && break; sleep 0.1; done
-[ -n "${BASELINE_BIN:-}" ] && start "$BASELINE_BIN" "$BASE" baseline
+[ -n "${BASELINE_BIN:-}" ] && start "$BASELINE_BIN" "$BASE" baseline && start "$BASELINE_BIN" "$BASEG" baseline-gemini template-gemini
 
 # Prints "rps p50_ms p99_ms" for one wrk run: measure URL SCRIPT.
 measure() {
@@ -62,18 +68,20 @@ declare -A URL=([direct]="http://127.0.0.1:$UP/v1/chat/completions"
   [nginx-proxy]="http://127.0.0.1:$PROXY/v1/chat/completions"
   [hyper-bare]="http://127.0.0.1:$BAREP/v1/chat/completions")
 declare -A SCRIPT
-# routes NAME PORT: the rows of one foldgate, one per route.
+# routes NAME PORT GEMINI_PORT: the rows of one foldgate, one per route.
 routes() {
-  ROWS+=("$1" "$1-messages" "$1-responses" "$1-json")
+  ROWS+=("$1" "$1-messages" "$1-responses" "$1-gemini" "$1-json")
   URL[$1]="http://127.0.0.1:$2/v1/chat/completions"
   URL[$1-messages]="http://127.0.0.1:$2/v1/messages"
   URL[$1-responses]="http://127.0.0.1:$2/v1/responses"
+  URL[$1-gemini]="http://127.0.0.1:$3/v1beta/models/gemini-2.5-flash:generateContent"
   URL[$1-json]="http://127.0.0.1:$2/v1/embeddings"
   SCRIPT[$1-messages]=bench/messages-32k.lua; SCRIPT[$1-responses]=bench/responses-32k.lua
+  SCRIPT[$1-gemini]=bench/gemini-32k.lua
 }
-routes foldgate "$FG"
-[ -n "${BASELINE_BIN:-}" ] && routes baseline "$BASE"
-for row in "${ROWS[@]}"; do curl -sf -o /dev/null -X POST -H 'content-type: application/json' -d '{"model":"gpt-4o-mini","messages":[],"input":[]}' "${URL[$row]}" || { echo "$row is not answering; its log:" >&2; tail -5 "$WORK/${row%%-*}.log" >&2 2>/dev/null; exit 1; }; done
+routes foldgate "$FG" "$FGG"
+[ -n "${BASELINE_BIN:-}" ] && routes baseline "$BASE" "$BASEG"
+for row in "${ROWS[@]}"; do curl -sf -o /dev/null -X POST -H 'content-type: application/json' -d '{"model":"gpt-4o-mini","messages":[],"input":[],"contents":[]}' "${URL[$row]}" || { echo "$row is not answering; its log:" >&2; tail -5 "$WORK/${row%%-*}.log" >&2 2>/dev/null; exit 1; }; done
 for round in $(seq "$ROUNDS"); do
   for row in "${ROWS[@]}"; do
     read -r rps p50 p99 < <(measure "${URL[$row]}" "${SCRIPT[$row]:-bench/chat-32k.lua}")

@@ -120,6 +120,14 @@ pub fn tool_call_ids(message: &Value) -> Option<impl Iterator<Item = &str>> {
     )
 }
 
+/// Whether a message makes tool calls (a non-empty `tool_calls`).
+pub fn makes_calls(message: &Value) -> bool {
+    message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .is_some_and(|calls| !calls.is_empty())
+}
+
 /// The `tool_call_id` a tool message answers.
 pub fn tool_call_id(message: &Value) -> Option<&str> {
     message.get("tool_call_id").and_then(Value::as_str)

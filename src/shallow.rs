@@ -113,6 +113,21 @@ pub(crate) fn members(text: &str) -> Option<Members<'_>> {
     Some(members)
 }
 
+/// The elements of the JSON array `text` holds, in order, delimited (not
+/// read). `None` when `text` is not one array.
+pub(crate) fn elements(text: &str) -> Option<Vec<&str>> {
+    let mut at = Cursor::new(text);
+    let elements = at.entries(*b"[]", Cursor::value)?;
+    at.end()?;
+    Some(elements)
+}
+
+/// Whether `text` is one JSON value the full parser reads (strings
+/// decoded, numbers in range), checked without building it.
+pub(crate) fn checked(text: &str) -> bool {
+    serde_json::from_str::<Checked>(text).is_ok()
+}
+
 /// A position in JSON text. It finds where values begin and end; it does
 /// not read them.
 struct Cursor<'a> {

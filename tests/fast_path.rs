@@ -1,5 +1,5 @@
 //! The fast path on every API that has one (chat completions, Anthropic
-//! Messages, Responses): a conversation has one key and one set of message
+//! Messages, Responses, Gemini): a conversation has one key and one set of message
 //! identities whichever way its JSON is spelled and whichever reader (the
 //! shallow one or the decoder) took the body, so a fold made on one
 //! request is reused on the next; and a body the decoder refuses is
@@ -7,17 +7,75 @@
 
 use crate::common;
 
+use common::gemini::GeminiMock;
 use common::llm::Llm;
+use common::mock::Recorded;
 use common::{Foldgate, send};
 use serde_json::{Value, json};
 
-/// A small window, so that a long conversation folds.
-fn config(llm: &Llm) -> String {
-    format!(
-        "{}[models.\"tiny-*\"]\ncontext_window = 3000\n\
-         [policy]\nreset_ratio = 0.45\n[summarizer]\nmax_summary_tokens = 300\n",
-        crate::common::providers(llm.url())
-    )
+/// Every API with a fast path.
+const APIS: [&str; 4] = ["chat", "anthropic", "responses", "gemini"];
+
+/// Foldgate in front of a mock upstream that speaks `api`, with a small
+/// window, so that a long conversation folds.
+struct Setup {
+    fg: Foldgate,
+    llm: Option<Llm>,
+    gemini: Option<GeminiMock>,
+}
+
+impl Setup {
+    async fn start(api: &str) -> Self {
+        let policy = "[models.\"tiny-*\"]\ncontext_window = 3000\n\
+             [policy]\nreset_ratio = 0.45\n[summarizer]\nmax_summary_tokens = 300\n";
+        if api == "gemini" {
+            let mock = GeminiMock::start().await;
+            let provider = format!(
+                "[providers.google]\nbase_url = \"{}\"\napi = \"gemini\"\nmodels = [\"tiny-*\"]\n",
+                mock.url()
+            );
+            let fg = Foldgate::start(&format!("{provider}{policy}")).await;
+            return Self {
+                fg,
+                llm: None,
+                gemini: Some(mock),
+            };
+        }
+        let llm = Llm::start().await;
+        let provider = crate::common::providers(llm.url());
+        let fg = Foldgate::start(&format!("{provider}{policy}")).await;
+        Self {
+            fg,
+            llm: Some(llm),
+            gemini: None,
+        }
+    }
+
+    /// Every request the upstream received.
+    fn received(&self) -> Vec<Recorded> {
+        match (&self.llm, &self.gemini) {
+            (Some(llm), _) => llm.mock.received(),
+            (_, Some(gemini)) => gemini.mock.received(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn summarizer_calls(&self) -> usize {
+        match (&self.llm, &self.gemini) {
+            (Some(llm), _) => llm.summarizer_calls(),
+            (_, Some(gemini)) => gemini.state.summarizer.lock().unwrap().len(),
+            _ => 0,
+        }
+    }
+}
+
+/// The field holding an API's conversation.
+fn field(api: &str) -> &'static str {
+    match api {
+        "responses" => "input",
+        "gemini" => "contents",
+        _ => "messages",
+    }
 }
 
 /// The APIs with a fast path: route and a conversation of `steps` tool
@@ -56,6 +114,21 @@ fn conversation(api: &str, steps: usize) -> (&'static str, Value) {
                 json!({"model": "tiny-claude", "max_tokens": 100, "system": "You are an agent.", "messages": ms}),
             )
         }
+        "gemini" => {
+            let mut contents =
+                vec![json!({"role": "user", "parts": [{"text": "[m0] task: fix the build"}]})];
+            for s in 0..steps {
+                contents.push(json!({"role": "model", "parts": [
+                    {"functionCall": {"name": "bash", "args": {"cmd": format!("make {s}")}}}]}));
+                contents.push(json!({"role": "user", "parts": [
+                    {"functionResponse": {"name": "bash", "response": {"output": output(s)}}}]}));
+            }
+            (
+                "/v1beta/models/tiny-gemini:generateContent",
+                json!({"systemInstruction": {"parts": [{"text": "You are an agent."}]},
+                    "contents": contents, "generationConfig": {"maxOutputTokens": 100}}),
+            )
+        }
         _ => {
             let mut items = vec![json!({"role": "user", "content": "[m0] task: fix the build"})];
             for s in 0..steps {
@@ -79,14 +152,14 @@ fn conversation(api: &str, steps: usize) -> (&'static str, Value) {
 
 /// The body with one more exchange: the model's answer and a user turn.
 fn next_turn(api: &str, mut body: Value) -> Value {
-    let field = if api == "responses" {
-        "input"
+    let items = body[field(api)].as_array_mut().unwrap();
+    if api == "gemini" {
+        items.push(json!({"role": "model", "parts": [{"text": "Built."}]}));
+        items.push(json!({"role": "user", "parts": [{"text": "now the tests"}]}));
     } else {
-        "messages"
-    };
-    let items = body[field].as_array_mut().unwrap();
-    items.push(json!({"role": "assistant", "content": "Built."}));
-    items.push(json!({"role": "user", "content": "now the tests"}));
+        items.push(json!({"role": "assistant", "content": "Built."}));
+        items.push(json!({"role": "user", "content": "now the tests"}));
+    }
     body
 }
 
@@ -108,56 +181,52 @@ fn with_duplicate_field(compact: &str) -> String {
 
 #[tokio::test]
 async fn a_conversation_has_one_key_however_its_json_is_spelled_or_read() {
-    let llm = Llm::start().await;
-    let fg = Foldgate::start(&config(&llm)).await;
-    for api in ["chat", "anthropic", "responses"] {
+    for api in APIS {
+        let up = Setup::start(api).await;
+        let fg = &up.fg;
         let (path, body) = conversation(api, 2);
-        let first = post(&fg, path, body.to_string()).await;
+        let first = post(fg, path, body.to_string()).await;
         first.assert_ok();
         assert_eq!(first.header("x-foldgate-fold"), "none", "{api}");
         let key = first.header("x-foldgate-conversation");
         assert!(key.starts_with("fp-"), "{api}: {key}");
         let next = next_turn(api, body.clone());
         let spaced = serde_json::to_string_pretty(&next).unwrap();
-        let second = post(&fg, path, spaced.clone()).await;
+        let second = post(fg, path, spaced.clone()).await;
         assert_eq!(
             second.header("x-foldgate-conversation"),
             key,
             "{api}, spaced"
         );
         assert_eq!(
-            llm.mock.received().last().unwrap().body,
+            up.received().last().unwrap().body,
             spaced.as_bytes(),
             "{api}: forwarded byte for byte"
         );
-        let decoded = post(&fg, path, with_duplicate_field(&next.to_string())).await;
+        let decoded = post(fg, path, with_duplicate_field(&next.to_string())).await;
         decoded.assert_ok();
         assert_eq!(
             decoded.header("x-foldgate-conversation"),
             key,
             "{api}, decoded"
         );
-        let (_, other) = conversation(api, 2);
-        let mut other = other;
-        let field = if api == "responses" {
-            "input"
-        } else {
-            "messages"
-        };
-        let first_user = if api == "chat" { 1 } else { 0 };
-        other[field][first_user]["content"] = json!("[m0] another task");
-        let third = post(&fg, path, other.to_string()).await;
+        let (_, mut other) = conversation(api, 2);
+        let first_user = &mut other[field(api)][usize::from(api == "chat")];
+        match api {
+            "gemini" => first_user["parts"][0]["text"] = json!("[m0] another task"),
+            _ => first_user["content"] = json!("[m0] another task"),
+        }
+        let third = post(fg, path, other.to_string()).await;
         assert_ne!(third.header("x-foldgate-conversation"), key, "{api}, other");
     }
 }
 
 #[tokio::test]
 async fn a_fold_made_from_compact_json_is_reused_by_a_spaced_request() {
-    let llm = Llm::start().await;
-    let fg = Foldgate::start(&config(&llm)).await;
-    for api in ["chat", "anthropic", "responses"] {
+    for api in APIS {
+        let up = Setup::start(api).await;
         let (path, body) = conversation(api, 40);
-        let folded = post(&fg, path, body.to_string()).await;
+        let folded = post(&up.fg, path, body.to_string()).await;
         folded.assert_ok();
         assert_eq!(
             folded.header("x-foldgate-fold"),
@@ -165,9 +234,9 @@ async fn a_fold_made_from_compact_json_is_reused_by_a_spaced_request() {
             "{api}: {:?}",
             folded.headers
         );
-        let calls = llm.summarizer_calls();
+        let calls = up.summarizer_calls();
         let spaced = serde_json::to_string_pretty(&next_turn(api, body)).unwrap();
-        let reused = post(&fg, path, spaced).await;
+        let reused = post(&up.fg, path, spaced).await;
         reused.assert_ok();
         assert_eq!(reused.header("x-foldgate-fold"), "reused", "{api}");
         assert_eq!(
@@ -175,14 +244,13 @@ async fn a_fold_made_from_compact_json_is_reused_by_a_spaced_request() {
             folded.header("x-foldgate-conversation"),
             "{api}"
         );
-        assert_eq!(llm.summarizer_calls(), calls, "{api}: no second summary");
+        assert_eq!(up.summarizer_calls(), calls, "{api}: no second summary");
     }
 }
 
 #[tokio::test]
 async fn what_the_decoder_refuses_is_refused_from_the_first_request() {
-    let llm = Llm::start().await;
-    let fg = Foldgate::start(&config(&llm)).await;
+    let up = Setup::start("anthropic").await;
     // A message whose `role` is missing but whose content makes it a tool
     // result (found by the `codecs` fuzz target): refused as the decoder
     // refuses it, not forwarded.
@@ -190,8 +258,8 @@ async fn what_the_decoder_refuses_is_refused_from_the_first_request() {
     let message = body["messages"][2].as_object_mut().unwrap();
     let role = message.remove("role").unwrap();
     message.insert("roae".into(), role);
-    let before = llm.mock.received().len();
-    let reply = post(&fg, path, body.to_string()).await;
+    let before = up.received().len();
+    let reply = post(&up.fg, path, body.to_string()).await;
     assert_eq!(
         reply.status,
         400,
@@ -199,7 +267,7 @@ async fn what_the_decoder_refuses_is_refused_from_the_first_request() {
         String::from_utf8_lossy(&reply.body)
     );
     assert_eq!(
-        llm.mock.received().len(),
+        up.received().len(),
         before,
         "refused by foldgate, not forwarded"
     );
@@ -208,21 +276,35 @@ async fn what_the_decoder_refuses_is_refused_from_the_first_request() {
         (r#""metadata":{"note":"\udfff"}"#, "surrogate"),
         (r#""temperature":1e400"#, "number out of range"),
     ];
-    for api in ["chat", "anthropic", "responses"] {
+    for api in APIS {
+        let up = Setup::start(api).await;
         let (path, body) = conversation(api, 1);
         let compact = body.to_string();
-        for (field, why) in oddities {
-            let odd = format!("{{{field},{}", &compact[1..]);
-            let before = llm.mock.received().len();
-            let reply = post(&fg, path, odd).await;
-            assert_eq!(reply.status, 400, "{api}: {field}");
+        let mut odd: Vec<(String, &str)> = oddities
+            .iter()
+            .map(|(field, why)| (format!("{{{field},{}", &compact[1..]), *why))
+            .collect();
+        if api == "gemini" {
+            // Beside the system instruction's parts, and a content that is
+            // not an object.
+            let mut beside = body.clone();
+            beside["systemInstruction"]["role"] = json!("ROLE");
+            let beside = beside.to_string().replace("ROLE", "\\udfff");
+            odd.push((beside, "surrogate"));
+            let mut not_object = body.clone();
+            not_object["contents"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!("hi"));
+            odd.push((not_object.to_string(), "must be an object"));
+        }
+        for (body, why) in odd {
+            let before = up.received().len();
+            let reply = post(&up.fg, path, body.clone()).await;
+            assert_eq!(reply.status, 400, "{api}: {body}");
             let text = String::from_utf8_lossy(&reply.body).to_string();
             assert!(text.contains(why), "{api}: {text}");
-            assert_eq!(
-                llm.mock.received().len(),
-                before,
-                "{api}: nothing forwarded"
-            );
+            assert_eq!(up.received().len(), before, "{api}: nothing forwarded");
         }
     }
 }

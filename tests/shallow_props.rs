@@ -5,10 +5,16 @@
 //! whatever the strings hold (quotes, backslashes, brackets, escapes,
 //! any code point) and however the JSON is spaced.
 //!
+//! And on Gemini bodies, whose function responses answer the model turn
+//! before them by position: the fast path reads the units, roles and
+//! identities the decoder reads, and refuses what it refuses.
+//!
 //! Seeded for reproducible CI; explore others with
 //! `PROPTEST_RNG_SEED=<u64> cargo test --test shallow_props`.
 
 use crate::props_support;
+use foldgate::api::fuzzing::{codec, fast_read};
+use foldgate::message::Role;
 use foldgate::shallow::{Spec, read};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -59,6 +65,59 @@ fn written(value: &Value, style: u8) -> String {
         0 => value.to_string(),
         _ => serde_json::to_string_pretty(value).unwrap(),
     }
+}
+
+/// A Gemini part: text, a function call or response, media, or an oddity
+/// (a `null` call, a string part).
+fn gemini_part() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        text().prop_map(|t| json!({"text": t})),
+        (text(), value()).prop_map(|(n, a)| json!({"functionCall": {"name": n, "args": a}})),
+        (text(), value())
+            .prop_map(|(n, r)| json!({"functionResponse": {"name": n, "response": r}})),
+        Just(json!({"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}})),
+        Just(json!({"functionCall": null})),
+        Just(json!({"functionResponse": null, "text": "x"})),
+        text().prop_map(Value::from),
+    ]
+}
+
+/// A Gemini content: mostly `user` and `model` turns, some without a role
+/// or with another, some whose parts are not an array; rarely not an
+/// object (the decoder refuses it).
+fn gemini_content() -> impl Strategy<Value = Value> {
+    prop_oneof![12 => gemini_turn(), 1 => value()]
+}
+
+fn gemini_turn() -> impl Strategy<Value = Value> {
+    let role = prop_oneof![
+        4 => Just(Some("user")),
+        4 => Just(Some("model")),
+        1 => Just(Some("function")),
+        1 => Just(None),
+    ];
+    let parts = prop_oneof![
+        8 => prop::collection::vec(gemini_part(), 0..4).prop_map(Value::Array),
+        1 => value(),
+    ];
+    (role, parts).prop_map(|(role, parts)| {
+        let mut c = json!({"parts": parts});
+        if let Some(role) = role {
+            c["role"] = json!(role);
+        }
+        c
+    })
+}
+
+/// A system instruction, under either spelling, or none.
+fn gemini_system() -> impl Strategy<Value = Option<(&'static str, Value)>> {
+    let name = prop_oneof![Just("systemInstruction"), Just("system_instruction")];
+    let instruction = prop_oneof![
+        4 => prop::collection::vec(gemini_part(), 0..3).prop_map(|p| json!({"parts": p})),
+        1 => (text(), value()).prop_map(|(t, r)| json!({"role": r, "parts": [{"text": t}]})),
+        1 => value(),
+    ];
+    prop::option::of((name, instruction))
 }
 
 proptest! {
@@ -126,5 +185,42 @@ proptest! {
         prop_assume!(text.is_char_boundary(at));
         prop_assert!(read(&text.as_bytes()[..at], &SPEC).is_none());
         prop_assert!(read(&text.as_bytes()[..at], &WITH_MEMBERS).is_none());
+    }
+
+    #[test]
+    fn gemini_units_are_the_decoders(
+        contents in prop::collection::vec(gemini_content(), 0..8),
+        system in gemini_system(),
+        extra in value(),
+        style in any::<u8>(),
+    ) {
+        let mut body = json!({"contents": contents, "generationConfig": {"maxOutputTokens": 9}, "extra": extra});
+        if let Some((name, instruction)) = system.clone() {
+            body[name] = instruction;
+        }
+        let text = written(&body, style);
+        let fast = fast_read("gemini", text.as_bytes());
+        let Ok(read) = codec("gemini", text.as_bytes()) else {
+            prop_assert!(fast.is_none(), "the fast path took a body the decoder refuses");
+            return Ok(());
+        };
+        // The decoder took it, so every content is an object: the body is
+        // the fast path's unless its system instruction is odd or has no
+        // text.
+        let plain = system.as_ref().is_none_or(|(_, s)| {
+            s.as_object().is_some_and(|o| o.len() == 1)
+                && s["parts"].as_array().is_some_and(|ps| {
+                    !ps.is_empty()
+                        && ps.iter().all(|p| p.as_object().is_some_and(|o| o.len() == 1) && p.get("text").is_some_and(|t| t != ""))
+                })
+        });
+        if plain {
+            prop_assert!(fast.is_some(), "a plain body falls back to the decoder: {}", text);
+        }
+        if let Some(fast) = fast {
+            let roles: Vec<Role> = read.messages.iter().map(|m| Role::of_message(m).unwrap()).collect();
+            prop_assert_eq!(fast.roles, roles, "{}", text);
+            prop_assert_eq!(fast.ids, read.ids, "{}", text);
+        }
     }
 }

@@ -5,11 +5,12 @@
 //! top-level fields first; a view that keeps every message and adds
 //! nothing encodes back to the very body that was read; and where the
 //! fast path reads a body, the decoder reads it too, with the same
-//! identities and the same reason to forward it untouched.
+//! identities and roles and the same reason to forward it untouched.
 
 #![no_main]
 
 use foldgate::api::fuzzing::{codec, fast_read};
+use foldgate::message::Role;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
@@ -25,6 +26,8 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Some(fast) = fast {
         assert_eq!(fast.ids, read.ids, "the fast path and the decoder disagree");
+        let roles: Vec<_> = read.messages.iter().filter_map(Role::of_message).collect();
+        assert_eq!(fast.roles, roles, "the fast path and the decoder disagree on roles");
         assert_eq!(fast.opaque, read.opaque);
     }
     assert!(read.messages.iter().all(|m| m.get("role").is_some_and(Value::is_string)));

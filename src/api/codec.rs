@@ -15,7 +15,8 @@ use std::ops::Range;
 /// JSON text, other fields are skipped unless the estimate needs them.
 /// The pipeline's fast path decides from it alone.
 pub struct RawRequest<'a> {
-    /// The `model` field.
+    /// The `model` field (empty: the API names the model in the path,
+    /// [`super::WireApi::model_in_path`]).
     pub model: String,
     /// The top-level fields the estimate reads, in chat-completions names
     /// (model, tool definitions, response format, output limits).
@@ -77,6 +78,29 @@ impl<'a> RawRequest<'a> {
     }
 }
 
+impl RawRequest<'_> {
+    /// Reads each unit's items in order into `out` with `read`, which is
+    /// told whether the unit before makes tool calls (on an API that
+    /// [answers by position](super::WireApi::answers_by_position); else
+    /// always `false`) and tells whether this one does. `None` when a
+    /// unit cannot be read.
+    pub fn read_units<T>(
+        &self,
+        api: super::Api,
+        out: &mut Vec<T>,
+        mut read: impl FnMut(&[&str], bool) -> Option<(T, bool)>,
+    ) -> Option<()> {
+        let positional = api.answers_by_position();
+        let mut after_calls = false;
+        for range in &self.units {
+            let (unit, calls) = read(self.items.get(range.clone())?, after_calls)?;
+            after_calls = positional && calls;
+            out.push(unit);
+        }
+        Some(())
+    }
+}
+
 /// [`pinned_unit`] of a pinned field given as JSON text (`None` also when
 /// the text is not JSON the decoder reads).
 pub fn raw_pinned(name: &str, field: &str) -> Option<(Value, MessageId)> {
@@ -85,14 +109,18 @@ pub fn raw_pinned(name: &str, field: &str) -> Option<(Value, MessageId)> {
 
 /// The engine message the wire items of `api` given as JSON text stand
 /// for, and its identity, as the decoder makes them (`None`: an item is
-/// not JSON the decoder reads).
-pub fn raw_unit(api: super::Api, items: &[&str]) -> Option<(Value, MessageId)> {
+/// not JSON the decoder reads); `after_calls`: the unit before them makes
+/// tool calls ([`super::WireApi::unit_message_after`]).
+pub fn raw_unit(api: super::Api, items: &[&str], after_calls: bool) -> Option<(Value, MessageId)> {
     let values = items
         .iter()
         .map(|i| serde_json::from_str(i))
         .collect::<Result<Vec<Value>, _>>()
         .ok()?;
-    Some((api.unit_message(&values), unit_id(&values)))
+    Some((
+        api.unit_message_after(&values, after_calls),
+        unit_id(&values),
+    ))
 }
 
 /// The engine message of pinned field `name` and its identity, as the

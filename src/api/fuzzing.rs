@@ -2,7 +2,7 @@
 //! and every API's codec. Not an API; hidden from the docs.
 
 use super::codec::{raw_pinned, raw_unit};
-use crate::message::MessageId;
+use crate::message::{MessageId, Role, makes_calls};
 use serde_json::{Map, Value};
 
 /// What the fast path read from a chat body.
@@ -59,6 +59,8 @@ pub struct CodecRead {
 pub struct FastRead {
     /// Each engine message's identity, pinned fields first.
     pub ids: Vec<MessageId>,
+    /// Each engine message's role, likewise.
+    pub roles: Vec<Role>,
     /// Why the request goes upstream untouched, when it must.
     pub opaque: Option<&'static str>,
 }
@@ -71,18 +73,26 @@ pub fn fast_read(api: &str, bytes: &[u8]) -> Option<FastRead> {
         .pinned
         .iter()
         .map(|(name, field)| raw_pinned(name, field));
-    let units = raw
-        .units
-        .iter()
-        .map(|r| raw_unit(api, raw.items.get(r.clone())?));
     let mut ids = Vec::new();
-    for unit in pinned.chain(units) {
+    let mut roles = Vec::new();
+    for unit in pinned {
         let (message, id) = unit?;
-        message.get("role")?.as_str()?;
+        roles.push(Role::of(message.get("role")?.as_str()?));
+        ids.push(id);
+    }
+    let mut units = Vec::new();
+    raw.read_units(api, &mut units, |items, after_calls| {
+        let (message, id) = raw_unit(api, items, after_calls)?;
+        let calls = makes_calls(&message);
+        Some(((Role::of(message.get("role")?.as_str()?), id), calls))
+    })?;
+    for (role, id) in units {
+        roles.push(role);
         ids.push(id);
     }
     Some(FastRead {
         ids,
+        roles,
         opaque: raw.opaque,
     })
 }

@@ -275,6 +275,27 @@ pub trait WireApi: Send + Sync + 'static {
         unit.first().cloned().unwrap_or(Value::Null)
     }
 
+    /// Whether a unit's engine message also depends on whether the unit
+    /// before it makes tool calls: results answer calls by position, not
+    /// by id (Gemini). The fast path then reads, and caches, each unit
+    /// with that fact ([`Self::unit_message_after`]).
+    fn answers_by_position(&self) -> bool {
+        false
+    }
+
+    /// [`Self::unit_message`] of a unit that follows one making tool
+    /// calls (`after_calls`), for an API that
+    /// [answers by position](Self::answers_by_position).
+    fn unit_message_after(&self, unit: &[Value], _after_calls: bool) -> Value {
+        self.unit_message(unit)
+    }
+
+    /// The model `path` names, for an API whose body does not (Gemini's):
+    /// the fast path's model when [`Self::shallow`] leaves it empty.
+    fn model_in_path<'p>(&self, _path: &'p str) -> Option<&'p str> {
+        None
+    }
+
     /// Reads a body for the fold engine; `Err` is the client's 400.
     fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError>;
 

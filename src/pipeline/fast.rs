@@ -24,6 +24,10 @@ pub(super) struct Look {
     pub key: Option<ConvKey>,
     /// Each message's identity (the hash of its text as sent).
     pub ids: Vec<MessageId>,
+    /// Each message's role, where the first look read them (checked
+    /// against the decoder's in debug builds; empty for a body the
+    /// decoder found opaque).
+    pub roles: Vec<Role>,
     pub estimate: Estimate,
     pub chain: Option<Arc<FoldChain>>,
     /// `Some` when the request goes upstream untouched.
@@ -49,7 +53,7 @@ pub(super) async fn route(
     let estimate = units.estimate(&raw.rest, counts);
     if let Some(why) = raw.opaque {
         tracing::debug!(api = api.name(), why, "forwarded untouched");
-        return Some(Look::opaque(estimate, ids));
+        return Some(Look::opaque(estimate, ids, roles));
     }
     let pinned = pinned_count(roles.iter().copied().map(Some));
     let fingerprint = || key::fingerprint(&roles, &ids);
@@ -58,15 +62,16 @@ pub(super) async fn route(
         Some(k) => app.store.load(k).await.filter(|chain| !chain.is_empty()),
         None => None,
     };
-    let full = |key, ids, estimate, chain| Look {
+    let full = |key, ids, roles, estimate, chain| Look {
         key,
         ids,
+        roles,
         estimate,
         chain,
         untouched: None,
     };
     if chain.is_some() {
-        return Some(full(key, ids, estimate, chain));
+        return Some(full(key, ids, roles, estimate, chain));
     }
     let policy = app.config.policy_for(provider, &raw.model);
     let budget = crate::fold::Budget::for_request(&app.config, &policy, &estimate, now_unix());
@@ -101,23 +106,24 @@ pub(super) async fn route(
             .is_empty()
     };
     if prefold || evaluate(&seen, &policy, &budget).is_some() || compress() {
-        return Some(full(key, ids, estimate, None));
+        return Some(full(key, ids, roles, estimate, None));
     }
     let prepared = Prepared::untouched(&estimate, &ids);
     Some(Look {
         untouched: Some(prepared),
-        ..full(key, ids, estimate, None)
+        ..full(key, ids, roles, estimate, None)
     })
 }
 
 impl Look {
     /// A request that goes upstream untouched whatever its size (its
     /// history is held upstream, or it has none to fold): no key, no chain.
-    pub fn opaque(estimate: Estimate, ids: Vec<MessageId>) -> Self {
+    pub fn opaque(estimate: Estimate, ids: Vec<MessageId>, roles: Vec<Role>) -> Self {
         Self {
             key: None,
             untouched: Some(Prepared::untouched(&estimate, &ids)),
             ids,
+            roles,
             estimate,
             chain: None,
         }
@@ -127,38 +133,39 @@ impl Look {
 /// Each engine message's count, role and identity, read from the raw
 /// texts: a unit whose text was seen before costs a hash and a cache
 /// lookup; a new one is parsed and made into its engine message as the
-/// decoder makes it. `None` when a unit cannot be read.
+/// decoder makes it. `None` when a unit cannot be read. On an API that
+/// answers calls by position, a unit is read (and cached) with whether
+/// the unit before it makes calls, which the cache tells for that one.
 fn count(units: &RawUnits<'_>, api: Api, raw: &RawRequest<'_>) -> Option<Vec<RawCount>> {
     let mut out = Vec::with_capacity(raw.pinned.len() + raw.units.len());
     for (name, field) in &raw.pinned {
-        let key = unit_key(api, [*name, *field]);
+        let key = unit_key(api, false, [*name, *field]);
         out.push(units.count(key, || raw_pinned(name, field))?);
     }
-    for range in &raw.units {
-        let items = raw.items.get(range.clone())?;
-        let key = unit_key(api, items.iter().copied());
-        out.push(units.count(key, || raw_unit(api, items))?);
-    }
+    raw.read_units(api, &mut out, |items, after_calls| {
+        let key = unit_key(api, after_calls, items.iter().copied());
+        let counted = units.count(key, || raw_unit(api, items, after_calls))?;
+        Some((counted, counted.calls))
+    })?;
     Some(out)
 }
 
-/// The count cache's key for a unit of `api` given by its items' texts.
+/// The count cache's key for a unit of `api` given by its items' texts
+/// (and whether it follows calls, on an API that answers by position).
 /// A unit of one text (most are) is hashed in one call, seeded by the
 /// API's name (a tenth of the hashing's instructions fewer than the
 /// streaming hasher on long texts); a unit of several texts, by the
 /// streaming hasher over the API's name and the texts, each after a
 /// separator.
-fn unit_key<'t>(api: Api, texts: impl IntoIterator<Item = &'t str>) -> u128 {
+fn unit_key<'t>(api: Api, after_calls: bool, texts: impl IntoIterator<Item = &'t str>) -> u128 {
     let mut texts = texts.into_iter().peekable();
     let first = texts.next().unwrap_or_default();
+    let seed = XxHash3_64::oneshot(api.name().as_bytes()) ^ u64::from(after_calls);
     if texts.peek().is_none() {
-        return XxHash3_128::oneshot_with_seed(
-            XxHash3_64::oneshot(api.name().as_bytes()),
-            first.as_bytes(),
-        );
+        return XxHash3_128::oneshot_with_seed(seed, first.as_bytes());
     }
     let mut h = XxHash3_128::new();
-    h.write(api.name().as_bytes());
+    h.write(&seed.to_le_bytes());
     h.write(b"\x1e");
     h.write(first.as_bytes());
     for text in texts {

@@ -55,6 +55,14 @@ enum Stage {
     Upgrading,
 }
 
+/// Each engine message's role, as the pipeline reads it.
+fn roles_of(messages: &[Value]) -> Vec<Role> {
+    messages
+        .iter()
+        .map(|m| Role::of_message(m).unwrap_or(Role::Other))
+        .collect()
+}
+
 impl ConvRequest {
     /// The first look: what the request's raw JSON tells (bodies the
     /// API's shallow reader cannot take, and APIs without one, are
@@ -69,7 +77,11 @@ impl ConvRequest {
     ) -> Result<Self, ApiError> {
         let path = path.to_string();
         let tail = tail.to_string();
-        if let Some(raw) = api.shallow(&bytes) {
+        if let Some(mut raw) = api.shallow(&bytes) {
+            if raw.model.is_empty() {
+                // The path names the model (Gemini, an Azure deployment).
+                raw.model = path_model.clone().unwrap_or_default();
+            }
             let provider = app.upstreams.route_api(api, &raw.model, &path)?;
             if let Some(look) = fast::route(app, api, headers, &raw, &provider.name).await {
                 let model = raw.model;
@@ -108,14 +120,10 @@ impl ConvRequest {
         let look = match decoded.opaque {
             Some(why) => {
                 tracing::debug!(api = api.name(), why, "forwarded untouched");
-                Look::opaque(estimate, ids)
+                Look::opaque(estimate, ids, Vec::new())
             }
             None => {
-                let roles: Vec<Role> = decoded
-                    .messages
-                    .iter()
-                    .map(|m| Role::of_message(m).unwrap_or(Role::Other))
-                    .collect();
+                let roles = roles_of(&decoded.messages);
                 let fingerprint = || key::fingerprint(&roles, &ids);
                 let key = key::conversation_key(headers, fingerprint, &app.config.conversation);
                 let chain = match &key {
@@ -125,6 +133,7 @@ impl ConvRequest {
                 Look {
                     key,
                     ids,
+                    roles,
                     estimate,
                     chain,
                     untouched: None,
@@ -303,7 +312,7 @@ impl ConvRequest {
                 ..
             } = *decoded;
             // The fast path reads the same units with the same identities
-            // as the decoder: checked in debug builds (every test that
+            // (and roles) as the decoder: checked in debug builds (every test that
             // folds), and wherever the decoder hashed its units anyway;
             // the decoder's reading wins.
             let check = ids
@@ -311,6 +320,11 @@ impl ConvRequest {
                 .or_else(|| (fast && cfg!(debug_assertions)).then(|| ids_of(&messages)));
             if let Some(ids) = check {
                 debug_assert_eq!(look.ids, ids, "the fast path and the decoder disagree");
+                debug_assert_eq!(
+                    look.roles,
+                    roles_of(&messages),
+                    "the fast path and the decoder disagree on roles"
+                );
                 if look.ids != ids {
                     tracing::warn!(api = self.api.name(), "the fast path misread the units");
                     let fields = estimate_fields.as_ref().unwrap_or(&fields);

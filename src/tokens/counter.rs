@@ -13,7 +13,7 @@ use super::windows::{KnownWindow, MissingWindow, Windows};
 use crate::config::default_reserve;
 use crate::config::{Config, ModelConfig, TokensConfig};
 use crate::glob;
-use crate::message::{MessageId, Role};
+use crate::message::{MessageId, Role, makes_calls};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,10 +64,10 @@ pub struct TokenCounter {
     settings: TokensConfig,
     /// `[models."glob"]` entries, for windows, output limits and token scales.
     models: BTreeMap<String, ModelConfig>,
-    /// Raw counts (and, for messages read as JSON text, their roles and
-    /// identities) by encoding, kind and hash; `None` when `cache_bytes`
-    /// is 0.
-    cache: Option<CountCache<(u32, Role, MessageId)>>,
+    /// Raw counts (and, for messages read as JSON text, their roles,
+    /// whether they make tool calls, and identities) by encoding, kind and
+    /// hash; `None` when `cache_bytes` is 0.
+    cache: Option<CountCache<(u32, Role, bool, MessageId)>>,
     /// Built-in table lookups by model name (the table is scanned once per
     /// name), for the first [`MAX_BUILT_IN_NAMES`] names (later ones, which
     /// only a client inventing names reaches, are scanned each time); a
@@ -89,6 +89,8 @@ pub struct RawCount {
     pub tokens: u32,
     /// Its role.
     pub role: Role,
+    /// Whether it makes tool calls ([`crate::message::makes_calls`]).
+    pub calls: bool,
     /// Its identity, as the codec that decodes it gives it
     /// ([`crate::message::unit_id`] of its items as values).
     pub id: MessageId,
@@ -117,7 +119,7 @@ impl RawUnits<'_> {
         let counter = self.counter;
         let key = Kind::RawMessage.key(self.profile.rules.encoding, key);
         let cached = counter.cache.as_ref().and_then(|c| c.get(&key));
-        let (tokens, role, id) = match cached {
+        let (tokens, role, calls, id) = match cached {
             Some(found) => found,
             None => {
                 let (message, id) = make()?;
@@ -126,7 +128,8 @@ impl RawUnits<'_> {
                     scale: 1.0,
                     ..self.profile
                 };
-                let found = (counter.scaled_message(&unscaled, &message), role, id);
+                let tokens = counter.scaled_message(&unscaled, &message);
+                let found = (tokens, role, makes_calls(&message), id);
                 if let Some(c) = &counter.cache {
                     c.insert(key, found);
                 }
@@ -136,6 +139,7 @@ impl RawUnits<'_> {
         Some(RawCount {
             tokens: apply(u64::from(tokens), self.profile.scale),
             role,
+            calls,
             id,
         })
     }
@@ -440,7 +444,7 @@ impl TokenCounter {
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
         let n = count();
-        cache.insert(key, (saturate(n), Role::Other, 0));
+        cache.insert(key, (saturate(n), Role::Other, false, 0));
         n
     }
 

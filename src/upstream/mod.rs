@@ -482,9 +482,12 @@ fn host_header(scheme: &Scheme, authority: &Authority) -> HeaderValue {
 /// Whether `path`, once `%2e`, `%2f` and `%5c` are decoded, has a `.` or
 /// `..` segment between `/` or `\\` separators.
 fn has_dot_segment(path: &str) -> bool {
-    // Most paths have no dot, percent sign or backslash at all.
-    if !path.bytes().any(|b| matches!(b, b'.' | b'%' | b'\\')) {
-        return false;
+    // Most paths have no percent sign or backslash (a model's name, such
+    // as `gemini-2.5-pro`, may have dots): their segments are as written.
+    if !path.bytes().any(|b| matches!(b, b'%' | b'\\')) {
+        return path
+            .split('/')
+            .any(|segment| segment == "." || segment == "..");
     }
     let lower = path.to_ascii_lowercase();
     let decoded = lower

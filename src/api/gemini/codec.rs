@@ -16,6 +16,7 @@
 use crate::api::codec::{Decoded, Units, Wire, bad, text_of, tool_call};
 use crate::error::ApiError;
 use crate::fold::view::Item;
+use crate::message::makes_calls;
 use serde_json::{Map, Value, json};
 
 /// The user turn put first when a folded view would start with a model
@@ -24,11 +25,18 @@ pub const CONTINUE_TEXT: &str =
     "(The earlier conversation is summarized in the system instruction.)";
 
 /// The two spellings the API takes for the system instruction.
-const SYSTEM_FIELDS: [&str; 2] = ["systemInstruction", "system_instruction"];
+pub(super) const SYSTEM_FIELDS: [&str; 2] = ["systemInstruction", "system_instruction"];
 
 /// The model a path names: `…/models/{model}:generateContent`.
 pub fn model_in_path(path: &str) -> Option<&str> {
-    let rest = &path[path.rfind("/models/")? + "/models/".len()..];
+    // Searched by windows: a substring searcher's set-up costs more than
+    // this short scan (the path is read a few times per request).
+    const MARK: &[u8] = b"/models/";
+    let at = path
+        .as_bytes()
+        .windows(MARK.len())
+        .rposition(|w| w == MARK)?;
+    let rest = path.get(at + MARK.len()..)?;
     let model = rest.split(':').next()?;
     (!model.is_empty()).then_some(model)
 }
@@ -55,16 +63,19 @@ pub fn decode(mut fields: Map<String, Value>, model: &str) -> Result<Decoded, Ap
     if let Some(name) = system_field(&fields) {
         units.pin(name, fields.get(name).and_then(|s| s.get("parts")));
     }
+    // Whether the content before makes calls (the engine message says).
+    let mut after_calls = false;
     for (i, item) in items.iter().enumerate() {
-        let previous = i.checked_sub(1).map(|p| (p, &items[p]));
-        units.push(engine_message(i, item, previous), &items, i..i + 1);
+        let message = engine_message(i, item, i.checked_sub(1).filter(|_| after_calls));
+        after_calls = makes_calls(&message);
+        units.push(message, &items, i..i + 1);
     }
-    let estimate = estimate_fields(&fields, model);
+    let estimate = estimate_fields(&fields, Some(model));
     Ok(units.decoded(fields, items, estimate, None))
 }
 
 /// The name the body's system instruction goes by, if it has one.
-fn system_field(fields: &Map<String, Value>) -> Option<&'static str> {
+pub(super) fn system_field(fields: &Map<String, Value>) -> Option<&'static str> {
     SYSTEM_FIELDS.into_iter().find(|f| fields.contains_key(*f))
 }
 
@@ -81,9 +92,18 @@ fn call_id(index: usize, k: usize) -> String {
     format!("gemini-{index}-{k}")
 }
 
-/// One content as a chat-completions message; `previous` is the content
-/// before it, which a function response answers.
-fn engine_message(index: usize, content: &Value, previous: Option<(usize, &Value)>) -> Value {
+/// The engine message of a content read by the fast path, which follows
+/// a content making calls (`after_calls`): [`engine_message`], its call
+/// ids made as if it stood first (positional ids are neither counted nor
+/// part of a message's identity).
+pub(super) fn unit_message(content: &Value, after_calls: bool) -> Value {
+    engine_message(0, content, after_calls.then_some(0))
+}
+
+/// Content `index` as a chat-completions message; `answers`: the index
+/// of the content before it when that one makes calls, which a function
+/// response answers.
+fn engine_message(index: usize, content: &Value, answers: Option<usize>) -> Value {
     let parts = parts(content);
     let is_model = content.get("role").and_then(Value::as_str) == Some("model");
     let calls: Vec<&Value> = parts.iter().filter_map(|p| p.get("functionCall")).collect();
@@ -103,24 +123,15 @@ fn engine_message(index: usize, content: &Value, previous: Option<(usize, &Value
         }
         return out;
     }
-    let answers = parts.iter().any(|p| p.get("functionResponse").is_some());
-    let after_calls = previous.filter(|(_, c)| parts_of_calls(c));
-    match after_calls {
-        Some((at, _)) if answers => json!({
+    let responds = parts.iter().any(|p| p.get("functionResponse").is_some());
+    match answers {
+        Some(at) if responds => json!({
             "role": "tool",
             "tool_call_id": call_id(at, 0),
             "content": engine_parts(parts),
         }),
         _ => json!({"role": "user", "content": engine_parts(parts)}),
     }
-}
-
-/// Whether a content is a model turn with function calls.
-fn parts_of_calls(content: &Value) -> bool {
-    content.get("role").and_then(Value::as_str) == Some("model")
-        && parts(content)
-            .iter()
-            .any(|p| p.get("functionCall").is_some())
 }
 
 /// Parts as chat-completions content parts: text as text, a function
@@ -154,10 +165,16 @@ fn engine_parts(parts: &[Value]) -> Value {
     Value::Array(out)
 }
 
-/// The fields the estimate reads, in chat-completions names.
-fn estimate_fields(fields: &Map<String, Value>, model: &str) -> Map<String, Value> {
+/// The fields the estimate reads, in chat-completions names (`model`
+/// when given: the fast path reads it from the path later).
+pub(super) fn estimate_fields(
+    fields: &Map<String, Value>,
+    model: Option<&str>,
+) -> Map<String, Value> {
     let mut out = Map::new();
-    out.insert("model".into(), Value::String(model.to_string()));
+    if let Some(model) = model {
+        out.insert("model".into(), Value::String(model.to_string()));
+    }
     let declarations = fields
         .get("tools")
         .and_then(Value::as_array)
@@ -307,6 +324,11 @@ mod tests {
         assert_eq!(m, Some("gemini-2.5-flash"));
         assert_eq!(model_in_path("/v1beta/models/:generateContent"), None);
         assert_eq!(model_in_path("/v1/chat/completions"), None);
+        assert_eq!(model_in_path("/models/"), None);
+        assert_eq!(
+            model_in_path("/v1/models/m/models/g:generateContent"),
+            Some("g")
+        );
     }
 
     #[test]

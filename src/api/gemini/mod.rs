@@ -5,13 +5,15 @@
 //! are never separated; the summary is appended to `systemInstruction`
 //! ([`codec`]). The key comes in `x-goog-api-key` or `?key=` (passed
 //! through), or from a provider with `api = "gemini"`; errors take
-//! Google's shape; usage is `usageMetadata.promptTokenCount`.
+//! Google's shape; usage is `usageMetadata.promptTokenCount`. Untouched
+//! bodies take the fast path ([`shallow`]).
 
 pub mod codec;
 pub mod recall;
+pub mod shallow;
 
 use super::WireApi;
-use super::codec::{Decoded, Wire, bad, object};
+use super::codec::{Decoded, RawRequest, Wire, bad, object};
 use super::context_error::{self, ContextError};
 use super::recall::calls::{Call, Calls, Carry};
 use super::recall::stream::{self, Round};
@@ -161,6 +163,32 @@ impl WireApi for Gemini {
         }
     }
 
+    fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
+        shallow::shallow(bytes)
+    }
+
+    fn unit_message(&self, unit: &[Value]) -> Value {
+        self.unit_message_after(unit, false)
+    }
+
+    /// A function response answers the model turn before it.
+    fn answers_by_position(&self) -> bool {
+        true
+    }
+
+    /// One content each; one that is not an object has none (the decoder
+    /// refuses it, so the fast path must not take it).
+    fn unit_message_after(&self, unit: &[Value], after_calls: bool) -> Value {
+        match unit {
+            [content] if content.is_object() => codec::unit_message(content, after_calls),
+            _ => Value::Null,
+        }
+    }
+
+    fn model_in_path<'p>(&self, path: &'p str) -> Option<&'p str> {
+        codec::model_in_path(path)
+    }
+
     fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {
         let fields = object(bytes)?;
         let model = fields
@@ -253,18 +281,29 @@ impl WireApi for Gemini {
 }
 
 /// The prompt tokens of an answer or event: `usageMetadata.promptTokenCount`,
-/// the last one reported when the answer is an array of them.
+/// the last one reported when the answer is an array of them. Only
+/// `usageMetadata` is parsed; the rest (the candidates, their text) is
+/// only delimited ([`crate::shallow`]).
 fn prompt_tokens(data: &[u8]) -> Option<u32> {
-    let value: Value = serde_json::from_slice(data).ok()?;
-    let of = |v: &Value| {
-        v.pointer("/usageMetadata/promptTokenCount")
-            .and_then(Value::as_u64)
-            .and_then(|n| u32::try_from(n).ok())
-    };
-    match &value {
-        Value::Array(events) => events.iter().rev().find_map(of),
-        v => of(v),
+    let text = std::str::from_utf8(data).ok()?;
+    if text.trim_start().starts_with('[') {
+        let events = crate::shallow::elements(text)?;
+        return events.into_iter().rev().find_map(object_prompt_tokens);
     }
+    object_prompt_tokens(text)
+}
+
+/// [`prompt_tokens`] of one object's text.
+fn object_prompt_tokens(text: &str) -> Option<u32> {
+    #[derive(serde::Deserialize)]
+    struct Usage {
+        #[serde(rename = "promptTokenCount")]
+        prompt: Option<u64>,
+    }
+    let members = crate::shallow::members(text)?;
+    let (_, usage) = members.iter().find(|(key, _)| key == "usageMetadata")?;
+    let usage: Usage = serde_json::from_str(usage).ok()?;
+    u32::try_from(usage.prompt?).ok()
 }
 
 /// Google's error envelope for one of foldgate's own errors.
@@ -325,6 +364,23 @@ mod tests {
         assert_eq!(prompt_tokens(one), Some(42));
         let array = br#"[{"candidates":[]},{"usageMetadata":{"promptTokenCount":7}}]"#;
         assert_eq!(prompt_tokens(array), Some(7));
+        let spaced = b" [ {\"usageMetadata\": {\"promptTokenCount\": 3}} , {\"candidates\": [{\"x\": \"]\"}]} ] ";
+        assert_eq!(prompt_tokens(spaced), Some(3));
+        for none in [
+            &br#"{"candidates":[]}"#[..],
+            br#"{"usageMetadata":null}"#,
+            br#"{"usageMetadata":{"promptTokenCount":-1}}"#,
+            br#"{"usageMetadata":{"promptTokenCount":5000000000}}"#,
+            br#"{"usageMetadata":{"promptTokenCount":"7"}}"#,
+            b"not json",
+        ] {
+            assert_eq!(
+                prompt_tokens(none),
+                None,
+                "{}",
+                String::from_utf8_lossy(none)
+            );
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! after a test module, through a re-export, in a nested folder) and see it
 //! found.
 
+mod lex;
 mod read;
 
 use read::{Crate, ModPath};

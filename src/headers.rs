@@ -1,5 +1,5 @@
 //! The response headers foldgate adds to an intercepted conversation
-//! request (DESIGN.md), as constants: a name given as a `&str` is checked
+//! request (the README's quick start lists them), as constants: a name given as a `&str` is checked
 //! byte by byte on every insert and every lookup.
 
 use http::HeaderName;

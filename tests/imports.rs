@@ -14,6 +14,7 @@
 //! after a test module, through a re-export, in a nested folder) and see it
 //! found.
 
+mod lex;
 mod read;
 
 use read::{Crate, ModPath};
@@ -339,34 +340,55 @@ fn circles_planted_between_siblings_of_a_folder_are_found() {
     );
     for folder in [shallow, deep] {
         let (x, y) = an_edge(folder);
-        let dir = copy_of_src();
-        // From `y`'s file, `super::` is the folder; `x` a sibling.
-        plant(
-            dir.path(),
-            &y,
-            &format!("\nuse super::{{{}::planted}};\n", x.last().unwrap()),
-        );
-        let found = circles_in(dir.path());
-        assert!(
-            found
-                .iter()
-                .any(|c| c.starts_with(&format!("import circle in {folder}/"))),
-            "planted {y:?} -> {x:?}, found {found:?}"
-        );
+        let sibling = x.last().unwrap();
+        let face: ModPath = x[..x.len() - 1].to_vec();
+        // From `y`'s file, `super::` is the folder; `x` a sibling. Planted
+        // directly, and through a re-export in the folder's `mod.rs`.
+        let plants = [
+            vec![(y.clone(), format!("\nuse super::{{{sibling}::planted}};\n"))],
+            vec![
+                (
+                    face,
+                    format!("\npub use self::{sibling}::Planted as PlantedHere;\n"),
+                ),
+                (y.clone(), "\nuse super::PlantedHere;\n".to_string()),
+            ],
+        ];
+        for planted in plants {
+            let dir = copy_of_src();
+            for (module, text) in &planted {
+                plant(dir.path(), module, text);
+            }
+            let found = circles_in(dir.path());
+            assert!(
+                found
+                    .iter()
+                    .any(|c| c.starts_with(&format!("import circle in {folder}/"))),
+                "planted {planted:?}, found {found:?}"
+            );
+        }
     }
 }
 
+/// What the compiler does not build into the library, or does not read as
+/// a path, is not an import: test modules, comments, strings.
 #[test]
-fn test_code_is_not_an_import() {
+fn test_code_comments_and_strings_are_not_imports() {
     let (a, b) = an_edge("src");
-    let dir = copy_of_src();
-    plant(
-        dir.path(),
-        &b,
-        &format!(
-            "\n#[cfg(test)]\nmod planted_tests {{\n    use crate::{}::planted;\n}}\n",
-            a[0]
+    let a = &a[0];
+    let forms = [
+        format!("\n#[cfg(test)]\nmod planted_tests {{\n    use crate::{a}::planted;\n}}\n"),
+        format!("\n#[cfg(test)]\nfn planted() {{ crate::{a}::planted(); }}\n"),
+        format!("\n// crate::{a}::planted\n/* use crate::{a}; /* nested */ crate::{a} */\n"),
+        format!(
+            "\nconst PLANTED: [&str; 2] = [\"crate::{a}::x\", r#\"use crate::{a}::y;\"#];\n\
+             fn planted<'a>(x: &'a str) -> char {{ let _ = x; '\"' }}\n"
         ),
-    );
-    assert_eq!(circles_in(dir.path()), circles(&graphs(&src())));
+    ];
+    let before = circles(&graphs(&src()));
+    for form in forms {
+        let dir = copy_of_src();
+        plant(dir.path(), &b, &form);
+        assert_eq!(circles_in(dir.path()), before, "planted {form:?}");
+    }
 }

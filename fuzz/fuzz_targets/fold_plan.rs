@@ -3,7 +3,7 @@
 //! policy and budget. The client resends a growing history; each request
 //! is planned against the conversation's fold chain, a fold gets a fake
 //! summary `S<k>` whose folded set is tracked, and every view is checked
-//! against the DESIGN.md §2 invariants (`tests/fold_support/invariants.rs`,
+//! against the fold contract's invariants (`tests/fold_support/invariants.rs`,
 //! shared with the property tests): every message absent from the view is
 //! folded into the summary shown, tool results stay with their calls, the
 //! last user message and the pinned head stay. Plans are deterministic and

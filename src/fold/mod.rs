@@ -1,7 +1,7 @@
 //! The fold engine: when to fold, what to fold, and the view sent upstream.
 //! Pure functions, no IO, no clock — property-tested in `tests/fold_props.rs`.
 //!
-//! # Contract (DESIGN.md §2)
+//! # Contract (docs/folding.md, "Keys, triggers and the summarizer")
 //!
 //! A request's `messages` are `M[0..n)`; the leading `system`/`developer`
 //! messages (`p` of them) are *pinned* and always sent verbatim. A

@@ -7,7 +7,8 @@ use std::fmt::Write;
 
 pub use crate::api::summary::Format;
 
-/// The summarizer's standing instructions (DESIGN.md §2).
+/// The summarizer's standing instructions (docs/folding.md, "Keys,
+/// triggers and the summarizer" and "Nothing is lost").
 pub const SYSTEM_PROMPT: &str = "\
 You maintain the running memory of a long conversation between a user and an AI assistant. \
 You receive the current summary (possibly empty) and the next messages of the conversation. \

@@ -15,8 +15,8 @@ use std::ops::Range;
 /// JSON text, other fields are skipped unless the estimate needs them.
 /// The pipeline's fast path decides from it alone.
 pub struct RawRequest<'a> {
-    /// The `model` field (empty: the API names the model in the path,
-    /// [`super::WireApi::model_in_path`]).
+    /// The `model` field (empty: the API names the model in the path, and
+    /// the route's model is taken, [`super::Route::model`]).
     pub model: String,
     /// The top-level fields the estimate reads, in chat-completions names
     /// (model, tool definitions, response format, output limits).

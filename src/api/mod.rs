@@ -290,12 +290,6 @@ pub trait WireApi: Send + Sync + 'static {
         self.unit_message(unit)
     }
 
-    /// The model `path` names, for an API whose body does not (Gemini's):
-    /// the fast path's model when [`Self::shallow`] leaves it empty.
-    fn model_in_path<'p>(&self, _path: &'p str) -> Option<&'p str> {
-        None
-    }
-
     /// Reads a body for the fold engine; `Err` is the client's 400.
     fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError>;
 

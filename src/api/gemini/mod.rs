@@ -185,10 +185,6 @@ impl WireApi for Gemini {
         }
     }
 
-    fn model_in_path<'p>(&self, path: &'p str) -> Option<&'p str> {
-        codec::model_in_path(path)
-    }
-
     fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {
         let fields = object(bytes)?;
         let model = fields

@@ -134,10 +134,11 @@ impl Ledger {
     /// identifiers enter only when `summary` lacks them; previous items stay
     /// regardless. Each value enters once, at its newest place; a bare
     /// number enters only from text a user or a tool wrote. Templates that
-    /// differ only by a small number collapse into one item. When they do
-    /// not all fit `budget`, the oldest are rendered without their context
-    /// first, and only then do items leave, least informative first
-    /// ([`rank::eviction_order`]).
+    /// differ only by a small number collapse into one item. Each item
+    /// keeps its artifact's clause. When they do not all fit `budget`, the
+    /// oldest are rendered without their context first, then with only the
+    /// head noun of their clause, and only then do items leave, least
+    /// informative first ([`rank::eviction_order`]).
     pub fn after_fold(
         previous: &Ledger,
         previous_summary: Option<&str>,

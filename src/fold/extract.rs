@@ -322,6 +322,12 @@ pub fn contains_token(text: &str, needle: &str) -> bool {
     })
 }
 
+/// Whether `word` carries no meaning of its own ("the", "with", "would"),
+/// ignoring ASCII case.
+pub fn is_stop_word(word: &str) -> bool {
+    words::is_in(words::STOP, word)
+}
+
 /// Whether `artifact` counts as an identifier for invention checks: every
 /// kind except names and numbers below 10 ("3 retries", "line 7"), which a
 /// summary may well phrase on its own.

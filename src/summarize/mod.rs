@@ -14,10 +14,12 @@
 
 mod check;
 mod error;
+mod ground;
 mod parse;
 pub mod prompt;
 
 pub use check::drop_inventions;
+pub use ground::drop_unsupported;
 pub use parse::{InvalidOutput, parse_summary, parse_truncated};
 pub use prompt::Format;
 
@@ -77,6 +79,8 @@ pub struct Outcome {
     pub latency: Duration,
     /// Items dropped because they named identifiers the model was not shown.
     pub inventions: u32,
+    /// Items dropped because what the model was shown does not support them.
+    pub unsupported: u32,
     /// Answers cut off at the token limit (kept in part, or asked again).
     pub truncated: u32,
 }
@@ -87,6 +91,7 @@ struct Spent {
     calls: u32,
     tokens: u64,
     inventions: u32,
+    unsupported: u32,
     truncated: u32,
 }
 
@@ -170,6 +175,7 @@ impl Summarizer {
                         tokens: spent.tokens,
                         latency: started.elapsed(),
                         inventions: spent.inventions,
+                        unsupported: spent.unsupported,
                         truncated: spent.truncated,
                     });
                 }
@@ -203,6 +209,7 @@ impl Summarizer {
             // The prompt holds everything the model was shown: the current
             // summary and the transcript.
             spent.inventions += drop_inventions(&mut next, &user);
+            spent.unsupported += drop_unsupported(&mut next, &user);
             summary = Some(next);
         }
         summary.map(|s| (s, spent)).ok_or(CallError::Empty)

@@ -10,7 +10,9 @@
 //! request: the retry says what was wrong, and output cut off at the token
 //! limit gets a larger limit (its complete items are kept when the JSON can
 //! be closed). Items naming identifiers the model was not shown are dropped
-//! ([`check`]). Calls per provider are bounded (`max_concurrent`).
+//! ([`check`]), and so are facts, goals, decisions and open items that what
+//! it was shown does not support ([`ground`]). Calls per provider are
+//! bounded (`max_concurrent`).
 
 mod check;
 mod error;

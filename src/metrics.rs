@@ -66,6 +66,9 @@ pub struct Metrics {
     pub summary_inventions: Counter,
     /// Summarizer answers cut off at their token limit.
     pub summary_truncations: Counter,
+    /// Summary items dropped, by reason: `[invented, unsupported]`
+    /// ([`DROP_REASONS`]).
+    pub summary_items_dropped: [Counter; 2],
     /// Items that entered a ledger (specifics the summary lacked).
     pub ledger_items: Counter,
     /// Ledger items that left it for lack of budget.
@@ -165,6 +168,11 @@ pub const RECALL_CAUSES: [&str; 5] = [
 /// Label order of [`Metrics::archive_rows`]: rows of a fold's messages
 /// (a rebuild's counted again), and of messages first shown as stubs.
 pub const ARCHIVE_SOURCES: [&str; 2] = ["fold", "compress"];
+
+/// Reason label order of [`Metrics::summary_items_dropped`]: an item
+/// naming an identifier the summarizer was not shown, and one its source
+/// does not support.
+pub const DROP_REASONS: [&str; 2] = ["invented", "unsupported"];
 
 /// Reason label order of [`Metrics::folds_new`].
 pub const REASONS: [&str; 5] = ["emergency", "token", "overflow", "safety", "idle"];
@@ -289,6 +297,12 @@ impl Metrics {
                 counters
             };
         let folds_new = by_label("foldgate_folds", "New folds by trigger", "reason", &REASONS);
+        let summary_items_dropped = by_label(
+            "foldgate_summary_items_dropped",
+            "Summary items dropped, by reason: invented identifiers, or unsupported by the folded text",
+            "reason",
+            &DROP_REASONS,
+        );
         let archive_rows = by_label(
             "foldgate_archive_rows",
             "Archive rows handed to the archive, by what removed the message from the view",
@@ -353,6 +367,7 @@ impl Metrics {
             archive_replayed,
             archive_vetoes,
             archive_rows: array(archive_rows),
+            summary_items_dropped: array(summary_items_dropped),
             latency,
             registry,
         }

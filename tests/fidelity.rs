@@ -504,7 +504,7 @@ async fn an_object_where_a_list_belongs_is_flattened() {
     llm.script([Sum::Raw(
         json!({"summary": "The database moved.",
             "facts": {"port": 5433, "host": "db-03.internal.example"},
-            "goals": "finish the migration", "decisions": [], "open_items": [], "artifacts": []})
+            "goals": "decide on the next step", "decisions": [], "open_items": [], "artifacts": []})
         .to_string(),
     )]);
     let fg = Foldgate::start(&convo::config(&llm, "")).await;
@@ -517,7 +517,7 @@ async fn an_object_where_a_list_belongs_is_flattened() {
     for item in [
         "- port: 5433",
         "- host: db-03.internal.example",
-        "- finish the migration",
+        "- decide on the next step",
     ] {
         assert!(
             narrative.contains(item),
@@ -591,6 +591,49 @@ async fn an_invented_identifier_is_dropped_and_counted() {
     );
     let inventions = metric(&fg.metrics().await, "foldgate_summary_inventions_total");
     assert!(inventions >= 1.0, "{inventions}");
+}
+
+#[tokio::test]
+async fn an_unsupported_item_is_dropped_and_counted() {
+    // A summarizer that invents: a migration, a person and a number the
+    // conversation never mentioned, beside items it does support.
+    let llm = Llm::start().await;
+    llm.script([Sum::Raw(
+        json!({"summary": "Work on ORCHID-7 continues.",
+            "facts": ["the database listens on port 5433", "the team migrated everything to the cloud yesterday"],
+            "goals": ["decide on the next step together"],
+            "decisions": ["Bob Marley approved the parser rewrite"],
+            "open_items": ["the tokenizer has 17 failing tests"], "artifacts": []})
+        .to_string(),
+    )]);
+    let fg = Foldgate::start(&convo::config(&llm, "")).await;
+    let reply = chat(&fg, "unsupported", &planted_history().body()).await;
+    assert_eq!(label(&reply), "new");
+    let summary = summary_text(&last_view(&llm)).expect("a summary message");
+    let narrative = narrative_part(&summary);
+    for kept in [
+        "- the database listens on port 5433",
+        "- decide on the next step together",
+    ] {
+        assert!(narrative.contains(kept), "{kept:?} missing:\n{summary}");
+    }
+    for gone in ["cloud", "Bob Marley", "17 failing"] {
+        assert!(
+            !narrative.contains(gone),
+            "{gone:?} reached the view:\n{summary}"
+        );
+    }
+    let metrics = fg.metrics().await;
+    let unsupported = metric(
+        &metrics,
+        "foldgate_summary_items_dropped_total{reason=\"unsupported\"}",
+    );
+    assert_eq!(unsupported, 3.0);
+    let invented = metric(
+        &metrics,
+        "foldgate_summary_items_dropped_total{reason=\"invented\"}",
+    );
+    assert_eq!(invented, 0.0);
 }
 
 #[tokio::test]

@@ -11,7 +11,8 @@
 //!   every candidate once (the kept ones newest first), no item leaves while
 //!   a less informative one stays (counters and bare numbers before names
 //!   and symbols, before ids, paths and hosts), and the last to leave would
-//!   not fit back even with every item rendered without its context;
+//!   not fit back even with every item rendered at its least (without its
+//!   context, its clause cut to its head noun);
 //! - extraction never panics, and what it returns is verbatim, unique and
 //!   has a one-line context, on any string.
 //!
@@ -145,16 +146,17 @@ fn candidate_order(folded: &[Value], previous: &[String]) -> Vec<String> {
 /// How much an item is worth keeping, as the ledger promises: counters and
 /// bare numbers (0) leave before quantities, names and symbols (1), which
 /// leave before ids, paths, URLs, hosts, e-mails, versions, code and named
-/// numbers such as `port 5433` (2).
+/// numbers such as `port 5433` or a number with its clause (2).
 fn tier(item: &LedgerItem) -> u8 {
     let bare = item
         .value
         .bytes()
         .all(|c| c.is_ascii_digit() || c == b'.' || c == b',');
-    let named = item.value.starts_with(|c: char| c.is_alphabetic());
+    let named = item.value.starts_with(|c: char| c.is_alphabetic()) || !item.clause.is_empty();
     match item.kind {
-        Some(Kind::Number) if bare || item.assistant || !item.numbers.is_empty() => 0,
+        Some(Kind::Number) if item.assistant || !item.numbers.is_empty() => 0,
         Some(Kind::Number) if named => 2,
+        Some(Kind::Number) if bare => 0,
         Some(Kind::Number | Kind::Name | Kind::Symbol) | None => 1,
         Some(_) => 2,
     }
@@ -237,6 +239,7 @@ proptest! {
                 more.insert(before, last.clone());
                 for item in &mut more {
                     item.brief = true;
+                    item.shrunk = true;
                 }
                 let more: Ledger = serde_json::from_value(serde_json::to_value(&more).unwrap()).unwrap();
                 prop_assert!(count(&more.render()) > budget);
@@ -267,7 +270,8 @@ proptest! {
             let numbers = step_lines[0].split(" — ").next().unwrap();
             prop_assert!(contains_token(numbers, &value) || in_range(numbers, step), "step {step} missing:\n{rendered}");
             let said_elsewhere = steps.iter().any(|&(w, _, b)| b == bare && w != 1);
-            let listed = rendered.lines().any(|l| l.starts_with(&format!("- {bare}")));
+            // Named by its clause ("The admin port is …").
+            let listed = rendered.lines().any(|l| l.starts_with(&format!("- admin port {bare}")));
             prop_assert_eq!(listed, who != 1 || said_elsewhere, "bare {} said by {}:\n{}", bare, roles[who as usize], rendered);
         }
     }

@@ -22,6 +22,7 @@ mod audit;
 mod background;
 mod chat;
 mod chat_malformed;
+mod clause_props;
 mod cli;
 mod compress;
 mod dashboard;

@@ -6,13 +6,16 @@
 //! inline code first (they are kept whole), then URLs, then tokens split at
 //! punctuation, each classified alone (`token`, `net`) and then with its
 //! neighbours for the rules that need context ("port 5433", "PostgreSQL
-//! 15.4", "Dana Whitfield"). Word lists live in `words`.
+//! 15.4", "Dana Whitfield"). Word lists live in `words`; the clause that
+//! says what each specific is, in `clause`.
 
+mod clause;
 mod line;
 mod net;
 mod token;
 mod words;
 
+pub use clause::head as clause_head;
 use line::{Mode, Scratch, Span};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -56,6 +59,9 @@ pub struct Artifact {
     /// A few words of the sentence/line it came from (<= ~80 chars, may be
     /// trimmed with "…"), for the ledger line. Never contains a newline.
     pub context: String,
+    /// The few subject words that say what the specific is ("metrics port"
+    /// for "The metrics port is 9187."); empty when the line has none.
+    pub clause: String,
 }
 
 /// The artifacts of `text`, in order of first appearance, each value once.
@@ -97,10 +103,12 @@ pub fn extract(text: &str) -> Vec<Artifact> {
             continue;
         }
         let (ls, le) = span_lines[i];
+        let (line, start, end) = (&text[ls..le], span.start - ls, span.end - ls);
         out.push(Artifact {
             kind: span.kind,
             value: value.to_owned(),
-            context: context(&text[ls..le], span.start - ls, span.end - ls),
+            context: context(line, start, end),
+            clause: clause::clause(line, start, end, span.kind),
         });
     }
     out
@@ -312,6 +320,12 @@ pub fn contains_token(text: &str, needle: &str) -> bool {
             });
         !joined_before && !joined_after
     })
+}
+
+/// Whether `word` carries no meaning of its own ("the", "with", "would"),
+/// ignoring ASCII case.
+pub fn is_stop_word(word: &str) -> bool {
+    words::is_in(words::STOP, word)
 }
 
 /// Whether `artifact` counts as an identifier for invention checks: every

@@ -5,13 +5,16 @@
 //! Previous ledger items survive every later fold until the budget evicts
 //! them; identifiers of the previous summary enter when the new summary
 //! drops them, so a rewrite cannot silently lose what an earlier one kept.
-//! When the budget is short, the least informative items leave first
-//! ([`rank`]): counters collapse into one line, and a bare number or a
-//! number only the assistant wrote goes before any id, path or host.
+//! Each item carries the clause that says what it is (`metrics port 9187`,
+//! `build host falcon.corp`). When the budget is short, the oldest items
+//! lose their context line first, then their clause shrinks to its head
+//! noun (`port 9187`), and only then do items leave, the least informative
+//! first ([`rank`]): counters collapse into one line, and a bare number or
+//! a number only the assistant wrote goes before any id, path or host.
 
 mod rank;
 
-use super::extract::{Kind, contains_token, extract, is_identifier, message_text};
+use super::extract::{Kind, clause_head, contains_token, extract, is_identifier, message_text};
 use super::summary::HEADING_PREFIX;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -44,9 +47,17 @@ pub struct LedgerItem {
     pub value: String,
     /// A few words of where it came from.
     pub context: String,
+    /// The subject words that say what the value is ("metrics port"),
+    /// rendered before it; empty when its line had none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub clause: String,
     /// Rendered without its context, to leave room for more items.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub brief: bool,
+    /// Rendered with only the head noun of its clause (`port 9187`), to
+    /// leave room for more items; set only on a brief item.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shrunk: bool,
     /// What kind of specific it is; unset in ledgers stored before kinds
     /// were kept (the value is classified again when needed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -70,7 +81,9 @@ impl LedgerItem {
         Self {
             value,
             context,
+            clause: String::new(),
             brief: false,
+            shrunk: false,
             kind,
             assistant: false,
             numbers: Vec::new(),
@@ -121,10 +134,11 @@ impl Ledger {
     /// identifiers enter only when `summary` lacks them; previous items stay
     /// regardless. Each value enters once, at its newest place; a bare
     /// number enters only from text a user or a tool wrote. Templates that
-    /// differ only by a small number collapse into one item. When they do
-    /// not all fit `budget`, the oldest are rendered without their context
-    /// first, and only then do items leave, least informative first
-    /// ([`rank::eviction_order`]).
+    /// differ only by a small number collapse into one item. Each item
+    /// keeps its artifact's clause. When they do not all fit `budget`, the
+    /// oldest are rendered without their context first, then with only the
+    /// head noun of their clause, and only then do items leave, least
+    /// informative first ([`rank::eviction_order`]).
     pub fn after_fold(
         previous: &Ledger,
         previous_summary: Option<&str>,
@@ -150,6 +164,7 @@ impl Ledger {
                 }
                 let mut item =
                     LedgerItem::new(artifact.value, artifact.context, Some(artifact.kind));
+                item.clause = artifact.clause;
                 item.assistant = assistant && number;
                 candidates.offer(item);
             }
@@ -157,6 +172,7 @@ impl Ledger {
         for item in &previous.items {
             candidates.offer(LedgerItem {
                 brief: false,
+                shrunk: false,
                 ..item.clone()
             });
         }
@@ -177,22 +193,17 @@ impl Ledger {
             for artifact in identifiers {
                 if !contains_token(summary, &artifact.value) {
                     let context = FROM_EARLIER_SUMMARY.to_owned();
-                    candidates.offer(LedgerItem::new(
-                        artifact.value,
-                        context,
-                        Some(artifact.kind),
-                    ));
+                    let mut item = LedgerItem::new(artifact.value, context, Some(artifact.kind));
+                    item.clause = artifact.clause;
+                    candidates.offer(item);
                 }
             }
         }
         let items = rank::collapse(candidates.items);
         let order = rank::eviction_order(&items);
-        let (gone, detailed) = fit(&items, &order, budget, count);
+        let (gone, detail) = fit(&items, &order, budget, count);
         let evicted = order[..gone].iter().map(|&i| items[i].clone()).collect();
-        let mut kept = staying(&items, &order[..gone]);
-        for (i, item) in kept.iter_mut().enumerate() {
-            item.brief = i >= detailed;
-        }
+        let kept = with_detail(&staying(&items, &order[..gone]), detail);
         LedgerUpdate {
             ledger: Ledger { items: kept },
             evicted,
@@ -200,7 +211,9 @@ impl Ledger {
     }
 
     /// "" when empty; else [`LEDGER_HEADING`] then one line per item:
-    /// "- {value} — {context}" (just "- {value}" when context is empty).
+    /// "- {clause} {value} — {context}", without the context when it is
+    /// empty or the item brief, with only the clause's head noun when the
+    /// item is shrunk, and without a clause when it has none.
     /// Deterministic: the same ledger renders to the same bytes.
     pub fn render(&self) -> String {
         render_items(&self.items)
@@ -264,6 +277,15 @@ pub const DONE_HEADING: &str = "Completed (per the plan; do not redo):";
 
 fn push_line(out: &mut String, item: &LedgerItem) {
     out.push_str("- ");
+    let clause = if item.shrunk {
+        clause_head(&item.clause)
+    } else {
+        &item.clause
+    };
+    if !clause.is_empty() {
+        push_one_line(out, clause);
+        out.push(' ');
+    }
     push_one_line(out, &item.value);
     if !item.brief && !item.context.is_empty() {
         out.push_str(" — ");
@@ -280,24 +302,42 @@ fn push_one_line(out: &mut String, text: &str) {
     );
 }
 
-/// How many of `items` (newest first) leave, the first of `order`, and
-/// how many of those that stay, the newest, keep their context: every item
-/// in full when all fit; otherwise as few leave as lets the rest fit
-/// without context, then context for the newest while it still fits.
-/// Binary searches: O(log n) renders.
+/// How much of the kept items is rendered: the newest `context` keep
+/// their context line, the newest `clause` (at least as many) their whole
+/// clause; the rest are brief, with only their clause's head noun.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Detail {
+    context: usize,
+    clause: usize,
+}
+
+/// How many of `items` (newest first) leave, the first of `order`, and how
+/// much of those that stay is rendered: every item in full when all fit;
+/// otherwise as few leave as lets the rest fit with only their head nouns,
+/// then the newest get their whole clause while it fits, and then their
+/// context. So the budget strips context first (oldest first), then
+/// shrinks clauses to their head noun, and evicts only after that — never
+/// a bare identifier while its head noun fits. Binary searches: O(log n)
+/// renders.
 fn fit(
     items: &[LedgerItem],
     order: &[usize],
     budget: u32,
     count: &dyn Fn(&str) -> u32,
-) -> (usize, usize) {
-    let n = items.len();
-    let fits = |kept: &[LedgerItem], detailed: usize| {
-        kept.is_empty() || count(&render_items(&with_detail(kept, detailed))) <= budget
+) -> (usize, Detail) {
+    let fits = |kept: &[LedgerItem], detail: Detail| {
+        kept.is_empty() || count(&render_items(&with_detail(kept, detail))) <= budget
     };
-    let gone = n - largest_fitting(n, |k| fits(&staying(items, &order[..n - k]), 0));
+    let least = Detail {
+        context: 0,
+        clause: 0,
+    };
+    let n = items.len();
+    let gone = n - largest_fitting(n, |k| fits(&staying(items, &order[..n - k]), least));
     let kept = staying(items, &order[..gone]);
-    (gone, largest_fitting(kept.len(), |d| fits(&kept, d)))
+    let clause = largest_fitting(kept.len(), |c| fits(&kept, Detail { clause: c, ..least }));
+    let context = largest_fitting(clause, |d| fits(&kept, Detail { context: d, clause }));
+    (gone, Detail { context, clause })
 }
 
 /// `items` but those at the positions of `leaving`, in their order.
@@ -332,11 +372,12 @@ fn largest_fitting(limit: usize, ok: impl Fn(usize) -> bool) -> usize {
     lo
 }
 
-/// `items` with only the first `detailed` keeping their context.
-fn with_detail(items: &[LedgerItem], detailed: usize) -> Vec<LedgerItem> {
+/// `items` rendered to `detail`.
+fn with_detail(items: &[LedgerItem], detail: Detail) -> Vec<LedgerItem> {
     let mut out = items.to_vec();
-    for item in &mut out[detailed.min(items.len())..] {
-        item.brief = true;
+    for (i, item) in out.iter_mut().enumerate() {
+        item.brief = i >= detail.context;
+        item.shrunk = i >= detail.clause;
     }
     out
 }

@@ -45,12 +45,18 @@ pub(super) fn weight(chain: &FoldChain) -> usize {
                 .map(|item| STRING + item.len())
                 .sum();
             // The ledger is most of a state's memory: up to a few hundred
-            // items, each two strings and its numbers.
+            // items, each three strings and its numbers.
             let ledger: usize = s
                 .ledger
                 .items()
                 .iter()
-                .map(|i| LEDGER_ITEM + i.value.len() + i.context.len() + 8 * i.numbers.len())
+                .map(|i| {
+                    LEDGER_ITEM
+                        + i.value.len()
+                        + i.context.len()
+                        + i.clause.len()
+                        + 8 * i.numbers.len()
+                })
                 .sum();
             STATE
                 + s.id.len()
@@ -68,7 +74,7 @@ pub(super) fn weight(chain: &FoldChain) -> usize {
 /// vector's headers, kind and flags).
 const STATE: usize = 512;
 const STRING: usize = 32;
-const LEDGER_ITEM: usize = 112;
+const LEDGER_ITEM: usize = 136;
 
 impl Store for MemoryStore {
     fn load<'a>(&'a self, key: &'a ConvKey) -> BoxFuture<'a, Option<Arc<FoldChain>>> {

@@ -47,7 +47,7 @@ pub fn drop_inventions(summary: &mut Summary, source: &str) -> u32 {
 /// letters and underscores: an object flattened to `key: value` items (or a
 /// model writing `database_host: …` on its own) names a field, not a
 /// specific it saw.
-fn without_label(item: &str) -> &str {
+pub(super) fn without_label(item: &str) -> &str {
     match item.split_once(": ") {
         Some((label, rest))
             if !label.is_empty() && label.chars().all(|c| c.is_alphabetic() || c == '_') =>

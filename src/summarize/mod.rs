@@ -10,14 +10,18 @@
 //! request: the retry says what was wrong, and output cut off at the token
 //! limit gets a larger limit (its complete items are kept when the JSON can
 //! be closed). Items naming identifiers the model was not shown are dropped
-//! ([`check`]). Calls per provider are bounded (`max_concurrent`).
+//! ([`check`]), and so are facts, goals, decisions and open items that what
+//! it was shown does not support ([`ground`]). Calls per provider are
+//! bounded (`max_concurrent`).
 
 mod check;
 mod error;
+mod ground;
 mod parse;
 pub mod prompt;
 
 pub use check::drop_inventions;
+pub use ground::drop_unsupported;
 pub use parse::{InvalidOutput, parse_summary, parse_truncated};
 pub use prompt::Format;
 
@@ -77,6 +81,8 @@ pub struct Outcome {
     pub latency: Duration,
     /// Items dropped because they named identifiers the model was not shown.
     pub inventions: u32,
+    /// Items dropped because what the model was shown does not support them.
+    pub unsupported: u32,
     /// Answers cut off at the token limit (kept in part, or asked again).
     pub truncated: u32,
 }
@@ -87,6 +93,7 @@ struct Spent {
     calls: u32,
     tokens: u64,
     inventions: u32,
+    unsupported: u32,
     truncated: u32,
 }
 
@@ -170,6 +177,7 @@ impl Summarizer {
                         tokens: spent.tokens,
                         latency: started.elapsed(),
                         inventions: spent.inventions,
+                        unsupported: spent.unsupported,
                         truncated: spent.truncated,
                     });
                 }
@@ -203,6 +211,7 @@ impl Summarizer {
             // The prompt holds everything the model was shown: the current
             // summary and the transcript.
             spent.inventions += drop_inventions(&mut next, &user);
+            spent.unsupported += drop_unsupported(&mut next, &user);
             summary = Some(next);
         }
         summary.map(|s| (s, spent)).ok_or(CallError::Empty)

@@ -10,15 +10,17 @@ use std::collections::HashMap;
 
 /// How much an item is worth keeping; lower tiers are evicted first.
 /// 0: counters, bare numbers, numbers only the assistant wrote;
-/// 1: quantities (`512 MB`, `3 retries`), names, code symbols;
+/// 1: quantities (`512 MB`, `3 retries`) without a clause, names, code
+///    symbols;
 /// 2: ids, paths, URLs, hosts, e-mails, versions, commands, and numbers
-///    named by the word before them (`port 5433`).
+///    named by the word before them (`port 5433`) or by their clause
+///    (`9187` of "The metrics port is 9187.").
 pub(super) fn tier(item: &LedgerItem) -> u8 {
-    let named = item.value.starts_with(|c: char| c.is_alphabetic());
+    let named = item.value.starts_with(|c: char| c.is_alphabetic()) || !item.clause.is_empty();
     match kind_of(item) {
         Some(Kind::Number) if item.assistant || !item.numbers.is_empty() => 0,
-        Some(Kind::Number) if is_bare_number(&item.value) => 0,
         Some(Kind::Number) if named => 2,
+        Some(Kind::Number) if is_bare_number(&item.value) => 0,
         Some(Kind::Number | Kind::Name | Kind::Symbol) | None => 1,
         Some(_) => 2,
     }
@@ -116,7 +118,7 @@ fn render_numbers(numbers: &[u64]) -> String {
 /// Merges the items (newest first) that share a template into one, at the
 /// place of the newest, with every number once: `Step 19`, `Step 20` and a
 /// kept `Step 1–18` become `Step 1–20`. The merged item keeps the newest
-/// member's context, and is the assistant's only when every member was.
+/// member's context and clause, and is the assistant's only when every member was.
 pub(super) fn collapse(items: Vec<LedgerItem>) -> Vec<LedgerItem> {
     let templates: Vec<Option<(Template, Vec<u64>)>> = items.iter().map(template).collect();
     let mut members: HashMap<&Template, Vec<usize>> = HashMap::new();
@@ -151,7 +153,9 @@ pub(super) fn collapse(items: Vec<LedgerItem>) -> Vec<LedgerItem> {
         out.push(LedgerItem {
             value: format!("{}{}{}", t.prefix, render_numbers(&numbers), t.suffix),
             context: item.context.clone(),
+            clause: item.clause.clone(),
             brief: false,
+            shrunk: false,
             kind: t.kind,
             assistant: group.iter().all(|&m| items[m].assistant),
             numbers,
@@ -177,7 +181,9 @@ mod tests {
         LedgerItem {
             value: value.to_owned(),
             context: format!("ctx of {value}"),
+            clause: String::new(),
             brief: false,
+            shrunk: false,
             kind: Some(kind),
             assistant: false,
             numbers: Vec::new(),

@@ -11,9 +11,15 @@ fn item(value: &str, context: &str) -> LedgerItem {
     LedgerItem::new(value.to_owned(), context.to_owned(), None)
 }
 
+/// The least an item is rendered with before it leaves: no context, the
+/// head noun of its clause.
 fn all_brief(items: &[LedgerItem]) -> Ledger {
+    let least = Detail {
+        context: 0,
+        clause: 0,
+    };
     Ledger {
-        items: with_detail(items, 0),
+        items: with_detail(items, least),
     }
 }
 
@@ -134,7 +140,7 @@ fn fit_holds_for_counters_that_are_not_additive() {
             let k = items.len() - gone;
             let rendered = render_items(&with_detail(&items[..k], d));
             assert!(k == 0 || counter(&rendered) <= budget);
-            let more = render_items(&with_detail(&items[..(k + 1).min(50)], 0));
+            let more = all_brief(&items[..(k + 1).min(50)]).render();
             assert!(k == items.len() || counter(&more) > budget);
         }
     }
@@ -219,4 +225,45 @@ fn items_the_plan_completed_render_apart_after_the_open_ones() {
     // A later plan that reopens the item moves it back.
     ledger.mark_done(&[]);
     assert!(!ledger.render().contains(DONE_HEADING));
+}
+
+#[test]
+fn a_clause_shrinks_to_its_head_noun_before_the_item_leaves() {
+    let folded = [
+        json!({"role": "user", "content": "The release manager is Ana Ortiz."}),
+        json!({"role": "tool", "content": "deploy to falcon.corp, the build host"}),
+        json!({"role": "user", "content": "The metrics port is 9187."}),
+    ];
+    let full = fold(&Ledger::default(), &folded, "", 10_000)
+        .ledger
+        .render();
+    assert_eq!(
+        full,
+        format!(
+            "{LEDGER_HEADING}\n- metrics port 9187 — The metrics port is 9187.\n\
+             - build host falcon.corp — deploy to falcon.corp, the build host\n\
+             - release manager Ana Ortiz — The release manager is Ana Ortiz."
+        )
+    );
+    let heads = ["port 9187", "host falcon.corp", "manager Ana Ortiz"];
+    for budget in 0..count(&full) {
+        let update = fold(&Ledger::default(), &folded, "", budget);
+        let rendered = update.ledger.render();
+        assert!(count(&rendered) <= budget, "budget {budget}");
+        // Every kept line names what its value is, by its head noun at least.
+        for (line, head) in rendered.lines().skip(1).zip(heads) {
+            assert!(line.contains(head), "budget {budget}: {line:?}");
+        }
+        // Items leave only when even with head nouns alone one more would not fit.
+        if let Some(last) = update.evicted.last() {
+            let mut more = update.ledger.items().to_vec();
+            more.push(last.clone());
+            assert!(count(&all_brief(&more).render()) > budget);
+        }
+    }
+    let tight = fold(&Ledger::default(), &folded, "", 30).ledger.render();
+    assert_eq!(
+        tight,
+        format!("{LEDGER_HEADING}\n- metrics port 9187\n- host falcon.corp\n- manager Ana Ortiz")
+    );
 }

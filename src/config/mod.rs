@@ -95,7 +95,14 @@ fn load_message(error: &figment::Error) -> String {
                 kind => (format!("{kind} for key \"{key}\""), &[][..]),
             };
             match e.metadata.as_ref().map(|md| (&md.source, &md.name)) {
-                Some((Some(source), name)) => line.push_str(&format!(" in {name} {source}")),
+                // The path as given: figment's own display makes it relative
+                // to the working directory when that is shorter.
+                Some((Some(source), name)) => {
+                    let shown = source
+                        .file_path()
+                        .map_or_else(|| source.to_string(), |p| p.display().to_string());
+                    line.push_str(&format!(" in {name} {shown}"));
+                }
                 Some((None, name)) => line.push_str(&format!(" in {name}")),
                 None => {}
             }

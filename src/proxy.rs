@@ -43,32 +43,60 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
         response.extensions_mut().insert(label);
         return Ok(response);
     }
+    let sibling = crate::api::sibling(&parts.uri);
     let (provider, body) = if is_json_post(&parts.method, &parts.headers) {
         let bytes = read_body(incoming, limit).await?;
-        app.metrics.unclaimed.check(parts.uri.path(), &bytes);
-        let model = app.upstreams.route_by_model().then(|| model_of(&bytes));
-        let provider = app.upstreams.route(model.flatten().as_deref())?;
-        (provider, body::full(bytes))
-    } else {
+        if sibling.is_none() {
+            app.metrics.unclaimed.check(parts.uri.path(), &bytes);
+        }
+        let by_model = sibling.is_some() || app.upstreams.route_by_model();
+        let model = by_model.then(|| model_of(&bytes)).flatten();
         (
-            app.upstreams.route(None)?,
-            body::boxed(Limited::new(incoming, limit)),
+            provider_for(app, sibling.as_ref(), model, &parts)?,
+            body::full(bytes),
         )
+    } else {
+        let provider = provider_for(app, sibling.as_ref(), None, &parts)?;
+        (provider, body::boxed(Limited::new(incoming, limit)))
     };
     let drop_client_auth = !app.config.server.api_keys.is_empty();
+    let timeout = app.config.server.upstream_timeout;
     let started = Instant::now();
-    let response = provider
-        .send(
-            Request::from_parts(parts, body),
-            app.config.server.upstream_timeout,
-            drop_client_auth,
-        )
-        .await?;
+    let response = match sibling {
+        // Another endpoint of an API: its tail after the provider's base_url.
+        Some(route) => {
+            let mut req = Request::from_parts(parts, body);
+            *req.uri_mut() = http::Uri::from(route.tail);
+            provider.send_tail(req, timeout, drop_client_auth).await?
+        }
+        None => {
+            let req = Request::from_parts(parts, body);
+            provider.send(req, timeout, drop_client_auth).await?
+        }
+    };
     let latency = started.elapsed();
     let (mut parts, incoming) = response.into_parts();
     headers::to_client(&mut parts.headers);
     parts.extensions.insert(UpstreamLatency(latency));
     Ok(Response::from_parts(parts, body::boxed(incoming)))
+}
+
+/// The provider of a request that is not a conversation: for another
+/// endpoint of an API (`sibling`), a provider of that API only (by the
+/// path's model, else the body's); else by the body's model.
+fn provider_for(
+    app: &App,
+    sibling: Option<&crate::api::Route>,
+    model: Option<String>,
+    parts: &http::request::Parts,
+) -> Result<Arc<crate::upstream::Provider>, ApiError> {
+    match sibling {
+        Some(route) => {
+            let model = route.model.clone().or(model).unwrap_or_default();
+            app.upstreams.route_api(route.api, &model, parts.uri.path())
+        }
+        None => app.upstreams.route(model.as_deref()),
+    }
 }
 
 /// Reads a whole request body, bounded by `limit`.

@@ -233,3 +233,68 @@ async fn no_request_crosses_to_another_apis_provider() {
     }
     assert!(llm.mock.received().is_empty(), "{:?}", llm.mock.received());
 }
+
+/// An API's other endpoints are not folded, but go only to that API's
+/// providers, with the same tail rule: Gemini's `:countTokens` (on its
+/// default `v1`) keeps its version on the provider's bare host, and
+/// Anthropic's `count_tokens` goes to the Anthropic provider; with no
+/// provider of the API, a 404 naming it and nothing sent.
+#[tokio::test]
+async fn an_apis_other_endpoints_stay_with_its_providers() {
+    let openai = Llm::start().await;
+    let google = GeminiMock::start().await;
+    let anthropic = Llm::start().await;
+    let fg = Foldgate::start(&format!(
+        "[providers.openai]\nbase_url = \"{}/v1\"\nmodels = [\"*\"]\n\
+         [providers.google]\nbase_url = \"{}\"\napi = \"gemini\"\nmodels = [\"gemini-*\"]\n\
+         [providers.claude]\nbase_url = \"{}/v1\"\napi = \"anthropic\"\nmodels = [\"claude-*\"]\n",
+        openai.url(),
+        google.url(),
+        anthropic.url()
+    ))
+    .await;
+    let contents = serde_json::json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
+    common::post_json(
+        &format!("{}/v1/models/gemini-2.5-flash:countTokens", fg.url),
+        &[("x-goog-api-key", "AIza-user-key")],
+        &contents,
+    )
+    .await;
+    let count =
+        serde_json::json!({"model": "claude-x", "messages": [{"role": "user", "content": "hi"}]});
+    common::post_json(
+        &format!("{}/v1/messages/count_tokens", fg.url),
+        &[("x-api-key", "sk-ant")],
+        &count,
+    )
+    .await;
+    assert!(
+        openai.mock.received().is_empty(),
+        "{:?}",
+        openai.mock.received()
+    );
+    let to_google = google.mock.received();
+    assert_eq!(to_google.len(), 1);
+    assert_eq!(to_google[0].uri, "/v1/models/gemini-2.5-flash:countTokens");
+    let to_anthropic = anthropic.mock.received();
+    assert_eq!(to_anthropic.len(), 1);
+    assert_eq!(to_anthropic[0].uri, "/v1/messages/count_tokens");
+
+    let only_openai = Foldgate::start(&common::config_for(openai.url(), "")).await;
+    let reply = common::post_json(
+        &format!(
+            "{}/v1beta/models/gemini-2.5-flash:countTokens",
+            only_openai.url
+        ),
+        &[("x-goog-api-key", "AIza-user-key")],
+        &contents,
+    )
+    .await;
+    assert_eq!(reply.status, 404, "{}", reply.text());
+    assert!(
+        reply.text().contains(r#"api = \"gemini\""#),
+        "{}",
+        reply.text()
+    );
+    assert!(openai.mock.received().is_empty());
+}

@@ -95,15 +95,37 @@ pub struct Route {
 pub fn route(method: &Method, uri: &Uri) -> Option<Route> {
     let path = uri.path();
     let (api, claim) = claim(method, path)?;
-    let tail = match uri.query() {
-        Some(query) => format!("{}?{query}", &path[claim.tail..]),
-        None => path[claim.tail..].to_string(),
-    };
     Some(Route {
         api,
-        tail: PathAndQuery::try_from(tail).ok()?,
+        tail: tail_of(uri, claim.tail)?,
         model: claim.model.map(|range| path[range].to_string()),
     })
+}
+
+/// A request to one of an API's other endpoints, which foldgate does not
+/// fold (Gemini's `:countTokens`, Anthropic's `/messages/count_tokens`):
+/// forwarded untouched, but only to a provider of that API, with the
+/// route's tail ([`WireApi::owns`]).
+pub fn sibling(uri: &Uri) -> Option<Route> {
+    let path = uri.path();
+    let (api, claim) = APIS
+        .iter()
+        .find_map(|&api| api.owns(path).map(|claim| (api, claim)))?;
+    Some(Route {
+        api,
+        tail: tail_of(uri, claim.tail)?,
+        model: claim.model.map(|range| path[range].to_string()),
+    })
+}
+
+/// The path from `start` on, with the query.
+fn tail_of(uri: &Uri, start: usize) -> Option<PathAndQuery> {
+    let path = uri.path();
+    let tail = match uri.query() {
+        Some(query) => format!("{}?{query}", &path[start..]),
+        None => path[start..].to_string(),
+    };
+    PathAndQuery::try_from(tail).ok()
 }
 
 /// Every API's name ([`WireApi::name`]), in registry order.
@@ -184,6 +206,12 @@ pub trait WireApi: Send + Sync + 'static {
     /// The `api` setting of the providers its requests go to: never to a
     /// provider of another API, whose host would get the client's key.
     fn provider(&self) -> &'static str;
+
+    /// Whether `path` is another of its endpoints (any method), which is
+    /// not folded but goes only to its providers ([`sibling`]).
+    fn owns(&self, _path: &str) -> Option<Claim> {
+        None
+    }
 
     /// The shape of foldgate's own errors on this API's route.
     fn error_shape(&self) -> ErrorShape {

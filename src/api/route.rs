@@ -47,7 +47,8 @@ pub fn deployment(path: &str, endpoint: &str) -> Option<Claim> {
     })
 }
 
-/// Gemini's `…/models/{model}:{method}` for one of `methods`: the tail
+/// Gemini's `…/models/{model}:{method}` for one of `methods` (any
+/// method when `methods` is empty): the tail
 /// keeps the path from its version segment (`v1`, `v1beta`, `v1beta1`,
 /// `v1alpha`), and with it Vertex AI's `projects/{p}/locations/{l}/`
 /// and `publishers/{publisher}/` segments, since a Gemini provider's
@@ -56,7 +57,7 @@ pub fn gemini_model(path: &str, methods: &[&str]) -> Option<Claim> {
     let slash = path.rfind('/')?;
     let last = &path[slash + 1..];
     let colon = last.find(':')?;
-    if colon == 0 || !methods.contains(&&last[colon..]) {
+    if colon == 0 || !(methods.is_empty() || methods.contains(&&last[colon..])) {
         return None;
     }
     let head = path[..slash].strip_suffix("/models")?;

@@ -276,8 +276,18 @@ impl Config {
     /// The provider a model routes to among those set to `api` (see
     /// [`Self::provider_for`]): a request is never sent to a provider of
     /// another API.
+    /// Without a model (a request naming none), the first of them listing
+    /// `*`, else the first by name.
     pub fn provider_for_api(&self, api: &str, model: &str) -> Option<(&str, &ProviderConfig)> {
-        self.provider_among(|p| p.api.0 == api, model)
+        let speaks = |p: &ProviderConfig| p.api.0 == api;
+        if !model.is_empty() {
+            return self.provider_among(speaks, model);
+        }
+        let ours = || self.providers.iter().filter(|(_, p)| speaks(p));
+        ours()
+            .find(|(_, p)| p.models.iter().any(|m| m == "*"))
+            .or_else(|| ours().next())
+            .map(|(name, p)| (name.as_str(), p))
     }
 
     fn provider_among(

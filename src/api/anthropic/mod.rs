@@ -39,6 +39,17 @@ impl WireApi for Anthropic {
         route::endpoint(path, self.path()).filter(|_| !path.contains("/threads/"))
     }
 
+    /// `…/messages/count_tokens` and `…/messages/batches…`.
+    fn owns(&self, path: &str) -> Option<Claim> {
+        let at = path
+            .find("/messages/")
+            .filter(|_| !path.contains("/threads/"))?;
+        Some(Claim {
+            tail: at,
+            model: None,
+        })
+    }
+
     /// `{"type":"error","error":{"type","message"}}`.
     fn error_shape(&self) -> ErrorShape {
         ErrorShape(error_envelope)

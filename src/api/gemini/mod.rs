@@ -51,6 +51,11 @@ impl WireApi for Gemini {
         route::gemini_model(path, &METHODS)
     }
 
+    /// Every other method of a model (`:countTokens`, `:embedContent`, …).
+    fn owns(&self, path: &str) -> Option<Claim> {
+        route::gemini_model(path, &[])
+    }
+
     /// `{"error":{"code","message","status"}}`.
     fn error_shape(&self) -> ErrorShape {
         ErrorShape(error_envelope)

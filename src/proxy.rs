@@ -12,7 +12,6 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -46,11 +45,15 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
     let sibling = crate::api::sibling(&parts.uri);
     let (provider, body) = if is_json_post(&parts.method, &parts.headers) {
         let bytes = read_body(incoming, limit).await?;
-        if sibling.is_none() {
-            app.metrics.unclaimed.check(parts.uri.path(), &bytes);
-        }
         let by_model = sibling.is_some() || app.upstreams.route_by_model();
-        let model = by_model.then(|| model_of(&bytes)).flatten();
+        // One pass for the model and whether the body is a conversation.
+        let peek = crate::unclaimed::peek(&bytes, by_model);
+        if sibling.is_none() {
+            app.metrics
+                .unclaimed
+                .check(parts.uri.path(), peek.conversation);
+        }
+        let model = peek.model.filter(|_| by_model);
         (
             provider_for(app, sibling.as_ref(), model, &parts)?,
             body::full(bytes),
@@ -128,34 +131,4 @@ fn is_json_post(method: &Method, headers: &HeaderMap) -> bool {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("application/json"))
-}
-
-/// The `model` field of a JSON body, if it has one. Unknown fields are
-/// skipped without being built into values.
-fn model_of(bytes: &[u8]) -> Option<String> {
-    #[derive(Deserialize)]
-    struct ModelOnly<'a> {
-        #[serde(borrow)]
-        model: Option<std::borrow::Cow<'a, str>>,
-    }
-    serde_json::from_slice::<ModelOnly>(bytes)
-        .ok()?
-        .model
-        .map(|m| m.into_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn model_field() {
-        assert_eq!(
-            model_of(br#"{"messages":[],"model":"gpt-4o"}"#).as_deref(),
-            Some("gpt-4o")
-        );
-        assert_eq!(model_of(br#"{"model":"a\"b"}"#).as_deref(), Some("a\"b"));
-        assert_eq!(model_of(b"not json"), None);
-        assert_eq!(model_of(br#"{"input":"x"}"#), None);
-    }
 }

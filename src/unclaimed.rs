@@ -9,10 +9,12 @@
 //! non-conversation endpoints that carry one (token counting, batches,
 //! embeddings) are not reported.
 
+use memchr::memmem;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -45,10 +47,10 @@ impl Unclaimed {
         self.counter.clone()
     }
 
-    /// Reports a `POST` to `path` with `body` when it is an unclaimed
-    /// conversation; whether it was.
-    pub fn check(&self, path: &str, body: &[u8]) -> bool {
-        if NOT_CONVERSATIONS.iter().any(|end| path.ends_with(end)) || !is_conversation(body) {
+    /// Reports a `POST` to `path` whose body is a `conversation` ([`peek`])
+    /// that no API claimed; whether it was reported.
+    pub fn check(&self, path: &str, conversation: bool) -> bool {
+        if !conversation || NOT_CONVERSATIONS.iter().any(|end| path.ends_with(end)) {
             return false;
         }
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -81,36 +83,65 @@ impl Unclaimed {
     }
 }
 
-/// Whether a JSON body carries a conversation (read without building it).
-pub fn is_conversation(body: &[u8]) -> bool {
+/// What a forwarded JSON body says of itself, read in one pass without
+/// building it: its `model`, and whether it carries a conversation.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Peek {
+    /// The `model` field.
+    pub model: Option<String>,
+    /// A `messages` or `contents` array, or `input` turns.
+    pub conversation: bool,
+}
+
+/// Reads `body` once for its model (when `want_model`) and its shape; a
+/// body that names none of the conversation fields is not parsed at all
+/// unless its model is wanted.
+pub fn peek(body: &[u8], want_model: bool) -> Peek {
     #[derive(Deserialize)]
-    struct Shape {
+    struct Shape<'a> {
+        #[serde(borrow)]
+        model: Option<std::borrow::Cow<'a, str>>,
         messages: Option<Vec<IgnoredAny>>,
         contents: Option<Vec<IgnoredAny>>,
-        input: Option<Input>,
+        #[serde(borrow)]
+        input: Option<&'a RawValue>,
     }
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Input {
-        Items(Vec<Item>),
-        Other(IgnoredAny),
-    }
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Item {
-        Turn {
-            #[serde(rename = "role")]
-            _role: IgnoredAny,
-        },
-        Other(IgnoredAny),
+    let named = |field: &[u8]| memmem::find(body, field).is_some();
+    if !want_model
+        && ![&b"\"messages\""[..], b"\"contents\"", b"\"input\""]
+            .into_iter()
+            .any(named)
+    {
+        return Peek::default();
     }
     let Ok(shape) = serde_json::from_slice::<Shape>(body) else {
-        return false;
+        return Peek::default();
     };
-    let turns = |items: &[Item]| items.iter().any(|i| matches!(i, Item::Turn { .. }));
-    shape.messages.is_some()
-        || shape.contents.is_some()
-        || matches!(shape.input, Some(Input::Items(items)) if turns(&items))
+    Peek {
+        model: shape.model.map(|m| m.into_owned()),
+        conversation: shape.messages.is_some()
+            || shape.contents.is_some()
+            || shape.input.is_some_and(has_turns),
+    }
+}
+
+/// Whether an `input` is a list holding an object with a `role` (a
+/// Responses-style conversation; embeddings and moderations take strings,
+/// tokens or typed parts), parsed only when it says `"role"` at all.
+fn has_turns(input: &RawValue) -> bool {
+    #[derive(Deserialize)]
+    struct Turn {
+        role: Option<IgnoredAny>,
+    }
+    let text = input.get();
+    if !text.trim_start().starts_with('[') || memmem::find(text.as_bytes(), b"\"role\"").is_none() {
+        return false;
+    }
+    let items: Vec<&RawValue> = serde_json::from_str(text).unwrap_or_default();
+    items.iter().any(|item| {
+        item.get().trim_start().starts_with('{')
+            && serde_json::from_str::<Turn>(item.get()).is_ok_and(|t| t.role.is_some())
+    })
 }
 
 #[cfg(test)]
@@ -124,7 +155,7 @@ mod tests {
             r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#,
             r#"{"model":"m","input":[{"role":"user","content":"hi"}]}"#,
         ] {
-            assert!(is_conversation(yes.as_bytes()), "{yes}");
+            assert!(peek(yes.as_bytes(), false).conversation, "{yes}");
         }
         for no in [
             r#"{"model":"m","input":"embed me"}"#,
@@ -135,18 +166,31 @@ mod tests {
             r#"{"messages":"not a list"}"#,
             "not json",
         ] {
-            assert!(!is_conversation(no.as_bytes()), "{no}");
+            assert!(!peek(no.as_bytes(), true).conversation, "{no}");
         }
+    }
+
+    #[test]
+    fn the_model_is_read_in_the_same_pass() {
+        let body = br#"{"messages":[],"model":"a\"b"}"#;
+        let read = peek(body, true);
+        assert_eq!(read.model.as_deref(), Some("a\"b"));
+        assert!(read.conversation);
+        // Nothing a conversation names, and no model wanted: not parsed.
+        let prompt = br#"{"model":"m","prompt":"x"}"#;
+        assert_eq!(peek(prompt, false), Peek::default());
+        assert!(!peek(br#"{"model":"m","input":"x"}"#, false).conversation);
+        assert_eq!(peek(b"not json", true), Peek::default());
     }
 
     #[test]
     fn paths_are_counted_bounded_and_known_endpoints_skipped() {
         let unclaimed = Unclaimed::default();
-        let chat = br#"{"messages":[]}"#;
+        let chat = true;
         assert!(unclaimed.check("/v2/chat", chat));
         assert!(unclaimed.check("/v2/chat", chat));
         assert!(!unclaimed.check("/v1/messages/count_tokens", chat));
-        assert!(!unclaimed.check("/v2/embed", br#"{"input":"x"}"#));
+        assert!(!unclaimed.check("/v2/embed", false));
         for i in 0..MAX_PATHS + 5 {
             unclaimed.check(&format!("/p/{i}"), chat);
         }

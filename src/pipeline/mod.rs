@@ -55,10 +55,10 @@ pub async fn handle(
     // From here on the request's URI is its tail: what goes after the
     // provider's `base_url`.
     let path = parts.uri.path().to_string();
+    let tail: Arc<str> = Arc::from(route.tail.as_str());
     parts.uri = Uri::from(route.tail);
     let own = own_headers(api, &parts);
-    let tail = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    let mut request = ConvRequest::read(app, api, &own, (&path, tail), route.model, bytes).await?;
+    let mut request = ConvRequest::read(app, api, &own, (path, tail), route.model, bytes).await?;
     let conversation = request.conversation_header();
     let key = request.key().cloned();
     let mut prepared = request.prepare(app, &own).await?;

@@ -27,7 +27,7 @@ pub(super) struct ConvRequest {
     /// The request's path (an API may name the model in it).
     path: String,
     /// Its route's tail, as the provider gets it.
-    tail: String,
+    tail: Arc<str>,
     /// The `model` field.
     pub model: String,
     /// Where it goes.
@@ -71,12 +71,10 @@ impl ConvRequest {
         app: &App,
         api: Api,
         headers: &HeaderMap,
-        (path, tail): (&str, &str),
+        (path, tail): (String, Arc<str>),
         path_model: Option<String>,
         bytes: Bytes,
     ) -> Result<Self, ApiError> {
-        let path = path.to_string();
-        let tail = tail.to_string();
         if let Some(mut raw) = api.shallow(&bytes) {
             if raw.model.is_empty() {
                 // The path names the model (Gemini, an Azure deployment).

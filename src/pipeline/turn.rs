@@ -104,7 +104,7 @@ impl FoldRequest {
     pub fn new(
         app: Arc<App>,
         look: Look,
-        (provider, tail): (&str, &str),
+        (provider, tail): (&str, &Arc<str>),
         headers: &HeaderMap,
         request: &Map<String, Value>,
         messages: Vec<Value>,
@@ -151,7 +151,7 @@ impl FoldRequest {
             ids,
             estimate,
             api,
-            tail: Arc::from(tail),
+            tail: tail.clone(),
             placement: api.placement(config.summary.placement),
         };
         let mut data = data;

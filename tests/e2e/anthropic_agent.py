@@ -10,7 +10,7 @@ import sys
 import anthropic
 
 base_url, out_path = sys.argv[1], sys.argv[2]
-client = anthropic.Anthropic(base_url=base_url, api_key="sk-ant-e2e", max_retries=0,
+client = anthropic.Anthropic(base_url=base_url, api_key="sk-ant-e2e",
                              default_headers={"x-conversation-id": "claude-e2e"})
 system = [{"type": "text", "text": "You are a careful coding agent. Use the bash tool.", "cache_control": {"type": "ephemeral"}}]
 tools = [{"name": "bash", "description": "Run a shell command",

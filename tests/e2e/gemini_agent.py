@@ -16,7 +16,6 @@ client = genai.Client(
     http_options=types.HttpOptions(
         base_url=base_url,
         headers={"x-conversation-id": "gemini-e2e"},
-        retry_options=types.HttpRetryOptions(attempts=1),
     ),
 )
 run = types.FunctionDeclaration(

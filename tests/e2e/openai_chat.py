@@ -9,7 +9,7 @@ import sys
 import openai
 
 base_url, out_path = sys.argv[1], sys.argv[2]
-client = openai.OpenAI(base_url=base_url, api_key="sk-e2e", default_headers={"x-conversation-id": "py-e2e"}, max_retries=0)
+client = openai.OpenAI(base_url=base_url, api_key="sk-e2e", default_headers={"x-conversation-id": "py-e2e"})
 filler = "we compare the parser, the tokenizer and the cache layer before deciding on the next step"
 messages = [{"role": "system", "content": "You are a careful coding assistant."}]
 tag = 0

@@ -23,7 +23,7 @@ turns.append(("user", "what is the favourite colour of the customer?"))
 system = "You are a careful coding assistant."
 log = []
 
-oai = openai.OpenAI(base_url=f"{base_url}/v1", api_key="sk-e2e", max_retries=0,
+oai = openai.OpenAI(base_url=f"{base_url}/v1", api_key="sk-e2e",
                     default_headers={"x-conversation-id": "recall-openai"})
 messages = [{"role": "system", "content": system}] + [{"role": r, "content": c} for r, c in turns]
 whole = oai.chat.completions.create(model="tiny-model", messages=messages)
@@ -49,7 +49,7 @@ for name, response in [("responses", whole), ("responses-stream", final)]:
                 "finish": response.status, "input": response.usage.input_tokens,
                 "output": response.usage.output_tokens})
 
-ant = anthropic.Anthropic(base_url=base_url, api_key="sk-ant-e2e", max_retries=0,
+ant = anthropic.Anthropic(base_url=base_url, api_key="sk-ant-e2e",
                           default_headers={"x-conversation-id": "recall-anthropic"})
 messages = [{"role": r, "content": [{"type": "text", "text": c}]} for r, c in turns]
 whole = ant.messages.create(model="tiny-model", max_tokens=100, system=system, messages=messages)

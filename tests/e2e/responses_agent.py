@@ -9,7 +9,7 @@ import sys
 import openai
 
 base_url, out_path = sys.argv[1], sys.argv[2]
-client = openai.OpenAI(base_url=base_url, api_key="sk-e2e", max_retries=0,
+client = openai.OpenAI(base_url=base_url, api_key="sk-e2e",
                        default_headers={"x-conversation-id": "codex-e2e"})
 tools = [{"type": "function", "name": "bash", "description": "Run a shell command",
           "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}]

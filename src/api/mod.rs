@@ -781,6 +781,47 @@ mod tests {
         assert_eq!(Format::Instructions.downgrade(), None);
     }
 
+    /// One check of a conversation's roles, in each API's own words.
+    #[test]
+    fn malformed_conversations_are_refused_in_each_apis_words() {
+        let said = |name: &str, body: &str| {
+            let refused = api(name).decode(body.as_bytes()).err();
+            refused.map(|e| (e.to_string(), e.code()))
+        };
+        let cases = [
+            (
+                r#"{"model":"m","messages":[{"role":"user"},{"content":"x"}]}"#,
+                "messages[1] must be an object with a string `role`",
+                "messages.1: must be an object with a string `role`",
+            ),
+            (
+                r#"{"model":"m","messages":{}}"#,
+                "`messages` must be an array",
+                "messages: must be an array",
+            ),
+            (
+                r#"{"model":"m"}"#,
+                "you must provide a `messages` parameter",
+                "messages: field required",
+            ),
+        ];
+        for (body, chat, anthropic) in cases {
+            let invalid = "invalid_request";
+            assert_eq!(
+                said("chat", body),
+                Some((chat.to_string(), invalid)),
+                "{body}"
+            );
+            assert_eq!(
+                said("anthropic", body),
+                Some((anthropic.to_string(), invalid)),
+                "{body}"
+            );
+        }
+        let fine = r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#;
+        assert_eq!((said("chat", fine), said("anthropic", fine)), (None, None));
+    }
+
     #[test]
     fn key_headers_are_each_apis_once() {
         let x_api_key = HeaderName::from_static("x-api-key");

@@ -81,7 +81,7 @@ impl<'a> RawRequest<'a> {
 impl RawRequest<'_> {
     /// Reads each unit's items in order into `out` with `read`, which is
     /// told whether the unit before makes tool calls (on an API that
-    /// [answers by position](super::WireApi::answers_by_position); else
+    /// [answers by position](super::Codec::answers_by_position); else
     /// always `false`) and tells whether this one does. `None` when a
     /// unit cannot be read.
     pub fn read_units<T>(
@@ -110,7 +110,7 @@ pub fn raw_pinned(name: &str, field: &str) -> Option<(Value, MessageId)> {
 /// The engine message the wire items of `api` given as JSON text stand
 /// for, and its identity, as the decoder makes them (`None`: an item is
 /// not JSON the decoder reads); `after_calls`: the unit before them makes
-/// tool calls ([`super::WireApi::unit_message_after`]).
+/// tool calls ([`super::Codec::unit_message_after`]).
 pub fn raw_unit(api: super::Api, items: &[&str], after_calls: bool) -> Option<(Value, MessageId)> {
     let values = items
         .iter()

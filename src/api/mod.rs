@@ -532,7 +532,7 @@ impl std::fmt::Debug for dyn WireApi {
 }
 
 impl dyn WireApi {
-    /// The body to forward: `fields` with the view in ([`WireApi::fill`]),
+    /// The body to forward: `fields` with the view in ([`Codec::fill`]),
     /// serialized.
     pub fn encode(
         &self,

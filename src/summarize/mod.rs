@@ -52,7 +52,7 @@ pub struct Target {
     /// summary's own room).
     pub input_budget: u32,
     /// The folded conversation's route tail, when the call goes to its
-    /// own provider (see [`crate::api::WireApi::summary_path`]).
+    /// own provider (see [`crate::api::Provider::summary_path`]).
     pub conversation: Option<Arc<str>>,
 }
 

@@ -81,7 +81,7 @@ impl<'a> RawRequest<'a> {
 impl RawRequest<'_> {
     /// Reads each unit's items in order into `out` with `read`, which is
     /// told whether the unit before makes tool calls (on an API that
-    /// [answers by position](super::WireApi::answers_by_position); else
+    /// [answers by position](super::Codec::answers_by_position); else
     /// always `false`) and tells whether this one does. `None` when a
     /// unit cannot be read.
     pub fn read_units<T>(
@@ -110,7 +110,7 @@ pub fn raw_pinned(name: &str, field: &str) -> Option<(Value, MessageId)> {
 /// The engine message the wire items of `api` given as JSON text stand
 /// for, and its identity, as the decoder makes them (`None`: an item is
 /// not JSON the decoder reads); `after_calls`: the unit before them makes
-/// tool calls ([`super::WireApi::unit_message_after`]).
+/// tool calls ([`super::Codec::unit_message_after`]).
 pub fn raw_unit(api: super::Api, items: &[&str], after_calls: bool) -> Option<(Value, MessageId)> {
     let values = items
         .iter()
@@ -292,6 +292,38 @@ pub(super) fn model(fields: &Map<String, Value>) -> Result<String, ApiError> {
     }
 }
 
+/// How an API words a conversation field that is not a list of items
+/// with a string `role`, in its own servers' words ([`with_roles`]).
+pub(super) struct RoleErrors {
+    /// An item without a string `role`; `{i}` is its index.
+    pub item: &'static str,
+    /// The field is not an array.
+    pub not_array: &'static str,
+    /// The field is missing.
+    pub missing: &'static str,
+}
+
+/// Checks that `fields[field]` is an array of items with a string `role`.
+pub(super) fn with_roles(
+    fields: &Map<String, Value>,
+    field: &'static str,
+    errors: &RoleErrors,
+) -> Result<(), ApiError> {
+    let no_role = |m: &Value| !m.get("role").is_some_and(Value::is_string);
+    match fields.get(field) {
+        Some(Value::Array(items)) => match items.iter().position(no_role) {
+            Some(i) => Err(bad(
+                &errors.item.replace("{i}", &i.to_string()),
+                Some(field),
+            )),
+            None => Ok(()),
+        },
+        Some(_) => Err(bad(errors.not_array, Some(field))),
+        None => Err(bad(errors.missing, Some(field))),
+    }
+}
+
+/// The client's 400, with the parameter it names.
 pub(super) fn bad(message: &str, param: Option<&'static str>) -> ApiError {
     ApiError::BadRequest {
         message: message.to_string(),

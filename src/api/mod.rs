@@ -1,12 +1,15 @@
 //! The wire formats foldgate folds, one folder each, behind one trait.
 //!
-//! A [`WireApi`] is everything one API means to the pipeline: the route it
-//! serves, its error shape and context-length error, how its body becomes
+//! A [`WireApi`] is everything one API means to the pipeline, in four
+//! parts: its [`Endpoint`] (the route it serves), its [`Provider`] side
+//! (keys, error shape and context-length error, usage, the summarizer's
+//! call to a provider that speaks it), its [`Codec`] (how its body becomes
 //! the fold engine's messages and a view goes back into it, where the
-//! summary goes, how its answers report usage, its recall round, and the
-//! summarizer's call to a provider that speaks it. The pipeline
-//! ([`crate::pipeline`]) holds an [`Api`] and names none of them; adding
-//! an API is a folder here and one line in [`APIS`].
+//! summary goes) and its [`Recall`] round. Every part's defaults are chat
+//! completions', so a folder writes only what its wire does differently
+//! (docs/architecture.md, "An API: the `WireApi` parts", has the table).
+//! The pipeline ([`crate::pipeline`]) holds an [`Api`] and names none of
+//! them; adding an API is a folder here and one line in [`APIS`].
 //!
 //! - [`chat`]: OpenAI chat completions; the messages are the engine's.
 //! - [`anthropic`]: Anthropic Messages; `system` pinned, `tool_use` and
@@ -47,7 +50,7 @@ use recall::stream::Round;
 use route::Claim;
 use serde_json::{Map, Value};
 use std::sync::LazyLock;
-use summary::SummaryCall;
+use summary::{SummaryAnswer, SummaryCall};
 
 /// An API foldgate folds: one implementation of [`WireApi`], for the life
 /// of the process.
@@ -63,7 +66,7 @@ static APIS: &[Api] = &[
 ];
 
 /// The API a request speaks, when foldgate folds it: a `POST` whose path
-/// has the shape of an API's endpoint ([`WireApi::claim`]).
+/// has the shape of an API's endpoint ([`Endpoint::claim`]).
 pub fn of(method: &Method, path: &str) -> Option<Api> {
     claim(method, path).map(|(api, _)| api)
 }
@@ -105,7 +108,7 @@ pub fn route(method: &Method, uri: &Uri) -> Option<Route> {
 /// A request to one of an API's other endpoints, which foldgate does not
 /// fold (Gemini's `:countTokens`, Anthropic's `/messages/count_tokens`):
 /// forwarded untouched, but only to a provider of that API, with the
-/// route's tail ([`WireApi::owns`]).
+/// route's tail ([`Endpoint::owns`]).
 pub fn sibling(uri: &Uri) -> Option<Route> {
     let path = uri.path();
     let (api, claim) = APIS
@@ -128,7 +131,33 @@ fn tail_of(uri: &Uri, start: usize) -> Option<PathAndQuery> {
     PathAndQuery::try_from(tail).ok()
 }
 
-/// Every API's name ([`WireApi::name`]), in registry order.
+/// How well a body fits an API's shape ([`Codec::fit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fit {
+    /// Not its shape.
+    No,
+    /// It has the API's conversation field (which other APIs may share).
+    Field,
+    /// Something only this API writes.
+    Only,
+}
+
+/// The API a body is written for, judged by its shape when its route is
+/// not known: the best [`Codec::fit`], the first in registry order on a
+/// tie (chat completions when nothing fits).
+pub fn by_shape(body: &Map<String, Value>) -> Api {
+    let mut best = APIS[0];
+    let mut best_fit = best.fit(body);
+    for &api in &APIS[1..] {
+        let fit = api.fit(body);
+        if fit > best_fit {
+            (best, best_fit) = (api, fit);
+        }
+    }
+    best
+}
+
+/// Every API's name ([`Endpoint::name`]), in registry order.
 pub fn names() -> impl Iterator<Item = &'static str> {
     APIS.iter().map(|api| api.name())
 }
@@ -138,7 +167,7 @@ pub fn all() -> &'static [Api] {
     APIS
 }
 
-/// The API of this name ([`WireApi::name`]).
+/// The API of this name ([`Endpoint::name`]).
 pub fn named(name: &str) -> Option<Api> {
     APIS.iter().copied().find(|api| api.name() == name)
 }
@@ -180,15 +209,35 @@ pub fn key_headers() -> &'static [HeaderName] {
 }
 
 /// The shape of foldgate's own errors for a request: its API's, else
-/// OpenAI's.
+/// [`own_error_shape`].
 pub fn error_shape(method: &Method, path: &str) -> ErrorShape {
-    of(method, path).map_or(ErrorShape::OPENAI, |api| api.error_shape())
+    of(method, path).map_or_else(own_error_shape, |api| api.error_shape())
 }
 
-/// One wire format, as the pipeline uses it. The fold engine works on
-/// chat-completions messages (one per unit a cut may not split); an API
-/// maps its body to them and a view of them back.
-pub trait WireApi: Send + Sync + 'static {
+/// The shape of foldgate's errors on a route no API claims (its own
+/// `/foldgate/*` routes, a handler that panicked): the first API's, chat
+/// completions' (OpenAI's envelope).
+pub fn own_error_shape() -> ErrorShape {
+    APIS[0].error_shape()
+}
+
+/// One wire format, as the pipeline uses it: its [`Endpoint`], its
+/// [`Provider`] side, its [`Codec`] and its [`Recall`] round. The fold
+/// engine works on chat-completions messages (one per unit a cut may not
+/// split); an API maps its body to them and a view of them back.
+///
+/// Every type with the four parts is a `WireApi`. The parts' defaults are
+/// chat completions' (OpenAI's key header, error envelope and usage,
+/// messages that are the engine's), so an API's folder writes only what
+/// differs: [`Endpoint::name`] and [`Endpoint::path`], the recall round's
+/// shapes ([`Recall`]'s required methods), and whatever else its wire
+/// does its own way.
+pub trait WireApi: Endpoint + Provider + Codec + Recall {}
+
+impl<T: Endpoint + Provider + Codec + Recall> WireApi for T {}
+
+/// Which requests an API serves.
+pub trait Endpoint: Send + Sync + 'static {
     /// A short label for logs, metrics and the admin API.
     fn name(&self) -> &'static str;
 
@@ -203,19 +252,34 @@ pub trait WireApi: Send + Sync + 'static {
         route::endpoint(path, self.path())
     }
 
-    /// The `api` setting of the providers its requests go to: never to a
-    /// provider of another API, whose host would get the client's key.
-    fn provider(&self) -> &'static str;
-
     /// Whether `path` is another of its endpoints (any method), which is
     /// not folded but goes only to its providers ([`sibling`]).
     fn owns(&self, _path: &str) -> Option<Claim> {
         None
     }
 
-    /// The shape of foldgate's own errors on this API's route.
+    /// Whether its requests name their model in the path, not the body
+    /// (the route's [`Route::model`] is then the request's model).
+    fn model_in_path(&self) -> bool {
+        false
+    }
+}
+
+/// What an API means to the providers that speak it, and to foldgate's
+/// own calls and errors: keys, errors, usage, the summarizer's call.
+/// The defaults are OpenAI's.
+pub trait Provider: Endpoint {
+    /// The `api` setting of the providers its requests go to: never to a
+    /// provider of another API, whose host would get the client's key. By
+    /// default its [name](Endpoint::name).
+    fn provider(&self) -> &'static str {
+        self.name()
+    }
+
+    /// The shape of foldgate's own errors on this API's route: by default
+    /// OpenAI's envelope ([`chat::error_envelope`]).
     fn error_shape(&self) -> ErrorShape {
-        ErrorShape::OPENAI
+        ErrorShape(chat::error_envelope)
     }
 
     /// Reads an upstream 400 body; `Some` when it says the prompt is too
@@ -223,8 +287,6 @@ pub trait WireApi: Send + Sync + 'static {
     fn context_error(&self, body: &[u8]) -> Option<ContextError> {
         context_error::detect(body)
     }
-
-    // --- Provider and summarizer ---
 
     /// The header a provider speaking this API reads its `key` from, and
     /// the header's value.
@@ -237,6 +299,12 @@ pub trait WireApi: Send + Sync + 'static {
     /// calls then read it as if it came in [`Self::key_header`].
     fn query_key<'q>(&self, _query: &'q str) -> Option<&'q str> {
         None
+    }
+
+    /// Headers other than [`Self::key_header`] its clients send their key
+    /// in (Azure OpenAI's `api-key`): a credential like the others.
+    fn client_key_headers(&self) -> &'static [&'static str] {
+        &[]
     }
 
     /// The body of a summarizer call to a provider that speaks this API
@@ -260,25 +328,16 @@ pub trait WireApi: Send + Sync + 'static {
         self.path().to_string()
     }
 
-    /// Headers other than [`Self::key_header`] its clients send their key
-    /// in (Azure OpenAI's `api-key`): a credential like the others.
-    fn client_key_headers(&self) -> &'static [&'static str] {
-        &[]
+    /// What a successful answer to a summarizer call says: by default a
+    /// chat completion's first choice.
+    fn summary_answer(&self, answer: &Value) -> SummaryAnswer {
+        SummaryAnswer::of_completion(answer)
     }
-
-    /// A successful answer to a summarizer call, in the shape the
-    /// summarizer reads (chat completions' or Anthropic's): as it came,
-    /// unless the API answers in another.
-    fn summary_answer(&self, answer: Value) -> Value {
-        answer
-    }
-
-    // --- Usage ---
 
     /// How an answer on this API reports its prompt tokens (read as it
-    /// streams by, for calibration).
+    /// streams by, for calibration): by default `usage.prompt_tokens`.
     fn usage(&self) -> UsageReader {
-        UsageReader::USAGE
+        chat::USAGE
     }
 
     /// The field of an answer that reports its usage (summed over recall
@@ -286,8 +345,28 @@ pub trait WireApi: Send + Sync + 'static {
     fn usage_field(&self) -> &'static str {
         "usage"
     }
+}
 
-    // --- Codec ---
+/// How an API's body becomes the fold engine's messages and a view goes
+/// back into it. The defaults are chat completions': the messages are the
+/// engine's.
+pub trait Codec: Endpoint {
+    /// The request field holding the conversation.
+    fn conversation_field(&self) -> &'static str {
+        "messages"
+    }
+
+    /// How well a body whose route is not known (`foldgate estimate`
+    /// without a path) fits this API's shape: by default [`Fit::Field`]
+    /// when it has the [conversation field](Self::conversation_field).
+    /// The best fit wins, the first in the registry on a tie.
+    fn fit(&self, body: &Map<String, Value>) -> Fit {
+        if body.contains_key(self.conversation_field()) {
+            Fit::Field
+        } else {
+            Fit::No
+        }
+    }
 
     /// The body read shallowly, when the API has a reader for the fast
     /// path and the body is plain (`None`: the body is decoded, and the
@@ -318,8 +397,11 @@ pub trait WireApi: Send + Sync + 'static {
         self.unit_message(unit)
     }
 
-    /// Reads a body for the fold engine; `Err` is the client's 400.
-    fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError>;
+    /// Reads a body for the fold engine; `Err` is the client's 400. By
+    /// default a chat body's messages ([`chat::codec::decode`]).
+    fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {
+        chat::codec::decode(bytes)
+    }
 
     /// Reads a body sent to `path` for the fold engine: [`Self::decode`],
     /// for an API whose body says everything (one that names the model in
@@ -330,14 +412,32 @@ pub trait WireApi: Send + Sync + 'static {
 
     /// Fills `fields` with the view: `items` laid out by the fold engine
     /// over `messages` (the engine's); `wire` is what the decode kept of
-    /// the original items.
+    /// the original items, when it kept them ([`Self::fill_wire`]).
     fn fill(
         &self,
         fields: &mut Map<String, Value>,
         messages: &[Value],
         wire: Option<&Wire>,
         items: Vec<Item>,
-    );
+    ) {
+        match wire {
+            Some(wire) => self.fill_wire(fields, messages, wire, items),
+            None => chat::codec::fill(fields, messages, items),
+        }
+    }
+
+    /// [`Self::fill`] with the wire items the decode kept: the view laid
+    /// out over them. By default the engine's messages (an API whose
+    /// decode keeps no wire never comes here).
+    fn fill_wire(
+        &self,
+        fields: &mut Map<String, Value>,
+        messages: &[Value],
+        _wire: &Wire,
+        items: Vec<Item>,
+    ) {
+        chat::codec::fill(fields, messages, items);
+    }
 
     /// Where the summary goes, given the configured placement.
     fn placement(&self, configured: Placement) -> Placement {
@@ -349,23 +449,38 @@ pub trait WireApi: Send + Sync + 'static {
     fn compresses_answers(&self) -> bool {
         false
     }
+}
 
-    // --- Recall round ---
-
-    /// The request field holding the conversation.
-    fn conversation_field(&self) -> &'static str {
-        "messages"
-    }
-
+/// The recall round in an API's shape: the tool, the calls of an answer,
+/// the results, hiding the calls from the client, a streamed round.
+pub trait Recall: Codec {
     /// The recall tool, in this API's shape.
     fn recall_tool(&self) -> Value;
 
-    /// Whether a request may get the recall tool: the model free to pick
-    /// its tools, and no tool of that name already.
-    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool;
+    /// The name of one of a request's `tools` (`None`: none, or not one
+    /// foldgate could have added).
+    fn tool_name<'t>(&self, tool: &'t Value) -> Option<&'t str>;
+
+    /// Whether the request lets the model pick its tools freely and asks
+    /// for one answer: by default `tool_choice` unset or `"auto"`.
+    fn free_to_call(&self, fields: &Map<String, Value>) -> bool {
+        match fields.get("tool_choice") {
+            None | Some(Value::Null) => true,
+            Some(choice) => choice.as_str() == Some("auto"),
+        }
+    }
+
+    /// Whether a request may get the recall tool: the model
+    /// [free to pick](Self::free_to_call) its tools, and no tool of that
+    /// name already.
+    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool {
+        self.free_to_call(fields) && !recall::has_tool(fields, |t| self.tool_name(t))
+    }
 
     /// Takes the recall tool out of the request's `tools`.
-    fn remove_recall_tool(&self, fields: &mut Map<String, Value>);
+    fn remove_recall_tool(&self, fields: &mut Map<String, Value>) {
+        recall::remove_tool(fields, |t| self.tool_name(t));
+    }
 
     /// Whether the tool must stay defined after the last round (the
     /// history then holds calls of it).
@@ -395,8 +510,13 @@ pub trait WireApi: Send + Sync + 'static {
     /// bounded query ([`recall::input::bounded`]).
     fn bound_calls(&self, messages: &mut [Value]);
 
-    /// The event that ends a stream foldgate cannot finish.
-    fn error_event(&self, message: &str) -> Bytes;
+    /// The event that ends a stream foldgate cannot finish: by default an
+    /// SSE `data:` event with OpenAI's error object.
+    fn error_event(&self, message: &str) -> Bytes {
+        recall::stream::data_event(
+            &serde_json::json!({"error": {"message": message, "type": "server_error"}}),
+        )
+    }
 
     /// Places recalled excerpts (`block`) right before the last user turn
     /// of the conversation's `items`.
@@ -412,7 +532,7 @@ impl std::fmt::Debug for dyn WireApi {
 }
 
 impl dyn WireApi {
-    /// The body to forward: `fields` with the view in ([`WireApi::fill`]),
+    /// The body to forward: `fields` with the view in ([`Codec::fill`]),
     /// serialized.
     pub fn encode(
         &self,
@@ -659,6 +779,47 @@ mod tests {
         assert!(b.get("response_format").is_none());
         assert_eq!(Format::JsonSchema.downgrade(), Some(Format::JsonObject));
         assert_eq!(Format::Instructions.downgrade(), None);
+    }
+
+    /// One check of a conversation's roles, in each API's own words.
+    #[test]
+    fn malformed_conversations_are_refused_in_each_apis_words() {
+        let said = |name: &str, body: &str| {
+            let refused = api(name).decode(body.as_bytes()).err();
+            refused.map(|e| (e.to_string(), e.code()))
+        };
+        let cases = [
+            (
+                r#"{"model":"m","messages":[{"role":"user"},{"content":"x"}]}"#,
+                "messages[1] must be an object with a string `role`",
+                "messages.1: must be an object with a string `role`",
+            ),
+            (
+                r#"{"model":"m","messages":{}}"#,
+                "`messages` must be an array",
+                "messages: must be an array",
+            ),
+            (
+                r#"{"model":"m"}"#,
+                "you must provide a `messages` parameter",
+                "messages: field required",
+            ),
+        ];
+        for (body, chat, anthropic) in cases {
+            let invalid = "invalid_request";
+            assert_eq!(
+                said("chat", body),
+                Some((chat.to_string(), invalid)),
+                "{body}"
+            );
+            assert_eq!(
+                said("anthropic", body),
+                Some((anthropic.to_string(), invalid)),
+                "{body}"
+            );
+        }
+        let fine = r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#;
+        assert_eq!((said("chat", fine), said("anthropic", fine)), (None, None));
     }
 
     #[test]

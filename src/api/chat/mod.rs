@@ -6,20 +6,33 @@
 pub mod codec;
 pub mod recall;
 
-use super::WireApi;
-use super::codec::{Decoded, RawRequest, Wire};
-use super::recall::calls::{Call, Calls, Carry};
-use super::recall::stream::{self, Round};
+use super::codec::RawRequest;
 use super::route::{self, Claim};
 use super::summary::{Format, SummaryCall};
-use crate::error::ApiError;
-use crate::fold::view::Item;
+use super::{Codec, Endpoint, Provider};
+use crate::error::{ApiError, ErrorShape};
 use crate::shallow::Spec;
-use bytes::Bytes;
-use serde_json::{Map, Value, json};
+use crate::tokens::{UsageReader, UsageShape};
+use serde_json::{Value, json};
 
 /// OpenAI chat completions.
 pub struct Chat;
+
+/// Chat completions' usage: `usage.prompt_tokens` (every API's by
+/// default, [`Provider::usage`]).
+pub const USAGE: UsageReader = UsageReader {
+    key: b"\"usage\"",
+    prompt_tokens: |data| USAGE_SHAPE.prompt_tokens(data),
+};
+
+/// Where [`USAGE`] reads.
+const USAGE_SHAPE: UsageShape = UsageShape {
+    field: "usage",
+    tokens: "prompt_tokens",
+    added: &[],
+    within: &[],
+    array: false,
+};
 
 /// What the fast path reads of a chat body: the fields the estimate
 /// reads, and the messages as text.
@@ -38,7 +51,7 @@ const SHALLOW: Spec = Spec {
     item_members: false,
 };
 
-impl WireApi for Chat {
+impl Endpoint for Chat {
     fn name(&self) -> &'static str {
         "chat"
     }
@@ -52,9 +65,17 @@ impl WireApi for Chat {
     fn claim(&self, path: &str) -> Option<Claim> {
         route::deployment(path, self.path()).or_else(|| route::endpoint(path, self.path()))
     }
+}
 
+impl Provider for Chat {
     fn provider(&self) -> &'static str {
         "openai"
+    }
+
+    /// `{"error":{"message","type","param","code"}}` (every API's by
+    /// default).
+    fn error_shape(&self) -> ErrorShape {
+        ErrorShape(error_envelope)
     }
 
     fn client_key_headers(&self) -> &'static [&'static str] {
@@ -104,66 +125,65 @@ impl WireApi for Chat {
         }
         Some(body)
     }
+}
 
+/// The messages are the engine's: decoded and filled as [`Codec`]'s
+/// defaults do.
+impl Codec for Chat {
     fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
         RawRequest::one_per_item(bytes, &SHALLOW, None)
-    }
-
-    fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {
-        codec::decode(bytes)
-    }
-
-    fn fill(
-        &self,
-        fields: &mut Map<String, Value>,
-        messages: &[Value],
-        _wire: Option<&Wire>,
-        items: Vec<Item>,
-    ) {
-        codec::fill(fields, messages, items);
     }
 
     fn compresses_answers(&self) -> bool {
         true
     }
+}
 
-    fn recall_tool(&self) -> Value {
-        recall::tool()
-    }
+/// OpenAI's error envelope for one of foldgate's own errors: its `type`
+/// in OpenAI's vocabulary, its `code` foldgate's label.
+pub fn error_envelope(error: &ApiError) -> Value {
+    let kind = match error {
+        ApiError::BadRequest { .. }
+        | ApiError::ContextLength(_)
+        | ApiError::NotFound(_)
+        | ApiError::NoState(_)
+        | ApiError::BodyTooLarge { .. }
+        | ApiError::ModelNotFound(_)
+        | ApiError::NoProvider { .. } => "invalid_request_error",
+        ApiError::Unauthorized(_) => "authentication_error",
+        _ => "server_error",
+    };
+    let param = match error {
+        ApiError::BadRequest { param, .. } => *param,
+        ApiError::ContextLength(_) => Some("messages"),
+        ApiError::ModelNotFound(_) => Some("model"),
+        _ => None,
+    };
+    json!({
+        "error": {
+            "message": error.to_string(),
+            "type": kind,
+            "param": param,
+            "code": error.code(),
+        }
+    })
+}
 
-    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool {
-        recall::offerable(fields)
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
 
-    fn remove_recall_tool(&self, fields: &mut Map<String, Value>) {
-        super::recall::remove_tool(fields, recall::name_of);
-    }
-
-    fn calls(&self, answer: &Value) -> Calls {
-        recall::calls(answer)
-    }
-
-    fn answer_messages(&self, answer: &Value, calls: &[Call]) -> Vec<Value> {
-        vec![recall::answer_message(answer, calls)]
-    }
-
-    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-        recall::results(calls, texts)
-    }
-
-    fn hide(&self, answer: &mut Value) {
-        recall::hide(answer);
-    }
-
-    fn stream_round(&self, last: bool, _later: bool, _carry: Carry) -> Box<dyn Round> {
-        Box::new(recall::Round::new(last))
-    }
-
-    fn bound_calls(&self, messages: &mut [Value]) {
-        recall::bound(messages);
-    }
-
-    fn error_event(&self, message: &str) -> Bytes {
-        stream::data_event(&json!({"error": {"message": message, "type": "server_error"}}))
+    #[tokio::test]
+    async fn openai_error_envelope() {
+        let error = ApiError::BodyTooLarge { limit: 10 };
+        let resp = error.into_response_as(Chat.error_shape());
+        assert_eq!(resp.status(), 413);
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["error"]["code"], "request_too_large");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert!(v["error"]["param"].is_null());
+        assert!(v["error"]["message"].as_str().unwrap().contains("10 bytes"));
     }
 }

@@ -26,6 +26,7 @@ pub mod context_error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gemini;
+pub mod ollama;
 pub mod recall;
 pub mod responses;
 pub mod route;
@@ -60,6 +61,7 @@ static APIS: &[Api] = &[
     &anthropic::Anthropic,
     &responses::Responses,
     &gemini::Gemini,
+    &ollama::Ollama,
 ];
 
 /// The API a request speaks, when foldgate folds it: a `POST` whose path

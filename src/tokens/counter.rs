@@ -277,7 +277,7 @@ impl TokenCounter {
             messages,
             overhead,
             output_reserve: self.output_reserve(request, &limits),
-            context_window: limits.context_window,
+            context_window: request_window(request).unwrap_or(limits.context_window),
         }
     }
 
@@ -489,4 +489,12 @@ fn definitions_hash(request: &Map<String, Value>) -> u128 {
     hash_values(
         ["tools", "functions", "response_format"].map(|k| request.get(k).unwrap_or(&Value::Null)),
     )
+}
+
+/// The window a request sets for itself ([`super::REQUEST_WINDOW`] among
+/// its estimate fields, put there by its API's decoder), when it sets a
+/// positive one.
+fn request_window(request: &Map<String, Value>) -> Option<u32> {
+    let window = request.get(super::REQUEST_WINDOW)?.as_u64()?;
+    u32::try_from(window).ok().filter(|&w| w > 0)
 }

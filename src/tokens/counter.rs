@@ -269,7 +269,10 @@ impl TokenCounter {
         let overhead = apply(u64::from(REPLY_PRIMING) + definitions, profile.scale);
         let raw = messages.iter().map(|&n| u64::from(n)).sum::<u64>() + u64::from(overhead);
         let factor = self.calibration_factor(model);
-        let limits = self.limits(model);
+        let mut limits = self.limits(model);
+        if let Some(window) = request_window(request) {
+            limits.context_window = window;
+        }
         Estimate {
             raw_input_tokens: saturate(raw),
             input_tokens: apply(raw, factor),
@@ -277,7 +280,7 @@ impl TokenCounter {
             messages,
             overhead,
             output_reserve: self.output_reserve(request, &limits),
-            context_window: request_window(request).unwrap_or(limits.context_window),
+            context_window: limits.context_window,
         }
     }
 

@@ -5,12 +5,12 @@
 //! the headroom left before it.
 
 use crate::api::codec::ReadBody;
-use crate::api::{Api, WireApi, anthropic::Anthropic, chat::Chat, gemini::Gemini};
+use crate::api::{Api, by_shape};
 use crate::config::Config;
 use crate::fold::trigger::{emergency_at, prefold_at, token_at};
 use crate::tokens::{Encoding, LimitSource, TokenCounter};
 use http::Method;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::fmt::Write as _;
 
 /// Why a request body could not be estimated.
@@ -105,8 +105,7 @@ pub fn report(config: &Config, given: &Given<'_>, body: &[u8]) -> Result<String,
         return Err(EstimateError::NoMessages(field, api.name()));
     }
     let has_model = request.get("model").and_then(Value::as_str).is_some();
-    // Gemini names the model in the path, the others in the body.
-    let model_in_path = api.name() == Gemini.name();
+    let model_in_path = api.model_in_path();
     if given.model.is_empty() && !has_model {
         match (model_in_path, path) {
             (false, _) => return Err(EstimateError::NoModel),
@@ -212,54 +211,6 @@ fn trigger_lines(
         )
     };
     out
-}
-
-/// The API a body is written for, judged by its shape when its route is
-/// not known: the one API whose conversation field (`input`, `contents`)
-/// the body has, when only one has it; between the two that share
-/// `messages`, Anthropic when the body has a top-level `system`, content
-/// blocks only Anthropic has (`tool_use`, `tool_result`, `thinking`, an
-/// image with a `source`), or `max_tokens` with `text` blocks and only
-/// user and assistant turns; chat completions otherwise.
-pub fn by_shape(body: &Map<String, Value>) -> Api {
-    let mut claim = crate::api::all()
-        .iter()
-        .filter(|api| body.contains_key(api.conversation_field()));
-    if let (Some(&only), None) = (claim.next(), claim.next()) {
-        return only;
-    }
-    let messages = match body.get("messages") {
-        Some(Value::Array(messages)) => messages.as_slice(),
-        _ => return &Chat,
-    };
-    if body.contains_key("system") {
-        return &Anthropic;
-    }
-    let kind = |b: &Value| b.get("type").and_then(Value::as_str).map(str::to_owned);
-    let blocks = || {
-        messages
-            .iter()
-            .filter_map(|m| m.get("content").and_then(Value::as_array))
-            .flatten()
-    };
-    let anthropic_only = blocks().any(|b| {
-        matches!(
-            kind(b).as_deref(),
-            Some("tool_use" | "tool_result" | "thinking" | "redacted_thinking")
-        ) || (kind(b).as_deref() == Some("image") && b.get("source").is_some())
-    });
-    let text_blocks = blocks().any(|b| kind(b).as_deref() == Some("text"));
-    let two_roles = messages.iter().all(|m| {
-        matches!(
-            m.get("role").and_then(Value::as_str),
-            Some("user" | "assistant")
-        ) && m.get("tool_calls").is_none()
-    });
-    if anthropic_only || (body.contains_key("max_tokens") && text_blocks && two_roles) {
-        &Anthropic
-    } else {
-        &Chat
-    }
 }
 
 /// The API named by `--api`, for clap.

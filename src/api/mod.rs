@@ -48,7 +48,7 @@ use recall::stream::Round;
 use route::Claim;
 use serde_json::{Map, Value};
 use std::sync::LazyLock;
-use summary::SummaryCall;
+use summary::{SummaryAnswer, SummaryCall};
 
 /// An API foldgate folds: one implementation of [`WireApi`], for the life
 /// of the process.
@@ -65,7 +65,7 @@ static APIS: &[Api] = &[
 ];
 
 /// The API a request speaks, when foldgate folds it: a `POST` whose path
-/// has the shape of an API's endpoint ([`WireApi::claim`]).
+/// has the shape of an API's endpoint ([`Endpoint::claim`]).
 pub fn of(method: &Method, path: &str) -> Option<Api> {
     claim(method, path).map(|(api, _)| api)
 }
@@ -107,7 +107,7 @@ pub fn route(method: &Method, uri: &Uri) -> Option<Route> {
 /// A request to one of an API's other endpoints, which foldgate does not
 /// fold (Gemini's `:countTokens`, Anthropic's `/messages/count_tokens`):
 /// forwarded untouched, but only to a provider of that API, with the
-/// route's tail ([`WireApi::owns`]).
+/// route's tail ([`Endpoint::owns`]).
 pub fn sibling(uri: &Uri) -> Option<Route> {
     let path = uri.path();
     let (api, claim) = APIS
@@ -130,7 +130,33 @@ fn tail_of(uri: &Uri, start: usize) -> Option<PathAndQuery> {
     PathAndQuery::try_from(tail).ok()
 }
 
-/// Every API's name ([`WireApi::name`]), in registry order.
+/// How well a body fits an API's shape ([`Codec::fit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fit {
+    /// Not its shape.
+    No,
+    /// It has the API's conversation field (which other APIs may share).
+    Field,
+    /// Something only this API writes.
+    Only,
+}
+
+/// The API a body is written for, judged by its shape when its route is
+/// not known: the best [`Codec::fit`], the first in registry order on a
+/// tie (chat completions when nothing fits).
+pub fn by_shape(body: &Map<String, Value>) -> Api {
+    let mut best = APIS[0];
+    let mut best_fit = best.fit(body);
+    for &api in &APIS[1..] {
+        let fit = api.fit(body);
+        if fit > best_fit {
+            (best, best_fit) = (api, fit);
+        }
+    }
+    best
+}
+
+/// Every API's name ([`Endpoint::name`]), in registry order.
 pub fn names() -> impl Iterator<Item = &'static str> {
     APIS.iter().map(|api| api.name())
 }
@@ -140,7 +166,7 @@ pub fn all() -> &'static [Api] {
     APIS
 }
 
-/// The API of this name ([`WireApi::name`]).
+/// The API of this name ([`Endpoint::name`]).
 pub fn named(name: &str) -> Option<Api> {
     APIS.iter().copied().find(|api| api.name() == name)
 }
@@ -187,10 +213,23 @@ pub fn error_shape(method: &Method, path: &str) -> ErrorShape {
     of(method, path).map_or(ErrorShape::OPENAI, |api| api.error_shape())
 }
 
-/// One wire format, as the pipeline uses it. The fold engine works on
-/// chat-completions messages (one per unit a cut may not split); an API
-/// maps its body to them and a view of them back.
-pub trait WireApi: Send + Sync + 'static {
+/// One wire format, as the pipeline uses it: its [`Endpoint`], its
+/// [`Provider`] side, its [`Codec`] and its [`Recall`] round. The fold
+/// engine works on chat-completions messages (one per unit a cut may not
+/// split); an API maps its body to them and a view of them back.
+///
+/// Every type with the four parts is a `WireApi`. The parts' defaults are
+/// chat completions' (OpenAI's key header, error envelope and usage,
+/// messages that are the engine's), so an API's folder writes only what
+/// differs: [`Endpoint::name`] and [`Endpoint::path`], the recall round's
+/// shapes ([`Recall`]'s required methods), and whatever else its wire
+/// does its own way.
+pub trait WireApi: Endpoint + Provider + Codec + Recall {}
+
+impl<T: Endpoint + Provider + Codec + Recall> WireApi for T {}
+
+/// Which requests an API serves.
+pub trait Endpoint: Send + Sync + 'static {
     /// A short label for logs, metrics and the admin API.
     fn name(&self) -> &'static str;
 
@@ -205,14 +244,28 @@ pub trait WireApi: Send + Sync + 'static {
         route::endpoint(path, self.path())
     }
 
-    /// The `api` setting of the providers its requests go to: never to a
-    /// provider of another API, whose host would get the client's key.
-    fn provider(&self) -> &'static str;
-
     /// Whether `path` is another of its endpoints (any method), which is
     /// not folded but goes only to its providers ([`sibling`]).
     fn owns(&self, _path: &str) -> Option<Claim> {
         None
+    }
+
+    /// Whether its requests name their model in the path, not the body
+    /// (the route's [`Route::model`] is then the request's model).
+    fn model_in_path(&self) -> bool {
+        false
+    }
+}
+
+/// What an API means to the providers that speak it, and to foldgate's
+/// own calls and errors: keys, errors, usage, the summarizer's call.
+/// The defaults are OpenAI's.
+pub trait Provider: Endpoint {
+    /// The `api` setting of the providers its requests go to: never to a
+    /// provider of another API, whose host would get the client's key. By
+    /// default its [name](Endpoint::name).
+    fn provider(&self) -> &'static str {
+        self.name()
     }
 
     /// The shape of foldgate's own errors on this API's route.
@@ -226,8 +279,6 @@ pub trait WireApi: Send + Sync + 'static {
         context_error::detect(body)
     }
 
-    // --- Provider and summarizer ---
-
     /// The header a provider speaking this API reads its `key` from, and
     /// the header's value.
     fn key_header(&self, key: &str) -> (HeaderName, String) {
@@ -239,6 +290,12 @@ pub trait WireApi: Send + Sync + 'static {
     /// calls then read it as if it came in [`Self::key_header`].
     fn query_key<'q>(&self, _query: &'q str) -> Option<&'q str> {
         None
+    }
+
+    /// Headers other than [`Self::key_header`] its clients send their key
+    /// in (Azure OpenAI's `api-key`): a credential like the others.
+    fn client_key_headers(&self) -> &'static [&'static str] {
+        &[]
     }
 
     /// The body of a summarizer call to a provider that speaks this API
@@ -262,20 +319,11 @@ pub trait WireApi: Send + Sync + 'static {
         self.path().to_string()
     }
 
-    /// Headers other than [`Self::key_header`] its clients send their key
-    /// in (Azure OpenAI's `api-key`): a credential like the others.
-    fn client_key_headers(&self) -> &'static [&'static str] {
-        &[]
+    /// What a successful answer to a summarizer call says: by default a
+    /// chat completion's first choice.
+    fn summary_answer(&self, answer: &Value) -> SummaryAnswer {
+        SummaryAnswer::of_completion(answer)
     }
-
-    /// A successful answer to a summarizer call, in the shape the
-    /// summarizer reads (chat completions' or Anthropic's): as it came,
-    /// unless the API answers in another.
-    fn summary_answer(&self, answer: Value) -> Value {
-        answer
-    }
-
-    // --- Usage ---
 
     /// How an answer on this API reports its prompt tokens (read as it
     /// streams by, for calibration).
@@ -288,8 +336,28 @@ pub trait WireApi: Send + Sync + 'static {
     fn usage_field(&self) -> &'static str {
         "usage"
     }
+}
 
-    // --- Codec ---
+/// How an API's body becomes the fold engine's messages and a view goes
+/// back into it. The defaults are chat completions': the messages are the
+/// engine's.
+pub trait Codec: Endpoint {
+    /// The request field holding the conversation.
+    fn conversation_field(&self) -> &'static str {
+        "messages"
+    }
+
+    /// How well a body whose route is not known (`foldgate estimate`
+    /// without a path) fits this API's shape: by default [`Fit::Field`]
+    /// when it has the [conversation field](Self::conversation_field).
+    /// The best fit wins, the first in the registry on a tie.
+    fn fit(&self, body: &Map<String, Value>) -> Fit {
+        if body.contains_key(self.conversation_field()) {
+            Fit::Field
+        } else {
+            Fit::No
+        }
+    }
 
     /// The body read shallowly, when the API has a reader for the fast
     /// path and the body is plain (`None`: the body is decoded, and the
@@ -320,8 +388,11 @@ pub trait WireApi: Send + Sync + 'static {
         self.unit_message(unit)
     }
 
-    /// Reads a body for the fold engine; `Err` is the client's 400.
-    fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError>;
+    /// Reads a body for the fold engine; `Err` is the client's 400. By
+    /// default a chat body's messages ([`chat::codec::decode`]).
+    fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {
+        chat::codec::decode(bytes)
+    }
 
     /// Reads a body sent to `path` for the fold engine: [`Self::decode`],
     /// for an API whose body says everything (one that names the model in
@@ -332,14 +403,32 @@ pub trait WireApi: Send + Sync + 'static {
 
     /// Fills `fields` with the view: `items` laid out by the fold engine
     /// over `messages` (the engine's); `wire` is what the decode kept of
-    /// the original items.
+    /// the original items, when it kept them ([`Self::fill_wire`]).
     fn fill(
         &self,
         fields: &mut Map<String, Value>,
         messages: &[Value],
         wire: Option<&Wire>,
         items: Vec<Item>,
-    );
+    ) {
+        match wire {
+            Some(wire) => self.fill_wire(fields, messages, wire, items),
+            None => chat::codec::fill(fields, messages, items),
+        }
+    }
+
+    /// [`Self::fill`] with the wire items the decode kept: the view laid
+    /// out over them. By default the engine's messages (an API whose
+    /// decode keeps no wire never comes here).
+    fn fill_wire(
+        &self,
+        fields: &mut Map<String, Value>,
+        messages: &[Value],
+        _wire: &Wire,
+        items: Vec<Item>,
+    ) {
+        chat::codec::fill(fields, messages, items);
+    }
 
     /// Where the summary goes, given the configured placement.
     fn placement(&self, configured: Placement) -> Placement {
@@ -351,23 +440,38 @@ pub trait WireApi: Send + Sync + 'static {
     fn compresses_answers(&self) -> bool {
         false
     }
+}
 
-    // --- Recall round ---
-
-    /// The request field holding the conversation.
-    fn conversation_field(&self) -> &'static str {
-        "messages"
-    }
-
+/// The recall round in an API's shape: the tool, the calls of an answer,
+/// the results, hiding the calls from the client, a streamed round.
+pub trait Recall: Codec {
     /// The recall tool, in this API's shape.
     fn recall_tool(&self) -> Value;
 
-    /// Whether a request may get the recall tool: the model free to pick
-    /// its tools, and no tool of that name already.
-    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool;
+    /// The name of one of a request's `tools` (`None`: none, or not one
+    /// foldgate could have added).
+    fn tool_name<'t>(&self, tool: &'t Value) -> Option<&'t str>;
+
+    /// Whether the request lets the model pick its tools freely and asks
+    /// for one answer: by default `tool_choice` unset or `"auto"`.
+    fn free_to_call(&self, fields: &Map<String, Value>) -> bool {
+        match fields.get("tool_choice") {
+            None | Some(Value::Null) => true,
+            Some(choice) => choice.as_str() == Some("auto"),
+        }
+    }
+
+    /// Whether a request may get the recall tool: the model
+    /// [free to pick](Self::free_to_call) its tools, and no tool of that
+    /// name already.
+    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool {
+        self.free_to_call(fields) && !recall::has_tool(fields, |t| self.tool_name(t))
+    }
 
     /// Takes the recall tool out of the request's `tools`.
-    fn remove_recall_tool(&self, fields: &mut Map<String, Value>);
+    fn remove_recall_tool(&self, fields: &mut Map<String, Value>) {
+        recall::remove_tool(fields, |t| self.tool_name(t));
+    }
 
     /// Whether the tool must stay defined after the last round (the
     /// history then holds calls of it).
@@ -397,8 +501,13 @@ pub trait WireApi: Send + Sync + 'static {
     /// bounded query ([`recall::input::bounded`]).
     fn bound_calls(&self, messages: &mut [Value]);
 
-    /// The event that ends a stream foldgate cannot finish.
-    fn error_event(&self, message: &str) -> Bytes;
+    /// The event that ends a stream foldgate cannot finish: by default an
+    /// SSE `data:` event with OpenAI's error object.
+    fn error_event(&self, message: &str) -> Bytes {
+        recall::stream::data_event(
+            &serde_json::json!({"error": {"message": message, "type": "server_error"}}),
+        )
+    }
 
     /// Places recalled excerpts (`block`) right before the last user turn
     /// of the conversation's `items`.

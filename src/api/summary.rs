@@ -1,6 +1,7 @@
 //! The summarizer's call, as an API carries it: what the summarizer asks
 //! ([`SummaryCall`]), for the API of the provider it calls to shape
-//! ([`crate::api::WireApi::summary_body`]).
+//! ([`crate::api::Provider::summary_body`]), and what its answer says
+//! ([`SummaryAnswer`], read by [`crate::api::Provider::summary_answer`]).
 
 use serde_json::Value;
 
@@ -42,4 +43,37 @@ pub struct SummaryCall<'a> {
     pub max_tokens: u32,
     /// Whether the limit goes in `max_completion_tokens` (else `max_tokens`).
     pub completion_param: bool,
+}
+
+/// What a successful answer to a summarizer call says, read by the API
+/// of the provider that answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SummaryAnswer {
+    /// The answer's text (`None`: it has none).
+    pub text: Option<String>,
+    /// Prompt plus completion tokens (0 when not reported).
+    pub tokens: u64,
+    /// Whether the output was cut off at the token limit.
+    pub cut_off: bool,
+}
+
+impl SummaryAnswer {
+    /// A chat completion's first choice: its message's `content`,
+    /// `usage.total_tokens`, a `length` finish.
+    pub fn of_completion(answer: &Value) -> Self {
+        Self {
+            text: answer
+                .pointer("/choices/0/message/content")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            tokens: answer
+                .pointer("/usage/total_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            cut_off: answer
+                .pointer("/choices/0/finish_reason")
+                .and_then(Value::as_str)
+                == Some("length"),
+        }
+    }
 }

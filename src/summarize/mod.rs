@@ -439,7 +439,7 @@ struct Job<'a> {
     output_tokens: u32,
 }
 
-/// What a chat completion answered.
+/// What a summarizer call answered.
 struct Answer {
     text: String,
     /// Prompt plus completion tokens.
@@ -466,29 +466,19 @@ fn classify(answer: &Answer) -> Attempt {
     }
 }
 
-/// The assistant text, token usage and finish reason of a chat completion
-/// or an Anthropic message.
+/// The text, token usage and whether the output was cut off, as the API
+/// of the provider that answered reads its answer
+/// ([`crate::api::Provider::summary_answer`]).
 fn read_completion(api: crate::api::Api, bytes: &[u8]) -> Result<Answer, CallError> {
     let v: Value = serde_json::from_slice(bytes).map_err(CallError::NotJson)?;
-    let v = api.summary_answer(v);
-    let number = |path: &str| v.pointer(path).and_then(Value::as_u64);
-    let text = v
-        .pointer("/choices/0/message/content")
-        .or_else(|| v.pointer("/content/0/text"))
-        .and_then(Value::as_str)
+    let answer = api.summary_answer(&v);
+    let text = answer
+        .text
         .ok_or_else(|| CallError::NoContent(snippet(bytes)))?;
-    let tokens = number("/usage/total_tokens")
-        .or_else(|| Some(number("/usage/input_tokens")? + number("/usage/output_tokens")?))
-        .unwrap_or(0);
-    let finish = v
-        .pointer("/choices/0/finish_reason")
-        .or_else(|| v.get("stop_reason"))
-        .and_then(Value::as_str);
-    let cut_off = matches!(finish, Some("length" | "max_tokens"));
     Ok(Answer {
-        text: text.to_string(),
-        tokens,
-        cut_off,
+        text,
+        tokens: answer.tokens,
+        cut_off: answer.cut_off,
     })
 }
 

@@ -11,6 +11,7 @@
 //!   caching and fewer than 4 breakpoints remain. Other blocks
 //!   (`cache_control` markers, `thinking`) pass through untouched.
 
+use crate::api::Fit;
 use crate::api::codec::{
     Decoded, RawRequest, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call,
 };
@@ -38,6 +39,47 @@ pub const SHALLOW: Spec = Spec {
 /// Reads a Messages body shallowly, for the fast path.
 pub fn shallow(bytes: &[u8]) -> Option<RawRequest<'_>> {
     RawRequest::one_per_item(bytes, &SHALLOW, Some(("input_schema", "max_tokens")))
+}
+
+/// How well a body fits Messages' shape ([`crate::api::Codec::fit`]): a
+/// top-level `system`, content blocks only Anthropic has (`tool_use`,
+/// `tool_result`, `thinking`, an image with a `source`), or `max_tokens`
+/// with `text` blocks and only user and assistant turns are
+/// [`Fit::Only`]; `messages` alone is chat completions' as much.
+pub fn fit(body: &Map<String, Value>) -> Fit {
+    let messages = match body.get("messages") {
+        Some(Value::Array(messages)) => messages.as_slice(),
+        Some(_) => return Fit::Field,
+        None => return Fit::No,
+    };
+    if body.contains_key("system") {
+        return Fit::Only;
+    }
+    let kind = |b: &Value| b.get("type").and_then(Value::as_str).map(str::to_owned);
+    let blocks = || {
+        messages
+            .iter()
+            .filter_map(|m| m.get("content").and_then(Value::as_array))
+            .flatten()
+    };
+    let anthropic_only = blocks().any(|b| {
+        matches!(
+            kind(b).as_deref(),
+            Some("tool_use" | "tool_result" | "thinking" | "redacted_thinking")
+        ) || (kind(b).as_deref() == Some("image") && b.get("source").is_some())
+    });
+    let text_blocks = blocks().any(|b| kind(b).as_deref() == Some("text"));
+    let two_roles = messages.iter().all(|m| {
+        matches!(
+            m.get("role").and_then(Value::as_str),
+            Some("user" | "assistant")
+        ) && m.get("tool_calls").is_none()
+    });
+    if anthropic_only || (body.contains_key("max_tokens") && text_blocks && two_roles) {
+        Fit::Only
+    } else {
+        Fit::Field
+    }
 }
 
 /// Reads a Messages body.

@@ -8,23 +8,20 @@ pub mod recall;
 
 pub use codec::CONTINUE_TEXT;
 
-use super::WireApi;
 use super::codec::{Decoded, RawRequest, Wire, object};
-use super::recall::calls::{Call, Calls, Carry};
-use super::recall::stream::{self, Round};
 use super::route::{self, Claim};
-use super::summary::SummaryCall;
+use super::summary::{SummaryAnswer, SummaryCall};
+use super::{Codec, Endpoint, Fit, Provider};
 use crate::config::Placement;
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
-use bytes::Bytes;
 use http::HeaderName;
 use serde_json::{Map, Value, json};
 
 /// Anthropic Messages.
 pub struct Anthropic;
 
-impl WireApi for Anthropic {
+impl Endpoint for Anthropic {
     fn name(&self) -> &'static str {
         "anthropic"
     }
@@ -49,14 +46,12 @@ impl WireApi for Anthropic {
             model: None,
         })
     }
+}
 
+impl Provider for Anthropic {
     /// `{"type":"error","error":{"type","message"}}`.
     fn error_shape(&self) -> ErrorShape {
         ErrorShape(error_envelope)
-    }
-
-    fn provider(&self) -> &'static str {
-        "anthropic"
     }
 
     /// `x-api-key: KEY`.
@@ -75,6 +70,29 @@ impl WireApi for Anthropic {
         }))
     }
 
+    /// The first content block's text, `input_tokens` plus
+    /// `output_tokens`, a `max_tokens` stop.
+    fn summary_answer(&self, answer: &Value) -> SummaryAnswer {
+        let number = |path: &str| answer.pointer(path).and_then(Value::as_u64);
+        SummaryAnswer {
+            text: answer
+                .pointer("/content/0/text")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            tokens: number("/usage/input_tokens")
+                .zip(number("/usage/output_tokens"))
+                .map_or(0, |(i, o)| i + o),
+            cut_off: answer.get("stop_reason").and_then(Value::as_str) == Some("max_tokens"),
+        }
+    }
+}
+
+impl Codec for Anthropic {
+    /// A top-level `system`, or content blocks only Anthropic writes.
+    fn fit(&self, body: &Map<String, Value>) -> Fit {
+        codec::fit(body)
+    }
+
     fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
         codec::shallow(bytes)
     }
@@ -91,74 +109,19 @@ impl WireApi for Anthropic {
         codec::decode(object(bytes)?)
     }
 
-    fn fill(
+    fn fill_wire(
         &self,
         fields: &mut Map<String, Value>,
-        messages: &[Value],
-        wire: Option<&Wire>,
+        _messages: &[Value],
+        wire: &Wire,
         items: Vec<Item>,
     ) {
-        match wire {
-            Some(wire) => codec::encode(fields, wire, items),
-            None => super::chat::codec::fill(fields, messages, items),
-        }
+        codec::encode(fields, wire, items);
     }
 
     /// The summary can only go in `system`.
     fn placement(&self, _configured: Placement) -> Placement {
         Placement::System
-    }
-
-    fn recall_tool(&self) -> Value {
-        recall::tool()
-    }
-
-    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool {
-        recall::offerable(fields)
-    }
-
-    fn remove_recall_tool(&self, fields: &mut Map<String, Value>) {
-        super::recall::remove_tool(fields, recall::name_of);
-    }
-
-    /// Anthropic wants the tool defined while the history has a `tool_use`.
-    fn keeps_recall_tool(&self) -> bool {
-        true
-    }
-
-    fn calls(&self, answer: &Value) -> Calls {
-        recall::calls(answer)
-    }
-
-    fn answer_messages(&self, answer: &Value, _calls: &[Call]) -> Vec<Value> {
-        vec![recall::answer_message(answer)]
-    }
-
-    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-        recall::results(calls, texts)
-    }
-
-    fn hide(&self, answer: &mut Value) {
-        recall::hide(answer);
-    }
-
-    fn stream_round(&self, last: bool, later: bool, carry: Carry) -> Box<dyn Round> {
-        Box::new(recall::Round::new(last, later, carry.shown))
-    }
-
-    fn bound_calls(&self, messages: &mut [Value]) {
-        recall::bound(messages);
-    }
-
-    fn error_event(&self, message: &str) -> Bytes {
-        stream::named_event(
-            "error",
-            &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
-        )
-    }
-
-    fn place_recalled(&self, items: &mut Vec<Value>, block: &str) {
-        recall::place_recalled(items, block);
     }
 }
 

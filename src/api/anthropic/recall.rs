@@ -7,56 +7,142 @@
 //! numbered after the blocks already shown, and the last `message_delta`
 //! carrying the usage of every round, summed.
 
+use super::Anthropic;
+use crate::api::Recall;
 use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, summed};
 use crate::api::recall::input::bounded;
-use crate::api::recall::stream::{self, RoundState};
+use crate::api::recall::stream::{self, RoundState, Stream};
 use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The tool foldgate adds to a request.
-pub fn tool() -> Value {
-    json!({
-        "name": RECALL_TOOL,
-        "description": crate::api::recall::DESCRIPTION,
-        "input_schema": crate::api::recall::parameters(),
-    })
-}
+impl Recall for Anthropic {
+    /// The tool foldgate adds to a request.
+    fn recall_tool(&self) -> Value {
+        json!({
+            "name": RECALL_TOOL,
+            "description": crate::api::recall::DESCRIPTION,
+            "input_schema": crate::api::recall::parameters(),
+        })
+    }
 
-/// Whether a request may get the tool: the model free to pick its tools
-/// (`tool_choice` unset or `auto`), and no tool of that name.
-pub fn offerable(fields: &Map<String, Value>) -> bool {
-    let free = match fields.get("tool_choice") {
-        None | Some(Value::Null) => true,
-        Some(choice) => choice.get("type").and_then(Value::as_str) == Some("auto"),
-    };
-    free && !crate::api::recall::has_tool(fields, name_of)
+    fn tool_name<'t>(&self, tool: &'t Value) -> Option<&'t str> {
+        name_of(tool)
+    }
+
+    /// `tool_choice` unset or `{"type": "auto"}`.
+    fn free_to_call(&self, fields: &Map<String, Value>) -> bool {
+        match fields.get("tool_choice") {
+            None | Some(Value::Null) => true,
+            Some(choice) => choice.get("type").and_then(Value::as_str) == Some("auto"),
+        }
+    }
+
+    /// Anthropic wants the tool defined while the history has a `tool_use`.
+    fn keeps_recall_tool(&self) -> bool {
+        true
+    }
+
+    /// Its `tool_use` blocks, by block index.
+    fn calls(&self, answer: &Value) -> Calls {
+        let mut calls = Calls::default();
+        for (i, block) in blocks(answer).iter().enumerate() {
+            if block.get("type").and_then(Value::as_str) == Some("tool_use") {
+                let i = i as u64;
+                calls.id(
+                    i,
+                    block.get("id").and_then(Value::as_str).unwrap_or_default(),
+                );
+                calls.name(i, name_of(block).unwrap_or_default());
+                calls.arguments(
+                    i,
+                    &block.get("input").map(Value::to_string).unwrap_or_default(),
+                );
+            }
+        }
+        calls
+    }
+
+    /// The assistant message of the answer, as foldgate appends it: its
+    /// content blocks as they came (thinking blocks keep their signatures).
+    fn answer_messages(&self, answer: &Value, _calls: &[Call]) -> Vec<Value> {
+        vec![json!({"role": "assistant", "content": blocks(answer)})]
+    }
+
+    /// One user message of `tool_result`s.
+    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
+        let blocks: Vec<Value> = calls
+            .iter()
+            .zip(texts)
+            .map(|(c, text)| json!({"type": "tool_result", "tool_use_id": c.id, "content": text}))
+            .collect();
+        vec![json!({"role": "user", "content": blocks})]
+    }
+
+    /// Recall `tool_use` blocks removed; with no `tool_use` left, a
+    /// `tool_use` stop becomes `end_turn`.
+    fn hide(&self, answer: &mut Value) {
+        let Some(Value::Array(blocks)) = answer.get_mut("content") else {
+            return;
+        };
+        blocks.retain(|b| !is_recall_block(b));
+        let any_call = blocks
+            .iter()
+            .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"));
+        if !any_call {
+            stream::replace_str(answer, "/stop_reason", "tool_use", "end_turn");
+        }
+    }
+
+    fn stream_round(&self, last: bool, later: bool, carry: Carry) -> Box<dyn stream::Round> {
+        Box::new(Round::new(last, later, carry.shown))
+    }
+
+    fn bound_calls(&self, messages: &mut [Value]) {
+        for message in messages.iter_mut() {
+            if let Some(Value::Array(blocks)) = message.get_mut("content") {
+                for block in blocks.iter_mut().filter(|b| is_recall_block(b)) {
+                    let input = block.get("input").map(Value::to_string);
+                    block["input"] = bounded(&input.unwrap_or_default());
+                }
+            }
+        }
+    }
+
+    fn error_event(&self, message: &str) -> Bytes {
+        stream::named_event(
+            "error",
+            &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+        )
+    }
+
+    /// As the first text block of the last user message: roles must
+    /// alternate, and a user message that carries tool results is not the
+    /// user's.
+    fn place_recalled(&self, items: &mut Vec<Value>, block: &str) {
+        let Some(at) = items.iter().rposition(is_user_turn) else {
+            return;
+        };
+        let Some(message) = items.get_mut(at).and_then(Value::as_object_mut) else {
+            return;
+        };
+        let first = json!({"type": "text", "text": block});
+        let content = match message.remove("content") {
+            Some(Value::String(s)) => vec![first, json!({"type": "text", "text": s})],
+            Some(Value::Array(mut blocks)) => {
+                blocks.insert(0, first);
+                blocks
+            }
+            _ => vec![first],
+        };
+        message.insert("content".into(), Value::Array(content));
+    }
 }
 
 /// A tool's name.
-pub fn name_of(tool: &Value) -> Option<&str> {
+fn name_of(tool: &Value) -> Option<&str> {
     tool.get("name").and_then(Value::as_str)
-}
-
-/// The calls of a whole answer: its `tool_use` blocks, by block index.
-pub fn calls(answer: &Value) -> Calls {
-    let mut calls = Calls::default();
-    for (i, block) in blocks(answer).iter().enumerate() {
-        if block.get("type").and_then(Value::as_str) == Some("tool_use") {
-            let i = i as u64;
-            calls.id(
-                i,
-                block.get("id").and_then(Value::as_str).unwrap_or_default(),
-            );
-            calls.name(i, name_of(block).unwrap_or_default());
-            calls.arguments(
-                i,
-                &block.get("input").map(Value::to_string).unwrap_or_default(),
-            );
-        }
-    }
-    calls
 }
 
 fn blocks(answer: &Value) -> &[Value] {
@@ -66,45 +152,13 @@ fn blocks(answer: &Value) -> &[Value] {
         .map_or(&[], Vec::as_slice)
 }
 
-/// The assistant message of a whole answer, as foldgate appends it: its
-/// content blocks as they came (thinking blocks keep their signatures).
-pub fn answer_message(answer: &Value) -> Value {
-    json!({"role": "assistant", "content": blocks(answer)})
-}
-
-/// The message answering `calls`: one user message of `tool_result`s.
-pub fn results(calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-    let blocks: Vec<Value> = calls
-        .iter()
-        .zip(texts)
-        .map(|(c, text)| json!({"type": "tool_result", "tool_use_id": c.id, "content": text}))
-        .collect();
-    vec![json!({"role": "user", "content": blocks})]
-}
-
 fn is_recall_block(block: &Value) -> bool {
     block.get("type").and_then(Value::as_str) == Some("tool_use")
         && name_of(block) == Some(RECALL_TOOL)
 }
 
-/// Removes recall `tool_use` blocks from a whole answer; with no
-/// `tool_use` left, a `tool_use` stop becomes `end_turn`.
-pub fn hide(answer: &mut Value) {
-    let Some(Value::Array(blocks)) = answer.get_mut("content") else {
-        return;
-    };
-    blocks.retain(|b| !is_recall_block(b));
-    let any_call = blocks
-        .iter()
-        .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"));
-    if !any_call {
-        stream::replace_str(answer, "/stop_reason", "tool_use", "end_turn");
-    }
-}
-
 /// One streamed round of Messages events.
 pub struct Round {
-    state: RoundState,
     /// A later round: its `message_start` is not the client's.
     later: bool,
     /// Content blocks the client was shown in earlier rounds.
@@ -122,16 +176,16 @@ pub struct Round {
 impl Round {
     /// A round; `later` when it is not the first, `offset` the blocks
     /// shown in the rounds before.
-    pub fn new(last: bool, later: bool, offset: u64) -> Self {
-        Self {
-            state: RoundState::new(last, Gap::default()),
+    pub fn new(last: bool, later: bool, offset: u64) -> Stream<Self> {
+        let round = Self {
             later,
             offset,
             blocks: BTreeMap::new(),
             inputs: BTreeMap::new(),
             usage: Value::Null,
             shown: BTreeSet::new(),
-        }
+        };
+        Stream::new(RoundState::new(last, Gap::default()), round)
     }
 }
 
@@ -188,9 +242,9 @@ fn apply(block: &mut Value, delta: &Value) {
     }
 }
 
-impl stream::Round for Round {
+impl stream::Reader for Round {
     /// Gathers the event's blocks, calls and usage.
-    fn read(&mut self, event: &Value) {
+    fn read(&mut self, state: &mut RoundState, event: &Value) {
         let index = event.get("index").and_then(Value::as_u64);
         match (kind(event), index) {
             ("message_start", _) => update(&mut self.usage, event.pointer("/message/usage")),
@@ -198,13 +252,11 @@ impl stream::Round for Round {
             ("content_block_start", Some(i)) => {
                 let block = event.get("content_block").cloned().unwrap_or_default();
                 if block.get("type").and_then(Value::as_str) == Some("tool_use") {
-                    self.state.calls.id(
+                    state.calls.id(
                         i,
                         block.get("id").and_then(Value::as_str).unwrap_or_default(),
                     );
-                    self.state
-                        .calls
-                        .name(i, name_of(&block).unwrap_or_default());
+                    state.calls.name(i, name_of(&block).unwrap_or_default());
                 }
                 self.blocks.insert(i, block);
             }
@@ -212,7 +264,7 @@ impl stream::Round for Round {
                 let delta = event.get("delta").unwrap_or(&Value::Null);
                 if let Some(json) = delta.get("partial_json").and_then(Value::as_str) {
                     self.inputs.entry(i).or_default().push_str(json);
-                    self.state.calls.arguments(i, json);
+                    state.calls.arguments(i, json);
                 }
                 if let Some(block) = self.blocks.get_mut(&i) {
                     apply(block, delta);
@@ -235,6 +287,7 @@ impl stream::Round for Round {
     /// last `message_delta`.
     fn outgoing(
         &mut self,
+        state: &mut RoundState,
         raw: Bytes,
         event: Option<Value>,
         recall: &[u64],
@@ -249,16 +302,16 @@ impl stream::Round for Round {
         }
         let mut changed = false;
         let index = event.get("index").and_then(Value::as_u64);
-        let hidden = if self.state.hold.mixed { recall } else { &[] };
+        let hidden = if state.hold.mixed { recall } else { &[] };
         changed |= stream::renumber(&mut event, "index", self.offset, hidden)?;
         if let Some(i) = index.filter(|_| kind == "content_block_start") {
             self.shown.insert(i);
         }
         for text in ["/content_block/text", "/delta/text"] {
-            changed |= stream::separate(&mut event, text, &mut self.state.gap);
+            changed |= stream::separate(&mut event, text, &mut state.gap);
         }
         if kind == "message_delta" {
-            if self.state.hold.mixed && !self.state.calls.any_client() {
+            if state.hold.mixed && !state.calls.any_client() {
                 changed |=
                     stream::replace_str(&mut event, "/delta/stop_reason", "tool_use", "end_turn");
             }
@@ -274,22 +327,11 @@ impl stream::Round for Round {
         })
     }
 
-    fn state(&self) -> &RoundState {
-        &self.state
-    }
-
-    fn state_mut(&mut self) -> &mut RoundState {
-        &mut self.state
-    }
-
-    fn end(self: Box<Self>) -> Option<RecallTurn> {
-        if !self.state.hold.holding() {
-            return None;
-        }
+    fn end(self, state: RoundState) -> Option<RecallTurn> {
         let content: Vec<Value> = self.blocks.into_values().collect();
         Some(RecallTurn {
             messages: vec![json!({"role": "assistant", "content": content})],
-            calls: self.state.calls.recalls(),
+            calls: state.calls.recalls(),
             usage: Some(self.usage),
             carry: Carry {
                 shown: self.offset + self.shown.len() as u64,
@@ -297,45 +339,6 @@ impl stream::Round for Round {
             },
         })
     }
-}
-
-/// Rewrites the recall calls of a round's messages to carry their bounded
-/// query.
-pub fn bound(messages: &mut [Value]) {
-    for message in messages.iter_mut() {
-        if let Some(Value::Array(blocks)) = message.get_mut("content") {
-            let calls = blocks.iter_mut().filter(|b| {
-                b.get("type").and_then(Value::as_str) == Some("tool_use")
-                    && b.get("name").and_then(Value::as_str) == Some(RECALL_TOOL)
-            });
-            for block in calls {
-                let input = block.get("input").map(Value::to_string);
-                block["input"] = bounded(&input.unwrap_or_default());
-            }
-        }
-    }
-}
-
-/// Places recalled excerpts as the first text block of the last user
-/// message: roles must alternate, and a user message that carries tool
-/// results is not the user's.
-pub fn place_recalled(items: &mut [Value], block: &str) {
-    let Some(at) = items.iter().rposition(is_user_turn) else {
-        return;
-    };
-    let Some(message) = items.get_mut(at).and_then(Value::as_object_mut) else {
-        return;
-    };
-    let first = json!({"type": "text", "text": block});
-    let content = match message.remove("content") {
-        Some(Value::String(s)) => vec![first, json!({"type": "text", "text": s})],
-        Some(Value::Array(mut blocks)) => {
-            blocks.insert(0, first);
-            blocks
-        }
-        _ => vec![first],
-    };
-    message.insert("content".into(), Value::Array(content));
 }
 
 /// Whether a message is a user's turn: role `user`, no `tool_result` in it.
@@ -356,6 +359,22 @@ fn is_user_turn(message: &Value) -> bool {
 mod tests {
     use super::*;
     use crate::api::recall::stream::Round as _;
+
+    fn tool() -> Value {
+        Anthropic.recall_tool()
+    }
+
+    fn offerable(fields: &Map<String, Value>) -> bool {
+        Anthropic.recall_offerable(fields)
+    }
+
+    fn calls(answer: &Value) -> Calls {
+        Anthropic.calls(answer)
+    }
+
+    fn hide(answer: &mut Value) {
+        Anthropic.hide(answer);
+    }
 
     fn ev(v: Value) -> Bytes {
         let name = kind(&v).to_string();
@@ -400,7 +419,7 @@ mod tests {
         ]
     }
 
-    fn feed(round: &mut Round, events: Vec<Bytes>, prior: &Value) -> Vec<Value> {
+    fn feed(round: &mut Stream<Round>, events: Vec<Bytes>, prior: &Value) -> Vec<Value> {
         events
             .into_iter()
             .flat_map(|e| round.event(e, prior))

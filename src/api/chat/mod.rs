@@ -6,17 +6,12 @@
 pub mod codec;
 pub mod recall;
 
-use super::WireApi;
-use super::codec::{Decoded, RawRequest, Wire};
-use super::recall::calls::{Call, Calls, Carry};
-use super::recall::stream::{self, Round};
+use super::codec::RawRequest;
 use super::route::{self, Claim};
 use super::summary::{Format, SummaryCall};
-use crate::error::ApiError;
-use crate::fold::view::Item;
+use super::{Codec, Endpoint, Provider};
 use crate::shallow::Spec;
-use bytes::Bytes;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// OpenAI chat completions.
 pub struct Chat;
@@ -38,7 +33,7 @@ const SHALLOW: Spec = Spec {
     item_members: false,
 };
 
-impl WireApi for Chat {
+impl Endpoint for Chat {
     fn name(&self) -> &'static str {
         "chat"
     }
@@ -52,7 +47,9 @@ impl WireApi for Chat {
     fn claim(&self, path: &str) -> Option<Claim> {
         route::deployment(path, self.path()).or_else(|| route::endpoint(path, self.path()))
     }
+}
 
+impl Provider for Chat {
     fn provider(&self) -> &'static str {
         "openai"
     }
@@ -104,66 +101,16 @@ impl WireApi for Chat {
         }
         Some(body)
     }
+}
 
+/// The messages are the engine's: decoded and filled as [`Codec`]'s
+/// defaults do.
+impl Codec for Chat {
     fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
         RawRequest::one_per_item(bytes, &SHALLOW, None)
     }
 
-    fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {
-        codec::decode(bytes)
-    }
-
-    fn fill(
-        &self,
-        fields: &mut Map<String, Value>,
-        messages: &[Value],
-        _wire: Option<&Wire>,
-        items: Vec<Item>,
-    ) {
-        codec::fill(fields, messages, items);
-    }
-
     fn compresses_answers(&self) -> bool {
         true
-    }
-
-    fn recall_tool(&self) -> Value {
-        recall::tool()
-    }
-
-    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool {
-        recall::offerable(fields)
-    }
-
-    fn remove_recall_tool(&self, fields: &mut Map<String, Value>) {
-        super::recall::remove_tool(fields, recall::name_of);
-    }
-
-    fn calls(&self, answer: &Value) -> Calls {
-        recall::calls(answer)
-    }
-
-    fn answer_messages(&self, answer: &Value, calls: &[Call]) -> Vec<Value> {
-        vec![recall::answer_message(answer, calls)]
-    }
-
-    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-        recall::results(calls, texts)
-    }
-
-    fn hide(&self, answer: &mut Value) {
-        recall::hide(answer);
-    }
-
-    fn stream_round(&self, last: bool, _later: bool, _carry: Carry) -> Box<dyn Round> {
-        Box::new(recall::Round::new(last))
-    }
-
-    fn bound_calls(&self, messages: &mut [Value]) {
-        recall::bound(messages);
-    }
-
-    fn error_event(&self, message: &str) -> Bytes {
-        stream::data_event(&json!({"error": {"message": message, "type": "server_error"}}))
     }
 }

@@ -2,51 +2,113 @@
 //! get it, the model's recall calls in a whole or streamed answer, and
 //! hiding them from the client.
 
+use super::Chat;
+use crate::api::Recall;
 use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn};
 use crate::api::recall::input::bounded;
-use crate::api::recall::stream::{self, RoundState};
+use crate::api::recall::stream::{self, RoundState, Stream};
 use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-/// The function tool foldgate adds to a request.
-pub fn tool() -> Value {
-    json!({
-        "type": "function",
-        "function": {
-            "name": RECALL_TOOL,
-            "description": crate::api::recall::DESCRIPTION,
-            "parameters": crate::api::recall::parameters(),
-        }
-    })
-}
+impl Recall for Chat {
+    /// The function tool foldgate adds to a request.
+    fn recall_tool(&self) -> Value {
+        json!({
+            "type": "function",
+            "function": {
+                "name": RECALL_TOOL,
+                "description": crate::api::recall::DESCRIPTION,
+                "parameters": crate::api::recall::parameters(),
+            }
+        })
+    }
 
-/// Whether a request may get the tool: one choice, the model free to pick
-/// its tools (`tool_choice` unset or `auto`), and no tool of that name.
-pub fn offerable(fields: &Map<String, Value>) -> bool {
-    let one_choice = fields
-        .get("n")
-        .is_none_or(|n| n.is_null() || n.as_u64() == Some(1));
-    let free = match fields.get("tool_choice") {
-        None | Some(Value::Null) => true,
-        Some(choice) => choice.as_str() == Some("auto"),
-    };
-    one_choice && free && !crate::api::recall::has_tool(fields, name_of)
+    fn tool_name<'t>(&self, tool: &'t Value) -> Option<&'t str> {
+        name_of(tool)
+    }
+
+    /// One choice, and `tool_choice` unset or `auto`.
+    fn free_to_call(&self, fields: &Map<String, Value>) -> bool {
+        let one_choice = fields
+            .get("n")
+            .is_none_or(|n| n.is_null() || n.as_u64() == Some(1));
+        let free = match fields.get("tool_choice") {
+            None | Some(Value::Null) => true,
+            Some(choice) => choice.as_str() == Some("auto"),
+        };
+        one_choice && free
+    }
+
+    /// The calls of a whole answer's first choice.
+    fn calls(&self, answer: &Value) -> Calls {
+        let mut calls = Calls::default();
+        let message = answer.pointer("/choices/0/message").unwrap_or(&Value::Null);
+        for (i, call) in tool_calls(message).iter().enumerate() {
+            feed(&mut calls, i as u64, call);
+        }
+        calls
+    }
+
+    /// The assistant message of the answer, as foldgate appends it.
+    fn answer_messages(&self, answer: &Value, calls: &[Call]) -> Vec<Value> {
+        let content = answer
+            .pointer("/choices/0/message/content")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        vec![assistant_message(content, calls)]
+    }
+
+    /// One `tool` message each.
+    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
+        calls
+            .iter()
+            .zip(texts)
+            .map(|(c, text)| json!({"role": "tool", "tool_call_id": c.id, "content": text}))
+            .collect()
+    }
+
+    /// From the first choice: the client's calls stay; with none left,
+    /// `tool_calls` goes and a `tool_calls` finish becomes `stop`.
+    fn hide(&self, answer: &mut Value) {
+        let Some(choice) = answer.pointer_mut("/choices/0") else {
+            return;
+        };
+        let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else {
+            return;
+        };
+        let Some(Value::Array(calls)) = message.get_mut("tool_calls") else {
+            return;
+        };
+        calls.retain(|c| name_of(c) != Some(RECALL_TOOL));
+        if calls.is_empty() {
+            message.remove("tool_calls");
+            if choice.get("finish_reason").and_then(Value::as_str) == Some("tool_calls") {
+                choice["finish_reason"] = Value::String("stop".into());
+            }
+        }
+    }
+
+    fn stream_round(&self, last: bool, _later: bool, _carry: Carry) -> Box<dyn stream::Round> {
+        Box::new(Round::new(last))
+    }
+
+    fn bound_calls(&self, messages: &mut [Value]) {
+        for message in messages.iter_mut() {
+            if let Some(Value::Array(calls)) = message.get_mut("tool_calls") {
+                for call in calls.iter_mut().filter(|c| name_of(c) == Some(RECALL_TOOL)) {
+                    let args = call.pointer("/function/arguments").and_then(Value::as_str);
+                    let args = bounded(args.unwrap_or_default()).to_string();
+                    call["function"]["arguments"] = Value::String(args);
+                }
+            }
+        }
+    }
 }
 
 /// A tool's name.
-pub fn name_of(tool: &Value) -> Option<&str> {
+fn name_of(tool: &Value) -> Option<&str> {
     tool.pointer("/function/name").and_then(Value::as_str)
-}
-
-/// The calls of a whole answer's first choice.
-pub fn calls(answer: &Value) -> Calls {
-    let mut calls = Calls::default();
-    let message = answer.pointer("/choices/0/message").unwrap_or(&Value::Null);
-    for (i, call) in tool_calls(message).iter().enumerate() {
-        feed(&mut calls, i as u64, call);
-    }
-    calls
 }
 
 /// Adds one call, or a streamed piece of one.
@@ -69,16 +131,6 @@ fn tool_calls(message: &Value) -> &[Value] {
         .map_or(&[], Vec::as_slice)
 }
 
-/// The assistant message of a whole answer whose calls are all recall
-/// calls, as foldgate appends it.
-pub fn answer_message(answer: &Value, calls: &[Call]) -> Value {
-    let content = answer
-        .pointer("/choices/0/message/content")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    assistant_message(content, calls)
-}
-
 /// The assistant message that made `calls` (all recall calls), with the
 /// text it wrote before them.
 fn assistant_message(content: &str, calls: &[Call]) -> Value {
@@ -97,58 +149,23 @@ fn assistant_message(content: &str, calls: &[Call]) -> Value {
     json!({"role": "assistant", "content": content, "tool_calls": tool_calls})
 }
 
-/// The messages answering `calls`: one `tool` message each.
-pub fn results(calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-    calls
-        .iter()
-        .zip(texts)
-        .map(|(c, text)| json!({"role": "tool", "tool_call_id": c.id, "content": text}))
-        .collect()
-}
-
-/// Removes recall calls from a whole answer's first choice: the client's
-/// calls stay; with none left, `tool_calls` goes and a `tool_calls`
-/// finish becomes `stop`.
-pub fn hide(answer: &mut Value) {
-    let Some(choice) = answer.pointer_mut("/choices/0") else {
-        return;
-    };
-    let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let Some(Value::Array(calls)) = message.get_mut("tool_calls") else {
-        return;
-    };
-    calls.retain(|c| name_of(c) != Some(RECALL_TOOL));
-    if calls.is_empty() {
-        message.remove("tool_calls");
-        if choice.get("finish_reason").and_then(Value::as_str) == Some("tool_calls") {
-            choice["finish_reason"] = Value::String("stop".into());
-        }
-    }
-}
-
 /// One streamed round of chat completion chunks.
 #[derive(Default)]
 pub struct Round {
-    state: RoundState,
     content: String,
     usage: Option<Value>,
 }
 
 impl Round {
     /// A round; `last` when its request could not offer recall again.
-    pub fn new(last: bool) -> Self {
-        Self {
-            state: RoundState::new(last, Gap::default()),
-            ..Self::default()
-        }
+    pub fn new(last: bool) -> Stream<Self> {
+        Stream::new(RoundState::new(last, Gap::default()), Self::default())
     }
 }
 
-impl stream::Round for Round {
+impl stream::Reader for Round {
     /// Gathers the chunk's text, tool-call deltas and usage.
-    fn read(&mut self, chunk: &Value) {
+    fn read(&mut self, state: &mut RoundState, chunk: &Value) {
         let delta = chunk.pointer("/choices/0/delta");
         if let Some(text) = delta.and_then(|d| d.get("content")).and_then(Value::as_str) {
             self.content.push_str(text);
@@ -158,19 +175,11 @@ impl stream::Round for Round {
             .and_then(Value::as_array);
         for (pos, d) in deltas.into_iter().flatten().enumerate() {
             let index = d.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
-            feed(&mut self.state.calls, index, d);
+            feed(&mut state.calls, index, d);
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(usage.clone());
         }
-    }
-
-    fn state(&self) -> &RoundState {
-        &self.state
-    }
-
-    fn state_mut(&mut self) -> &mut RoundState {
-        &mut self.state
     }
 
     /// Recall deltas removed once the answer is mixed (the client's calls
@@ -178,6 +187,7 @@ impl stream::Round for Round {
     /// the rounds.
     fn outgoing(
         &mut self,
+        state: &mut RoundState,
         raw: Bytes,
         chunk: Option<Value>,
         recall: &[u64],
@@ -186,10 +196,10 @@ impl stream::Round for Round {
         let Some(mut chunk) = chunk else {
             return Some(raw);
         };
-        let mixed = self.state.hold.mixed;
+        let mixed = state.hold.mixed;
         let mut changed = mixed && hide_in_chunk(&mut chunk, recall);
-        changed |= stream::separate(&mut chunk, "/choices/0/delta/content", &mut self.state.gap);
-        if mixed && !self.state.calls.any_client() {
+        changed |= stream::separate(&mut chunk, "/choices/0/delta/content", &mut state.gap);
+        if mixed && !state.calls.any_client() {
             changed |=
                 stream::replace_str(&mut chunk, "/choices/0/finish_reason", "tool_calls", "stop");
         }
@@ -201,11 +211,8 @@ impl stream::Round for Round {
         })
     }
 
-    fn end(self: Box<Self>) -> Option<RecallTurn> {
-        if !self.state.hold.holding() {
-            return None;
-        }
-        let calls = self.state.calls.recalls();
+    fn end(self, state: RoundState) -> Option<RecallTurn> {
+        let calls = state.calls.recalls();
         Some(RecallTurn {
             messages: vec![assistant_message(&self.content, &calls)],
             calls,
@@ -244,24 +251,26 @@ fn hide_in_chunk(chunk: &mut Value, recall: &[u64]) -> bool {
     changed
 }
 
-/// Rewrites the recall calls of a round's messages to carry their bounded
-/// query.
-pub fn bound(messages: &mut [Value]) {
-    for message in messages.iter_mut() {
-        if let Some(Value::Array(calls)) = message.get_mut("tool_calls") {
-            for call in calls.iter_mut().filter(|c| name_of(c) == Some(RECALL_TOOL)) {
-                let args = call.pointer("/function/arguments").and_then(Value::as_str);
-                let args = bounded(args.unwrap_or_default()).to_string();
-                call["function"]["arguments"] = Value::String(args);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::recall::stream::Round as _;
+
+    fn offerable(fields: &Map<String, Value>) -> bool {
+        Chat.recall_offerable(fields)
+    }
+
+    fn tool() -> Value {
+        Chat.recall_tool()
+    }
+
+    fn calls(answer: &Value) -> Calls {
+        Chat.calls(answer)
+    }
+
+    fn hide(answer: &mut Value) {
+        Chat.hide(answer);
+    }
 
     fn fields(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap_or_default()
@@ -346,7 +355,7 @@ mod tests {
 
     #[test]
     fn text_passes_until_a_recall_delta_then_the_round_is_held() {
-        let mut r = Round::default();
+        let mut r = Round::new(false);
         let prior = Value::Null;
         assert_eq!(
             r.event(
@@ -371,7 +380,7 @@ mod tests {
 
     #[test]
     fn a_client_call_releases_the_held_events_without_the_recall_deltas() {
-        let mut r = Round::default();
+        let mut r = Round::new(false);
         let prior = Value::Null;
         assert!(r.event(recall_start(), &prior).is_empty());
         let client = json!({"tool_calls": [{"index": 1, "id": "c1", "function": {"name": "ls", "arguments": "{}"}}]});

@@ -12,18 +12,15 @@ pub mod codec;
 pub mod recall;
 pub mod shallow;
 
-use super::WireApi;
 use super::codec::{Decoded, RawRequest, Wire, bad, object};
 use super::context_error::{self, ContextError};
-use super::recall::calls::{Call, Calls, Carry};
-use super::recall::stream::{self, Round};
 use super::route::{self, Claim};
-use super::summary::{Format, SummaryCall};
+use super::summary::{Format, SummaryAnswer, SummaryCall};
+use super::{Codec, Endpoint, Provider};
 use crate::config::Placement;
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
 use crate::tokens::UsageReader;
-use bytes::Bytes;
 use http::HeaderName;
 use serde_json::{Map, Value, json};
 
@@ -33,7 +30,7 @@ pub struct Gemini;
 /// The methods of a model it serves.
 const METHODS: [&str; 2] = [":generateContent", ":streamGenerateContent"];
 
-impl WireApi for Gemini {
+impl Endpoint for Gemini {
     fn name(&self) -> &'static str {
         "gemini"
     }
@@ -56,6 +53,12 @@ impl WireApi for Gemini {
         route::gemini_model(path, &[])
     }
 
+    fn model_in_path(&self) -> bool {
+        true
+    }
+}
+
+impl Provider for Gemini {
     /// `{"error":{"code","message","status"}}`.
     fn error_shape(&self) -> ErrorShape {
         ErrorShape(error_envelope)
@@ -93,10 +96,6 @@ impl WireApi for Gemini {
             .filter(|k| !k.is_empty())
     }
 
-    fn provider(&self) -> &'static str {
-        "gemini"
-    }
-
     /// The prompt in `systemInstruction`; JSON asked for by
     /// `responseMimeType` unless the format fell back to instructions.
     fn summary_body(&self, call: SummaryCall<'_>) -> Option<Value> {
@@ -115,9 +114,9 @@ impl WireApi for Gemini {
         format!("/v1beta/models/{model}:generateContent")
     }
 
-    /// The first candidate's text as a chat completion's message, a
-    /// `MAX_TOKENS` finish as `length`, `usageMetadata` as `usage`.
-    fn summary_answer(&self, answer: Value) -> Value {
+    /// The first candidate's text (thoughts left out), `usageMetadata.
+    /// totalTokenCount`, a `MAX_TOKENS` finish.
+    fn summary_answer(&self, answer: &Value) -> SummaryAnswer {
         let parts = answer
             .pointer("/candidates/0/content/parts")
             .and_then(Value::as_array);
@@ -127,18 +126,15 @@ impl WireApi for Gemini {
             .filter(|p| p.get("thought").and_then(Value::as_bool) != Some(true))
             .filter_map(|p| p.get("text").and_then(Value::as_str))
             .collect();
-        let finish = match answer.pointer("/candidates/0/finishReason") {
-            Some(r) if r == "MAX_TOKENS" => "length",
-            _ => "stop",
-        };
-        let total = answer
-            .pointer("/usageMetadata/totalTokenCount")
-            .cloned()
-            .unwrap_or(json!(0));
-        json!({
-            "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": finish}],
-            "usage": {"total_tokens": total},
-        })
+        SummaryAnswer {
+            text: Some(text),
+            tokens: answer
+                .pointer("/usageMetadata/totalTokenCount")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            cut_off: answer.pointer("/candidates/0/finishReason")
+                == Some(&Value::from("MAX_TOKENS")),
+        }
     }
 
     /// `usageMetadata.promptTokenCount`, in each event or the whole answer
@@ -166,6 +162,12 @@ impl WireApi for Gemini {
             key: b"\"usageMetadata\"",
             prompt_tokens,
         }
+    }
+}
+
+impl Codec for Gemini {
+    fn conversation_field(&self) -> &'static str {
+        "contents"
     }
 
     fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
@@ -207,77 +209,19 @@ impl WireApi for Gemini {
         codec::decode(object(bytes)?, model)
     }
 
-    fn fill(
+    fn fill_wire(
         &self,
         fields: &mut Map<String, Value>,
-        messages: &[Value],
-        wire: Option<&Wire>,
+        _messages: &[Value],
+        wire: &Wire,
         items: Vec<Item>,
     ) {
-        match wire {
-            Some(wire) => codec::encode(fields, wire, items),
-            None => super::chat::codec::fill(fields, messages, items),
-        }
+        codec::encode(fields, wire, items);
     }
 
     /// The summary can only go in `systemInstruction`.
     fn placement(&self, _configured: Placement) -> Placement {
         Placement::System
-    }
-
-    fn conversation_field(&self) -> &'static str {
-        "contents"
-    }
-
-    fn recall_tool(&self) -> Value {
-        recall::tool()
-    }
-
-    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool {
-        recall::offerable(fields)
-    }
-
-    fn remove_recall_tool(&self, fields: &mut Map<String, Value>) {
-        super::recall::remove_tool(fields, recall::name_of);
-    }
-
-    /// The history holds calls of the tool: it stays declared.
-    fn keeps_recall_tool(&self) -> bool {
-        true
-    }
-
-    fn calls(&self, answer: &Value) -> Calls {
-        recall::calls(answer)
-    }
-
-    fn answer_messages(&self, answer: &Value, calls: &[Call]) -> Vec<Value> {
-        vec![recall::answer_message(answer, calls)]
-    }
-
-    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-        recall::results(calls, texts)
-    }
-
-    fn hide(&self, answer: &mut Value) {
-        recall::hide(answer);
-    }
-
-    fn stream_round(&self, last: bool, _later: bool, carry: Carry) -> Box<dyn Round> {
-        Box::new(recall::Round::new(last, carry))
-    }
-
-    fn bound_calls(&self, messages: &mut [Value]) {
-        recall::bound(messages);
-    }
-
-    fn error_event(&self, message: &str) -> Bytes {
-        stream::data_event(
-            &json!({"error": {"code": 500, "message": message, "status": "INTERNAL"}}),
-        )
-    }
-
-    fn place_recalled(&self, items: &mut Vec<Value>, block: &str) {
-        codec::place_recalled(items, block);
     }
 }
 
@@ -388,12 +332,9 @@ mod tests {
     fn summarizer_answers_read_as_completions() {
         let answer = json!({"candidates": [{"content": {"parts": [{"text": "{\"summary\":"}, {"text": "\"x\"}"}]},
             "finishReason": "MAX_TOKENS"}], "usageMetadata": {"totalTokenCount": 9}});
-        let read = Gemini.summary_answer(answer);
-        assert_eq!(
-            read["choices"][0]["message"]["content"],
-            "{\"summary\":\"x\"}"
-        );
-        assert_eq!(read["choices"][0]["finish_reason"], "length");
-        assert_eq!(read["usage"]["total_tokens"], 9);
+        let read = Gemini.summary_answer(&answer);
+        assert_eq!(read.text.as_deref(), Some("{\"summary\":\"x\"}"));
+        assert!(read.cut_off);
+        assert_eq!(read.tokens, 9);
     }
 }

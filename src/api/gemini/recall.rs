@@ -5,61 +5,131 @@
 //! turn goes back with its parts as they came (thinking models want their
 //! `thoughtSignature`s back).
 
+use super::Gemini;
+use crate::api::Recall;
 use crate::api::recall::calls::{Call, Calls, Carry, RecallTurn};
 use crate::api::recall::input::bounded;
-use crate::api::recall::stream::{self, RoundState};
+use crate::api::recall::stream::{self, RoundState, Stream};
 use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-/// The recall tool, as a `Tool` holding one declaration.
-pub fn tool() -> Value {
-    json!({"functionDeclarations": [{
-        "name": RECALL_TOOL,
-        "description": crate::api::recall::DESCRIPTION,
-        "parameters": crate::api::recall::parameters(),
-    }]})
-}
+impl Recall for Gemini {
+    /// A `Tool` holding one declaration.
+    fn recall_tool(&self) -> Value {
+        json!({"functionDeclarations": [{
+            "name": RECALL_TOOL,
+            "description": crate::api::recall::DESCRIPTION,
+            "parameters": crate::api::recall::parameters(),
+        }]})
+    }
 
-/// Whether recall may be offered: the model free to call functions
-/// (`functionCallingConfig.mode` unset or `AUTO`), one candidate, only
-/// function tools (built-in tools do not mix with them on every model),
-/// and no declaration of the recall tool already.
-pub fn offerable(fields: &Map<String, Value>) -> bool {
-    let config = fields
-        .get("toolConfig")
-        .or_else(|| fields.get("tool_config"));
-    let mode = config
-        .and_then(|c| c.pointer("/functionCallingConfig/mode"))
-        .and_then(Value::as_str);
-    let free = mode.is_none_or(|m| m == "AUTO" || m == "MODE_UNSPECIFIED");
-    let one = fields
-        .get("generationConfig")
-        .and_then(|c| c.get("candidateCount"))
-        .is_none_or(|n| n.as_u64() == Some(1));
-    let tools = fields.get("tools").and_then(Value::as_array);
-    let only_functions = tools.is_none_or(|ts| ts.iter().all(|t| declarations(t).is_some()));
-    let declared = tools
-        .into_iter()
-        .flatten()
-        .filter_map(declarations)
-        .flatten()
-        .any(|d| d.get("name").and_then(Value::as_str) == Some(RECALL_TOOL));
-    free && one && only_functions && !declared
+    /// The recall tool's name when `tool` is the one
+    /// [`Self::recall_tool`] makes.
+    fn tool_name<'t>(&self, tool: &'t Value) -> Option<&'t str> {
+        let declarations = tool.get("functionDeclarations")?.as_array()?;
+        match declarations.as_slice() {
+            [one] => one.get("name").and_then(Value::as_str),
+            _ => None,
+        }
+    }
+
+    /// The model free to call functions (`functionCallingConfig.mode`
+    /// unset or `AUTO`), one candidate, only function tools (built-in
+    /// tools do not mix with them on every model), and no declaration of
+    /// the recall tool already.
+    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool {
+        let config = fields
+            .get("toolConfig")
+            .or_else(|| fields.get("tool_config"));
+        let mode = config
+            .and_then(|c| c.pointer("/functionCallingConfig/mode"))
+            .and_then(Value::as_str);
+        let free = mode.is_none_or(|m| m == "AUTO" || m == "MODE_UNSPECIFIED");
+        let one = fields
+            .get("generationConfig")
+            .and_then(|c| c.get("candidateCount"))
+            .is_none_or(|n| n.as_u64() == Some(1));
+        let tools = fields.get("tools").and_then(Value::as_array);
+        let only_functions = tools.is_none_or(|ts| ts.iter().all(|t| declarations(t).is_some()));
+        let declared = tools
+            .into_iter()
+            .flatten()
+            .filter_map(declarations)
+            .flatten()
+            .any(|d| d.get("name").and_then(Value::as_str) == Some(RECALL_TOOL));
+        free && one && only_functions && !declared
+    }
+
+    /// The history holds calls of the tool: it stays declared.
+    fn keeps_recall_tool(&self) -> bool {
+        true
+    }
+
+    fn calls(&self, answer: &Value) -> Calls {
+        let mut calls = Calls::default();
+        feed(&mut calls, 0, answer_parts(answer));
+        calls
+    }
+
+    /// The model turn of the answer: its content as it came.
+    fn answer_messages(&self, answer: &Value, _calls: &[Call]) -> Vec<Value> {
+        vec![model_turn(answer_parts(answer).to_vec())]
+    }
+
+    /// The user turn of `functionResponse`s answering `calls`.
+    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
+        let parts: Vec<Value> = calls
+            .iter()
+            .zip(texts)
+            .map(|(call, text)| {
+                let mut response = json!({"name": RECALL_TOOL, "response": {"content": text}});
+                if !call.id.starts_with(MADE_ID) {
+                    response["id"] = Value::String(call.id.clone());
+                }
+                json!({"functionResponse": response})
+            })
+            .collect();
+        vec![json!({"role": "user", "parts": parts})]
+    }
+
+    fn hide(&self, answer: &mut Value) {
+        hide(answer);
+    }
+
+    fn stream_round(&self, last: bool, _later: bool, carry: Carry) -> Box<dyn stream::Round> {
+        Box::new(Round::new(last, carry))
+    }
+
+    /// The recall calls of model turns.
+    fn bound_calls(&self, contents: &mut [Value]) {
+        for content in contents.iter_mut() {
+            let Some(Value::Array(parts)) = content.get_mut("parts") else {
+                continue;
+            };
+            for call in parts.iter_mut().filter_map(|p| p.get_mut("functionCall")) {
+                if call.get("name").and_then(Value::as_str) == Some(RECALL_TOOL) {
+                    let args = call.get("args").map(Value::to_string).unwrap_or_default();
+                    call["args"] = bounded(&args);
+                }
+            }
+        }
+    }
+
+    fn error_event(&self, message: &str) -> Bytes {
+        stream::data_event(
+            &json!({"error": {"code": 500, "message": message, "status": "INTERNAL"}}),
+        )
+    }
+
+    fn place_recalled(&self, items: &mut Vec<Value>, block: &str) {
+        super::codec::place_recalled(items, block);
+    }
 }
 
 /// A tool's function declarations, when it is a function tool.
 fn declarations(tool: &Value) -> Option<&Vec<Value>> {
     tool.get("functionDeclarations").and_then(Value::as_array)
-}
-
-/// The recall tool's name when `tool` is the one [`tool`] makes.
-pub fn name_of(tool: &Value) -> Option<&str> {
-    let declarations = tool.get("functionDeclarations")?.as_array()?;
-    match declarations.as_slice() {
-        [one] => one.get("name").and_then(Value::as_str),
-        _ => None,
-    }
 }
 
 /// The prefix of the ids foldgate gives calls that came without one.
@@ -91,43 +161,14 @@ fn feed(calls: &mut Calls, from: u64, parts: &[Value]) -> u64 {
     index
 }
 
-/// The calls of a whole answer.
-pub fn calls(answer: &Value) -> Calls {
-    let mut calls = Calls::default();
-    feed(&mut calls, 0, answer_parts(answer));
-    calls
-}
-
-/// The model turn of a whole answer whose calls are all recall calls:
-/// its content as it came.
-pub fn answer_message(answer: &Value, _calls: &[Call]) -> Value {
-    model_turn(answer_parts(answer).to_vec())
-}
-
 /// A model turn of `parts`.
 fn model_turn(parts: Vec<Value>) -> Value {
     json!({"role": "model", "parts": parts})
 }
 
-/// The user turn answering `calls` with `texts`.
-pub fn results(calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-    let parts: Vec<Value> = calls
-        .iter()
-        .zip(texts)
-        .map(|(call, text)| {
-            let mut response = json!({"name": RECALL_TOOL, "response": {"content": text}});
-            if !call.id.starts_with(MADE_ID) {
-                response["id"] = Value::String(call.id.clone());
-            }
-            json!({"functionResponse": response})
-        })
-        .collect();
-    vec![json!({"role": "user", "parts": parts})]
-}
-
 /// Removes recall calls from an answer (or a chunk); returns whether any
 /// were removed.
-pub fn hide(answer: &mut Value) -> bool {
+fn hide(answer: &mut Value) -> bool {
     let Some(Value::Array(parts)) = answer.pointer_mut("/candidates/0/content/parts") else {
         return false;
     };
@@ -136,25 +177,9 @@ pub fn hide(answer: &mut Value) -> bool {
     parts.len() != before
 }
 
-/// Rewrites the recall calls of model turns to carry their bounded query.
-pub fn bound(contents: &mut [Value]) {
-    for content in contents.iter_mut() {
-        let Some(Value::Array(parts)) = content.get_mut("parts") else {
-            continue;
-        };
-        for call in parts.iter_mut().filter_map(|p| p.get_mut("functionCall")) {
-            if call.get("name").and_then(Value::as_str) == Some(RECALL_TOOL) {
-                let args = call.get("args").map(Value::to_string).unwrap_or_default();
-                call["args"] = bounded(&args);
-            }
-        }
-    }
-}
-
 /// One streamed round: each event is a whole `GenerateContentResponse`.
 #[derive(Default)]
 pub struct Round {
-    state: RoundState,
     next: u64,
     parts: Vec<Value>,
     usage: Option<Value>,
@@ -162,34 +187,24 @@ pub struct Round {
 
 impl Round {
     /// A round; `last`: its request could not offer recall again.
-    pub fn new(last: bool, carry: Carry) -> Self {
-        Self {
-            state: RoundState::new(last, carry.gap),
-            ..Self::default()
-        }
+    pub fn new(last: bool, carry: Carry) -> Stream<Self> {
+        Stream::new(RoundState::new(last, carry.gap), Self::default())
     }
 }
 
-impl stream::Round for Round {
-    fn read(&mut self, event: &Value) {
+impl stream::Reader for Round {
+    fn read(&mut self, state: &mut RoundState, event: &Value) {
         let parts = answer_parts(event);
-        self.next = feed(&mut self.state.calls, self.next, parts);
+        self.next = feed(&mut state.calls, self.next, parts);
         self.parts.extend(parts.iter().cloned());
         if let Some(usage) = event.get(USAGE).filter(|u| u.is_object()) {
             self.usage = Some(usage.clone());
         }
     }
 
-    fn state(&self) -> &RoundState {
-        &self.state
-    }
-
-    fn state_mut(&mut self) -> &mut RoundState {
-        &mut self.state
-    }
-
     fn outgoing(
         &mut self,
+        state: &mut RoundState,
         raw: Bytes,
         event: Option<Value>,
         _recall: &[u64],
@@ -198,7 +213,7 @@ impl stream::Round for Round {
         let Some(mut event) = event else {
             return Some(raw);
         };
-        let mut changed = self.state.hold.mixed && hide(&mut event);
+        let mut changed = state.hold.mixed && hide(&mut event);
         changed |= stream::add_prior_usage(&mut event, USAGE, prior);
         Some(if changed {
             stream::data_event(&event)
@@ -207,17 +222,14 @@ impl stream::Round for Round {
         })
     }
 
-    fn end(self: Box<Self>) -> Option<RecallTurn> {
-        if !self.state.hold.holding() {
-            return None;
-        }
-        let calls = self.state.calls.recalls();
+    fn end(self, state: RoundState) -> Option<RecallTurn> {
+        let calls = state.calls.recalls();
         Some(RecallTurn {
             messages: vec![model_turn(self.parts)],
             calls,
             usage: self.usage,
             carry: Carry {
-                gap: self.state.gap,
+                gap: state.gap,
                 ..Carry::default()
             },
         })
@@ -227,6 +239,30 @@ impl stream::Round for Round {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tool() -> Value {
+        Gemini.recall_tool()
+    }
+
+    fn offerable(fields: &Map<String, Value>) -> bool {
+        Gemini.recall_offerable(fields)
+    }
+
+    fn calls(answer: &Value) -> Calls {
+        Gemini.calls(answer)
+    }
+
+    fn name_of(tool: &Value) -> Option<&str> {
+        Gemini.tool_name(tool)
+    }
+
+    fn answer_message(answer: &Value, calls: &[Call]) -> Value {
+        Gemini.answer_messages(answer, calls).remove(0)
+    }
+
+    fn results(calls: &[Call], texts: Vec<String>) -> Vec<Value> {
+        Gemini.results(calls, texts)
+    }
 
     #[test]
     fn calls_come_whole_and_hide() {
@@ -249,7 +285,7 @@ mod tests {
             turn["parts"][0]["thoughtSignature"], "sig",
             "kept as it came"
         );
-        let answers = results(&super::calls(&signed).recalls(), vec!["x".into()]);
+        let answers = results(&Gemini.calls(&signed).recalls(), vec!["x".into()]);
         let response = &answers[0]["parts"][0]["functionResponse"];
         assert_eq!(
             (&response["id"], &response["response"]["content"]),

@@ -30,7 +30,7 @@ pub fn parameters() -> Value {
 }
 
 /// Whether the request's `tools` has one that `name` calls the recall tool.
-pub fn has_tool(fields: &Map<String, Value>, name: fn(&Value) -> Option<&str>) -> bool {
+pub fn has_tool(fields: &Map<String, Value>, name: impl Fn(&Value) -> Option<&str>) -> bool {
     fields
         .get("tools")
         .and_then(Value::as_array)
@@ -49,7 +49,7 @@ pub fn push_tool(fields: &mut Map<String, Value>, tool: Value) {
 
 /// Takes the recall tool (named by `name`) out of the request's `tools`;
 /// `tools` goes when it was the only one.
-pub fn remove_tool(fields: &mut Map<String, Value>, name: fn(&Value) -> Option<&str>) {
+pub fn remove_tool(fields: &mut Map<String, Value>, name: impl Fn(&Value) -> Option<&str>) {
     if let Some(Value::Array(tools)) = fields.get_mut("tools") {
         tools.retain(|t| name(t) != Some(RECALL_TOOL));
         if tools.is_empty() {

@@ -63,68 +63,111 @@ pub fn add_prior_usage(event: &mut Value, field: &str, prior: &Value) -> bool {
     }
 }
 
-/// One API's reading of one round's events.
-pub trait Round: Send {
+/// One API's reading of a streamed round's events: what it gathers from
+/// an event, what of the event the client gets, and the turn foldgate
+/// answers. The state every API's round keeps alike is [`Stream`]'s,
+/// handed in.
+pub trait Reader: Send + 'static {
     /// Gathers what the event tells: text, calls, usage.
-    fn read(&mut self, event: &Value);
-    /// The state every API's round keeps alike.
-    fn state(&self) -> &RoundState;
-    fn state_mut(&mut self) -> &mut RoundState;
-    /// The round's calls so far.
-    fn calls(&self) -> &Calls {
-        &self.state().calls
-    }
-    /// Whether the round's request could not offer recall again.
-    fn last(&self) -> bool {
-        self.state().last
-    }
-    fn hold(&mut self) -> &mut Hold {
-        &mut self.state_mut().hold
-    }
-    /// Whether text was shown, in this round or before it.
-    fn gap(&mut self) -> &mut Gap {
-        &mut self.state_mut().gap
-    }
+    fn read(&mut self, state: &mut RoundState, event: &Value);
     /// The event as the client gets it, if at all: recall calls removed
     /// once the answer is mixed, numbering and usage carried over from
     /// earlier rounds (`prior`: their usage, summed).
     fn outgoing(
         &mut self,
+        state: &mut RoundState,
         raw: Bytes,
         event: Option<Value>,
         recall: &[u64],
         prior: &Value,
     ) -> Option<Bytes>;
-    /// At the end of the round's stream: the turn foldgate answers, when
-    /// the round held recall calls only.
-    fn end(self: Box<Self>) -> Option<RecallTurn>;
+    /// The turn foldgate answers, at the end of a round that held recall
+    /// calls only.
+    fn end(self, state: RoundState) -> Option<RecallTurn>;
+}
 
+/// A streamed round: an API's [`Reader`] and the state every API's round
+/// keeps alike.
+#[derive(Debug, Default)]
+pub struct Stream<R> {
+    state: RoundState,
+    reader: R,
+}
+
+impl<R: Reader> Stream<R> {
+    /// A round read by `reader`, from `state`.
+    pub fn new(state: RoundState, reader: R) -> Self {
+        Self { state, reader }
+    }
+}
+
+/// A streamed round, as the pipeline drives it (a [`Stream`]).
+pub trait Round: Send {
+    /// The round's calls so far.
+    fn calls(&self) -> &Calls;
+    /// Whether the round's request could not offer recall again.
+    fn last(&self) -> bool;
+    /// What the round holds back.
+    fn hold(&mut self) -> &mut Hold;
+    /// Whether text was shown, in this round or before it.
+    fn gap(&mut self) -> &mut Gap;
     /// Takes one whole event; returns what goes to the client now. Events
     /// pass until one shows a recall call; from there they are held, until
     /// a client call releases them filtered. A round that could not offer
-    /// the tool holds too: its recall call breaks it ([`run`]).
+    /// the tool holds too: its recall call breaks it.
+    fn event(&mut self, raw: Bytes, prior: &Value) -> Vec<Bytes>;
+    /// At the end of the round's stream: the turn foldgate answers, when
+    /// the round held recall calls only.
+    fn end(self: Box<Self>) -> Option<RecallTurn>;
+}
+
+impl<R: Reader> Round for Stream<R> {
+    fn calls(&self) -> &Calls {
+        &self.state.calls
+    }
+
+    fn last(&self) -> bool {
+        self.state.last
+    }
+
+    fn hold(&mut self) -> &mut Hold {
+        &mut self.state.hold
+    }
+
+    fn gap(&mut self) -> &mut Gap {
+        &mut self.state.gap
+    }
+
     fn event(&mut self, raw: Bytes, prior: &Value) -> Vec<Bytes> {
         let event = chunk_of(&raw);
         if let Some(event) = &event {
-            self.read(event);
+            self.reader.read(&mut self.state, event);
         }
-        let recall = self.calls().recall_indices();
+        let recall = self.state.calls.recall_indices();
         let mut out = Vec::new();
-        if !recall.is_empty() && !self.hold().mixed {
-            if self.calls().any_client() {
-                self.hold().mixed = true;
-                for (raw, event) in self.hold().held.take().unwrap_or_default() {
-                    out.extend(self.outgoing(raw, event, &recall, prior));
+        let state = &mut self.state;
+        if !recall.is_empty() && !state.hold.mixed {
+            if state.calls.any_client() {
+                state.hold.mixed = true;
+                for (raw, event) in state.hold.held.take().unwrap_or_default() {
+                    out.extend(self.reader.outgoing(state, raw, event, &recall, prior));
                 }
-            } else if self.hold().held.is_none() {
-                self.hold().held = Some(Vec::new());
+            } else if state.hold.held.is_none() {
+                state.hold.held = Some(Vec::new());
             }
         }
-        match &mut self.hold().held {
+        match &mut state.hold.held {
             Some(held) => held.push((raw, event)),
-            None => out.extend(self.outgoing(raw, event, &recall, prior)),
+            None => out.extend(self.reader.outgoing(state, raw, event, &recall, prior)),
         }
         out
+    }
+
+    fn end(self: Box<Self>) -> Option<RecallTurn> {
+        if !self.state.hold.holding() {
+            return None;
+        }
+        self.reader.end(self.state)
     }
 }
 

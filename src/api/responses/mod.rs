@@ -7,20 +7,17 @@
 pub mod codec;
 pub mod recall;
 
-use super::WireApi;
 use super::codec::{Decoded, RawRequest, Wire, object};
-use super::recall::calls::{Call, Calls, Carry};
-use super::recall::stream::{self, Round};
+use super::{Codec, Endpoint, Provider};
 use crate::config::Placement;
 use crate::error::ApiError;
 use crate::fold::view::Item;
-use bytes::Bytes;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 /// OpenAI Responses.
 pub struct Responses;
 
-impl WireApi for Responses {
+impl Endpoint for Responses {
     fn name(&self) -> &'static str {
         "responses"
     }
@@ -28,10 +25,18 @@ impl WireApi for Responses {
     fn path(&self) -> &'static str {
         "/responses"
     }
+}
 
+impl Provider for Responses {
     /// OpenAI's: the providers chat completions go to.
     fn provider(&self) -> &'static str {
         "openai"
+    }
+}
+
+impl Codec for Responses {
+    fn conversation_field(&self) -> &'static str {
+        "input"
     }
 
     fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
@@ -46,19 +51,14 @@ impl WireApi for Responses {
         codec::decode(object(bytes)?)
     }
 
-    fn fill(
+    fn fill_wire(
         &self,
         fields: &mut Map<String, Value>,
-        messages: &[Value],
-        wire: Option<&Wire>,
+        _messages: &[Value],
+        wire: &Wire,
         items: Vec<Item>,
     ) {
-        match wire {
-            Some(wire) => {
-                fields.insert("input".into(), Value::Array(codec::encode(wire, items)));
-            }
-            None => super::chat::codec::fill(fields, messages, items),
-        }
+        fields.insert("input".into(), Value::Array(codec::encode(wire, items)));
     }
 
     /// The pinned head may be `instructions`, which cannot take a merge.
@@ -67,52 +67,5 @@ impl WireApi for Responses {
             Placement::Merge => Placement::System,
             p => p,
         }
-    }
-
-    fn conversation_field(&self) -> &'static str {
-        "input"
-    }
-
-    fn recall_tool(&self) -> Value {
-        recall::tool()
-    }
-
-    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool {
-        recall::offerable(fields)
-    }
-
-    fn remove_recall_tool(&self, fields: &mut Map<String, Value>) {
-        super::recall::remove_tool(fields, recall::name_of);
-    }
-
-    fn calls(&self, answer: &Value) -> Calls {
-        recall::calls(answer)
-    }
-
-    fn answer_messages(&self, answer: &Value, _calls: &[Call]) -> Vec<Value> {
-        recall::answer_items(answer)
-    }
-
-    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-        recall::results(calls, texts)
-    }
-
-    fn hide(&self, answer: &mut Value) {
-        recall::hide(answer);
-    }
-
-    fn stream_round(&self, last: bool, later: bool, carry: Carry) -> Box<dyn Round> {
-        Box::new(recall::Round::new(last, later, carry))
-    }
-
-    fn bound_calls(&self, messages: &mut [Value]) {
-        recall::bound(messages);
-    }
-
-    fn error_event(&self, message: &str) -> Bytes {
-        stream::named_event(
-            "error",
-            &json!({"type": "error", "code": "server_error", "message": message}),
-        )
     }
 }

@@ -9,36 +9,93 @@
 //! `response.completed` listing every shown item under the first round's
 //! id, with the usage of every round summed.
 
-use crate::api::recall::calls::{Call, Calls, Carry, RecallTurn, SEPARATOR};
+use super::Responses;
+use crate::api::Recall;
+use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, SEPARATOR};
 use crate::api::recall::input::bounded;
-use crate::api::recall::stream::{self, RoundState};
+use crate::api::recall::stream::{self, RoundState, Stream};
 use crate::message::RECALL_TOOL;
 use bytes::Bytes;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-/// The function tool foldgate adds to a request.
-pub fn tool() -> Value {
-    json!({
-        "type": "function",
-        "name": RECALL_TOOL,
-        "description": crate::api::recall::DESCRIPTION,
-        "parameters": crate::api::recall::parameters(),
-    })
-}
+impl Recall for Responses {
+    /// The function tool foldgate adds to a request.
+    fn recall_tool(&self) -> Value {
+        json!({
+            "type": "function",
+            "name": RECALL_TOOL,
+            "description": crate::api::recall::DESCRIPTION,
+            "parameters": crate::api::recall::parameters(),
+        })
+    }
 
-/// Whether a request may get the tool: the model free to pick its tools
-/// (`tool_choice` unset or `auto`), and no tool of that name.
-pub fn offerable(fields: &Map<String, Value>) -> bool {
-    let free = match fields.get("tool_choice") {
-        None | Some(Value::Null) => true,
-        Some(choice) => choice.as_str() == Some("auto"),
-    };
-    free && !crate::api::recall::has_tool(fields, name_of)
+    fn tool_name<'t>(&self, tool: &'t Value) -> Option<&'t str> {
+        name_of(tool)
+    }
+
+    /// Its `function_call` items, by position.
+    fn calls(&self, answer: &Value) -> Calls {
+        let mut calls = Calls::default();
+        for (i, item) in output(answer).iter().enumerate() {
+            feed(&mut calls, i as u64, item);
+            if is_call(item) {
+                let arguments = item
+                    .get("arguments")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                calls.arguments(i as u64, arguments);
+            }
+        }
+        calls
+    }
+
+    /// The answer's output items as they came.
+    fn answer_messages(&self, answer: &Value, _calls: &[Call]) -> Vec<Value> {
+        output(answer).to_vec()
+    }
+
+    /// A `function_call_output` each.
+    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
+        calls
+            .iter()
+            .zip(texts)
+            .map(|(c, text)| json!({"type": "function_call_output", "call_id": c.id, "output": text}))
+            .collect()
+    }
+
+    /// Recall calls removed from the output, and the recall tool from the
+    /// tools it echoes.
+    fn hide(&self, answer: &mut Value) {
+        let kept = without_recall(output(answer));
+        if let Some(slot) = answer.get_mut("output") {
+            *slot = Value::Array(kept);
+        }
+        unlist(answer);
+    }
+
+    fn stream_round(&self, last: bool, later: bool, carry: Carry) -> Box<dyn stream::Round> {
+        Box::new(Round::new(last, later, carry))
+    }
+
+    fn bound_calls(&self, items: &mut [Value]) {
+        for item in items.iter_mut().filter(|i| is_recall(i)) {
+            let args = item.get("arguments").and_then(Value::as_str);
+            let args = bounded(args.unwrap_or_default()).to_string();
+            item["arguments"] = Value::String(args);
+        }
+    }
+
+    fn error_event(&self, message: &str) -> Bytes {
+        stream::named_event(
+            "error",
+            &json!({"type": "error", "code": "server_error", "message": message}),
+        )
+    }
 }
 
 /// A tool's name.
-pub fn name_of(item: &Value) -> Option<&str> {
+fn name_of(item: &Value) -> Option<&str> {
     item.get("name").and_then(Value::as_str)
 }
 
@@ -66,37 +123,6 @@ fn output(answer: &Value) -> &[Value] {
         .map_or(&[], Vec::as_slice)
 }
 
-/// The calls of a whole answer: its `function_call` items, by position.
-pub fn calls(answer: &Value) -> Calls {
-    let mut calls = Calls::default();
-    for (i, item) in output(answer).iter().enumerate() {
-        feed(&mut calls, i as u64, item);
-        if is_call(item) {
-            let arguments = item
-                .get("arguments")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            calls.arguments(i as u64, arguments);
-        }
-    }
-    calls
-}
-
-/// The input items of a whole answer, as foldgate appends them: its
-/// output items as they came.
-pub fn answer_items(answer: &Value) -> Vec<Value> {
-    output(answer).to_vec()
-}
-
-/// The items answering `calls`: a `function_call_output` each.
-pub fn results(calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-    calls
-        .iter()
-        .zip(texts)
-        .map(|(c, text)| json!({"type": "function_call_output", "call_id": c.id, "output": text}))
-        .collect()
-}
-
 /// Removes recall calls from a list of output items, with the reasoning
 /// item right before each (it belongs to the call it preceded).
 fn without_recall(items: &[Value]) -> Vec<Value> {
@@ -112,16 +138,6 @@ fn without_recall(items: &[Value]) -> Vec<Value> {
         .collect()
 }
 
-/// Removes recall calls from a whole answer's output, and the recall tool
-/// from the tools it echoes.
-pub fn hide(answer: &mut Value) {
-    let kept = without_recall(output(answer));
-    if let Some(slot) = answer.get_mut("output") {
-        *slot = Value::Array(kept);
-    }
-    unlist(answer);
-}
-
 /// Removes the recall tool from the `tools` a response object echoes from
 /// the request: the client never defined it. An emptied list stays, as
 /// the API echoes one for a request without tools.
@@ -133,9 +149,6 @@ fn unlist(response: &mut Value) {
 
 /// One streamed round of Responses events.
 pub struct Round {
-    /// Its gap is the carry's while the round runs, and goes back into
-    /// the carry at its end.
-    state: RoundState,
     /// A later round: its `response.created` is not the client's.
     later: bool,
     /// What earlier rounds showed; updated as this round shows more.
@@ -153,23 +166,26 @@ pub struct Round {
 impl Round {
     /// A round continuing what `carry` says was shown; `later` when it is
     /// not the first.
-    pub fn new(last: bool, later: bool, carry: Carry) -> Self {
-        Self {
-            state: RoundState::new(last, carry.gap),
+    /// Its gap is the carry's while the round runs, and goes back into
+    /// the carry at its end.
+    pub fn new(last: bool, later: bool, carry: Carry) -> Stream<Self> {
+        let state = RoundState::new(last, carry.gap);
+        let round = Self {
             later,
             offset: carry.shown,
             carry,
             items: BTreeMap::new(),
             usage: None,
             separated: None,
-        }
+        };
+        Stream::new(state, round)
     }
 
     /// A later round's first text set apart from what earlier rounds
     /// showed: its first delta gets the separator, and the events that
     /// repeat the part's whole text (text done, part done, item done) get
     /// it too, so they agree with the deltas.
-    fn separate(&mut self, kind: &str, event: &mut Value) {
+    fn separate(&mut self, gap: &mut Gap, kind: &str, event: &mut Value) {
         let at = |field: &str| event.get(field).and_then(Value::as_u64);
         let (Some(output), content) = (at("output_index"), at("content_index")) else {
             return;
@@ -177,7 +193,7 @@ impl Round {
         let part = (output, content.unwrap_or(0));
         let pointer = match kind {
             "response.output_text.delta" => {
-                if stream::separate(event, "/delta", &mut self.state.gap) {
+                if stream::separate(event, "/delta", gap) {
                     self.separated = Some(part);
                 }
                 return;
@@ -215,9 +231,9 @@ fn kind(event: &Value) -> &str {
         .unwrap_or_default()
 }
 
-impl stream::Round for Round {
+impl stream::Reader for Round {
     /// Gathers the event's calls, items, usage and the response id.
-    fn read(&mut self, event: &Value) {
+    fn read(&mut self, state: &mut RoundState, event: &Value) {
         let index = event.get("output_index").and_then(Value::as_u64);
         match (kind(event), index) {
             ("response.created", _) if !self.later => {
@@ -226,7 +242,7 @@ impl stream::Round for Round {
             }
             ("response.output_item.added", Some(i)) => {
                 feed(
-                    &mut self.state.calls,
+                    &mut state.calls,
                     i,
                     event.get("item").unwrap_or(&Value::Null),
                 );
@@ -236,7 +252,7 @@ impl stream::Round for Round {
                     .get("delta")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                self.state.calls.arguments(i, delta);
+                state.calls.arguments(i, delta);
             }
             ("response.output_item.done", Some(i)) => {
                 self.items
@@ -252,6 +268,7 @@ impl stream::Round for Round {
     /// The event as the client gets it, if at all.
     fn outgoing(
         &mut self,
+        state: &mut RoundState,
         raw: Bytes,
         event: Option<Value>,
         recall: &[u64],
@@ -264,9 +281,9 @@ impl stream::Round for Round {
         if self.later && matches!(kind.as_str(), "response.created" | "response.in_progress") {
             return None;
         }
-        let hidden = if self.state.hold.mixed { recall } else { &[] };
+        let hidden = if state.hold.mixed { recall } else { &[] };
         stream::renumber(&mut event, "output_index", self.offset, hidden)?;
-        self.separate(&kind, &mut event);
+        self.separate(&mut state.gap, &kind, &mut event);
         if let Some(response) = event.get_mut("response") {
             unlist(response);
         }
@@ -287,37 +304,16 @@ impl stream::Round for Round {
         Some(stream::named_event(&kind, &event))
     }
 
-    fn state(&self) -> &RoundState {
-        &self.state
-    }
-
-    fn state_mut(&mut self) -> &mut RoundState {
-        &mut self.state
-    }
-
-    fn end(self: Box<Self>) -> Option<RecallTurn> {
-        if !self.state.hold.holding() {
-            return None;
-        }
+    fn end(self, state: RoundState) -> Option<RecallTurn> {
         Some(RecallTurn {
             messages: self.items.into_values().collect(),
-            calls: self.state.calls.recalls(),
+            calls: state.calls.recalls(),
             usage: self.usage,
             carry: Carry {
-                gap: self.state.gap,
+                gap: state.gap,
                 ..self.carry
             },
         })
-    }
-}
-
-/// Rewrites the recall calls of a round's items to carry their bounded
-/// query.
-pub fn bound(items: &mut [Value]) {
-    for item in items.iter_mut().filter(|i| is_recall(i)) {
-        let args = item.get("arguments").and_then(Value::as_str);
-        let args = bounded(args.unwrap_or_default()).to_string();
-        item["arguments"] = Value::String(args);
     }
 }
 
@@ -325,6 +321,22 @@ pub fn bound(items: &mut [Value]) {
 mod tests {
     use super::*;
     use crate::api::recall::stream::Round as _;
+
+    fn tool() -> Value {
+        Responses.recall_tool()
+    }
+
+    fn offerable(fields: &serde_json::Map<String, Value>) -> bool {
+        Responses.recall_offerable(fields)
+    }
+
+    fn calls(answer: &Value) -> Calls {
+        Responses.calls(answer)
+    }
+
+    fn hide(answer: &mut Value) {
+        Responses.hide(answer);
+    }
 
     fn ev(v: Value) -> Bytes {
         let name = kind(&v).to_string();
@@ -371,7 +383,7 @@ mod tests {
             .collect()
     }
 
-    fn feed_all(round: &mut Round, events: Vec<Bytes>, prior: &Value) -> Vec<Value> {
+    fn feed_all(round: &mut Stream<Round>, events: Vec<Bytes>, prior: &Value) -> Vec<Value> {
         events
             .into_iter()
             .flat_map(|e| round.event(e, prior))

@@ -265,7 +265,10 @@ mod tests {
         assert_eq!(&*payload(b"{\"b\":2}\r\n"), b"{\"b\":2}");
         assert_eq!(&*payload(b"data: {\"x\":1}\n\n"), b"{\"x\":1}");
         let mut headers = HeaderMap::new();
-        headers.insert(header::CONTENT_TYPE, "application/x-ndjson".parse().unwrap());
+        headers.insert(
+            header::CONTENT_TYPE,
+            "application/x-ndjson".parse().unwrap(),
+        );
         assert_eq!(Framing::of(&headers), Some(Framing::Lines));
         headers.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
         assert_eq!(Framing::of(&headers), None);

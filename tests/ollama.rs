@@ -117,7 +117,11 @@ async fn an_untouched_request_streams_json_lines_byte_for_byte() {
     reply.assert_ok();
     assert_eq!(reply.header("x-foldgate-fold"), "none");
     assert_eq!(reply.header("content-type"), "application/x-ndjson");
-    assert_eq!(mock.mock.received()[0].body, &body[..], "forwarded byte for byte");
+    assert_eq!(
+        mock.mock.received()[0].body,
+        &body[..],
+        "forwarded byte for byte"
+    );
     let lines = lines(&reply.body);
     assert_eq!(lines.len(), 3, "two pieces and the final line");
     assert_eq!(lines[2]["done"], true);
@@ -129,11 +133,17 @@ async fn an_untouched_request_streams_json_lines_byte_for_byte() {
 async fn foldgates_own_errors_take_ollamas_shape() {
     let mock = OllamaMock::start().await;
     let fg = Foldgate::start(&config(&mock, "inline")).await;
-    for body in [&b"{not json"[..], br#"{"model":"tiny-llama","messages":[{"content":"x"}]}"#] {
+    for body in [
+        &b"{not json"[..],
+        br#"{"model":"tiny-llama","messages":[{"content":"x"}]}"#,
+    ] {
         let reply = common::send(
             http::Method::POST,
             &format!("{}/api/chat", fg.url),
-            &[("content-type", "application/json"), ("x-conversation-id", "e1")],
+            &[
+                ("content-type", "application/json"),
+                ("x-conversation-id", "e1"),
+            ],
             body.to_vec(),
         )
         .await;
@@ -164,7 +174,10 @@ async fn num_ctx_is_the_requests_window_and_a_fold_keeps_ollamas_fields() {
     reply.assert_ok();
     assert_eq!(reply.header("x-foldgate-fold"), "new");
     assert!(reply.tokens_out() + 300 <= 3000, "{}", reply.tokens_out());
-    assert_eq!(reply.json()["message"]["tool_calls"][0]["function"]["name"], "run");
+    assert_eq!(
+        reply.json()["message"]["tool_calls"][0]["function"]["name"],
+        "run"
+    );
     let views = mock.bodies();
     let view = views.last().unwrap();
     assert!(mock.violations().is_empty(), "{:?}", mock.violations());
@@ -173,7 +186,10 @@ async fn num_ctx_is_the_requests_window_and_a_fold_keeps_ollamas_fields() {
         assert_eq!(client_field(view, field), body[field], "{field} kept");
     }
     assert_covers(body["messages"].as_array().unwrap(), view);
-    assert_eq!(view["messages"][0], body["messages"][0], "the system prompt stays first");
+    assert_eq!(
+        view["messages"][0], body["messages"][0],
+        "the system prompt stays first"
+    );
     // The summarizer asked /api/chat for JSON, not streamed (the mock
     // refuses it otherwise, and the fold would have failed).
     let asked = mock.state.summarizer.lock().unwrap().clone();
@@ -181,7 +197,10 @@ async fn num_ctx_is_the_requests_window_and_a_fold_keeps_ollamas_fields() {
     for r in &asked {
         assert_eq!(r.uri, "/api/chat");
         let b = r.json();
-        assert_eq!((&b["stream"], &b["format"]), (&json!(false), &json!("json")));
+        assert_eq!(
+            (&b["stream"], &b["format"]),
+            (&json!(false), &json!("json"))
+        );
     }
 }
 
@@ -222,7 +241,10 @@ async fn recall_on_ollama_answers_the_call_whole_and_streamed() {
             (answer, lines.last().cloned().unwrap())
         } else {
             let whole = reply.json();
-            (whole["message"]["content"].as_str().unwrap().to_string(), whole)
+            (
+                whole["message"]["content"].as_str().unwrap().to_string(),
+                whole,
+            )
         };
         assert!(answer.contains("teal"), "stream {stream}: {answer}");
         let bodies = mock.bodies();
@@ -244,7 +266,10 @@ async fn recall_on_ollama_answers_the_call_whole_and_streamed() {
         let n = second.len();
         let call = &second[n - 2]["tool_calls"][0]["function"];
         assert_eq!(call["name"], "foldgate_recall");
-        assert!(call["arguments"].is_object(), "Ollama's arguments are an object");
+        assert!(
+            call["arguments"].is_object(),
+            "Ollama's arguments are an object"
+        );
         assert_eq!(second[n - 1]["tool_name"], "foldgate_recall");
         assert!(second[n - 1]["content"].as_str().unwrap().contains("teal"));
     }
@@ -272,37 +297,74 @@ async fn ollama_python_client_agent_loop_folds_recalls_and_streams() {
     let exchanges = log["exchanges"].as_array().unwrap();
     assert_eq!(exchanges.len(), 42);
     let received = mock.bodies();
-    assert_eq!(received.len(), 44, "one request per client request, one more per recall");
+    assert_eq!(
+        received.len(),
+        44,
+        "one request per client request, one more per recall"
+    );
     let mut folded = 0;
     for (i, (entry, view)) in exchanges.iter().zip(&received).take(40).enumerate() {
         let sent = &entry["sent"];
         assert_eq!(view["stream"], sent["stream"], "request {i}");
-        assert_eq!(sent["stream"], json!(i % 2 == 1), "request {i}: the client's default");
+        assert_eq!(
+            sent["stream"],
+            json!(i % 2 == 1),
+            "request {i}: the client's default"
+        );
         for field in ["options", "keep_alive", "tools", "model"] {
-            assert_eq!(client_field(view, field), sent[field], "request {i}: {field}");
+            assert_eq!(
+                client_field(view, field),
+                sent[field],
+                "request {i}: {field}"
+            );
         }
         assert_covers(sent["messages"].as_array().unwrap(), view);
         folded += usize::from(!summary_of(view).is_empty());
         let headers = &entry["headers"];
-        let tokens_out: u64 = headers["x-foldgate-tokens-out"].as_str().unwrap().parse().unwrap();
-        assert!(tokens_out + 200 <= 3000, "request {i} overflows num_ctx: {tokens_out}");
+        let tokens_out: u64 = headers["x-foldgate-tokens-out"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            tokens_out + 200 <= 3000,
+            "request {i} overflows num_ctx: {tokens_out}"
+        );
         let streamed = headers["content-type"] == "application/x-ndjson";
         assert_eq!(streamed, i % 2 == 1, "request {i}: {headers}");
     }
-    assert!(folded >= 10, "only {folded} of 40 requests carried a summary");
+    assert!(
+        folded >= 10,
+        "only {folded} of 40 requests carried a summary"
+    );
     let labels: Vec<&str> = exchanges
         .iter()
         .map(|e| e["headers"]["x-foldgate-fold"].as_str().unwrap())
         .collect();
-    assert!(labels.iter().filter(|l| **l == "reused").count() >= 10, "{labels:?}");
+    assert!(
+        labels.iter().filter(|l| **l == "reused").count() >= 10,
+        "{labels:?}"
+    );
     // The recall questions: the model called the tool, foldgate answered
     // it from the archive, the client saw the answer only.
     for (answer, round) in log["answers"].as_array().unwrap().iter().zip([41, 43]) {
         let messages = received[round]["messages"].as_array().unwrap();
         let n = messages.len();
-        assert!(answer.as_str().unwrap().contains("teal"), "{answer}: {}", messages[n - 1]);
-        assert_eq!(messages[n - 2]["tool_calls"][0]["function"]["name"], "foldgate_recall");
-        assert!(messages[n - 1]["content"].as_str().unwrap().contains("teal"));
+        assert!(
+            answer.as_str().unwrap().contains("teal"),
+            "{answer}: {}",
+            messages[n - 1]
+        );
+        assert_eq!(
+            messages[n - 2]["tool_calls"][0]["function"]["name"],
+            "foldgate_recall"
+        );
+        assert!(
+            messages[n - 1]["content"]
+                .as_str()
+                .unwrap()
+                .contains("teal")
+        );
     }
     assert!(!received[40]["messages"].to_string().contains("teal"));
 }
@@ -315,19 +377,35 @@ fn the_mock_rejects_what_ollama_rejects() {
     let result = json!({"role": "tool", "content": "x", "tool_name": "ls"});
     let body = |messages: Value| json!({"model": "m", "messages": messages});
     assert_eq!(violation(&body(json!([user, call, result]))), None);
-    assert_eq!(violation(&body(json!([user, call]))), None, "a call awaiting its result");
-    assert!(violation(&body(json!([user, call, user]))).is_some(), "a call without its result");
-    assert!(violation(&body(json!([user, result]))).is_some(), "a result without its call");
+    assert_eq!(
+        violation(&body(json!([user, call]))),
+        None,
+        "a call awaiting its result"
+    );
+    assert!(
+        violation(&body(json!([user, call, user]))).is_some(),
+        "a call without its result"
+    );
+    assert!(
+        violation(&body(json!([user, result]))).is_some(),
+        "a result without its call"
+    );
     let other = json!({"role": "tool", "content": "x", "tool_name": "cat"});
     assert!(pairing_violation(&[user.clone(), call.clone(), other]).is_some());
     let chat_call = json!({"role": "assistant", "tool_calls": [
         {"id": "c", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]});
-    assert!(violation(&body(json!([user, chat_call, result]))).is_some(), "string arguments");
+    assert!(
+        violation(&body(json!([user, chat_call, result]))).is_some(),
+        "string arguments"
+    );
     let parts = json!({"role": "user", "content": [{"type": "text", "text": "hi"}]});
     assert!(violation(&body(json!([parts]))).is_some(), "content parts");
     assert!(violation(&body(json!([{"role": "developer", "content": "x"}]))).is_some());
     let chat_result = json!({"role": "tool", "content": "x", "name": "ls"});
-    assert!(violation(&body(json!([user, call, chat_result]))).is_some(), "an OpenAI field");
+    assert!(
+        violation(&body(json!([user, call, chat_result]))).is_some(),
+        "an OpenAI field"
+    );
     let mut openai = body(json!([user]));
     openai["response_format"] = json!({"type": "json_object"});
     assert!(violation(&openai).is_some());

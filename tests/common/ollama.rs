@@ -84,7 +84,9 @@ fn answer(state: &OllamaState, r: Recorded) -> Response<foldgate::body::Body> {
     seen.lock().unwrap().push(r.clone());
     let broken = violation(&body).or_else(|| {
         let asked = summarizer && (body["stream"] != json!(false) || body["format"] != "json");
-        asked.then(|| "the summarizer must ask with \"stream\": false and \"format\": \"json\"".into())
+        asked.then(|| {
+            "the summarizer must ask with \"stream\": false and \"format\": \"json\"".into()
+        })
     });
     if let Some(v) = broken {
         state.violations.lock().unwrap().push(v.clone());
@@ -109,9 +111,16 @@ fn answer(state: &OllamaState, r: Recorded) -> Response<foldgate::body::Body> {
         chunk(&model, json!({"role": "assistant", "content": tail})),
     ];
     if let Some(calls) = message.get("tool_calls") {
-        lines.push(chunk(&model, json!({"role": "assistant", "content": "", "tool_calls": calls})));
+        lines.push(chunk(
+            &model,
+            json!({"role": "assistant", "content": "", "tool_calls": calls}),
+        ));
     }
-    lines.push(done(&model, json!({"role": "assistant", "content": ""}), prompt));
+    lines.push(done(
+        &model,
+        json!({"role": "assistant", "content": ""}),
+        prompt,
+    ));
     let (tx, resp) = mock::stream("application/x-ndjson");
     tokio::spawn(async move {
         for line in lines {
@@ -218,7 +227,10 @@ pub fn violation(body: &Value) -> Option<String> {
         let Some(fields) = m.as_object() else {
             return Some(format!("messages[{i}] is not an object"));
         };
-        if let Some(key) = fields.keys().find(|k| !MESSAGE_FIELDS.contains(&k.as_str())) {
+        if let Some(key) = fields
+            .keys()
+            .find(|k| !MESSAGE_FIELDS.contains(&k.as_str()))
+        {
             return Some(format!("messages[{i}]: unknown field {key:?}"));
         }
         let role = m["role"].as_str().unwrap_or_default();
@@ -232,7 +244,10 @@ pub fn violation(body: &Value) -> Option<String> {
             ));
         }
         if let Some(images) = m.get("images") {
-            if !images.as_array().is_some_and(|a| a.iter().all(Value::is_string)) {
+            if !images
+                .as_array()
+                .is_some_and(|a| a.iter().all(Value::is_string))
+            {
                 return Some(format!("messages[{i}]: images must be base64 strings"));
             }
         }
@@ -258,7 +273,12 @@ pub fn pairing_violation(messages: &[Value]) -> Option<String> {
             .as_array()
             .into_iter()
             .flatten()
-            .map(|c| c["function"]["name"].as_str().unwrap_or_default().to_string())
+            .map(|c| {
+                c["function"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
             .collect()
     };
     let mut i = 0;
@@ -269,10 +289,15 @@ pub fn pairing_violation(messages: &[Value]) -> Option<String> {
             .take_while(|m| m["role"] == "tool")
             .count();
         if messages[i]["role"] == "tool" {
-            return Some(format!("messages[{i}]: a tool result without the calls before it"));
+            return Some(format!(
+                "messages[{i}]: a tool result without the calls before it"
+            ));
         }
         if calls.is_empty() && results > 0 {
-            return Some(format!("messages[{}]: a tool result without a call before it", i + 1));
+            return Some(format!(
+                "messages[{}]: a tool result without a call before it",
+                i + 1
+            ));
         }
         let last = i + 1 + results == messages.len() && results == 0;
         if !calls.is_empty() && results != calls.len() && !last {
@@ -284,7 +309,9 @@ pub fn pairing_violation(messages: &[Value]) -> Option<String> {
         for r in &messages[i + 1..i + 1 + results] {
             if let Some(name) = r["tool_name"].as_str() {
                 if !calls.iter().any(|c| c == name) {
-                    return Some(format!("a tool result names {name:?}, not a call before it"));
+                    return Some(format!(
+                        "a tool result names {name:?}, not a call before it"
+                    ));
                 }
             }
         }

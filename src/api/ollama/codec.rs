@@ -34,7 +34,12 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, ApiError> {
             }
         }
         Some(_) => return Err(bad("`messages` must be an array", Some("messages"))),
-        None => return Err(bad("you must provide a `messages` parameter", Some("messages"))),
+        None => {
+            return Err(bad(
+                "you must provide a `messages` parameter",
+                Some("messages"),
+            ));
+        }
     }
     let estimate = estimate_fields(&fields, model);
     let items = take_array(&mut fields, "messages");
@@ -195,7 +200,11 @@ mod tests {
         let mut fields = decoded.fields;
         let wire = decoded.wire.unwrap();
         fill(&mut fields, &wire, (0..4).map(Item::Original).collect());
-        assert_eq!(Value::Object(fields), body, "a view of everything is the body");
+        assert_eq!(
+            Value::Object(fields),
+            body,
+            "a view of everything is the body"
+        );
     }
 
     #[test]

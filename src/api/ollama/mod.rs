@@ -14,16 +14,13 @@
 pub mod codec;
 pub mod recall;
 
-use super::WireApi;
 use super::codec::{Decoded, Wire};
-use super::recall::calls::{Call, Calls, Carry};
-use super::recall::stream::Round;
 use super::route::{self, Claim};
-use super::summary::{Format, SummaryCall};
+use super::summary::{Format, SummaryAnswer, SummaryCall};
+use super::{Codec, Endpoint, Fit, Provider};
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
 use crate::tokens::UsageReader;
-use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 /// Ollama's native chat.
@@ -42,7 +39,7 @@ const SIBLINGS: [&str; 8] = [
     "/api/pull",
 ];
 
-impl WireApi for Ollama {
+impl Endpoint for Ollama {
     fn name(&self) -> &'static str {
         "ollama"
     }
@@ -51,16 +48,14 @@ impl WireApi for Ollama {
         "/api/chat"
     }
 
-    fn provider(&self) -> &'static str {
-        "ollama"
-    }
-
     fn owns(&self, path: &str) -> Option<Claim> {
         SIBLINGS
             .iter()
             .find_map(|endpoint| route::endpoint(path, endpoint))
     }
+}
 
+impl Provider for Ollama {
     /// `{"error": "..."}`.
     fn error_shape(&self) -> ErrorShape {
         ErrorShape(|error| json!({"error": error.to_string()}))
@@ -89,22 +84,17 @@ impl WireApi for Ollama {
         error.contains("format")
     }
 
-    /// The message's text as a chat completion's, a `length` finish kept,
-    /// the counts as `usage`.
-    fn summary_answer(&self, answer: Value) -> Value {
-        let text = answer
-            .pointer("/message/content")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let finish = match answer.get("done_reason").and_then(Value::as_str) {
-            Some("length") => "length",
-            _ => "stop",
-        };
+    /// The message's text, the two counts, a `length` finish.
+    fn summary_answer(&self, answer: &Value) -> SummaryAnswer {
         let count = |field: &str| answer.get(field).and_then(Value::as_u64).unwrap_or(0);
-        json!({
-            "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": finish}],
-            "usage": {"total_tokens": count(recall::USAGE) + count("eval_count")},
-        })
+        SummaryAnswer {
+            text: answer
+                .pointer("/message/content")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            tokens: count(recall::USAGE) + count("eval_count"),
+            cut_off: answer.get("done_reason").and_then(Value::as_str) == Some("length"),
+        }
     }
 
     fn usage(&self) -> UsageReader {
@@ -117,63 +107,33 @@ impl WireApi for Ollama {
     fn usage_field(&self) -> &'static str {
         recall::USAGE
     }
+}
+
+impl Codec for Ollama {
+    /// Only Ollama's clients write `options`, `keep_alive` or `think`.
+    fn fit(&self, body: &Map<String, Value>) -> Fit {
+        match ["options", "keep_alive", "think"]
+            .iter()
+            .any(|k| body.contains_key(*k))
+        {
+            true if body.contains_key("messages") => Fit::Only,
+            _ if body.contains_key("messages") => Fit::Field,
+            _ => Fit::No,
+        }
+    }
 
     fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {
         codec::decode(bytes)
     }
 
-    fn fill(
+    fn fill_wire(
         &self,
         fields: &mut Map<String, Value>,
-        messages: &[Value],
-        wire: Option<&Wire>,
+        _messages: &[Value],
+        wire: &Wire,
         items: Vec<Item>,
     ) {
-        match wire {
-            Some(wire) => codec::fill(fields, wire, items),
-            None => super::chat::codec::fill(fields, messages, items),
-        }
-    }
-
-    fn recall_tool(&self) -> Value {
-        recall::tool()
-    }
-
-    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool {
-        recall::offerable(fields)
-    }
-
-    fn remove_recall_tool(&self, fields: &mut Map<String, Value>) {
-        super::recall::remove_tool(fields, recall::name_of);
-    }
-
-    fn calls(&self, answer: &Value) -> Calls {
-        recall::calls(answer)
-    }
-
-    fn answer_messages(&self, answer: &Value, _calls: &[Call]) -> Vec<Value> {
-        vec![recall::answer_message(answer)]
-    }
-
-    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-        recall::results(calls, texts)
-    }
-
-    fn hide(&self, answer: &mut Value) {
-        recall::hide(answer);
-    }
-
-    fn stream_round(&self, last: bool, _later: bool, carry: Carry) -> Box<dyn Round> {
-        Box::new(recall::Round::new(last, carry))
-    }
-
-    fn bound_calls(&self, messages: &mut [Value]) {
-        recall::bound(messages);
-    }
-
-    /// A line `{"error": "..."}`, as Ollama ends a stream that failed.
-    fn error_event(&self, message: &str) -> Bytes {
-        recall::line_of(&json!({ "error": message }))
+        codec::fill(fields, wire, items);
     }
 }
 
@@ -204,10 +164,19 @@ mod tests {
         assert!(o.claim("/api/chats").is_none());
         assert!(o.owns("/api/tags").is_some() && o.owns("/api/chat").is_none());
         let e = (o.error_shape().0)(&ApiError::ModelNotFound("m".into()));
+        let fits = |v: Value| o.fit(v.as_object().unwrap());
+        assert_eq!(fits(json!({"messages": [], "options": {}})), Fit::Only);
+        assert_eq!(fits(json!({"messages": []})), Fit::Field);
         assert!(e["error"].is_string() && e.as_object().map(Map::len) == Some(1));
         let done = br#"{"model":"m","message":{"role":"assistant","content":"hi"},"done":true,"prompt_eval_count":26,"eval_count":3}"#;
         assert_eq!(prompt_tokens(done), Some(26));
-        let stream = [&br#"{"message":{"content":"a"},"done":false}"#[..], b"\n", done, b"\n"].concat();
+        let stream = [
+            &br#"{"message":{"content":"a"},"done":false}"#[..],
+            b"\n",
+            done,
+            b"\n",
+        ]
+        .concat();
         assert_eq!(prompt_tokens(&stream), Some(26));
         assert_eq!(prompt_tokens(br#"{"done":false}"#), None);
     }
@@ -224,14 +193,19 @@ mod tests {
             completion_param: false,
         };
         let body = Ollama.summary_body(call(Format::JsonSchema)).unwrap();
-        assert_eq!((&body["stream"], &body["format"]), (&json!(false), &json!("json")));
+        assert_eq!(
+            (&body["stream"], &body["format"]),
+            (&json!(false), &json!("json"))
+        );
         assert_eq!(body["options"]["num_predict"], 300);
         let plain = Ollama.summary_body(call(Format::Instructions)).unwrap();
         assert!(plain.get("format").is_none());
         let answer = json!({"message": {"role": "assistant", "content": "{}"}, "done": true,
             "done_reason": "length", "prompt_eval_count": 10, "eval_count": 5});
-        let read = Ollama.summary_answer(answer);
-        assert_eq!(read["choices"][0]["finish_reason"], "length");
-        assert_eq!(read["usage"]["total_tokens"], 15);
+        let read = Ollama.summary_answer(&answer);
+        assert_eq!(
+            (read.text.as_deref(), read.tokens, read.cut_off),
+            (Some("{}"), 15, true)
+        );
     }
 }

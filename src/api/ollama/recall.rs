@@ -6,10 +6,13 @@
 //! (`thinking` included). Usage is the answer's top-level
 //! `prompt_eval_count`, on its final `done: true` object.
 
+use super::Ollama;
 use super::codec::{arguments_text, call_id};
+use crate::api::Recall;
+use crate::api::chat::Chat;
 use crate::api::recall::calls::{Call, Calls, Carry, RecallTurn};
 use crate::api::recall::input::bounded;
-use crate::api::recall::stream::{self, RoundState};
+use crate::api::recall::stream::{self, RoundState, Stream};
 use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -17,30 +20,71 @@ use serde_json::{Map, Value, json};
 /// The field an answer reports its prompt tokens in, summed over rounds.
 pub const USAGE: &str = "prompt_eval_count";
 
-/// The recall tool, as a function tool.
-pub fn tool() -> Value {
-    json!({
-        "type": "function",
-        "function": {
-            "name": RECALL_TOOL,
-            "description": crate::api::recall::DESCRIPTION,
-            "parameters": crate::api::recall::parameters(),
+impl Recall for Ollama {
+    /// A function tool, as chat completions'.
+    fn recall_tool(&self) -> Value {
+        Chat.recall_tool()
+    }
+
+    fn tool_name<'t>(&self, tool: &'t Value) -> Option<&'t str> {
+        Chat.tool_name(tool)
+    }
+
+    /// No `format`: an answer held to JSON or a schema has no room for a
+    /// call (Ollama has no `tool_choice`).
+    fn free_to_call(&self, fields: &Map<String, Value>) -> bool {
+        fields
+            .get("format")
+            .is_none_or(|f| f.is_null() || f.as_str() == Some(""))
+    }
+
+    fn calls(&self, answer: &Value) -> Calls {
+        let mut calls = Calls::default();
+        feed(&mut calls, 0, answer);
+        calls
+    }
+
+    /// The answer's message as it came (`thinking` included).
+    fn answer_messages(&self, answer: &Value, _calls: &[Call]) -> Vec<Value> {
+        let message = answer.get("message").cloned();
+        vec![message.unwrap_or_else(|| json!({"role": "assistant", "content": ""}))]
+    }
+
+    /// One `tool` message each, naming the tool.
+    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
+        calls
+            .iter()
+            .zip(texts)
+            .map(|(_, text)| json!({"role": "tool", "content": text, "tool_name": RECALL_TOOL}))
+            .collect()
+    }
+
+    fn hide(&self, answer: &mut Value) {
+        hide(answer);
+    }
+
+    fn stream_round(&self, last: bool, _later: bool, carry: Carry) -> Box<dyn stream::Round> {
+        Box::new(Round::new(last, carry))
+    }
+
+    /// The bounded query as an object, as Ollama takes arguments.
+    fn bound_calls(&self, messages: &mut [Value]) {
+        for message in messages.iter_mut() {
+            if let Some(Value::Array(calls)) = message.get_mut("tool_calls") {
+                for call in calls
+                    .iter_mut()
+                    .filter(|c| Chat.tool_name(c) == Some(RECALL_TOOL))
+                {
+                    call["function"]["arguments"] = bounded(&arguments_text(call));
+                }
+            }
         }
-    })
-}
+    }
 
-/// Whether recall may be offered: no tool of that name already, and no
-/// `format` (an answer held to JSON or a schema has no room for a call).
-pub fn offerable(fields: &Map<String, Value>) -> bool {
-    let format = fields
-        .get("format")
-        .is_some_and(|f| !f.is_null() && f.as_str() != Some(""));
-    !format && !crate::api::recall::has_tool(fields, name_of)
-}
-
-/// A tool's name.
-pub fn name_of(tool: &Value) -> Option<&str> {
-    tool.pointer("/function/name").and_then(Value::as_str)
+    /// A line `{"error": "..."}`, as Ollama ends a stream that failed.
+    fn error_event(&self, message: &str) -> Bytes {
+        line_of(&json!({ "error": message }))
+    }
 }
 
 /// The calls of an answer (or a streamed line): `message.tool_calls`.
@@ -65,34 +109,9 @@ fn feed(calls: &mut Calls, from: u64, answer: &Value) -> u64 {
     index
 }
 
-/// The calls of a whole answer.
-pub fn calls(answer: &Value) -> Calls {
-    let mut calls = Calls::default();
-    feed(&mut calls, 0, answer);
-    calls
-}
-
-/// The assistant message of a whole answer whose calls are all recall
-/// calls: as it came.
-pub fn answer_message(answer: &Value) -> Value {
-    answer
-        .get("message")
-        .cloned()
-        .unwrap_or_else(|| json!({"role": "assistant", "content": ""}))
-}
-
-/// The `tool` messages answering `calls` with `texts`, one each.
-pub fn results(calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-    calls
-        .iter()
-        .zip(texts)
-        .map(|(_, text)| json!({"role": "tool", "content": text, "tool_name": RECALL_TOOL}))
-        .collect()
-}
-
 /// Removes recall calls from an answer (or a streamed line);
 /// `tool_calls` goes when none is left. Returns whether any was removed.
-pub fn hide(answer: &mut Value) -> bool {
+fn hide(answer: &mut Value) -> bool {
     let Some(message) = answer.get_mut("message").and_then(Value::as_object_mut) else {
         return false;
     };
@@ -100,7 +119,7 @@ pub fn hide(answer: &mut Value) -> bool {
         return false;
     };
     let before = calls.len();
-    calls.retain(|c| name_of(c) != Some(RECALL_TOOL));
+    calls.retain(|c| Chat.tool_name(c) != Some(RECALL_TOOL));
     let removed = calls.len() != before;
     if calls.is_empty() {
         message.remove("tool_calls");
@@ -108,23 +127,10 @@ pub fn hide(answer: &mut Value) -> bool {
     removed
 }
 
-/// Rewrites the recall calls of a round's messages to carry their bounded
-/// query (an object, as Ollama takes arguments).
-pub fn bound(messages: &mut [Value]) {
-    for message in messages.iter_mut() {
-        if let Some(Value::Array(calls)) = message.get_mut("tool_calls") {
-            for call in calls.iter_mut().filter(|c| name_of(c) == Some(RECALL_TOOL)) {
-                call["function"]["arguments"] = bounded(&arguments_text(call));
-            }
-        }
-    }
-}
-
 /// One streamed round: each line is a chunk of the answer's message, the
 /// last (`done: true`) with the counts.
 #[derive(Default)]
 pub struct Round {
-    state: RoundState,
     next: u64,
     content: String,
     thinking: String,
@@ -134,27 +140,21 @@ pub struct Round {
 
 impl Round {
     /// A round; `last`: its request could not offer recall again.
-    pub fn new(last: bool, carry: Carry) -> Self {
-        Self {
-            state: RoundState::new(last, carry.gap),
-            ..Self::default()
-        }
+    pub fn new(last: bool, carry: Carry) -> Stream<Self> {
+        Stream::new(RoundState::new(last, carry.gap), Self::default())
     }
 }
 
-impl stream::Round for Round {
-    fn read(&mut self, line: &Value) {
-        self.next = feed(&mut self.state.calls, self.next, line);
+impl stream::Reader for Round {
+    fn read(&mut self, state: &mut RoundState, line: &Value) {
+        self.next = feed(&mut state.calls, self.next, line);
         self.calls.extend(tool_calls(line).iter().cloned());
+        let message = line.get("message");
         for (field, text) in [
             ("content", &mut self.content),
             ("thinking", &mut self.thinking),
         ] {
-            if let Some(piece) = line
-                .get("message")
-                .and_then(|m| m.get(field))
-                .and_then(Value::as_str)
-            {
+            if let Some(piece) = message.and_then(|m| m.get(field)).and_then(Value::as_str) {
                 text.push_str(piece);
             }
         }
@@ -163,19 +163,12 @@ impl stream::Round for Round {
         }
     }
 
-    fn state(&self) -> &RoundState {
-        &self.state
-    }
-
-    fn state_mut(&mut self) -> &mut RoundState {
-        &mut self.state
-    }
-
     /// Recall calls removed once the answer is mixed, a later round's
     /// text set apart, and the earlier rounds' prompt tokens added to the
     /// final line's.
     fn outgoing(
         &mut self,
+        state: &mut RoundState,
         raw: Bytes,
         line: Option<Value>,
         _recall: &[u64],
@@ -184,20 +177,17 @@ impl stream::Round for Round {
         let Some(mut line) = line else {
             return Some(raw);
         };
-        let mut changed = self.state.hold.mixed && hide(&mut line);
-        changed |= stream::separate(&mut line, "/message/content", &mut self.state.gap);
-        if let (Some(count), Some(prior)) = (line.get(USAGE).and_then(Value::as_u64), prior.as_u64())
-        {
+        let mut changed = state.hold.mixed && hide(&mut line);
+        changed |= stream::separate(&mut line, "/message/content", &mut state.gap);
+        let count = line.get(USAGE).and_then(Value::as_u64);
+        if let (Some(count), Some(prior)) = (count, prior.as_u64()) {
             line[USAGE] = json!(count.saturating_add(prior));
             changed = true;
         }
         Some(if changed { line_of(&line) } else { raw })
     }
 
-    fn end(self: Box<Self>) -> Option<RecallTurn> {
-        if !self.state.hold.holding() {
-            return None;
-        }
+    fn end(self, state: RoundState) -> Option<RecallTurn> {
         let mut message = json!({"role": "assistant", "content": self.content});
         if !self.thinking.is_empty() {
             message["thinking"] = Value::String(self.thinking);
@@ -205,10 +195,10 @@ impl stream::Round for Round {
         message["tool_calls"] = Value::Array(self.calls);
         Some(RecallTurn {
             messages: vec![message],
-            calls: self.state.calls.recalls(),
+            calls: state.calls.recalls(),
             usage: self.usage,
             carry: Carry {
-                gap: self.state.gap,
+                gap: state.gap,
                 ..Carry::default()
             },
         })
@@ -224,6 +214,22 @@ pub fn line_of(value: &Value) -> Bytes {
 mod tests {
     use super::*;
     use crate::api::recall::stream::Round as _;
+
+    fn calls(answer: &Value) -> Calls {
+        Ollama.calls(answer)
+    }
+
+    fn results(calls: &[Call], texts: Vec<String>) -> Vec<Value> {
+        Ollama.results(calls, texts)
+    }
+
+    fn offerable(fields: &Map<String, Value>) -> bool {
+        Ollama.recall_offerable(fields)
+    }
+
+    fn tool() -> Value {
+        Ollama.recall_tool()
+    }
 
     fn line(message: Value, done: bool) -> Bytes {
         let mut v = json!({"model": "m", "message": message, "done": done});
@@ -254,11 +260,17 @@ mod tests {
         assert!(only["message"].get("tool_calls").is_none());
         let answered = results(&calls(&answer).recalls(), vec![]);
         assert!(answered.is_empty());
-        let answered = results(&super::calls(&json!({"message": {"tool_calls": [recall_call()]}})).recalls(), vec!["x".into()]);
-        assert_eq!(answered[0], json!({"role": "tool", "content": "x", "tool_name": RECALL_TOOL}));
+        let answered = results(
+            &calls(&json!({"message": {"tool_calls": [recall_call()]}})).recalls(),
+            vec!["x".into()],
+        );
+        assert_eq!(
+            answered[0],
+            json!({"role": "tool", "content": "x", "tool_name": RECALL_TOOL})
+        );
         let mut turn = vec![json!({"role": "assistant", "tool_calls": [
             {"function": {"name": RECALL_TOOL, "arguments": {"query": "x".repeat(100_000)}}}]})];
-        bound(&mut turn);
+        Ollama.bound_calls(&mut turn);
         assert!(turn[0]["tool_calls"][0]["function"]["arguments"]["query"].is_string());
         let fields = |v: Value| v.as_object().cloned().unwrap_or_default();
         assert!(offerable(&fields(json!({"model": "m"}))));
@@ -270,11 +282,20 @@ mod tests {
     fn a_streamed_round_holds_from_the_recall_call_and_sums_prompt_tokens() {
         let mut r = Round::new(false, Carry::default());
         let prior = Value::Null;
-        let shown = r.event(line(json!({"role": "assistant", "content": "Let me"}), false), &prior);
+        let shown = r.event(
+            line(json!({"role": "assistant", "content": "Let me"}), false),
+            &prior,
+        );
         assert_eq!(shown.len(), 1);
         let call = json!({"role": "assistant", "content": "", "tool_calls": [recall_call()]});
         assert!(r.event(line(call, false), &prior).is_empty());
-        assert!(r.event(line(json!({"role": "assistant", "content": ""}), true), &prior).is_empty());
+        assert!(
+            r.event(
+                line(json!({"role": "assistant", "content": ""}), true),
+                &prior
+            )
+            .is_empty()
+        );
         let turn = Box::new(r).end().unwrap();
         assert_eq!(turn.messages[0]["content"], "Let me");
         assert_eq!(turn.messages[0]["tool_calls"][0], recall_call());
@@ -282,11 +303,23 @@ mod tests {
 
         let mut next = Round::new(true, Carry::default());
         *next.gap() = turn.carry.gap.next_round();
-        let out = next.event(line(json!({"role": "assistant", "content": "Port 80"}), false), &json!(120));
-        assert_eq!(stream::chunk_of(&out[0]).unwrap()["message"]["content"], "\n\nPort 80");
-        let out = next.event(line(json!({"role": "assistant", "content": ""}), true), &json!(120));
+        let out = next.event(
+            line(json!({"role": "assistant", "content": "Port 80"}), false),
+            &json!(120),
+        );
+        assert_eq!(
+            stream::chunk_of(&out[0]).unwrap()["message"]["content"],
+            "\n\nPort 80"
+        );
+        let out = next.event(
+            line(json!({"role": "assistant", "content": ""}), true),
+            &json!(120),
+        );
         let last = stream::chunk_of(&out[0]).unwrap();
-        assert_eq!((&last[USAGE], &last["eval_count"]), (&json!(240), &json!(7)));
+        assert_eq!(
+            (&last[USAGE], &last["eval_count"]),
+            (&json!(240), &json!(7))
+        );
         assert!(out[0].ends_with(b"}\n"), "one JSON line");
     }
 
@@ -298,8 +331,14 @@ mod tests {
         let out = r.event(line(both, false), &Value::Null);
         assert_eq!(out.len(), 1);
         let released = stream::chunk_of(&out[0]).unwrap();
-        assert_eq!(released["message"]["tool_calls"].as_array().map(Vec::len), Some(1));
-        assert_eq!(released["message"]["tool_calls"][0]["function"]["name"], "ls");
+        assert_eq!(
+            released["message"]["tool_calls"].as_array().map(Vec::len),
+            Some(1)
+        );
+        assert_eq!(
+            released["message"]["tool_calls"][0]["function"]["name"],
+            "ls"
+        );
         assert!(Box::new(r).end().is_none());
     }
 }

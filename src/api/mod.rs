@@ -16,6 +16,8 @@
 //! - [`gemini`]: Gemini `generateContent`; `systemInstruction` pinned,
 //!   `functionCall` and `functionResponse` parts one unit, the model in
 //!   the path.
+//! - [`ollama`]: Ollama's native `/api/chat`; JSON-line streams, calls'
+//!   arguments as objects, `options.num_ctx` the request's window.
 //! - [`codec`] (with [`crate::shallow`]), [`recall`], [`context_error`], [`summary`]:
 //!   what the APIs share.
 

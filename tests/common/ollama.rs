@@ -209,7 +209,7 @@ const MESSAGE_FIELDS: [&str; 7] = [
 
 /// Why Ollama would reject (or silently mangle) a chat body, if it would.
 pub fn violation(body: &Value) -> Option<String> {
-    if !body["model"].as_str().is_some_and(|m| !m.is_empty()) {
+    if body["model"].as_str().is_none_or(str::is_empty) {
         return Some("model is required".into());
     }
     if let Some(field) = OPENAI_ONLY.iter().find(|f| body.get(**f).is_some()) {

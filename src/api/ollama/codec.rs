@@ -12,7 +12,7 @@ use crate::tokens::REQUEST_WINDOW;
 use serde_json::{Map, Value, json};
 
 /// The prefix of the ids foldgate gives calls that came without one
-/// (Ollama's calls have none before its 0.12 servers).
+/// (Ollama's calls often do).
 pub const MADE_ID: &str = "ollama-call-";
 
 /// Reads an Ollama chat body for the fold engine: a JSON object with a

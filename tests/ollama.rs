@@ -221,7 +221,10 @@ async fn recall_on_ollama_answers_the_call_whole_and_streamed() {
         let mock = OllamaMock::start().await;
         let fg = Foldgate::start(&config(&mock, "inline")).await;
         let mut body = forgetful(24);
-        body["stream"] = json!(stream);
+        // Streamed by Ollama's default: no `stream` field at all.
+        if !stream {
+            body["stream"] = json!(false);
+        }
         let reply = common::post_json(
             &format!("{}/api/chat", fg.url),
             &[("x-conversation-id", "r1")],

@@ -1,6 +1,7 @@
-//! Errors made by foldgate itself. Each becomes OpenAI's error envelope
-//! `{"error":{"message","type","param","code"}}` in one place,
-//! [`ApiError::into_response`], so the stack's error type is `Infallible`.
+//! Errors made by foldgate itself. Each becomes its route's API's error
+//! envelope ([`ErrorShape`], from `crate::api::Provider::error_shape`) in
+//! one place, [`ApiError::into_response_as`], so the stack's error type
+//! is `Infallible`.
 //! Upstream errors are not `ApiError`s: they pass through unchanged.
 //! Errors that stop the process before it serves are
 //! [`crate::app::StartupError`]s: they belong to start-up, above the
@@ -79,22 +80,11 @@ pub enum ApiError {
 }
 
 /// The shape foldgate answers its own errors in on a route: the JSON
-/// envelope its API writes an error as. OpenAI's is the default; an API
-/// with a shape of its own ([`crate::api::WireApi::error_shape`]) gives
-/// its writer.
+/// envelope its API writes an error as, given by the API
+/// (`crate::api::Provider::error_shape`; `crate::api::own_error_shape` on
+/// routes no API claims).
 #[derive(Clone, Copy)]
 pub struct ErrorShape(pub fn(&ApiError) -> serde_json::Value);
-
-impl ErrorShape {
-    /// OpenAI's envelope `{"error":{"message","type","param","code"}}`.
-    pub const OPENAI: Self = Self(ApiError::openai_envelope);
-}
-
-impl Default for ErrorShape {
-    fn default() -> Self {
-        Self::OPENAI
-    }
-}
 
 impl std::fmt::Debug for ErrorShape {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -149,44 +139,6 @@ impl ApiError {
         }
     }
 
-    /// The envelope's `type`, following OpenAI's vocabulary.
-    fn kind(&self) -> &'static str {
-        match self {
-            Self::BadRequest { .. }
-            | Self::ContextLength(_)
-            | Self::NotFound(_)
-            | Self::NoState(_)
-            | Self::BodyTooLarge { .. }
-            | Self::ModelNotFound(_)
-            | Self::NoProvider { .. } => "invalid_request_error",
-            Self::Unauthorized(_) => "authentication_error",
-            _ => "server_error",
-        }
-    }
-
-    /// OpenAI's error envelope for this error.
-    fn openai_envelope(&self) -> serde_json::Value {
-        let param = match self {
-            Self::BadRequest { param, .. } => *param,
-            Self::ContextLength(_) => Some("messages"),
-            Self::ModelNotFound(_) => Some("model"),
-            _ => None,
-        };
-        serde_json::json!({
-            "error": {
-                "message": self.to_string(),
-                "type": self.kind(),
-                "param": param,
-                "code": self.code(),
-            }
-        })
-    }
-
-    /// Renders the OpenAI error envelope, logging the error once here.
-    pub fn into_response(self) -> Response<Body> {
-        self.into_response_as(ErrorShape::OPENAI)
-    }
-
     /// Renders the error in `shape`, logging it once here.
     pub fn into_response_as(self, shape: ErrorShape) -> Response<Body> {
         let status = self.status();
@@ -223,22 +175,4 @@ impl ApiError {
 /// The `x-foldgate-warning` of a fold that was tried and not made.
 pub fn fold_failed(why: &str) -> String {
     format!("fold failed: {why}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http_body_util::BodyExt;
-
-    #[tokio::test]
-    async fn envelope_shape() {
-        let resp = ApiError::BodyTooLarge { limit: 10 }.into_response();
-        assert_eq!(resp.status(), 413);
-        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!(v["error"]["code"], "request_too_large");
-        assert_eq!(v["error"]["type"], "invalid_request_error");
-        assert!(v["error"]["param"].is_null());
-        assert!(v["error"]["message"].as_str().unwrap().contains("10 bytes"));
-    }
 }

@@ -13,7 +13,7 @@
 //! - [`unclaimed`]: conversation-shaped `POST`s no API claims: counted, warned about once, listed.
 //! - [`admin`]: `/foldgate/*` endpoints and the guard on conversation reads; [`ui`]: the dashboard's embedded files (`/foldgate/ui`).
 //! - [`pipeline`]: the conversation pipeline: key, estimate, plan, fold, forward, retry, recall rounds; names no API.
-//! - [`api`]: the wire formats (chat completions, Anthropic, Responses, Gemini, Ollama), one folder each behind one trait.
+//! - [`api`]: the wire formats (chat completions, Anthropic Messages, Responses, Gemini, Ollama), one folder each behind one trait, [`api::WireApi`], made of four parts with chat completions' defaults ([`api::Endpoint`], [`api::Provider`], [`api::Codec`], [`api::Recall`]): a folder holds only what its wire does differently.
 //! - [`state`]: fold-state storage and per-conversation single-flight.
 //! - [`tokens`]: token estimation, model windows, calibration.
 //! - [`fold`]: fold policy, cut planning and views (pure, no IO).
@@ -25,12 +25,13 @@
 //! - [`shallow`]: the one-pass JSON reader: a request's wanted fields parsed, the conversation's items and an object's members delimited, not read (the fast path's and the usage tap's).
 //! - [`metrics`]: Prometheus counters and latency histograms.
 //! - [`error`]: errors made by foldgate, in the route's API's error envelope.
+//! - [`headers`]: the response headers foldgate adds to a conversation request.
 //! - [`message`]: the message vocabulary: roles, pinned head, tool pairing.
 //! - [`estimate`]: `foldgate estimate`: one request body counted as the proxy counts it, and its trigger point.
 //! - [`replay`]: `foldgate replay`: a recorded conversation through the fold engine, offline.
 //! - [`glob`]: model-name patterns.
 //! - [`heap`]: live heap bytes, counted in a `heap-stats` build (for soaks).
-//! - [`log_writer`]: log lines to stderr without std's lock, whole.
+//! - [`log_format`]: the text log's line; [`log_writer`]: log lines to stderr without std's lock, whole.
 
 pub mod admin;
 pub mod api;

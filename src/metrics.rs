@@ -46,6 +46,11 @@ pub struct Metrics {
     /// Conversation requests the pipeline took, by API: one counter per
     /// API given at construction, in that order ([`Metrics::count_request`]).
     requests: Vec<(&'static str, Counter)>,
+    /// Deprecated: conversation requests of every API, unlabelled, as
+    /// `foldgate_chat_requests_total` counted them before
+    /// `foldgate_requests_total{api}`; kept so dashboards built on it go
+    /// on counting the same requests.
+    chat_requests: Counter,
     /// Conversation requests forwarded with a reused summary.
     pub folds_reused: Counter,
     /// New folds by reason: emergency, token, overflow, safety, idle.
@@ -193,6 +198,10 @@ impl Metrics {
             registry.register(name, help.trim_end_matches('.'), c.clone());
             c
         };
+        let chat_requests = counter(
+            "foldgate_chat_requests",
+            "Deprecated: conversation requests of every API (not only chat completions); use sum(foldgate_requests_total).",
+        );
         let folds_reused = counter(
             "foldgate_folds_reused",
             "Requests forwarded with a reused summary.",
@@ -339,6 +348,7 @@ impl Metrics {
         Self {
             unclaimed,
             requests,
+            chat_requests,
             folds_reused,
             folds_new: array(folds_new),
             fold_failures,
@@ -378,6 +388,7 @@ impl Metrics {
     pub fn count_request(&self, api: &str) {
         if let Some((_, counter)) = self.requests.iter().find(|(name, _)| *name == api) {
             counter.inc();
+            self.chat_requests.inc();
         }
     }
 
@@ -490,6 +501,7 @@ mod tests {
             "# HELP foldgate_requests Conversation requests the pipeline took, by API.\n",
             "foldgate_requests_total{api=\"chat\"} 0\n",
             "foldgate_requests_total{api=\"gemini\"} 2\n",
+            "foldgate_chat_requests_total 2\n",
             "foldgate_folds_total{reason=\"token\"} 1\n",
             "foldgate_folds_total{reason=\"idle\"} 0\n",
             "foldgate_recall_failures_total{cause=\"recall_after_last\"} 0\n",

@@ -331,7 +331,7 @@ fn tokens_output_reserve_rules() {
 #[test]
 fn tokens_usage_scanner_json() {
     let body = br#"{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"}}],"usage":{"prompt_tokens":129,"completion_tokens":2,"total_tokens":131}}"#;
-    let mut s = UsageScanner::new(false);
+    let mut s = UsageScanner::with(false, foldgate::api::chat::USAGE);
     for chunk in body.chunks(7) {
         s.feed(&Bytes::copy_from_slice(chunk));
     }
@@ -350,7 +350,7 @@ proptest! {
     fn tokens_usage_scanner_sse_any_split(mut cuts in proptest::collection::vec(0..SSE.len(), 0..12)) {
         cuts.sort_unstable();
         let bytes = SSE.as_bytes();
-        let mut s = UsageScanner::new(true);
+        let mut s = UsageScanner::with(true, foldgate::api::chat::USAGE);
         let mut from = 0;
         for cut in cuts {
             s.feed(&Bytes::copy_from_slice(&bytes[from..cut]));
@@ -363,7 +363,7 @@ proptest! {
 
 #[test]
 fn tokens_usage_scanner_byte_by_byte() {
-    let mut s = UsageScanner::new(true);
+    let mut s = UsageScanner::with(true, foldgate::api::chat::USAGE);
     for b in SSE.as_bytes() {
         s.feed(&Bytes::copy_from_slice(std::slice::from_ref(b)));
     }

@@ -79,7 +79,9 @@ pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
             })
             .await
         }
-        (_, path) => ApiError::NotFound(path.to_string()).into_response(),
+        (_, path) => {
+            ApiError::NotFound(path.to_string()).into_response_as(crate::api::own_error_shape())
+        }
     }
 }
 
@@ -95,7 +97,7 @@ where
         Ok(access) => read(access).await,
         Err(e) => Err(e),
     };
-    result.map_or_else(ApiError::into_response, json)
+    result.map_or_else(|e| e.into_response_as(crate::api::own_error_shape()), json)
 }
 
 /// Conversation-shaped `POST`s no API claimed, by path, with their

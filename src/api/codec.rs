@@ -292,6 +292,38 @@ pub(super) fn model(fields: &Map<String, Value>) -> Result<String, ApiError> {
     }
 }
 
+/// How an API words a conversation field that is not a list of items
+/// with a string `role`, in its own servers' words ([`with_roles`]).
+pub(super) struct RoleErrors {
+    /// An item without a string `role`; `{i}` is its index.
+    pub item: &'static str,
+    /// The field is not an array.
+    pub not_array: &'static str,
+    /// The field is missing.
+    pub missing: &'static str,
+}
+
+/// Checks that `fields[field]` is an array of items with a string `role`.
+pub(super) fn with_roles(
+    fields: &Map<String, Value>,
+    field: &'static str,
+    errors: &RoleErrors,
+) -> Result<(), ApiError> {
+    let no_role = |m: &Value| !m.get("role").is_some_and(Value::is_string);
+    match fields.get(field) {
+        Some(Value::Array(items)) => match items.iter().position(no_role) {
+            Some(i) => Err(bad(
+                &errors.item.replace("{i}", &i.to_string()),
+                Some(field),
+            )),
+            None => Ok(()),
+        },
+        Some(_) => Err(bad(errors.not_array, Some(field))),
+        None => Err(bad(errors.missing, Some(field))),
+    }
+}
+
+/// The client's 400, with the parameter it names.
 pub(super) fn bad(message: &str, param: Option<&'static str>) -> ApiError {
     ApiError::BadRequest {
         message: message.to_string(),

@@ -1,12 +1,15 @@
 //! The wire formats foldgate folds, one folder each, behind one trait.
 //!
-//! A [`WireApi`] is everything one API means to the pipeline: the route it
-//! serves, its error shape and context-length error, how its body becomes
+//! A [`WireApi`] is everything one API means to the pipeline, in four
+//! parts: its [`Endpoint`] (the route it serves), its [`Provider`] side
+//! (keys, error shape and context-length error, usage, the summarizer's
+//! call to a provider that speaks it), its [`Codec`] (how its body becomes
 //! the fold engine's messages and a view goes back into it, where the
-//! summary goes, how its answers report usage, its recall round, and the
-//! summarizer's call to a provider that speaks it. The pipeline
-//! ([`crate::pipeline`]) holds an [`Api`] and names none of them; adding
-//! an API is a folder here and one line in [`APIS`].
+//! summary goes) and its [`Recall`] round. Every part's defaults are chat
+//! completions', so a folder writes only what its wire does differently
+//! (docs/architecture.md, "An API: the `WireApi` parts", has the table).
+//! The pipeline ([`crate::pipeline`]) holds an [`Api`] and names none of
+//! them; adding an API is a folder here and one line in [`APIS`].
 //!
 //! - [`chat`]: OpenAI chat completions; the messages are the engine's.
 //! - [`anthropic`]: Anthropic Messages; `system` pinned, `tool_use` and
@@ -210,9 +213,16 @@ pub fn key_headers() -> &'static [HeaderName] {
 }
 
 /// The shape of foldgate's own errors for a request: its API's, else
-/// OpenAI's.
+/// [`own_error_shape`].
 pub fn error_shape(method: &Method, path: &str) -> ErrorShape {
-    of(method, path).map_or(ErrorShape::OPENAI, |api| api.error_shape())
+    of(method, path).map_or_else(own_error_shape, |api| api.error_shape())
+}
+
+/// The shape of foldgate's errors on a route no API claims (its own
+/// `/foldgate/*` routes, a handler that panicked): the first API's, chat
+/// completions' (OpenAI's envelope).
+pub fn own_error_shape() -> ErrorShape {
+    APIS[0].error_shape()
 }
 
 /// One wire format, as the pipeline uses it: its [`Endpoint`], its
@@ -270,9 +280,10 @@ pub trait Provider: Endpoint {
         self.name()
     }
 
-    /// The shape of foldgate's own errors on this API's route.
+    /// The shape of foldgate's own errors on this API's route: by default
+    /// OpenAI's envelope ([`chat::error_envelope`]).
     fn error_shape(&self) -> ErrorShape {
-        ErrorShape::OPENAI
+        ErrorShape(chat::error_envelope)
     }
 
     /// Reads an upstream 400 body; `Some` when it says the prompt is too
@@ -328,9 +339,9 @@ pub trait Provider: Endpoint {
     }
 
     /// How an answer on this API reports its prompt tokens (read as it
-    /// streams by, for calibration).
+    /// streams by, for calibration): by default `usage.prompt_tokens`.
     fn usage(&self) -> UsageReader {
-        UsageReader::USAGE
+        chat::USAGE
     }
 
     /// The field of an answer that reports its usage (summed over recall

@@ -54,8 +54,8 @@ pub struct FoldState {
     pub tokens_after: u32,
     /// The trigger that caused the fold.
     pub reason: Reason,
-    /// The API the conversation speaks: `chat`, `anthropic` or `responses`.
-    #[serde(default = "chat_api")]
+    /// The API the conversation speaks (its name: `chat`, `anthropic`…).
+    #[serde(default = "api_before_it_was_recorded")]
     pub api: String,
     /// Who wrote the summary and what it took, when recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,7 +96,10 @@ impl Retained {
     }
 }
 
-fn chat_api() -> String {
+/// The API of a state stored before states recorded theirs: chat
+/// completions, the only one foldgate spoke then. New states take their
+/// request's (the pipeline names it).
+fn api_before_it_was_recorded() -> String {
     "chat".to_string()
 }
 
@@ -145,6 +148,8 @@ impl FoldState {
     /// The next state: `plan` carried out with the summarizer's `summary`
     /// (a complete rewrite of the base summary plus the folded messages)
     /// and `ledger`. A rebuild from the raw messages starts at depth 1 again.
+    /// Its [`Self::api`] is left empty: the engine knows no API, the
+    /// caller names its request's.
     pub fn after(plan: &FoldPlan, summary: Summary, ledger: Ledger, now_unix: u64) -> Self {
         let base = plan.base.as_ref();
         let depth = match base {
@@ -166,7 +171,7 @@ impl FoldState {
             tokens_before: plan.tokens_before,
             tokens_after: plan.tokens_after,
             reason: plan.reason,
-            api: chat_api(),
+            api: String::new(),
             summarizer: None,
             recall: false,
             retained: plan.retained.clone(),

@@ -63,7 +63,8 @@ pub fn build(app: Arc<App>) -> AppService {
     });
     let service = ServiceBuilder::new()
         .layer(CatchPanicLayer::custom(|_| {
-            ApiError::Internal("the request handler panicked".into()).into_response()
+            ApiError::Internal("the request handler panicked".into())
+                .into_response_as(crate::api::own_error_shape())
         }))
         .layer(SetRequestIdLayer::new(REQUEST_ID, RandomIds))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))

@@ -1,10 +1,12 @@
-//! Reads the prompt tokens an upstream response reports (chat
-//! completions, Responses and Anthropic Messages usage) as it streams by,
-//! without holding the whole body, for calibration.
+//! Reads the prompt tokens an upstream response reports as it streams by,
+//! without holding the whole body, for calibration. Where an answer
+//! reports them is its API's to say ([`UsageReader`], from
+//! `crate::api::Provider::usage`, most often reading a [`UsageShape`]);
+//! this module knows no API's shape.
 
 use crate::sse::{self, Events, Framing};
 use bytes::Bytes;
-use serde::Deserialize;
+use serde_json::{Map, Value};
 
 /// Largest JSON body buffered; past it the scanner gives up (a chat
 /// completion this large is rare and one missed observation costs nothing).
@@ -14,10 +16,9 @@ pub const MAX_JSON_BYTES: usize = 4 * 1024 * 1024;
 ///
 /// For a JSON body it buffers up to 4 MiB and parses once at
 /// the end. For an SSE stream it splits events with [`sse::Events`] and
-/// parses only events whose `"usage"` is an object, so the `"usage":null`
-/// on every chunk of an `include_usage` stream costs a byte scan, not a
-/// parse. Chat-completion `usage.prompt_tokens` and Responses-API
-/// `usage.input_tokens` (also under `response`) are read.
+/// parses only events whose usage field (`"usage"`) is an object, so the
+/// `"usage":null` on every chunk of an `include_usage` stream costs a byte
+/// scan, not a parse.
 #[derive(Debug)]
 pub struct UsageScanner {
     reader: UsageReader,
@@ -35,12 +36,6 @@ enum Body {
 }
 
 impl UsageScanner {
-    /// A scanner for an SSE stream (`text/event-stream`) or a JSON body
-    /// that reports usage as [`UsageReader::USAGE`] reads it.
-    pub fn new(is_sse: bool) -> Self {
-        Self::with(is_sse, UsageReader::USAGE)
-    }
-
     /// A scanner for usage as `reader` reads it.
     pub fn with(is_sse: bool, reader: UsageReader) -> Self {
         Self::framed(is_sse.then_some(Framing::Sse), reader)
@@ -108,7 +103,8 @@ fn read_event(reader: UsageReader, event: &[u8]) -> Option<u32> {
 
 /// How an API reports the prompt tokens of an answer: the key (quoted)
 /// whose object holds them, so an event without one is not parsed, and the
-/// reader of a JSON body or event that has one.
+/// reader of a JSON body or event that has one (most often a
+/// [`UsageShape`]'s).
 #[derive(Debug, Clone, Copy)]
 pub struct UsageReader {
     /// The quoted key, e.g. `"usage"`.
@@ -117,38 +113,71 @@ pub struct UsageReader {
     pub prompt_tokens: fn(&[u8]) -> Option<u32>,
 }
 
-impl UsageReader {
-    /// `usage` as chat completions, Responses (also under `response`) and
-    /// Anthropic Messages (also under `message`, cached tokens added) write it.
-    pub const USAGE: Self = Self {
-        key: b"\"usage\"",
-        prompt_tokens: usage_prompt_tokens,
-    };
+/// Where an API's answers report their prompt tokens, for the common
+/// case: the object under [`Self::field`] of the answer (or of an object
+/// one level down, or of the last element of an array of answers), its
+/// [`Self::tokens`] member plus the [`Self::added`] ones. Only that object
+/// is parsed; the rest of the answer (its choices, its text) is only
+/// delimited ([`crate::shallow`]).
+#[derive(Debug, Clone, Copy)]
+pub struct UsageShape {
+    /// The member holding the usage object (`usage`); an event without it
+    /// as an object is not parsed.
+    pub field: &'static str,
+    /// The usage object's member counting the prompt tokens
+    /// (`prompt_tokens`).
+    pub tokens: &'static str,
+    /// Members counted on top of it (Anthropic's cached prompt tokens).
+    pub added: &'static [&'static str],
+    /// Members of the answer whose object may hold the usage instead
+    /// (Responses' `response`, Anthropic's `message_start`'s `message`).
+    pub within: &'static [&'static str],
+    /// Whether a whole answer may be an array of answers (the last one
+    /// reporting usage counts).
+    pub array: bool,
 }
 
-/// The prompt tokens of a body or event in [`UsageReader::USAGE`]'s shapes:
-/// its own `usage`, else the `usage` of the object under `response`
-/// (Responses events) or `message` (Anthropic's `message_start`). Only the
-/// `usage` object is parsed; the rest of the answer (its choices, its
-/// text) is only delimited.
-fn usage_prompt_tokens(data: &[u8]) -> Option<u32> {
-    object_prompt_tokens(std::str::from_utf8(data).ok()?)
-}
+impl UsageShape {
+    /// The prompt tokens a body or event reports.
+    pub fn prompt_tokens(self, data: &[u8]) -> Option<u32> {
+        let text = std::str::from_utf8(data).ok()?;
+        if self.array && text.trim_start().starts_with('[') {
+            let answers = crate::shallow::elements(text)?;
+            return answers
+                .into_iter()
+                .rev()
+                .find_map(|answer| self.object_prompt_tokens(answer));
+        }
+        self.object_prompt_tokens(text)
+    }
 
-/// [`usage_prompt_tokens`] of an object's text (already checked UTF-8).
-fn object_prompt_tokens(text: &str) -> Option<u32> {
-    let members = crate::shallow::members(text)?;
-    let value = |name: &str| {
-        members
-            .iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| *value)
-    };
-    let own = value("usage")
-        .and_then(|usage| serde_json::from_str::<Option<Usage>>(usage).ok().flatten())
-        .and_then(|usage| usage.prompt_tokens());
-    own.or_else(|| value("response").and_then(object_prompt_tokens))
-        .or_else(|| value("message").and_then(object_prompt_tokens))
+    /// [`Self::prompt_tokens`] of one object's text.
+    fn object_prompt_tokens(self, text: &str) -> Option<u32> {
+        let members = crate::shallow::members(text)?;
+        let value = |name: &str| {
+            members
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| *value)
+        };
+        let own = value(self.field).and_then(|usage| self.count(usage));
+        own.or_else(|| {
+            self.within
+                .iter()
+                .find_map(|name| value(name).and_then(|inner| self.object_prompt_tokens(inner)))
+        })
+    }
+
+    /// The prompt tokens of a usage object's text.
+    fn count(self, usage: &str) -> Option<u32> {
+        let usage: Map<String, Value> = serde_json::from_str(usage).ok()?;
+        let number = |name: &str| usage.get(name).and_then(Value::as_u64);
+        let tokens = u32::try_from(number(self.tokens)?).ok()?;
+        let added = self.added.iter().filter_map(|name| number(name));
+        Some(added.fold(tokens, |sum, n| {
+            sum.saturating_add(u32::try_from(n).unwrap_or(u32::MAX))
+        }))
+    }
 }
 
 /// Whether `data` holds `key` followed by `:` and an object (or a
@@ -156,7 +185,8 @@ fn object_prompt_tokens(text: &str) -> Option<u32> {
 fn has_object(data: &[u8], key: &[u8]) -> bool {
     let mut from = 0;
     while let Some(at) = data[from..].windows(key.len()).position(|w| w == key) {
-        let after = &data[from + at + key.len()..];
+        let end = from + at + key.len();
+        let after = &data[end..];
         let mut it = after.iter().copied().skip_while(u8::is_ascii_whitespace);
         let value = (it.next() == Some(b':'))
             .then(|| it.find(|b| !b.is_ascii_whitespace()))
@@ -164,48 +194,28 @@ fn has_object(data: &[u8], key: &[u8]) -> bool {
         if value.is_some_and(|b| b == b'{' || b.is_ascii_digit()) {
             return true;
         }
-        from += at + key.len();
+        from = end;
     }
     false
-}
-
-#[derive(Deserialize)]
-struct Usage {
-    prompt_tokens: Option<u32>,
-    input_tokens: Option<u32>,
-    /// Anthropic counts cached prompt tokens apart from `input_tokens`.
-    cache_creation_input_tokens: Option<u32>,
-    cache_read_input_tokens: Option<u32>,
-}
-
-impl Usage {
-    fn prompt_tokens(&self) -> Option<u32> {
-        let cached = [
-            self.cache_creation_input_tokens,
-            self.cache_read_input_tokens,
-        ];
-        self.prompt_tokens.or_else(|| {
-            let input = self.input_tokens?;
-            Some(
-                cached
-                    .iter()
-                    .flatten()
-                    .fold(input, |a, b| a.saturating_add(*b)),
-            )
-        })
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn scan(sse: bool, chunks: &[&[u8]]) -> Option<u32> {
-        let mut s = UsageScanner::new(sse);
+    /// Scans as the API named `api` reads usage.
+    fn scan_as(api: &str, sse: bool, chunks: &[&[u8]]) -> Option<u32> {
+        let reader = crate::api::named(api).map(|api| api.usage());
+        let mut s = UsageScanner::with(sse, reader.unwrap_or_else(|| unreachable!("{api}")));
         for c in chunks {
             s.feed(&Bytes::copy_from_slice(c));
         }
         s.finish()
+    }
+
+    /// Scans as chat completions read usage.
+    fn scan(sse: bool, chunks: &[&[u8]]) -> Option<u32> {
+        scan_as("chat", sse, chunks)
     }
 
     #[test]
@@ -225,7 +235,8 @@ mod tests {
         let both = br#"{"choices":[{"usage":{"prompt_tokens":1}}],"usage":{"prompt_tokens":9}}"#;
         assert_eq!(scan(false, &[both]), Some(9));
         let wrapped = br#"{"type":"x","response":{"output":[{"usage":{"input_tokens":1}}],"usage":{"input_tokens":8}}}"#;
-        assert_eq!(scan(false, &[wrapped]), Some(8));
+        assert_eq!(scan_as("responses", false, &[wrapped]), Some(8));
+        assert_eq!(scan(false, &[wrapped]), None, "not chat completions' shape");
         assert_eq!(scan(false, &[br#"{"usage":null}"#]), None);
         assert_eq!(
             scan(false, &[br#"{"usage":{"prompt_tokens":"many"}}"#]),
@@ -267,16 +278,16 @@ data: [DONE]\n\n";
     #[test]
     fn responses_api_event() {
         let ev = b"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":77}}}\n\n";
-        assert_eq!(scan(true, &[ev]), Some(77));
+        assert_eq!(scan_as("responses", true, &[ev]), Some(77));
     }
 
     #[test]
     fn anthropic_events_and_cache_counts() {
         let stream = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":90,\"output_tokens\":1}}}\n\n\
 event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n";
-        assert_eq!(scan(true, &[stream]), Some(100));
+        assert_eq!(scan_as("anthropic", true, &[stream]), Some(100));
         let body = br#"{"type":"message","usage":{"input_tokens":7,"cache_creation_input_tokens":3,"output_tokens":2}}"#;
-        assert_eq!(scan(false, &[body]), Some(10));
+        assert_eq!(scan_as("anthropic", false, &[body]), Some(10));
     }
 
     #[test]
@@ -288,10 +299,12 @@ event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_toke
 
     #[test]
     fn usage_detection() {
-        let has_usage_object = |data: &[u8]| has_object(data, UsageReader::USAGE.key);
+        let has_usage_object = |data: &[u8]| has_object(data, b"\"usage\"");
         assert!(has_usage_object(br#"{"usage" : {"a":1}}"#));
         assert!(!has_usage_object(br#"{"usage":null}"#));
         assert!(!has_usage_object(br#"{"usage_x":{}}"#));
         assert!(has_usage_object(br#"{"a":"usage","usage":{}}"#));
+        assert!(!has_usage_object(br#"{"x_usage":{}}"#));
+        assert!(!has_usage_object(br#"{"usage_x":"usage","b":{}}"#));
     }
 }

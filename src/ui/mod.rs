@@ -46,7 +46,8 @@ pub fn is_ui(path: &str) -> bool {
 /// One of the dashboard's files, or 404.
 pub fn serve(path: &str) -> Response<Body> {
     let Some(&(_, content_type, content)) = FILES.iter().find(|(p, _, _)| *p == path) else {
-        return ApiError::NotFound(path.to_string()).into_response();
+        return ApiError::NotFound(path.to_string())
+            .into_response_as(crate::api::own_error_shape());
     };
     let mut response = Response::new(body::full(content));
     let headers = response.headers_mut();

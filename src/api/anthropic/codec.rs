@@ -13,7 +13,8 @@
 
 use crate::api::Fit;
 use crate::api::codec::{
-    Decoded, RawRequest, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call,
+    Decoded, RawRequest, RoleErrors, Units, Wire, estimate_fields, model, take_array, text_of,
+    tool_call, with_roles,
 };
 use crate::error::ApiError;
 use crate::fold::view::Item;
@@ -82,26 +83,19 @@ pub fn fit(body: &Map<String, Value>) -> Fit {
     }
 }
 
+/// Anthropic's words for a `messages` field without a `role` each.
+const ROLE_ERRORS: RoleErrors = RoleErrors {
+    item: "messages.{i}: must be an object with a string `role`",
+    not_array: "messages: must be an array",
+    missing: "messages: field required",
+};
+
 /// Reads a Messages body.
 pub fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
     let model = model(&fields)?;
     // Roles beyond `user` and `assistant` (Claude Code sends `system`
     // reminders between turns) are the API's to judge.
-    match fields.get("messages") {
-        Some(Value::Array(ms)) => {
-            if let Some(i) = ms
-                .iter()
-                .position(|m| !m.get("role").is_some_and(Value::is_string))
-            {
-                return Err(bad(
-                    &format!("messages.{i}: must be an object with a string `role`"),
-                    Some("messages"),
-                ));
-            }
-        }
-        Some(_) => return Err(bad("messages: must be an array", Some("messages"))),
-        None => return Err(bad("messages: field required", Some("messages"))),
-    }
+    with_roles(&fields, "messages", &ROLE_ERRORS)?;
     let items = take_array(&mut fields, "messages");
     let mut units = Units::default();
     units.pin("system", fields.get("system"));

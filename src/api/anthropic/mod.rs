@@ -15,6 +15,7 @@ use super::{Codec, Endpoint, Fit, Provider};
 use crate::config::Placement;
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
+use crate::tokens::{UsageReader, UsageShape};
 use http::HeaderName;
 use serde_json::{Map, Value, json};
 
@@ -52,6 +53,22 @@ impl Provider for Anthropic {
     /// `{"type":"error","error":{"type","message"}}`.
     fn error_shape(&self) -> ErrorShape {
         ErrorShape(error_envelope)
+    }
+
+    /// `usage.input_tokens` with the cached prompt tokens Anthropic counts
+    /// apart, of the answer or of `message_start`'s `message`.
+    fn usage(&self) -> UsageReader {
+        const SHAPE: UsageShape = UsageShape {
+            field: "usage",
+            tokens: "input_tokens",
+            added: &["cache_creation_input_tokens", "cache_read_input_tokens"],
+            within: &["message"],
+            array: false,
+        };
+        UsageReader {
+            key: b"\"usage\"",
+            prompt_tokens: |data| SHAPE.prompt_tokens(data),
+        }
     }
 
     /// `x-api-key: KEY`.

@@ -10,11 +10,29 @@ use super::codec::RawRequest;
 use super::route::{self, Claim};
 use super::summary::{Format, SummaryCall};
 use super::{Codec, Endpoint, Provider};
+use crate::error::{ApiError, ErrorShape};
 use crate::shallow::Spec;
+use crate::tokens::{UsageReader, UsageShape};
 use serde_json::{Value, json};
 
 /// OpenAI chat completions.
 pub struct Chat;
+
+/// Chat completions' usage: `usage.prompt_tokens` (every API's by
+/// default, [`Provider::usage`]).
+pub const USAGE: UsageReader = UsageReader {
+    key: b"\"usage\"",
+    prompt_tokens: |data| USAGE_SHAPE.prompt_tokens(data),
+};
+
+/// Where [`USAGE`] reads.
+const USAGE_SHAPE: UsageShape = UsageShape {
+    field: "usage",
+    tokens: "prompt_tokens",
+    added: &[],
+    within: &[],
+    array: false,
+};
 
 /// What the fast path reads of a chat body: the fields the estimate
 /// reads, and the messages as text.
@@ -52,6 +70,12 @@ impl Endpoint for Chat {
 impl Provider for Chat {
     fn provider(&self) -> &'static str {
         "openai"
+    }
+
+    /// `{"error":{"message","type","param","code"}}` (every API's by
+    /// default).
+    fn error_shape(&self) -> ErrorShape {
+        ErrorShape(error_envelope)
     }
 
     fn client_key_headers(&self) -> &'static [&'static str] {
@@ -112,5 +136,54 @@ impl Codec for Chat {
 
     fn compresses_answers(&self) -> bool {
         true
+    }
+}
+
+/// OpenAI's error envelope for one of foldgate's own errors: its `type`
+/// in OpenAI's vocabulary, its `code` foldgate's label.
+pub fn error_envelope(error: &ApiError) -> Value {
+    let kind = match error {
+        ApiError::BadRequest { .. }
+        | ApiError::ContextLength(_)
+        | ApiError::NotFound(_)
+        | ApiError::NoState(_)
+        | ApiError::BodyTooLarge { .. }
+        | ApiError::ModelNotFound(_)
+        | ApiError::NoProvider { .. } => "invalid_request_error",
+        ApiError::Unauthorized(_) => "authentication_error",
+        _ => "server_error",
+    };
+    let param = match error {
+        ApiError::BadRequest { param, .. } => *param,
+        ApiError::ContextLength(_) => Some("messages"),
+        ApiError::ModelNotFound(_) => Some("model"),
+        _ => None,
+    };
+    json!({
+        "error": {
+            "message": error.to_string(),
+            "type": kind,
+            "param": param,
+            "code": error.code(),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn openai_error_envelope() {
+        let error = ApiError::BodyTooLarge { limit: 10 };
+        let resp = error.into_response_as(Chat.error_shape());
+        assert_eq!(resp.status(), 413);
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["error"]["code"], "request_too_large");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert!(v["error"]["param"].is_null());
+        assert!(v["error"]["message"].as_str().unwrap().contains("10 bytes"));
     }
 }

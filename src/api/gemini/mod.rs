@@ -20,7 +20,7 @@ use super::{Codec, Endpoint, Provider};
 use crate::config::Placement;
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
-use crate::tokens::UsageReader;
+use crate::tokens::{UsageReader, UsageShape};
 use http::HeaderName;
 use serde_json::{Map, Value, json};
 
@@ -137,8 +137,6 @@ impl Provider for Gemini {
         }
     }
 
-    /// `usageMetadata.promptTokenCount`, in each event or the whole answer
-    /// (a JSON array when streamed without `alt=sse`).
     /// `responseMimeType` or `responseSchema` refused ("JSON mode is not
     /// enabled for this model", or an unknown field).
     fn rejects_format(&self, error: &str) -> bool {
@@ -153,15 +151,24 @@ impl Provider for Gemini {
         .any(|marker| error.contains(marker))
     }
 
-    fn usage_field(&self) -> &'static str {
-        recall::USAGE
-    }
-
+    /// `usageMetadata.promptTokenCount`, in each event or the whole
+    /// answer (a JSON array when streamed without `alt=sse`).
     fn usage(&self) -> UsageReader {
+        const SHAPE: UsageShape = UsageShape {
+            field: recall::USAGE,
+            tokens: "promptTokenCount",
+            added: &[],
+            within: &[],
+            array: true,
+        };
         UsageReader {
             key: b"\"usageMetadata\"",
-            prompt_tokens,
+            prompt_tokens: |data| SHAPE.prompt_tokens(data),
         }
+    }
+
+    fn usage_field(&self) -> &'static str {
+        recall::USAGE
     }
 }
 
@@ -225,32 +232,6 @@ impl Codec for Gemini {
     }
 }
 
-/// The prompt tokens of an answer or event: `usageMetadata.promptTokenCount`,
-/// the last one reported when the answer is an array of them. Only
-/// `usageMetadata` is parsed; the rest (the candidates, their text) is
-/// only delimited ([`crate::shallow`]).
-fn prompt_tokens(data: &[u8]) -> Option<u32> {
-    let text = std::str::from_utf8(data).ok()?;
-    if text.trim_start().starts_with('[') {
-        let events = crate::shallow::elements(text)?;
-        return events.into_iter().rev().find_map(object_prompt_tokens);
-    }
-    object_prompt_tokens(text)
-}
-
-/// [`prompt_tokens`] of one object's text.
-fn object_prompt_tokens(text: &str) -> Option<u32> {
-    #[derive(serde::Deserialize)]
-    struct Usage {
-        #[serde(rename = "promptTokenCount")]
-        prompt: Option<u64>,
-    }
-    let members = crate::shallow::members(text)?;
-    let (_, usage) = members.iter().find(|(key, _)| key == "usageMetadata")?;
-    let usage: Usage = serde_json::from_str(usage).ok()?;
-    u32::try_from(usage.prompt?).ok()
-}
-
 /// Google's error envelope for one of foldgate's own errors.
 fn error_envelope(error: &ApiError) -> Value {
     let code = error.status().as_u16();
@@ -305,6 +286,7 @@ mod tests {
 
     #[test]
     fn usage_from_usage_metadata() {
+        let prompt_tokens = |data: &[u8]| (Gemini.usage().prompt_tokens)(data);
         let one = br#"{"candidates":[],"usageMetadata":{"promptTokenCount":42}}"#;
         assert_eq!(prompt_tokens(one), Some(42));
         let array = br#"[{"candidates":[]},{"usageMetadata":{"promptTokenCount":7}}]"#;

@@ -5,7 +5,7 @@
 //! go back untouched. The fields around `messages` (`format`, `options`,
 //! `keep_alive`, `think`, `tools`) are never changed.
 
-use crate::api::codec::{Decoded, Units, Wire, bad, model, object, take_array, text_of, tool_call};
+use crate::api::codec::{Decoded, Units, Wire, model, take_array, text_of, tool_call};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use crate::tokens::REQUEST_WINDOW;
@@ -15,32 +15,11 @@ use serde_json::{Map, Value, json};
 /// (Ollama's calls often do).
 pub const MADE_ID: &str = "ollama-call-";
 
-/// Reads an Ollama chat body for the fold engine: a JSON object with a
-/// string `model` and an array `messages` of objects with a string
-/// `role`.
+/// Reads an Ollama chat body for the fold engine: checked as a chat
+/// body is (a string `model`, `messages` of objects with a string `role`).
 pub fn decode(bytes: &[u8]) -> Result<Decoded, ApiError> {
-    let mut fields = object(bytes)?;
+    let mut fields = crate::api::chat::codec::parse(bytes)?;
     let model = model(&fields)?;
-    match fields.get("messages") {
-        Some(Value::Array(messages)) => {
-            if let Some(i) = messages
-                .iter()
-                .position(|m| !m.get("role").is_some_and(Value::is_string))
-            {
-                return Err(bad(
-                    &format!("messages[{i}] must be an object with a string `role`"),
-                    Some("messages"),
-                ));
-            }
-        }
-        Some(_) => return Err(bad("`messages` must be an array", Some("messages"))),
-        None => {
-            return Err(bad(
-                "you must provide a `messages` parameter",
-                Some("messages"),
-            ));
-        }
-    }
     let estimate = estimate_fields(&fields, model);
     let items = take_array(&mut fields, "messages");
     let mut units = Units::default();

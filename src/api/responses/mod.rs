@@ -12,6 +12,7 @@ use super::{Codec, Endpoint, Provider};
 use crate::config::Placement;
 use crate::error::ApiError;
 use crate::fold::view::Item;
+use crate::tokens::{UsageReader, UsageShape};
 use serde_json::{Map, Value};
 
 /// OpenAI Responses.
@@ -31,6 +32,22 @@ impl Provider for Responses {
     /// OpenAI's: the providers chat completions go to.
     fn provider(&self) -> &'static str {
         "openai"
+    }
+
+    /// `usage.input_tokens`, of the answer or of the `response` an event
+    /// carries.
+    fn usage(&self) -> UsageReader {
+        const SHAPE: UsageShape = UsageShape {
+            field: "usage",
+            tokens: "input_tokens",
+            added: &[],
+            within: &["response"],
+            array: false,
+        };
+        UsageReader {
+            key: b"\"usage\"",
+            prompt_tokens: |data| SHAPE.prompt_tokens(data),
+        }
     }
 }
 

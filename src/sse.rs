@@ -1,5 +1,8 @@
 //! Server-sent events: the one splitter every reader of an upstream stream
 //! uses (the usage tap and the recall rounds), and the data of an event.
+//! A stream of JSON lines (`application/x-ndjson`) is split by the same
+//! splitter, one line an event ([`Framing::Lines`]), and an event's JSON
+//! is its [`payload`] either way.
 //!
 //! An event ends with a blank line; lines end with `\n` or `\r\n` (a lone
 //! `\r`, which the standard also allows, is not used by any LLM API and is
@@ -8,7 +11,33 @@
 //! chunks is gathered in a buffer.
 
 use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, header};
 use std::borrow::Cow;
+
+/// How a streamed answer's events are delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Server-sent events (`text/event-stream`): an event ends with a
+    /// blank line.
+    Sse,
+    /// JSON lines (`application/x-ndjson`): each line is one event.
+    Lines,
+}
+
+impl Framing {
+    /// The framing of a response by its `Content-Type`; `None`: not a
+    /// stream.
+    pub fn of(headers: &HeaderMap) -> Option<Self> {
+        let kind = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+        if kind.starts_with("text/event-stream") {
+            Some(Self::Sse)
+        } else if kind.starts_with("application/x-ndjson") {
+            Some(Self::Lines)
+        } else {
+            None
+        }
+    }
+}
 
 /// Longest event handed out whole: a longer one is handed out in pieces of
 /// this size, so neither a broken upstream nor a huge event can make the
@@ -22,6 +51,8 @@ pub struct Events {
     /// How far `buf` has been searched for the end of its event.
     searched: usize,
     max: usize,
+    /// Each line is an event ([`Framing::Lines`]).
+    lines: bool,
 }
 
 impl Default for Events {
@@ -37,6 +68,15 @@ impl Events {
             buf: BytesMut::new(),
             searched: 0,
             max: max.max(1),
+            lines: false,
+        }
+    }
+
+    /// A splitter for a stream of `framing`.
+    pub fn framed(framing: Framing) -> Self {
+        Self {
+            lines: framing == Framing::Lines,
+            ..Self::default()
         }
     }
 
@@ -60,7 +100,7 @@ impl Events {
         if !chunk.is_empty() {
             self.buf.extend_from_slice(&std::mem::take(chunk));
         }
-        let end = end_of_event(&self.buf, self.searched, self.max);
+        let end = end_of_event(&self.buf, self.searched, self.max, self.lines);
         match end {
             Some(end) => {
                 self.searched = 0;
@@ -96,7 +136,7 @@ impl Iterator for Completed<'_> {
         if !events.buf.is_empty() {
             return events.next_buffered(&mut self.chunk);
         }
-        if let Some(end) = end_of_event(&self.chunk, 0, events.max) {
+        if let Some(end) = end_of_event(&self.chunk, 0, events.max, events.lines) {
             return Some(self.chunk.split_to(end));
         }
         events.keep(std::mem::take(&mut self.chunk));
@@ -118,19 +158,32 @@ fn searched_to(buf: &[u8]) -> usize {
     buf.len().saturating_sub(2)
 }
 
-/// Where the first event of `buf` ends (after its blank line), or `max`
-/// when it is longer; `from` is how far it is known not to end.
-fn end_of_event(buf: &[u8], from: usize, max: usize) -> Option<usize> {
-    let blank = memchr::memchr_iter(b'\n', &buf[from..])
-        .map(|at| from + at + 1)
-        .find_map(|line| match &buf[line..] {
+/// Where the first event of `buf` ends (after its blank line, or its
+/// line when `lines`), or `max` when it is longer; `from` is how far it
+/// is known not to end.
+fn end_of_event(buf: &[u8], from: usize, max: usize, lines: bool) -> Option<usize> {
+    let mut ends = memchr::memchr_iter(b'\n', &buf[from..]).map(|at| from + at + 1);
+    let blank = match lines {
+        true => ends.next(),
+        false => ends.find_map(|line| match &buf[line..] {
             [b'\n', ..] => Some(line + 1),
             [b'\r', b'\n', ..] => Some(line + 2),
             _ => None,
-        });
+        }),
+    };
     match blank {
         Some(end) if end <= max => Some(end),
         _ => (buf.len() >= max).then_some(max),
+    }
+}
+
+/// The JSON an event carries: a JSON line as it is (it starts with `{`,
+/// which no SSE field does), else the event's [`data`].
+pub fn payload(event: &[u8]) -> Cow<'_, [u8]> {
+    let text = event.trim_ascii();
+    match text.first() {
+        Some(b'{') => Cow::Borrowed(text),
+        _ => data(event),
     }
 }
 
@@ -199,6 +252,26 @@ mod tests {
             ["abcd", "efgh", "ij\n\n"]
         );
         assert_eq!(e.rest(), "xy");
+    }
+
+    #[test]
+    fn json_lines_are_events_of_their_own() {
+        let mut e = Events::framed(Framing::Lines);
+        assert_eq!(
+            split(&mut e, &[b"{\"a\":1}\n{\"b\"", b":2}\r\n{\"c\":3}"]),
+            ["{\"a\":1}\n", "{\"b\":2}\r\n"]
+        );
+        assert_eq!(&*payload(&e.rest()), b"{\"c\":3}");
+        assert_eq!(&*payload(b"{\"b\":2}\r\n"), b"{\"b\":2}");
+        assert_eq!(&*payload(b"data: {\"x\":1}\n\n"), b"{\"x\":1}");
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            "application/x-ndjson".parse().unwrap(),
+        );
+        assert_eq!(Framing::of(&headers), Some(Framing::Lines));
+        headers.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
+        assert_eq!(Framing::of(&headers), None);
     }
 
     #[test]

@@ -277,8 +277,15 @@ fn the_recipes_in_examples_are_valid_and_leave_the_summarizer_to_the_request() {
         );
         let config = effective(&stdout);
         let providers = config["providers"].as_table().unwrap();
-        assert_eq!(providers.len(), 1, "{file}");
-        let provider = providers.values().next().unwrap();
+        // Ollama's recipe also serves its native clients (/api/chat).
+        let is_native = |p: &toml::Value| p["api"].as_str() == Some("ollama");
+        let native: Vec<_> = providers.values().filter(|p| is_native(p)).collect();
+        assert_eq!(native.len(), usize::from(file == "ollama.toml"), "{file}");
+        for p in &native {
+            assert_eq!(p["base_url"].as_str(), Some("http://127.0.0.1:11434"));
+        }
+        assert_eq!(providers.len(), 1 + native.len(), "{file}");
+        let provider = providers.values().find(|p| !is_native(p)).unwrap();
         assert_eq!(provider["base_url"].as_str(), Some(base_url), "{file}");
         assert_eq!(
             provider.get("api_key_env").and_then(|v| v.as_str()),

@@ -44,6 +44,7 @@ mod llama_cpp_python;
 mod local_servers;
 mod logs;
 mod observability;
+mod ollama;
 mod pins;
 mod plan_props;
 mod plans;

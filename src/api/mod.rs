@@ -19,6 +19,8 @@
 //! - [`gemini`]: Gemini `generateContent`; `systemInstruction` pinned,
 //!   `functionCall` and `functionResponse` parts one unit, the model in
 //!   the path.
+//! - [`ollama`]: Ollama's native `/api/chat`; JSON-line streams, calls'
+//!   arguments as objects, `options.num_ctx` the request's window.
 //! - [`codec`] (with [`crate::shallow`]), [`recall`], [`context_error`], [`summary`]:
 //!   what the APIs share.
 
@@ -29,6 +31,7 @@ pub mod context_error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gemini;
+pub mod ollama;
 pub mod recall;
 pub mod responses;
 pub mod route;
@@ -63,6 +66,7 @@ static APIS: &[Api] = &[
     &anthropic::Anthropic,
     &responses::Responses,
     &gemini::Gemini,
+    &ollama::Ollama,
 ];
 
 /// The API a request speaks, when foldgate folds it: a `POST` whose path

@@ -25,6 +25,7 @@ use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
 use crate::headers as names;
+use crate::sse::Framing;
 use crate::state::TurnFold;
 use crate::upstream::UpstreamLatency;
 use crate::upstream::{Provider, headers};
@@ -216,11 +217,11 @@ fn respond(
     prepared: &Prepared,
     model: String,
 ) -> Response<Body> {
-    let sse = is_sse(&head.headers);
+    let framing = Framing::of(&head.headers);
     let observe = observed(app, prepared, model);
     Response::from_parts(
         head,
-        body::boxed(tap::UsageTap::new(incoming, sse, api.usage(), observe)),
+        body::boxed(tap::UsageTap::new(incoming, framing, api.usage(), observe)),
     )
 }
 
@@ -231,14 +232,6 @@ fn observed(app: &App, prepared: &Prepared, model: String) -> tap::OnUsage {
         .observe_forwarded(prepared.tokens_in, prepared.tokens_out);
     let (tokens, raw) = (app.tokens.clone(), prepared.raw_tokens_out);
     Box::new(move |actual: u32| tokens.observe_usage(&model, raw, actual))
-}
-
-/// Whether a response is an event stream.
-fn is_sse(headers: &http::HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
 /// Reads an upstream error body, bounded.

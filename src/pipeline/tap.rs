@@ -2,6 +2,7 @@
 //! holding back a single chunk.
 
 use crate::body::BoxError;
+use crate::sse::Framing;
 use crate::tokens::{UsageReader, UsageScanner};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -23,12 +24,12 @@ pin_project_lite::pin_project! {
 }
 
 impl<B> UsageTap<B> {
-    /// Wraps `inner`; `sse` says whether it is an event stream, `reader`
-    /// how its API reports usage.
-    pub fn new(inner: B, sse: bool, reader: UsageReader, on_usage: OnUsage) -> Self {
+    /// Wraps `inner`; `framing` says how its events are delimited when it
+    /// is a stream, `reader` how its API reports usage.
+    pub fn new(inner: B, framing: Option<Framing>, reader: UsageReader, on_usage: OnUsage) -> Self {
         Self {
             inner,
-            scanner: Some(UsageScanner::with(sse, reader)),
+            scanner: Some(UsageScanner::framed(framing, reader)),
             on_usage: Some(on_usage),
         }
     }

@@ -269,7 +269,10 @@ impl TokenCounter {
         let overhead = apply(u64::from(REPLY_PRIMING) + definitions, profile.scale);
         let raw = messages.iter().map(|&n| u64::from(n)).sum::<u64>() + u64::from(overhead);
         let factor = self.calibration_factor(model);
-        let limits = self.limits(model);
+        let mut limits = self.limits(model);
+        if let Some(window) = request_window(request) {
+            limits.context_window = window;
+        }
         Estimate {
             raw_input_tokens: saturate(raw),
             input_tokens: apply(raw, factor),
@@ -489,4 +492,12 @@ fn definitions_hash(request: &Map<String, Value>) -> u128 {
     hash_values(
         ["tools", "functions", "response_format"].map(|k| request.get(k).unwrap_or(&Value::Null)),
     )
+}
+
+/// The window a request sets for itself ([`super::REQUEST_WINDOW`] among
+/// its estimate fields, put there by its API's decoder), when it sets a
+/// positive one.
+fn request_window(request: &Map<String, Value>) -> Option<u32> {
+    let window = request.get(super::REQUEST_WINDOW)?.as_u64()?;
+    u32::try_from(window).ok().filter(|&w| w > 0)
 }

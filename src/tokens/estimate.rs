@@ -1,5 +1,11 @@
 //! The results of estimation: [`Estimate`] and cache statistics.
 
+/// The estimate field (in chat-completions names, never forwarded) in
+/// which an API's decoder puts a window the request sets for itself
+/// (Ollama's `options.num_ctx`): the request is planned against it
+/// instead of the model's.
+pub const REQUEST_WINDOW: &str = "foldgate_request_window";
+
 /// A whole request's token estimate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Estimate {

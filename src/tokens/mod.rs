@@ -35,7 +35,7 @@ pub use discovery::{
     parse_ollama_tags, parse_openapi_title,
 };
 pub use encoding::Encoding;
-pub use estimate::{CacheStats, Estimate};
+pub use estimate::{CacheStats, Estimate, REQUEST_WINDOW};
 pub use registry::{LimitSource, ModelLimits};
 pub use usage::{UsageReader, UsageScanner, UsageShape};
 pub use windows::{KnownWindow, MissingWindow};

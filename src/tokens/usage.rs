@@ -4,7 +4,7 @@
 //! `crate::api::Provider::usage`, most often reading a [`UsageShape`]);
 //! this module knows no API's shape.
 
-use crate::sse::{self, Events};
+use crate::sse::{self, Events, Framing};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
@@ -38,10 +38,15 @@ enum Body {
 impl UsageScanner {
     /// A scanner for usage as `reader` reads it.
     pub fn with(is_sse: bool, reader: UsageReader) -> Self {
-        let body = if is_sse {
-            Body::Sse(Events::default())
-        } else {
-            Body::Json(Some(Vec::new()))
+        Self::framed(is_sse.then_some(Framing::Sse), reader)
+    }
+
+    /// A scanner for a stream of `framing` (`None`: a JSON body), usage
+    /// as `reader` reads it.
+    pub fn framed(framing: Option<Framing>, reader: UsageReader) -> Self {
+        let body = match framing {
+            Some(framing) => Body::Sse(Events::framed(framing)),
+            None => Body::Json(Some(Vec::new())),
         };
         Self {
             reader,
@@ -87,9 +92,10 @@ impl UsageScanner {
     }
 }
 
-/// The prompt tokens one SSE event reports, if it has `reader`'s key.
+/// The prompt tokens one event (SSE, or a JSON line) reports, if it has
+/// `reader`'s key.
 fn read_event(reader: UsageReader, event: &[u8]) -> Option<u32> {
-    let data = sse::data(event);
+    let data = sse::payload(event);
     has_object(&data, reader.key)
         .then(|| (reader.prompt_tokens)(&data))
         .flatten()
@@ -174,14 +180,18 @@ impl UsageShape {
     }
 }
 
-/// Whether `data` holds `key` followed by `:` and an object.
+/// Whether `data` holds `key` followed by `:` and an object (or a
+/// number: a count reported at the top level).
 fn has_object(data: &[u8], key: &[u8]) -> bool {
     let mut from = 0;
     while let Some(at) = data[from..].windows(key.len()).position(|w| w == key) {
         let end = from + at + key.len();
         let after = &data[end..];
         let mut it = after.iter().copied().skip_while(u8::is_ascii_whitespace);
-        if it.next() == Some(b':') && it.find(|b| !b.is_ascii_whitespace()) == Some(b'{') {
+        let value = (it.next() == Some(b':'))
+            .then(|| it.find(|b| !b.is_ascii_whitespace()))
+            .flatten();
+        if value.is_some_and(|b| b == b'{' || b.is_ascii_digit()) {
             return true;
         }
         from = end;

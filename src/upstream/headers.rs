@@ -78,16 +78,12 @@ pub fn to_upstream(
     }
 }
 
-/// Prepares upstream response headers for the client. Event streams get
-/// `X-Accel-Buffering: no` so a buffering proxy in front of foldgate
-/// (nginx) passes chunks through as they come.
+/// Prepares upstream response headers for the client. Streams (event
+/// streams, JSON lines) get `X-Accel-Buffering: no` so a buffering proxy
+/// in front of foldgate (nginx) passes chunks through as they come.
 pub fn to_client(headers: &mut HeaderMap) {
     strip_hop_by_hop(headers);
-    let is_event_stream = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    if is_event_stream {
+    if crate::sse::Framing::of(headers).is_some() {
         headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     }
 }

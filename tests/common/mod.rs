@@ -6,6 +6,7 @@ pub mod convo;
 pub mod gemini;
 pub mod llm;
 pub mod mock;
+pub mod ollama;
 pub mod redis;
 pub mod tooloop;
 
@@ -248,6 +249,11 @@ pub fn metric(text: &str, name: &str) -> f64 {
 
 /// Runs a client script from tests/e2e against `base`; returns its log.
 pub async fn drive(script: &str, base: &str) -> Vec<serde_json::Value> {
+    serde_json::from_value(drive_value(script, base).await).unwrap()
+}
+
+/// [`drive`] for a script whose log is any JSON value.
+pub async fn drive_value(script: &str, base: &str) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("log.json");
     let script = format!("{}/tests/e2e/{script}", env!("CARGO_MANIFEST_DIR"));

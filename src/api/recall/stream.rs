@@ -171,10 +171,10 @@ impl<R: Reader> Round for Stream<R> {
     }
 }
 
-/// The JSON object of a `data:` event (`None`: `[DONE]`, comments, pings
-/// without data), lone surrogate escapes read as U+FFFD.
+/// The JSON object of a `data:` event or a JSON line (`None`: `[DONE]`,
+/// comments, pings without data), lone surrogate escapes read as U+FFFD.
 pub fn chunk_of(raw: &[u8]) -> Option<Value> {
-    let data = crate::sse::data(raw);
+    let data = crate::sse::payload(raw);
     super::input::parse(data.trim_ascii()).filter(Value::is_object)
 }
 

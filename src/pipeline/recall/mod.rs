@@ -39,6 +39,7 @@ use crate::api::recall::{input, push_tool};
 use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
+use crate::sse::Framing;
 use crate::state::ConvKey;
 use crate::tokens::UsageScanner;
 use crate::upstream::Provider;
@@ -159,12 +160,12 @@ impl Session {
         observe: OnUsage,
     ) -> Result<Response<Body>, ApiError> {
         self.observe = Some(observe);
-        if super::is_sse(&head.headers) {
+        if let Some(framing) = Framing::of(&head.headers) {
             // Later rounds change the length; the body is chunked.
             let mut head = head;
             head.headers.remove(header::CONTENT_LENGTH);
             let (tx, body) = body::channel(16);
-            tokio::spawn(stream::run(self, incoming, tx));
+            tokio::spawn(stream::run(self, incoming, framing, tx));
             return Ok(Response::from_parts(head, body));
         }
         self.whole(head, incoming).await

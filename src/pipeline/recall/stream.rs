@@ -18,7 +18,7 @@ use super::broken::Cause;
 use crate::api::recall::calls::{Carry, RecallTurn};
 use crate::api::recall::stream::Round;
 use crate::body::BoxError;
-use crate::sse::Events;
+use crate::sse::{Events, Framing};
 use crate::tokens::UsageScanner;
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -41,14 +41,15 @@ enum Ended {
 }
 
 /// Streams the rounds into `tx` until one ends without recall calls, the
-/// client goes away, or a round breaks with no fallback left.
-pub(super) async fn run(mut session: Session, mut incoming: Incoming, tx: Tx) {
+/// client goes away, or a round breaks with no fallback left; `framing`:
+/// how the first round's events are delimited (later rounds' must match).
+pub(super) async fn run(mut session: Session, mut incoming: Incoming, framing: Framing, tx: Tx) {
     let mut carry = Carry::default();
     loop {
         let gap = carry.gap.next_round();
         let mut round = session.stream_round(std::mem::take(&mut carry));
         *round.gap() = gap;
-        let mut next = match stream_round(&mut session, round, incoming, &tx).await {
+        let mut next = match stream_round(&mut session, round, incoming, framing, &tx).await {
             Ended::Done => return,
             Ended::Turn(turn) => {
                 carry = turn.carry.clone();
@@ -63,7 +64,7 @@ pub(super) async fn run(mut session: Session, mut incoming: Incoming, tx: Tx) {
         // A later round that is not an event stream cannot be read as one.
         incoming = loop {
             match next {
-                Ok((head, body)) if super::super::is_sse(&head.headers) => break body,
+                Ok((head, body)) if Framing::of(&head.headers) == Some(framing) => break body,
                 Ok((head, _)) => {
                     let detail = format!("a {} answer that is not an event stream", head.status);
                     next = session.fall_back(Cause::Unparseable, &detail).await;
@@ -82,14 +83,15 @@ async fn stream_round(
     session: &mut Session,
     mut round: Box<dyn Round>,
     mut incoming: Incoming,
+    framing: Framing,
     tx: &Tx,
 ) -> Ended {
     let reader = session.api.usage();
     let mut scanner = session
         .observe
         .is_some()
-        .then(|| UsageScanner::with(true, reader));
-    let mut events = Events::default();
+        .then(|| UsageScanner::framed(Some(framing), reader));
+    let mut events = Events::framed(framing);
     while let Some(frame) = incoming.frame().await {
         let data = match frame {
             Ok(frame) => match frame.into_data() {

@@ -55,6 +55,7 @@ mod recall_inject;
 mod recall_room;
 mod shallow_props;
 mod soak_short;
+mod redis_failover;
 mod state_redis;
 mod state_sqlite;
 mod tls;

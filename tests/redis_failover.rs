@@ -182,7 +182,11 @@ async fn three_replicas_on_a_cluster_fold_once_through_a_master_failover() {
             .map(|k| cluster.on_key(k, &["LLEN", k]).trim().parse::<usize>().unwrap())
             .sum()
     };
-    let stored = || cluster.lock().unwrap().keys("foldgate:state:*");
+    let stored = || {
+        let cluster = cluster.lock().unwrap();
+        eprintln!("cluster: {}", cluster.describe());
+        cluster.keys("foldgate:state:*")
+    };
     bounded(scenario(url, fail, archived, stored)).await;
     assert!(
         cluster.lock().unwrap().keys("foldgate:lock:*").is_empty(),

@@ -198,6 +198,9 @@ impl Cluster {
                         "1000",
                         "--cluster-config-file",
                         "nodes.conf",
+                        // Replicas sync at once, not after Redis's default 5 s.
+                        "--repl-diskless-sync-delay",
+                        "0",
                     ],
                 )
             })
@@ -219,6 +222,13 @@ impl Cluster {
         );
         let cluster = Self { nodes, _dir: dir };
         cluster.wait_healthy();
+        // A replica that has not synced cannot take over its master.
+        wait_for("every replica in sync", Duration::from_secs(20), || {
+            cluster.nodes.iter().all(|n| {
+                let info = cli(n.port, &["INFO", "replication"]);
+                info.contains("role:master") || info.contains("master_link_status:up")
+            })
+        });
         cluster
     }
 
@@ -263,7 +273,7 @@ impl Cluster {
         cli(port, args)
     }
 
-    /// The port of the master serving `key`'s slot.
+    /// The port of the master serving `key`'s slot (0 while none does).
     pub fn master_of(&self, key: &str) -> u16 {
         let slot: u16 = cli(self.any_live(), &["CLUSTER", "KEYSLOT", key])
             .trim()
@@ -286,13 +296,20 @@ impl Cluster {
                 return port.parse().unwrap();
             }
         }
-        panic!("no master serves slot {slot}");
+        // None live yet (the dead master still listed as failed).
+        0
     }
 
-    /// Kills the master serving `key`'s slot; its replica takes over.
+    /// Kills the master serving `key`'s slot and waits until its replica
+    /// serves the slot and the cluster is ok again.
     pub fn kill_master_of(&mut self, key: &str) {
         let port = self.master_of(key);
         self.nodes.iter_mut().find(|n| n.port == port).unwrap().kill();
+        wait_for("a replica takes over the slot", Duration::from_secs(30), || {
+            let now = self.master_of(key);
+            now != 0 && now != port
+        });
+        self.wait_healthy();
     }
 
     /// Every key matching `pattern` on every live master.
@@ -311,6 +328,20 @@ impl Cluster {
         found.dedup();
         found
     }
+
+    /// Each live node's port, role and key count, for a failure message.
+    pub fn describe(&self) -> String {
+        self.nodes
+            .iter()
+            .filter(|n| n.alive())
+            .map(|n| {
+                let role = cli(n.port, &["ROLE"]);
+                let role = role.lines().next().unwrap_or("");
+                format!("{} {role} keys={}", n.port, cli(n.port, &["DBSIZE"]).trim())
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
 }
 
 /// A Sentinel set on loopback: a primary, its replica, and three sentinels
@@ -328,7 +359,11 @@ pub const SERVICE: &str = "foldgate-test";
 impl SentinelSet {
     pub fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let primary = Node::spawn(dir.path(), free_port(), &[]);
+        let primary = Node::spawn(
+            dir.path(),
+            free_port(),
+            &["--repl-diskless-sync-delay", "0"],
+        );
         let replica_of = primary.port.to_string();
         let replica = Node::spawn(
             dir.path(),

@@ -76,12 +76,25 @@ async fn write_runs(conn: &Conn, spool: &Spool, batches: &[Batch]) -> bool {
             rest.len()
         };
         if !write(conn, &rest[..run]).await {
+            if cluster {
+                reroute(conn, &first.key).await;
+            }
             return false;
         }
         spool.stored(run);
         rest = &rest[run..];
     }
     true
+}
+
+/// After a failover the cluster answers a transaction sent to the old
+/// master with `MOVED` inside `EXECABORT`, which the client does not
+/// follow; one plain command on the same key is redirected, and teaches
+/// the client the slot's new master for the next attempt.
+async fn reroute(conn: &Conn, key: &crate::state::ConvKey) {
+    let mut c = conn.conn.clone();
+    let cmd = redis::cmd("EXISTS").arg(list_key(key)).clone();
+    let _: Option<i64> = conn.op("reroute", cmd.query_async(&mut c)).await;
 }
 
 /// Appends each batch's rows to its conversation's list, trims the list

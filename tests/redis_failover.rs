@@ -60,7 +60,10 @@ async fn rows_handed(replicas: &[Foldgate]) -> f64 {
                 handed += metric(&metrics, "foldgate_archive_rows_total{by=\"fold\"}");
                 break;
             }
-            assert!(waited < Duration::from_secs(20), "a spool never drained:\n{metrics}");
+            assert!(
+                waited < Duration::from_secs(20),
+                "a spool never drained:\n{metrics}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
             waited += Duration::from_millis(100);
         }
@@ -99,14 +102,26 @@ async fn scenario<F: Future<Output = ()> + Send + 'static>(
         );
         let mut labels = [label(&a), label(&b), label(&c)].map(str::to_string);
         labels.sort();
-        assert_eq!(labels, ["new", "reused", "reused"], "conversation {i}: one fold across replicas");
+        assert_eq!(
+            labels,
+            ["new", "reused", "reused"],
+            "conversation {i}: one fold across replicas"
+        );
         for r in [&a, &b, &c] {
             tally.take(r);
         }
     }
-    assert_eq!(llm.summarizer_calls(), CONVERSATIONS, "one summarizer call per conversation");
+    assert_eq!(
+        llm.summarizer_calls(),
+        CONVERSATIONS,
+        "one summarizer call per conversation"
+    );
     let keys = stored();
-    assert_eq!(keys.len(), CONVERSATIONS, "one shared state per conversation: {keys:?}");
+    assert_eq!(
+        keys.len(),
+        CONVERSATIONS,
+        "one shared state per conversation: {keys:?}"
+    );
     let first = keys.iter().find(|k| k.contains(&id(0))).unwrap().clone();
 
     // Mid-conversation: the master holding the first conversation dies
@@ -137,10 +152,18 @@ async fn scenario<F: Future<Output = ()> + Send + 'static>(
         for (i, convo) in convos.iter().enumerate() {
             let reply = chat(fg, &id(i), convo).await;
             tally.take(&reply);
-            assert_eq!(label(&reply), "reused", "conversation {i} on every replica reads the shared state");
+            assert_eq!(
+                label(&reply),
+                "reused",
+                "conversation {i} on every replica reads the shared state"
+            );
         }
     }
-    assert_eq!(llm.summarizer_calls(), settled, "no replica folds a shared state again");
+    assert_eq!(
+        llm.summarizer_calls(),
+        settled,
+        "no replica folds a shared state again"
+    );
     assert_eq!(
         llm.summarizer_calls(),
         tally.folds,
@@ -150,7 +173,11 @@ async fn scenario<F: Future<Output = ()> + Send + 'static>(
     assert_eq!(stored().len(), CONVERSATIONS, "the shared states converged");
     let handed = rows_handed(&replicas).await;
     assert!(handed > 0.0, "folds archived rows");
-    assert_eq!(archived() as f64, handed, "archive rows in Redis = rows handed");
+    assert_eq!(
+        archived() as f64,
+        handed,
+        "archive rows in Redis = rows handed"
+    );
 }
 
 /// Runs `scenario` under [`BOUND`].
@@ -179,14 +206,16 @@ async fn three_replicas_on_a_cluster_fold_once_through_a_master_failover() {
         cluster
             .keys("foldgate:archive:*")
             .iter()
-            .map(|k| cluster.on_key(k, &["LLEN", k]).trim().parse::<usize>().unwrap())
+            .map(|k| {
+                cluster
+                    .on_key(k, &["LLEN", k])
+                    .trim()
+                    .parse::<usize>()
+                    .unwrap()
+            })
             .sum()
     };
-    let stored = || {
-        let cluster = cluster.lock().unwrap();
-        eprintln!("cluster: {}", cluster.describe());
-        cluster.keys("foldgate:state:*")
-    };
+    let stored = || cluster.lock().unwrap().keys("foldgate:state:*");
     bounded(scenario(url, fail, archived, stored)).await;
     assert!(
         cluster.lock().unwrap().keys("foldgate:lock:*").is_empty(),
@@ -209,7 +238,12 @@ async fn three_replicas_on_sentinel_fold_once_through_a_failover() {
         let port = primary();
         common::redis::cli(port, &["--scan", "--pattern", "foldgate:archive:*"])
             .lines()
-            .map(|k| common::redis::cli(port, &["LLEN", k]).trim().parse::<usize>().unwrap())
+            .map(|k| {
+                common::redis::cli(port, &["LLEN", k])
+                    .trim()
+                    .parse::<usize>()
+                    .unwrap()
+            })
             .sum()
     };
     let stored = || {

@@ -47,7 +47,9 @@ impl RedisTarget {
                 ));
             }
             if !db.is_empty() && db.parse::<u32>().is_err() {
-                return Err(format!("the database after the service must be a number, not {db:?}"));
+                return Err(format!(
+                    "the database after the service must be a number, not {db:?}"
+                ));
             }
             return Ok(Self::Sentinel {
                 sentinels: hosts.iter().map(|h| format!("redis://{h}")).collect(),
@@ -55,7 +57,9 @@ impl RedisTarget {
                 node: format!("redis://{auth}localhost/{db}"),
             });
         }
-        if url.starts_with("redis://") || url.starts_with("redis+unix://") || url.starts_with("unix://")
+        if url.starts_with("redis://")
+            || url.starts_with("redis+unix://")
+            || url.starts_with("unix://")
         {
             return Ok(Self::Single(url.to_string()));
         }
@@ -73,7 +77,11 @@ fn split(rest: &str) -> Result<(&str, Vec<&str>, &str), String> {
         Some(at) => (&authority[..=at], &authority[at + 1..]),
         None => ("", authority),
     };
-    let hosts: Vec<&str> = hosts.split(',').map(str::trim).filter(|h| !h.is_empty()).collect();
+    let hosts: Vec<&str> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .collect();
     if hosts.is_empty() {
         return Err("names no host: list them as h1:p1,h2:p2".into());
     }

@@ -292,7 +292,13 @@ impl Cluster {
                 }
             });
             if serves {
-                let port = fields[1].split('@').next().unwrap().rsplit_once(':').unwrap().1;
+                let port = fields[1]
+                    .split('@')
+                    .next()
+                    .unwrap()
+                    .rsplit_once(':')
+                    .unwrap()
+                    .1;
                 return port.parse().unwrap();
             }
         }
@@ -304,11 +310,19 @@ impl Cluster {
     /// serves the slot and the cluster is ok again.
     pub fn kill_master_of(&mut self, key: &str) {
         let port = self.master_of(key);
-        self.nodes.iter_mut().find(|n| n.port == port).unwrap().kill();
-        wait_for("a replica takes over the slot", Duration::from_secs(30), || {
-            let now = self.master_of(key);
-            now != 0 && now != port
-        });
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .unwrap()
+            .kill();
+        wait_for(
+            "a replica takes over the slot",
+            Duration::from_secs(30),
+            || {
+                let now = self.master_of(key);
+                now != 0 && now != port
+            },
+        );
         self.wait_healthy();
     }
 
@@ -327,20 +341,6 @@ impl Cluster {
         found.sort();
         found.dedup();
         found
-    }
-
-    /// Each live node's port, role and key count, for a failure message.
-    pub fn describe(&self) -> String {
-        self.nodes
-            .iter()
-            .filter(|n| n.alive())
-            .map(|n| {
-                let role = cli(n.port, &["ROLE"]);
-                let role = role.lines().next().unwrap_or("");
-                format!("{} {role} keys={}", n.port, cli(n.port, &["DBSIZE"]).trim())
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
     }
 }
 
@@ -394,17 +394,21 @@ impl SentinelSet {
             _dir: dir,
         };
         // Failover needs the replica known and the sentinels acquainted.
-        wait_for("sentinels see the replica and each other", Duration::from_secs(20), || {
-            set.sentinels.iter().all(|s| {
-                let master = cli(s.port, &["SENTINEL", "MASTER", SERVICE]);
-                let field = |name: &str| {
-                    let mut lines = master.lines();
-                    lines.find(|l| *l == name);
-                    lines.next().unwrap_or("").to_string()
-                };
-                field("num-slaves") == "1" && field("num-other-sentinels") == "2"
-            })
-        });
+        wait_for(
+            "sentinels see the replica and each other",
+            Duration::from_secs(20),
+            || {
+                set.sentinels.iter().all(|s| {
+                    let master = cli(s.port, &["SENTINEL", "MASTER", SERVICE]);
+                    let field = |name: &str| {
+                        let mut lines = master.lines();
+                        lines.find(|l| *l == name);
+                        lines.next().unwrap_or("").to_string()
+                    };
+                    field("num-slaves") == "1" && field("num-other-sentinels") == "2"
+                })
+            },
+        );
         wait_for("replica in sync", Duration::from_secs(10), || {
             cli(set.replica.port, &["INFO", "replication"]).contains("master_link_status:up")
         });
@@ -433,9 +437,10 @@ impl SentinelSet {
     pub fn fail_over(&mut self) {
         self.primary.kill();
         let replica = self.replica.port;
-        wait_for("sentinels promote the replica", Duration::from_secs(30), || {
-            self.primary_port() == replica
-                && cli(replica, &["ROLE"]).starts_with("master")
-        });
+        wait_for(
+            "sentinels promote the replica",
+            Duration::from_secs(30),
+            || self.primary_port() == replica && cli(replica, &["ROLE"]).starts_with("master"),
+        );
     }
 }

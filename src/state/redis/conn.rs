@@ -11,11 +11,13 @@
 //!   connection failure, so a promoted replica is found after a failover.
 //!   The credentials are the data nodes'; the sentinels are asked without.
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use crate::config::RedisTarget as Target;
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use crate::config::RedisTarget as Target;
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,8 +34,9 @@ impl Conn {
     /// Connects lazily: a Redis that is down at start-up is no error, only
     /// a first command that fails.
     pub(crate) fn open(url: &str, timeout: Duration) -> RedisResult<Self> {
-        let target = Target::parse(url)
-            .map_err(|e| RedisError::from((redis::ErrorKind::InvalidClientConfig, "state.url", e)))?;
+        let target = Target::parse(url).map_err(|e| {
+            RedisError::from((redis::ErrorKind::InvalidClientConfig, "state.url", e))
+        })?;
         Ok(match target {
             Target::Single(url) => {
                 let config = ConnectionManagerConfig::new()
@@ -125,7 +128,10 @@ impl Conn {
 
 /// The cluster's masters that are not marked failed, from `CLUSTER NODES`.
 async fn masters(cluster: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
-    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(cluster).await?;
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(cluster)
+        .await?;
     Ok(nodes
         .lines()
         .filter_map(|line| {
@@ -162,7 +168,9 @@ impl Sentinel {
         if let Some(conn) = self.primary.lock().ok().and_then(|p| p.clone()) {
             return Ok(conn);
         }
-        let conn = client.get_async_connection_with_config(&self.config).await?;
+        let conn = client
+            .get_async_connection_with_config(&self.config)
+            .await?;
         if let Ok(mut primary) = self.primary.lock() {
             *primary = Some(conn.clone());
         }

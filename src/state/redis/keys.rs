@@ -29,7 +29,10 @@ pub(crate) fn pattern(prefix: &str, tag: &str) -> String {
 
 /// The conversation a tagged key belongs to.
 pub(crate) fn parse(prefix: &str, raw: &str) -> Option<ConvKey> {
-    let tag = raw.strip_prefix(prefix)?.strip_prefix('{')?.strip_suffix('}')?;
+    let tag = raw
+        .strip_prefix(prefix)?
+        .strip_prefix('{')?
+        .strip_suffix('}')?;
     let (tenant, conversation) = tag.split_once(':')?;
     Some(ConvKey {
         tenant: tenant.to_string(),

@@ -200,7 +200,8 @@ impl Inner {
     /// Redis glob), as conversation keys.
     async fn scan(&self, tag: &str) -> Result<Vec<ConvKey>, Unavailable> {
         let mut conn = self.conn();
-        self.op("SCAN", scan_keys(&mut conn, keys::STATE, tag)).await
+        self.op("SCAN", scan_keys(&mut conn, keys::STATE, tag))
+            .await
     }
 
     async fn find(
@@ -268,7 +269,10 @@ pub(crate) async fn scan_keys(
     tag: &str,
 ) -> redis::RedisResult<Vec<ConvKey>> {
     let found = conn.scan(&keys::pattern(prefix, tag)).await?;
-    Ok(found.iter().filter_map(|k| keys::parse(prefix, k)).collect())
+    Ok(found
+        .iter()
+        .filter_map(|k| keys::parse(prefix, k))
+        .collect())
 }
 
 /// Escapes Redis glob metacharacters.

@@ -24,6 +24,7 @@ mod chat;
 mod chat_malformed;
 mod clause_props;
 mod cli;
+mod compose_example;
 mod compress;
 mod dashboard;
 mod doors;

@@ -51,10 +51,18 @@ impl Cluster {
             next: 0,
         };
         for i in 0..6 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map_err(|e| e.to_string())?
-                .port();
+            // Its cluster bus port, 10000 above, must exist and be free too.
+            let port = loop {
+                let port = std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .map_err(|e| e.to_string())?
+                    .port();
+                if port <= 55_535
+                    && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
+                {
+                    break port;
+                }
+            };
             cluster.ports.push(port);
             cluster.children.push(None);
             cluster.spawn(i).await?;

@@ -104,6 +104,17 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A free loopback port for a cluster node: its bus port (10000 above)
+/// must exist and be free too.
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port <= 55_535 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// Runs `redis-cli -p port args…` and returns what it printed.
 pub fn cli(port: u16, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
@@ -190,7 +201,7 @@ impl Cluster {
             .map(|_| {
                 Node::spawn(
                     dir.path(),
-                    free_port(),
+                    free_cluster_port(),
                     &[
                         "--cluster-enabled",
                         "yes",

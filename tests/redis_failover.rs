@@ -4,7 +4,8 @@
 //! the replicas fold once; the master holding a conversation is killed
 //! mid-conversation; every request is still answered, every fold costs one
 //! summarizer call, no archive row is lost, and afterwards every replica
-//! reads the shared state. Each test is bounded by [`BOUND`] and its
+//! reads the shared state. A foldgate replica (a real process) killed
+//! mid-fold leaves its fold lock to expire. Each test is bounded and its
 //! processes die with it.
 
 use crate::common;
@@ -253,4 +254,96 @@ async fn three_replicas_on_sentinel_fold_once_through_a_failover() {
             .collect()
     };
     bounded(scenario(url, fail, archived, stored)).await;
+}
+
+/// A foldgate replica (a real process) killed by SIGKILL while it holds a
+/// conversation's fold lock on the cluster: it never releases the lock,
+/// which expires after `state.lock_ttl` (no one renews it), so another
+/// replica folds the conversation well before its `lock_wait` runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_fold_leaves_its_lock_to_expire() {
+    let cluster = Cluster::start();
+    let llm = Llm::start().await;
+    // Long enough that the kill lands while the fold is in flight.
+    llm.state.summarizer_delay_ms.store(3000, Ordering::Relaxed);
+    let state = format!(
+        "[state]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"200ms\"\ntimeout = \"500ms\"\n\
+         lock_ttl = \"2s\"\nlock_wait = \"60s\"\n",
+        cluster.url()
+    );
+    let port = common::free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("replica.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n{}",
+            config(&llm, &state)
+        ),
+    )
+    .unwrap();
+    let mut doomed = std::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("FOLDGATE_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_listening(port).await;
+    let survivor = Foldgate::start(&config(&llm, &state)).await;
+
+    let convo = Convo::with_turns(55);
+    let body = convo.body();
+    let doomed_url = format!("http://127.0.0.1:{port}/v1/chat/completions");
+    let in_flight = tokio::spawn(async move {
+        common::post_json(
+            &doomed_url,
+            &[
+                ("x-conversation-id", "orphaned"),
+                ("authorization", "Bearer sk-tenant-a"),
+            ],
+            &body,
+        )
+        .await
+    });
+    let waited = std::time::Instant::now();
+    while llm.summarizer_calls() == 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "the doomed replica never folded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The client gives up first, so only the replica's death is seen.
+    in_flight.abort();
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    assert_eq!(
+        cluster.keys("foldgate:lock:*").len(),
+        1,
+        "the dead replica's lock is left behind"
+    );
+
+    // Bounded well below lock_wait (60 s): only the lock's expiry lets
+    // the survivor fold this soon.
+    let reply = tokio::time::timeout(Duration::from_secs(20), chat(&survivor, "orphaned", &convo))
+        .await
+        .expect("the survivor waited for a dead replica's lock");
+    reply.assert_ok();
+    assert_eq!(
+        label(&reply),
+        "new",
+        "the survivor folds the orphaned conversation"
+    );
+    assert_eq!(
+        llm.summarizer_calls(),
+        2,
+        "the dead replica's call, then the survivor's one fold"
+    );
+    assert!(
+        cluster.keys("foldgate:lock:*").is_empty(),
+        "the survivor released its lock"
+    );
+    assert_eq!(cluster.keys("foldgate:state:*").len(), 1);
 }

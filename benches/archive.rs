@@ -240,7 +240,7 @@ fn bytes_per_message(config: &Config, redis: &Redis) -> Option<f64> {
                     let reply = redis.command(&[
                         "MEMORY",
                         "USAGE",
-                        &format!("foldgate:archive:bench:conv-{c}"),
+                        &format!("foldgate:archive:{{bench:conv-{c}}}"),
                         "SAMPLES",
                         "0",
                     ])?;

@@ -183,7 +183,7 @@ async fn writes(row: Row, chain: &FoldChain, redis: &Redis) -> (f64, Option<f64>
                     let reply = redis.command(&[
                         "MEMORY",
                         "USAGE",
-                        &format!("foldgate:state:bench:conv-{i}"),
+                        &format!("foldgate:state:{{bench:conv-{i}}}"),
                     ])?;
                     reply.trim().trim_start_matches(':').parse().ok()
                 })

@@ -396,7 +396,7 @@ async fn redis_replicas_share_the_archive_with_an_expiry_and_a_bound() {
         .lines()
         .find(|l| l.starts_with("foldgate:archive:"))
         .unwrap_or_else(|| panic!("{keys}"));
-    assert!(key.ends_with(":replicated"), "{key}");
+    assert!(key.ends_with(":replicated}"), "{key}");
     let ttl = redis.command(&["PTTL", key]).unwrap();
     let ms: i64 = ttl.trim().trim_start_matches(':').parse().unwrap();
     assert!(

@@ -252,7 +252,9 @@ async fn a_fact_folded_during_a_redis_outage_is_recalled_during_it_and_after_it(
     let b = Foldgate::start(&config(&upstream, &redis, 64 << 20)).await;
     assert!(search(&b, "vault", "vault code").await.iter().any(is_fact));
     assert_archived(&b, "vault", &convo, view).await;
-    let keys = redis.command(&["KEYS", "foldgate:archive:*vault"]).unwrap();
+    let keys = redis
+        .command(&["KEYS", "foldgate:archive:*vault}"])
+        .unwrap();
     let key = keys
         .lines()
         .find(|l| l.starts_with("foldgate:archive:"))

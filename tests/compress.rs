@@ -344,7 +344,7 @@ async fn a_stub_shown_on_every_turn_is_archived_once_in_redis() {
         let keys = redis.command(&["KEYS", "foldgate:archive:*"]).unwrap();
         let len = keys
             .lines()
-            .find(|k| k.ends_with(":redis-once"))
+            .find(|k| k.ends_with(":redis-once}"))
             .and_then(|k| redis.command(&["LLEN", k]))
             .unwrap_or_default();
         if len.trim() == want || started.elapsed() > Duration::from_secs(5) {
@@ -676,7 +676,7 @@ async fn a_full_archive_spool_sends_the_messages_whole_instead_of_as_stubs() {
         let keys = redis.command(&["KEYS", "foldgate:archive:*"]).unwrap();
         let len = keys
             .lines()
-            .find(|k| k.ends_with(":spool-full"))
+            .find(|k| k.ends_with(":spool-full}"))
             .and_then(|k| redis.command(&["LLEN", k]))
             .unwrap_or_default();
         if len.trim() == want || started.elapsed() > Duration::from_secs(20) {

@@ -9,6 +9,8 @@
 
 #[path = "../examples/soak/answers.rs"]
 mod answers;
+#[path = "../examples/soak/cluster.rs"]
+mod cluster;
 #[path = "../examples/soak/convo.rs"]
 mod convo;
 #[path = "../examples/soak/redis.rs"]
@@ -34,6 +36,25 @@ async fn a_short_soak_passes_its_checks() {
         dir: None,
         conversation_items: convo::MAX_ITEMS,
         cache_bytes: 8 * 1024 * 1024,
+        cluster: false,
+    };
+    let passed = run::run(args).await.unwrap();
+    assert!(passed, "the soak's checks failed (its report is above)");
+}
+
+/// The same on a Redis Cluster, a master killed in the middle (its replica
+/// takes over) instead of a restart (`scripts/soak SECONDS --cluster`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_soak_with_a_cluster_failover_passes_its_checks() {
+    let args = run::Args {
+        foldgate: env!("CARGO_BIN_EXE_foldgate").into(),
+        seconds: 20,
+        workers: 4,
+        seed: 0x50a4,
+        dir: None,
+        conversation_items: convo::MAX_ITEMS,
+        cache_bytes: 8 * 1024 * 1024,
+        cluster: true,
     };
     let passed = run::run(args).await.unwrap();
     assert!(passed, "the soak's checks failed (its report is above)");

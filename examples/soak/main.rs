@@ -21,6 +21,7 @@
 //!   cargo run --example soak -- --foldgate target/release/foldgate --seconds 600
 
 mod answers;
+mod cluster;
 mod convo;
 mod redis;
 mod rng;

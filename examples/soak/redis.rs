@@ -5,6 +5,7 @@
 //! reading and the kill) and kept as hashes: the rows Redis stored over
 //! the whole run are the union of those readings and the last one.
 
+use super::cluster::Cluster;
 use redis::AsyncCommands;
 use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
@@ -23,6 +24,9 @@ pub struct RedisServer {
     /// position and digest (the same message archived twice).
     rows: HashSet<u128>,
     messages: HashSet<u128>,
+    /// With `--cluster`: a Redis Cluster instead of the one server, and
+    /// failovers instead of restarts.
+    cluster: Option<Cluster>,
 }
 
 /// What Redis held over the run.
@@ -36,8 +40,9 @@ pub struct Archived {
 }
 
 impl RedisServer {
-    /// Starts `redis-server` on a free port and waits until it answers.
-    pub async fn start() -> Result<Self, String> {
+    /// Starts `redis-server` on a free port and waits until it answers;
+    /// with `cluster`, a Redis Cluster (see [`Cluster`]) instead.
+    pub async fn start(cluster: bool) -> Result<Self, String> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?
@@ -48,13 +53,21 @@ impl RedisServer {
             restarts: 0,
             rows: HashSet::new(),
             messages: HashSet::new(),
+            cluster: None,
         };
-        server.spawn().await?;
+        if cluster {
+            server.cluster = Some(Cluster::start().await?);
+        } else {
+            server.spawn().await?;
+        }
         Ok(server)
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        match &self.cluster {
+            Some(cluster) => cluster.url(),
+            None => format!("redis://127.0.0.1:{}/0", self.port),
+        }
     }
 
     async fn spawn(&mut self) -> Result<(), String> {
@@ -67,7 +80,7 @@ impl RedisServer {
             .map_err(|e| format!("redis-server ({e}); install it: apt-get install redis-server"))?;
         self.child = Some(child);
         let started = Instant::now();
-        while self.connection().await.is_err() {
+        while Self::connection(self.port).await.is_err() {
             if started.elapsed() > Duration::from_secs(10) {
                 return Err(format!("redis-server did not answer on port {}", self.port));
             }
@@ -76,8 +89,8 @@ impl RedisServer {
         Ok(())
     }
 
-    async fn connection(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
-        let client = redis::Client::open(self.url())?;
+    async fn connection(port: u16) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/0"))?;
         let conn = tokio::time::timeout(
             Duration::from_secs(2),
             client.get_multiplexed_async_connection(),
@@ -92,7 +105,15 @@ impl RedisServer {
     /// Pauses writes, reads the archive rows, kills the server (its data
     /// goes with it), waits `down`, and starts it again on the same port.
     pub async fn restart(&mut self, down: Duration) -> Result<(), String> {
-        let mut conn = self.connection().await.map_err(|e| e.to_string())?;
+        // A failover keeps the data: no reading before it.
+        if let Some(cluster) = &mut self.cluster {
+            cluster.fail_over(down).await?;
+            self.restarts += 1;
+            return Ok(());
+        }
+        let mut conn = Self::connection(self.port)
+            .await
+            .map_err(|e| e.to_string())?;
         redis::cmd("CLIENT")
             .arg("PAUSE")
             .arg(30_000)
@@ -113,7 +134,20 @@ impl RedisServer {
     /// Reads every archive row Redis holds now into the run's sets;
     /// returns how many lists there are.
     async fn read(&mut self) -> Result<u64, String> {
-        let mut conn = self.connection().await.map_err(|e| e.to_string())?;
+        let ports = match &self.cluster {
+            Some(cluster) => cluster.masters(),
+            None => vec![self.port],
+        };
+        let mut lists = 0;
+        for port in ports {
+            lists += self.read_node(port).await?;
+        }
+        Ok(lists)
+    }
+
+    /// [`Self::read`] on one server (a cluster master holds its slots' keys).
+    async fn read_node(&mut self, port: u16) -> Result<u64, String> {
+        let mut conn = Self::connection(port).await.map_err(|e| e.to_string())?;
         let mut keys: Vec<String> = Vec::new();
         {
             let mut iter = conn

@@ -51,6 +51,10 @@ pub struct Args {
     /// `tokens.cache_bytes` of foldgate (the fold-state cache gets half).
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub cache_bytes: u64,
+    /// Redis Cluster (three masters, a replica each) instead of one
+    /// server, with master failovers instead of restarts.
+    #[arg(long)]
+    pub cluster: bool,
 }
 
 /// RSS (KiB) and open file descriptors of a process.
@@ -107,7 +111,7 @@ pub async fn run(args: Args) -> Result<bool, String> {
     let upstream_url = upstream::start(injected.clone(), args.seed)
         .await
         .map_err(|e| format!("upstream: {e}"))?;
-    let mut redis = RedisServer::start().await?;
+    let mut redis = RedisServer::start(args.cluster).await?;
     let port = free_port().map_err(|e| e.to_string())?;
     let base = format!("http://127.0.0.1:{port}");
     let config = dir.join("soak.toml");
@@ -191,8 +195,13 @@ pub async fn run(args: Args) -> Result<bool, String> {
             && Instant::now() + redis_down + Duration::from_secs(5) < deadline
         {
             println!(
-                "soak: {:.0} s: killing Redis for {} s",
+                "soak: {:.0} s: killing {} for {} s",
                 started.elapsed().as_secs_f64(),
+                if args.cluster {
+                    "a Redis master (its replica takes over)"
+                } else {
+                    "Redis"
+                },
                 redis_down.as_secs()
             );
             redis.restart(redis_down).await?;

@@ -7,6 +7,7 @@ mod compress;
 mod describe;
 mod pins;
 mod policy;
+mod redis_url;
 mod secret;
 mod sections;
 
@@ -15,6 +16,7 @@ pub use compress::{Compress, CompressOverrides, resolve as resolve_compress};
 pub use describe::read_key;
 pub use pins::{DEFAULT_PINS, Patterns};
 pub use policy::{Mode, Policy, PolicyOverrides, resolve as resolve_policy};
+pub use redis_url::{CLUSTER_SCHEME, RedisTarget, SENTINEL_SCHEME};
 pub use secret::Secret;
 pub use sections::*;
 

@@ -409,8 +409,13 @@ pub struct StateConfig {
     /// SQLite database file; it and its parent directory are created on
     /// first start.
     pub path: PathBuf,
-    /// Redis URL for `backend = "redis"`, e.g. `redis://127.0.0.1:6379/0`
-    /// (a password in it is never printed).
+    /// Redis URL for `backend = "redis"` (a password in it is never
+    /// printed): one server, `redis://[user:password@]host:6379/0`; a Redis
+    /// Cluster by any of its nodes,
+    /// `redis+cluster://[user:password@]h1:p1,h2:p2`; or the primary of a
+    /// Sentinel service, `redis+sentinel://[user:password@]s1:p1,s2:p2/service[/db]`
+    /// (the credentials are the data nodes', the sentinels are asked
+    /// without). See docs/architecture.md, "Scaling out".
     pub url: Option<Secret>,
     /// A conversation idle this long is forgotten (its next long request
     /// folds again from scratch; no message is lost).
@@ -480,12 +485,7 @@ impl StateConfig {
                 if url.is_empty() {
                     return Err("state.url is required when state.backend = \"redis\"".into());
                 }
-                if !(url.starts_with("redis://")
-                    || url.starts_with("redis+unix://")
-                    || url.starts_with("unix://"))
-                {
-                    return Err("state.url must be a redis:// (or unix://) URL".into());
-                }
+                super::RedisTarget::parse(url).map_err(|e| format!("state.url {e}"))?;
                 if self.lock_ttl < Duration::from_millis(100) {
                     return Err("state.lock_ttl must be at least 100ms".into());
                 }

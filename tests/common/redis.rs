@@ -94,3 +94,364 @@ impl Drop for Redis {
         self.kill();
     }
 }
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A free loopback port for a cluster node: its bus port (10000 above)
+/// must exist and be free too.
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port <= 55_535 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Runs `redis-cli -p port args…` and returns what it printed.
+pub fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run redis-cli ({e}); install redis-server's tools"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Polls `ok` every 50 ms until it holds; panics naming `what` after `within`.
+fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !ok() {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One redis-server process (cluster node, Sentinel primary or replica, or
+/// a sentinel) in its own directory, killed on drop.
+pub struct Node {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn spawn(dir: &std::path::Path, port: u16, args: &[&str]) -> Self {
+        let dir = dir.join(port.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = Command::new("redis-server")
+            .args(args)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot run redis-server ({e}); install it: apt-get install -y redis-server")
+            });
+        let node = Self {
+            port,
+            child: Some(child),
+        };
+        wait_for("redis-server answers", Duration::from_secs(10), || {
+            cli(port, &["PING"]).trim() == "PONG"
+        });
+        node
+    }
+
+    /// Kills the process (SIGKILL: no goodbye to the cluster).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn alive(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A Redis Cluster on loopback: three masters, one replica each, a one
+/// second node timeout so a killed master's replica takes over within
+/// about two seconds.
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<Node> = (0..6)
+            .map(|_| {
+                Node::spawn(
+                    dir.path(),
+                    free_cluster_port(),
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-node-timeout",
+                        "1000",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        // Replicas sync at once, not after Redis's default 5 s.
+                        "--repl-diskless-sync-delay",
+                        "0",
+                    ],
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = Self { nodes, _dir: dir };
+        cluster.wait_healthy();
+        // A replica that has not synced cannot take over its master.
+        wait_for("every replica in sync", Duration::from_secs(20), || {
+            cluster.nodes.iter().all(|n| {
+                let info = cli(n.port, &["INFO", "replication"]);
+                info.contains("role:master") || info.contains("master_link_status:up")
+            })
+        });
+        cluster
+    }
+
+    /// `redis+cluster://` naming the three seed nodes given to create.
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self.nodes[..3]
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis+cluster://{}/", seeds.join(","))
+    }
+
+    /// Waits until every live node says the cluster is ok and sees three
+    /// masters each with a replica or, after a failover, at least three
+    /// live masters.
+    pub fn wait_healthy(&self) {
+        wait_for("cluster state ok", Duration::from_secs(20), || {
+            self.nodes.iter().filter(|n| n.alive()).all(|n| {
+                cli(n.port, &["CLUSTER", "INFO"]).contains("cluster_state:ok")
+                    && self.masters_seen_by(n.port) == 3
+            })
+        });
+    }
+
+    fn masters_seen_by(&self, port: u16) -> usize {
+        cli(port, &["CLUSTER", "NODES"])
+            .lines()
+            .filter(|l| {
+                let flags = l.split(' ').nth(2).unwrap_or("");
+                flags.contains("master") && !flags.contains("fail")
+            })
+            .count()
+    }
+
+    fn any_live(&self) -> u16 {
+        self.nodes.iter().find(|n| n.alive()).unwrap().port
+    }
+
+    /// Runs a command on the node that holds `key`'s slot.
+    pub fn on_key(&self, key: &str, args: &[&str]) -> String {
+        let port = self.master_of(key);
+        cli(port, args)
+    }
+
+    /// The port of the master serving `key`'s slot (0 while none does).
+    pub fn master_of(&self, key: &str) -> u16 {
+        let slot: u16 = cli(self.any_live(), &["CLUSTER", "KEYSLOT", key])
+            .trim()
+            .parse()
+            .unwrap();
+        for line in cli(self.any_live(), &["CLUSTER", "NODES"]).lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if !fields[2].contains("master") || fields[2].contains("fail") {
+                continue;
+            }
+            let serves = fields[8..].iter().any(|range| {
+                let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+                match (lo.parse::<u16>(), hi.parse::<u16>()) {
+                    (Ok(lo), Ok(hi)) => (lo..=hi).contains(&slot),
+                    _ => false,
+                }
+            });
+            if serves {
+                let port = fields[1]
+                    .split('@')
+                    .next()
+                    .unwrap()
+                    .rsplit_once(':')
+                    .unwrap()
+                    .1;
+                return port.parse().unwrap();
+            }
+        }
+        // None live yet (the dead master still listed as failed).
+        0
+    }
+
+    /// Kills the master serving `key`'s slot and waits until its replica
+    /// serves the slot and the cluster is ok again.
+    pub fn kill_master_of(&mut self, key: &str) {
+        let port = self.master_of(key);
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .unwrap()
+            .kill();
+        wait_for(
+            "a replica takes over the slot",
+            Duration::from_secs(30),
+            || {
+                let now = self.master_of(key);
+                now != 0 && now != port
+            },
+        );
+        self.wait_healthy();
+    }
+
+    /// Every key matching `pattern` on every live master.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        for n in self.nodes.iter().filter(|n| n.alive()) {
+            if cli(n.port, &["ROLE"]).starts_with("master") {
+                found.extend(
+                    cli(n.port, &["--scan", "--pattern", pattern])
+                        .lines()
+                        .map(str::to_string),
+                );
+            }
+        }
+        found.sort();
+        found.dedup();
+        found
+    }
+}
+
+/// A Sentinel set on loopback: a primary, its replica, and three sentinels
+/// (quorum 2) that call a primary down after one second.
+pub struct SentinelSet {
+    pub primary: Node,
+    pub replica: Node,
+    pub sentinels: Vec<Node>,
+    _dir: tempfile::TempDir,
+}
+
+/// The service name the sentinels watch.
+pub const SERVICE: &str = "foldgate-test";
+
+impl SentinelSet {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let primary = Node::spawn(
+            dir.path(),
+            free_port(),
+            &["--repl-diskless-sync-delay", "0"],
+        );
+        let replica_of = primary.port.to_string();
+        let replica = Node::spawn(
+            dir.path(),
+            free_port(),
+            &["--replicaof", "127.0.0.1", &replica_of],
+        );
+        let sentinels = (0..3)
+            .map(|_| {
+                let port = free_port();
+                let conf = dir.path().join(format!("sentinel-{port}.conf"));
+                std::fs::write(
+                    &conf,
+                    format!(
+                        "sentinel monitor {SERVICE} 127.0.0.1 {} 2\n\
+                         sentinel down-after-milliseconds {SERVICE} 1000\n\
+                         sentinel failover-timeout {SERVICE} 5000\n",
+                        primary.port
+                    ),
+                )
+                .unwrap();
+                Node::spawn(dir.path(), port, &[conf.to_str().unwrap(), "--sentinel"])
+            })
+            .collect();
+        let set = Self {
+            primary,
+            replica,
+            sentinels,
+            _dir: dir,
+        };
+        // Failover needs the replica known and the sentinels acquainted.
+        wait_for(
+            "sentinels see the replica and each other",
+            Duration::from_secs(20),
+            || {
+                set.sentinels.iter().all(|s| {
+                    let master = cli(s.port, &["SENTINEL", "MASTER", SERVICE]);
+                    let field = |name: &str| {
+                        let mut lines = master.lines();
+                        lines.find(|l| *l == name);
+                        lines.next().unwrap_or("").to_string()
+                    };
+                    field("num-slaves") == "1" && field("num-other-sentinels") == "2"
+                })
+            },
+        );
+        wait_for("replica in sync", Duration::from_secs(10), || {
+            cli(set.replica.port, &["INFO", "replication"]).contains("master_link_status:up")
+        });
+        set
+    }
+
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!("redis+sentinel://{}/{SERVICE}", hosts.join(","))
+    }
+
+    /// The port the sentinels name as the primary now.
+    pub fn primary_port(&self) -> u16 {
+        let out = cli(
+            self.sentinels[0].port,
+            &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE],
+        );
+        out.lines().nth(1).unwrap().trim().parse().unwrap()
+    }
+
+    /// Kills the primary and waits until the sentinels promoted the replica.
+    pub fn fail_over(&mut self) {
+        self.primary.kill();
+        let replica = self.replica.port;
+        wait_for(
+            "sentinels promote the replica",
+            Duration::from_secs(30),
+            || self.primary_port() == replica && cli(replica, &["ROLE"]).starts_with("master"),
+        );
+    }
+}

@@ -1,5 +1,6 @@
 //! The Redis archive (`state.backend = "redis"`), shared by replicas: one
-//! list per conversation (`foldgate:archive:{tenant}:{conversation}`) of
+//! list per conversation (`foldgate:archive:{tenant:conversation}`, hash
+//! tagged like the conversation's other keys) of
 //! JSON rows, trimmed to `archive.max_messages` and expiring
 //! `archive.ttl` after the conversation's last fold. Redis has no text
 //! index here: a search reads the newest [`SCAN_ROWS`] rows and scores
@@ -20,8 +21,7 @@ use crate::config::{ArchiveConfig, StateConfig};
 use crate::metrics::Metrics;
 use crate::state::ConvKey;
 use crate::state::StoreError;
-use crate::state::redis::{glob_escape, scan_keys};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use crate::state::redis::{Conn as Client, glob_escape, keys, scan_keys};
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
@@ -30,8 +30,6 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 /// Rows a search reads at most, newest first.
 pub const SCAN_ROWS: isize = 2000;
-
-const PREFIX: &str = "foldgate:archive:";
 
 /// Archived messages in Redis, and the writes it has not taken yet.
 pub struct RedisArchive {
@@ -44,7 +42,7 @@ pub struct RedisArchive {
 /// The connection and the bounds every command and write obeys.
 #[derive(Clone)]
 struct Conn {
-    conn: ConnectionManager,
+    conn: Client,
     ttl_ms: u64,
     max_messages: isize,
     timeout: Duration,
@@ -70,7 +68,7 @@ impl std::fmt::Debug for RedisArchive {
 }
 
 fn list_key(key: &ConvKey) -> String {
-    format!("{PREFIX}{}:{}", key.tenant, key.conversation)
+    keys::tagged(keys::ARCHIVE, key)
 }
 
 impl RedisArchive {
@@ -82,14 +80,9 @@ impl RedisArchive {
         metrics: Arc<Metrics>,
     ) -> Result<Self, StoreError> {
         let url = state.url.as_ref().map(|u| u.expose()).unwrap_or_default();
-        let client = redis::Client::open(url)?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| StoreError::NoRuntime("the Redis archive"))?;
-        let manager = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(state.timeout))
-            .set_response_timeout(Some(state.timeout))
-            .set_number_of_retries(1);
-        let conn = ConnectionManager::new_lazy_with_config(client, manager)?;
+        let conn = Client::open(url, state.timeout)?;
         let conn = Conn {
             conn,
             ttl_ms: u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX),
@@ -182,7 +175,7 @@ impl RedisArchive {
         let c = &self.conn;
         let mut conn = c.conn.clone();
         let keys = c
-            .op("SCAN", scan_keys(&mut conn, PREFIX, &pattern))
+            .op("SCAN", scan_keys(&mut conn, keys::ARCHIVE, &pattern))
             .await
             .unwrap_or_default();
         let mut tenants: Vec<String> = keys

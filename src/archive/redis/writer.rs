@@ -1,6 +1,10 @@
 //! The Redis archive's one writer: hands the spool's oldest batches to
-//! Redis in one atomic pipeline, in order, and lets them go only once
-//! Redis stored them. While Redis refuses, it waits with backoff and tries
+//! Redis in atomic pipelines, in order, and lets them go only once Redis
+//! stored them. On one server (or a Sentinel primary) one transaction
+//! carries up to [`BATCHES_PER_WRITE`] batches; on a cluster a transaction
+//! cannot cross slots, so each run of batches of one conversation (one
+//! hash tag, one slot) is its own transaction, and the batches of each
+//! transaction Redis took are let go before the next is tried. While Redis refuses, it waits with backoff and tries
 //! the same batches again, so what was spooled is replayed first and in
 //! the order the folds made it.
 
@@ -40,8 +44,7 @@ async fn write_forever(conn: Conn, spool: Arc<Spool>) {
             spool.wake.notified().await;
             continue;
         }
-        if write(&conn, &batches).await {
-            spool.stored(batches.len());
+        if write_runs(&conn, &spool, &batches).await {
             if outage {
                 let (left, _) = spool.depth();
                 tracing::info!(target: "foldgate::archive", left, "Redis archive answers again: replaying spooled rows");
@@ -58,6 +61,40 @@ async fn write_forever(conn: Conn, spool: Arc<Spool>) {
             tokio::time::sleep(delays.next().unwrap_or(MAX_BACKOFF)).await;
         }
     }
+}
+
+/// Writes `batches` as transactions of batches that may share one (see
+/// the module doc), letting each go from the spool once Redis took it;
+/// true when Redis took them all.
+async fn write_runs(conn: &Conn, spool: &Spool, batches: &[Batch]) -> bool {
+    let cluster = conn.conn.is_cluster();
+    let mut rest = batches;
+    while let Some(first) = rest.first() {
+        let run = if cluster {
+            rest.iter().take_while(|b| b.key == first.key).count()
+        } else {
+            rest.len()
+        };
+        if !write(conn, &rest[..run]).await {
+            if cluster {
+                reroute(conn, &first.key).await;
+            }
+            return false;
+        }
+        spool.stored(run);
+        rest = &rest[run..];
+    }
+    true
+}
+
+/// After a failover the cluster answers a transaction sent to the old
+/// master with `MOVED` inside `EXECABORT`, which the client does not
+/// follow; one plain command on the same key is redirected, and teaches
+/// the client the slot's new master for the next attempt.
+async fn reroute(conn: &Conn, key: &crate::state::ConvKey) {
+    let mut c = conn.conn.clone();
+    let cmd = redis::cmd("EXISTS").arg(list_key(key)).clone();
+    let _: Option<i64> = conn.op("reroute", cmd.query_async(&mut c)).await;
 }
 
 /// Appends each batch's rows to its conversation's list, trims the list

@@ -17,7 +17,7 @@ const RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redi
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(100));
 
 fn lock_key(key: &ConvKey) -> String {
-    format!("foldgate:lock:{}:{}", key.tenant, key.conversation)
+    super::keys::tagged(super::keys::LOCK, key)
 }
 
 /// A token no other holder has: random per process, counted per lock.

@@ -8,14 +8,17 @@
 //! which the replica runs on its own memory and a probe pings Redis in the
 //! background until it answers (one info line), when sharing resumes.
 
+mod conn;
+pub(crate) mod keys;
 mod lock;
+
+pub(crate) use conn::Conn;
 
 use super::hot::Hot;
 use super::{BoxFuture, ConvKey, Flights, FoldGuard, ListQuery, Page, Store};
 use crate::config::StateConfig;
 use crate::fold::FoldChain;
 use crate::state::StoreError;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,7 +37,7 @@ pub struct RedisStore {
 struct Inner {
     hot: Hot,
     flights: Flights,
-    conn: ConnectionManager,
+    conn: Conn,
     healthy: AtomicBool,
     /// Conversations whose fold lock this replica holds: their loads go to
     /// Redis, because another replica may have folded while we waited.
@@ -63,28 +66,19 @@ enum Unavailable {
     Failed,
 }
 
-/// The hash of learned context windows, model id → window (no expiry:
-/// a model's window outlives any conversation).
-const WINDOWS_KEY: &str = "foldgate:windows";
-
 fn state_key(key: &ConvKey) -> String {
-    format!("foldgate:state:{}:{}", key.tenant, key.conversation)
+    keys::tagged(keys::STATE, key)
 }
 
 impl RedisStore {
-    /// Connects lazily to `state.url`: a Redis that is down at start-up
-    /// only means this replica starts on its own memory.
+    /// Connects lazily to `state.url` (one server, a cluster or a Sentinel
+    /// service, see [`Conn`]): a Redis that is down at start-up only means
+    /// this replica starts on its own memory.
     pub fn open(config: &StateConfig) -> Result<Self, StoreError> {
         let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();
-        let client = redis::Client::open(url)?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| StoreError::NoRuntime("state.backend = \"redis\""))?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.timeout))
-            .set_response_timeout(Some(config.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_lazy_with_config(client, manager_config)?;
+        let conn = Conn::open(url, config.timeout)?;
         let inner = Arc::new(Inner {
             hot: Hot::new(config),
             flights: Flights::default(),
@@ -129,7 +123,7 @@ impl Inner {
         Err(Unavailable::Failed)
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> Conn {
         self.conn.clone()
     }
 
@@ -202,11 +196,11 @@ impl Inner {
         }
     }
 
-    /// Every state key matching `pattern` (a Redis glob after
-    /// `foldgate:state:`), as conversation keys.
-    async fn scan(&self, pattern: &str) -> Result<Vec<ConvKey>, Unavailable> {
+    /// Every state key whose `{tenant:conversation}` tag matches `tag` (a
+    /// Redis glob), as conversation keys.
+    async fn scan(&self, tag: &str) -> Result<Vec<ConvKey>, Unavailable> {
         let mut conn = self.conn();
-        self.op("SCAN", scan_keys(&mut conn, "foldgate:state:", pattern))
+        self.op("SCAN", scan_keys(&mut conn, keys::STATE, tag))
             .await
     }
 
@@ -230,7 +224,8 @@ impl Inner {
 
     /// A page of the shared states. Keys are scanned and sorted here (Redis
     /// keeps no order), then only the page's states are read, with one
-    /// `MGET` that leaves their idle expiry alone.
+    /// `MGET` that leaves their idle expiry alone (on a cluster the client
+    /// splits it by slot).
     async fn list(&self, query: &ListQuery) -> Result<Page, Unavailable> {
         let pattern = match &query.tenant {
             Some(tenant) => format!("{}:*", glob_escape(tenant)),
@@ -265,43 +260,22 @@ impl Inner {
     }
 }
 
-/// Escapes Redis glob metacharacters.
-/// Every key `PREFIX{tenant}:{conversation}` matching `pattern` (a Redis
-/// glob after the prefix), as conversation keys; shared by the state store
-/// and the archive. Bounded: a keyspace scan ends after at most 10,000
-/// rounds of 1,000 keys.
+/// Every key `PREFIX{tenant:conversation}` whose tag matches `tag` (a Redis
+/// glob), as conversation keys, from every master; shared by the state
+/// store and the archive. Only the admin listings scan, never a request.
 pub(crate) async fn scan_keys(
-    conn: &mut redis::aio::ConnectionManager,
+    conn: &mut Conn,
     prefix: &str,
-    pattern: &str,
+    tag: &str,
 ) -> redis::RedisResult<Vec<ConvKey>> {
-    let pattern = format!("{prefix}{pattern}");
-    let mut cursor = 0u64;
-    let mut found = Vec::new();
-    for _ in 0..10_000 {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await?;
-        found.extend(keys.iter().filter_map(|k| {
-            let (tenant, conversation) = k.strip_prefix(prefix)?.split_once(':')?;
-            Some(ConvKey {
-                tenant: tenant.to_string(),
-                conversation: conversation.to_string(),
-            })
-        }));
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    Ok(found)
+    let found = conn.scan(&keys::pattern(prefix, tag)).await?;
+    Ok(found
+        .iter()
+        .filter_map(|k| keys::parse(prefix, k))
+        .collect())
 }
 
+/// Escapes Redis glob metacharacters.
 pub(crate) fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -382,7 +356,7 @@ impl Store for RedisStore {
         Box::pin(async move {
             let mut conn = self.inner.conn();
             let cmd = redis::cmd("HSET")
-                .arg(WINDOWS_KEY)
+                .arg(keys::WINDOWS)
                 .arg(model)
                 .arg(window)
                 .clone();
@@ -393,7 +367,7 @@ impl Store for RedisStore {
     fn windows(&self) -> BoxFuture<'_, Vec<(String, u32)>> {
         Box::pin(async move {
             let mut conn = self.inner.conn();
-            let cmd = redis::cmd("HGETALL").arg(WINDOWS_KEY).clone();
+            let cmd = redis::cmd("HGETALL").arg(keys::WINDOWS).clone();
             let found: Result<Vec<(String, u32)>, _> =
                 self.inner.op("HGETALL", cmd.query_async(&mut conn)).await;
             found.unwrap_or_default()

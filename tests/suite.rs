@@ -26,6 +26,7 @@ mod clause_props;
 mod cli;
 mod compress;
 mod dashboard;
+mod decide_props;
 mod doors;
 mod e2e;
 mod extract_props;

@@ -11,7 +11,7 @@ use crate::api::Api;
 use crate::api::codec::{Decoded, Wire};
 use crate::app::App;
 use crate::error::ApiError;
-use crate::message::{Role, ids_of};
+use crate::message::{ids_of, roles_of};
 use crate::upstream::Provider;
 use bytes::Bytes;
 use http::HeaderMap;
@@ -53,14 +53,6 @@ enum Stage {
     },
     /// Only while upgrading.
     Upgrading,
-}
-
-/// Each engine message's role, as the pipeline reads it.
-fn roles_of(messages: &[Value]) -> Vec<Role> {
-    messages
-        .iter()
-        .map(|m| Role::of_message(m).unwrap_or(Role::Other))
-        .collect()
 }
 
 impl ConvRequest {
@@ -309,26 +301,16 @@ impl ConvRequest {
                 ids,
                 ..
             } = *decoded;
-            // The fast path reads the same units with the same identities
-            // (and roles) as the decoder: checked in debug builds (every test that
-            // folds), and wherever the decoder hashed its units anyway;
-            // the decoder's reading wins.
-            let check = ids
-                .filter(|_| fast)
-                .or_else(|| (fast && cfg!(debug_assertions)).then(|| ids_of(&messages)));
-            if let Some(ids) = check {
-                debug_assert_eq!(look.ids, ids, "the fast path and the decoder disagree");
-                debug_assert_eq!(
-                    look.roles,
-                    roles_of(&messages),
-                    "the fast path and the decoder disagree on roles"
-                );
-                if look.ids != ids {
-                    tracing::warn!(api = self.api.name(), "the fast path misread the units");
-                    let fields = estimate_fields.as_ref().unwrap_or(&fields);
-                    look.estimate = app.tokens.estimate_messages(&self.model, &messages, fields);
-                    look.ids = ids;
-                }
+            // The fast path reads the units, identities and roles the
+            // decoder reads (tests/shallow_props.rs): the decision takes
+            // them from the look. Where the decoder hashed its units anyway
+            // and they differ, the decoder's reading wins.
+            if let Some(ids) = ids.filter(|ids| fast && *ids != look.ids) {
+                tracing::warn!(api = self.api.name(), "the fast path misread the units");
+                let fields = estimate_fields.as_ref().unwrap_or(&fields);
+                look.estimate = app.tokens.estimate_messages(&self.model, &messages, fields);
+                look.ids = ids;
+                look.roles = roles_of(&messages);
             }
             let turn = FoldRequest::new(
                 app.clone(),

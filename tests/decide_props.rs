@@ -176,15 +176,18 @@ impl Side {
     }
 }
 
-/// Waits until both mocks have answered as many summarizer calls, that
-/// number unchanged for a while (a background fold is started after the
-/// answer); their counts.
-async fn settled(fast: &Llm, full: &Llm) -> (usize, usize) {
+/// Waits until both mocks have answered as many summarizer calls since
+/// `before` (their counts then), that number unchanged for a while (a
+/// background fold starts after the answer); the calls since.
+async fn settled(fast: &Llm, full: &Llm, before: (usize, usize)) -> (usize, usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut seen = (usize::MAX, usize::MAX);
     let mut since = Instant::now();
     loop {
-        let now = (fast.summarizer_calls(), full.summarizer_calls());
+        let now = (
+            fast.summarizer_calls() - before.0,
+            full.summarizer_calls() - before.1,
+        );
         if now != seen {
             seen = now;
             since = Instant::now();
@@ -218,10 +221,11 @@ fn the_fast_path_and_the_full_path_decide_alike() {
         let rest = &body.to_string()[1..];
         let compact = format!("{{{:14}\"stream\":false,{rest}", "");
         let decoded = format!("{{\"stream\":true,\"stream\":false,{rest}");
+        let before = (fast.llm.summarizer_calls(), full.llm.summarizer_calls());
         let (a, b, calls) = rt.block_on(async {
             let a = post(&fast.fg, path, compact).await;
             let b = post(&full.fg, path, decoded).await;
-            (a, b, settled(&fast.llm, &full.llm).await)
+            (a, b, settled(&fast.llm, &full.llm, before).await)
         });
         prop_assert_eq!(a.status, b.status, "{}\n{}", a.text(), b.text());
         a.assert_ok();

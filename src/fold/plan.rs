@@ -103,9 +103,13 @@ pub struct Measured<'a> {
 }
 
 impl<'a> Measured<'a> {
-    /// The messages as sent, no fold applied: `counts` holds each
+    /// The messages as sent, no fold applied: `counts` yields each
     /// message's calibrated prompt tokens (a compressed one's as its stub).
-    pub fn as_sent(roles: &'a [Role], counts: &[u32], budget: &Budget) -> Self {
+    pub fn as_sent(
+        roles: &'a [Role],
+        counts: impl IntoIterator<Item = u32>,
+        budget: &Budget,
+    ) -> Self {
         Self {
             roles,
             base: None,
@@ -115,8 +119,8 @@ impl<'a> Measured<'a> {
 }
 
 /// Prompt tokens of messages as sent, overhead included.
-fn sent_tokens(counts: &[u32], budget: &Budget) -> u64 {
-    u64::from(budget.overhead) + counts.iter().map(|&c| u64::from(c)).sum::<u64>()
+fn sent_tokens(counts: impl IntoIterator<Item = u32>, budget: &Budget) -> u64 {
+    u64::from(budget.overhead) + counts.into_iter().map(u64::from).sum::<u64>()
 }
 
 /// What the triggers say of one view.
@@ -172,7 +176,7 @@ pub fn plan<C: CountTokens + ?Sized>(
     let mut prefix = PrefixChain::new(&request.ids[p..]);
     let overhead = u64::from(budget.overhead);
     let view_of = |base: Option<&FoldState>| match base {
-        None => sent_tokens(counts, budget),
+        None => sent_tokens(counts.iter().copied(), budget),
         Some(_) => {
             let marked = with_stubs(counts, request.stubbed, mark_of(base));
             overhead + layout_tokens(&layout(messages, base, placement), &marked, counter)
@@ -189,7 +193,7 @@ pub fn plan<C: CountTokens + ?Sized>(
     let view = ViewInfo {
         base: base.cloned(),
         tokens: clamp(view_tokens),
-        original_tokens: clamp(sent_tokens(counts, budget)),
+        original_tokens: clamp(sent_tokens(counts.iter().copied(), budget)),
         skipped: None,
         prefold: due.prefold,
     };

@@ -76,12 +76,11 @@ pub(super) async fn route(
     // stored, on the same measure: nothing due, nothing to compress.
     let policy = app.config.policy_for(provider, &raw.model);
     let budget = Budget::for_request(&app.config, &policy, &estimate, now_unix());
-    let counts: Vec<u32> = estimate
+    let counts = estimate
         .messages
         .iter()
-        .map(|&c| estimate.calibrated(u64::from(c)))
-        .collect();
-    let due = fold::due(&Measured::as_sent(&roles, &counts, &budget), &policy, &budget);
+        .map(|&c| estimate.calibrated(u64::from(c)));
+    let due = fold::due(&Measured::as_sent(&roles, counts, &budget), &policy, &budget);
     // Older turns to compress need the full path too (one rule: `select`).
     let compress = || {
         let keyed = key.is_some();

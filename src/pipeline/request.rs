@@ -50,6 +50,9 @@ enum Stage {
         fields: Map<String, Value>,
         wire: Option<Wire>,
         turn: FoldRequest,
+        /// `fields` went to a recall session ([`ConvRequest::view_fields`]):
+        /// decoded again should a retry need them.
+        lent: bool,
     },
     /// Only while upgrading.
     Upgrading,
@@ -180,6 +183,16 @@ impl ConvRequest {
         headers: &HeaderMap,
         (window, said): (u32, Option<u32>),
     ) -> Result<Prepared, ApiError> {
+        self.upgrade(app, headers)?;
+        if let Stage::Parsed {
+            fields,
+            lent: lent @ true,
+            ..
+        } = &mut self.stage
+        {
+            *fields = self.api.decode_at(&self.path, &self.bytes)?.fields;
+            *lent = false;
+        }
         let turn = self.upgrade(app, headers)?;
         turn.shrink_window(window, said);
         let chain = turn.load().await;
@@ -189,7 +202,7 @@ impl ConvRequest {
     /// The body to send for `prepared`: the client's bytes when the view is
     /// the messages unchanged, else the decoded fields with the view in.
     pub fn body(&mut self, prepared: &mut Prepared) -> Result<Bytes, ApiError> {
-        let (Some(view), Stage::Parsed { fields, wire, turn }) =
+        let (Some(view), Stage::Parsed { fields, wire, turn, .. }) =
             (prepared.view.take(), &mut self.stage)
         else {
             return Ok(self.bytes.clone());
@@ -200,16 +213,24 @@ impl ConvRequest {
 
     /// The request to forward for `prepared` as fields, when its view
     /// differs from the client's messages (`None`: forward the bytes). The
-    /// view is filled into a copy of the decoded fields, whose conversation
-    /// field is an empty placeholder: the view's messages are not copied
-    /// twice, and the stored fields stay as decoded for a later plan.
+    /// decoded fields are handed over with the view filled in, not copied
+    /// (the view's messages are not copied twice either); a retry after
+    /// the upstream's context-length error decodes them again.
     pub fn view_fields(&mut self, prepared: &mut Prepared) -> Option<Map<String, Value>> {
-        let (Some(view), Stage::Parsed { fields, wire, turn }) =
-            (prepared.view.take(), &self.stage)
+        let (
+            Some(view),
+            Stage::Parsed {
+                fields,
+                wire,
+                turn,
+                lent,
+            },
+        ) = (prepared.view.take(), &mut self.stage)
         else {
             return None;
         };
-        let mut out = fields.clone();
+        *lent = true;
+        let mut out = std::mem::take(fields);
         self.api
             .fill(&mut out, turn.messages().values, wire.as_ref(), view);
         Some(out)
@@ -321,7 +342,12 @@ impl ConvRequest {
                 messages,
                 self.api,
             );
-            self.stage = Stage::Parsed { fields, wire, turn };
+            self.stage = Stage::Parsed {
+                fields,
+                wire,
+                turn,
+                lent: false,
+            };
         }
         match &mut self.stage {
             Stage::Parsed { turn, .. } => Ok(turn),

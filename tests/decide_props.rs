@@ -123,13 +123,20 @@ fn body(case: &Case, n: usize) -> (&'static str, Value) {
     if !case.turns.is_empty() {
         ms.push(json!({"role": "user", "content": next(case.last_user)}));
     }
-    let model = format!("{}-{}", case.model, if case.anthropic { "claude" } else { "gpt" });
+    let model = format!(
+        "{}-{}",
+        case.model,
+        if case.anthropic { "claude" } else { "gpt" }
+    );
     if case.anthropic {
         let body = json!({"model": model, "max_tokens": 100, "system": "You are an agent.", "messages": ms});
         ("/v1/messages", body)
     } else {
         ms.insert(0, json!({"role": "system", "content": "You are an agent."}));
-        ("/v1/chat/completions", json!({"model": model, "messages": ms}))
+        (
+            "/v1/chat/completions",
+            json!({"model": model, "messages": ms}),
+        )
     }
 }
 
@@ -208,7 +215,7 @@ fn the_fast_path_and_the_full_path_decide_alike() {
         .build()
         .unwrap();
     let (fast, full) = rt.block_on(async { (Side::start().await, Side::start().await) });
-    let mut runner = TestRunner::new(props_support::config(40, 0x39_2));
+    let mut runner = TestRunner::new(props_support::config(40, 39));
     // Each case its own conversation; how many changed the view.
     let (n, folds) = (Cell::new(0), Cell::new(0));
     let result = runner.run(&case(), |case| {

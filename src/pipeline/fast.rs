@@ -5,10 +5,10 @@
 
 use super::key;
 use super::prepared::{Prepared, now_unix};
+use super::turn::compress_settings;
 use crate::api::Api;
 use crate::api::codec::{RawRequest, raw_pinned, raw_unit};
 use crate::app::App;
-use super::turn::compress_settings;
 use crate::fold::{self, Budget, FoldChain, Measured, compress};
 use crate::message::{MessageId, Role};
 use crate::state::ConvKey;
@@ -80,14 +80,23 @@ pub(super) async fn route(
         .messages
         .iter()
         .map(|&c| estimate.calibrated(u64::from(c)));
-    let due = fold::due(&Measured::as_sent(&roles, counts, &budget), &policy, &budget);
+    let due = fold::due(
+        &Measured::as_sent(&roles, counts, &budget),
+        &policy,
+        &budget,
+    );
     // Older turns to compress need the full path too (one rule: `select`).
     let compress = || {
         let keyed = key.is_some();
         compress_settings(app, (provider, &raw.model), keyed, api).is_some_and(|settings| {
             let roles: Vec<Option<Role>> = roles.iter().copied().map(Some).collect();
-            !compress::select(&roles, &estimate.messages, &settings, policy.preserve_recent)
-                .is_empty()
+            !compress::select(
+                &roles,
+                &estimate.messages,
+                &settings,
+                policy.preserve_recent,
+            )
+            .is_empty()
         })
     };
     if due.reason.is_some() || (due.prefold && key.is_some()) || compress() {

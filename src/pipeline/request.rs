@@ -202,8 +202,12 @@ impl ConvRequest {
     /// The body to send for `prepared`: the client's bytes when the view is
     /// the messages unchanged, else the decoded fields with the view in.
     pub fn body(&mut self, prepared: &mut Prepared) -> Result<Bytes, ApiError> {
-        let (Some(view), Stage::Parsed { fields, wire, turn, .. }) =
-            (prepared.view.take(), &mut self.stage)
+        let (
+            Some(view),
+            Stage::Parsed {
+                fields, wire, turn, ..
+            },
+        ) = (prepared.view.take(), &mut self.stage)
         else {
             return Ok(self.bytes.clone());
         };

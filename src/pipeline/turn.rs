@@ -11,11 +11,11 @@ use crate::config::{Compress, Placement, Policy, Recall};
 use crate::error::ApiError;
 use crate::fold::compress::ARCHIVE_FOLD;
 use crate::fold::view::Item;
-use crate::message::{Role, roles_of};
 use crate::fold::{
     self, Budget, CannotFit, Compression, Decision, FoldChain, FoldState, MessageId, Messages,
     ViewInfo,
 };
+use crate::message::{Role, roles_of};
 use crate::state::{ConvKey, TurnFold};
 use crate::summarize::Credentials;
 use crate::tokens::Estimate;

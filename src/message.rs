@@ -102,6 +102,15 @@ pub fn pinned_len(messages: &[Value]) -> usize {
     pinned_count(messages.iter().map(Role::of_message))
 }
 
+/// Each message's role, as the fold engine reads it ([`Role::Other`] for
+/// a message whose `role` is not a string).
+pub fn roles_of(messages: &[Value]) -> Vec<Role> {
+    messages
+        .iter()
+        .map(|m| Role::of_message(m).unwrap_or(Role::Other))
+        .collect()
+}
+
 /// Length of the pinned head of a sequence of roles.
 pub fn pinned_count(roles: impl IntoIterator<Item = Option<Role>>) -> usize {
     roles

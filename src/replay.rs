@@ -202,8 +202,10 @@ struct ReplayTurn<'a> {
 impl ReplayTurn<'_> {
     fn plan(&self, chain: &FoldChain) -> Decision {
         let count = |m: &Value| self.counter.message_tokens(self.model, m);
+        let roles = crate::message::roles_of(self.messages);
         let request = Messages {
             values: self.messages,
+            roles: &roles,
             ids: self.ids,
             counts: self.counts,
             stubbed: self.stubbed,

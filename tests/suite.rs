@@ -27,6 +27,7 @@ mod cli;
 mod compose_example;
 mod compress;
 mod dashboard;
+mod decide_props;
 mod doors;
 mod e2e;
 mod extract_props;

@@ -66,7 +66,7 @@ pub use audit::{Audit, FailureRecord, FoldRecord};
 pub use compress::Compression;
 pub use compress::build_view_with;
 pub use hash::{ChainHash, MessageId};
-pub use plan::{CannotFit, Decision, ViewInfo, plan};
+pub use plan::{CannotFit, Decision, Due, Measured, ViewInfo, due, plan};
 pub use plan_call::PlanCall;
 pub use state::{FoldChain, FoldPlan, FoldState, Reason, Retained, SummarizerRun};
 pub use summary::Summary;
@@ -83,6 +83,8 @@ use serde_json::Value;
 pub struct Messages<'m> {
     /// The messages, `M[0..n)`.
     pub values: &'m [Value],
+    /// Each message's role, as the request path read it.
+    pub roles: &'m [crate::message::Role],
     /// Each message's identity: [`hash::message_id`], or for a message
     /// standing for several wire items [`crate::message::unit_id`].
     pub ids: &'m [hash::MessageId],

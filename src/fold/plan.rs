@@ -6,11 +6,11 @@ use super::hash::PrefixChain;
 use super::pins;
 use super::plan_call::PlanCall;
 use super::state::{FoldChain, FoldPlan, FoldState, Reason, Retained};
-use super::trigger::{self, Observed};
+use super::trigger::{self, Observed, prefold_at};
 use super::view::{Item, ack_message, layout};
 use super::{Budget, CountTokens, Messages};
 use crate::config::{Placement, Policy};
-use crate::message::{Role, is_role, pinned_len};
+use crate::message::{Role, is_role, pinned_count};
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
@@ -62,6 +62,9 @@ pub struct ViewInfo {
     /// A trigger that fired without a fold: no valid cut fits, but the view
     /// already fits the window (an emergency becomes [`Decision::CannotFit`]).
     pub skipped: Option<Reason>,
+    /// The view reaches a background-mode policy's prefold ratio
+    /// ([`Due::prefold`]).
+    pub prefold: bool,
 }
 
 impl ViewInfo {
@@ -84,6 +87,75 @@ pub struct CannotFit {
     pub limit: u32,
 }
 
+/// What the fold decision measures one view by: the request's roles, the
+/// fold applied to it (if any) and the view's prompt tokens. Both callers
+/// of [`due`] build it from the same measured inputs: the fast path from
+/// the raw JSON ([`Measured::as_sent`]), [`plan`] from the view of the
+/// base it chose (the same sum when no fold applies).
+#[derive(Debug, Clone, Copy)]
+pub struct Measured<'a> {
+    /// Each message's role.
+    pub roles: &'a [Role],
+    /// The fold state applied to the view, if any.
+    pub base: Option<&'a FoldState>,
+    /// Prompt tokens of the view, overhead included.
+    pub view_tokens: u64,
+}
+
+impl<'a> Measured<'a> {
+    /// The messages as sent, no fold applied: `counts` yields each
+    /// message's calibrated prompt tokens (a compressed one's as its stub).
+    pub fn as_sent(
+        roles: &'a [Role],
+        counts: impl IntoIterator<Item = u32>,
+        budget: &Budget,
+    ) -> Self {
+        Self {
+            roles,
+            base: None,
+            view_tokens: sent_tokens(counts, budget),
+        }
+    }
+}
+
+/// Prompt tokens of messages as sent, overhead included.
+fn sent_tokens(counts: impl IntoIterator<Item = u32>, budget: &Budget) -> u64 {
+    u64::from(budget.overhead) + counts.into_iter().map(u64::from).sum::<u64>()
+}
+
+/// What the triggers say of one view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Due {
+    /// The trigger that fires, if any ([`trigger::evaluate`]).
+    pub reason: Option<Reason>,
+    /// The view reaches a background-mode policy's prefold ratio: a keyed
+    /// conversation starts its next fold off the request path.
+    pub prefold: bool,
+}
+
+/// The fold decision's trigger step, the one function every request's
+/// decision goes through: the fast path calls it on the messages as sent
+/// (and forwards them untouched when nothing is due and no fold is
+/// stored), [`plan`] on the view of the base it chose. A trigger that
+/// fires leads `plan` on to the cut; `prefold` to a background fold.
+pub fn due(view: &Measured<'_>, policy: &Policy, budget: &Budget) -> Due {
+    let roles = view.roles;
+    let pinned = pinned_count(roles.iter().copied().map(Some));
+    let start = pinned + view.base.map_or(0, |b| b.covered);
+    let users = roles.iter().filter(|&&r| r == Role::User).count();
+    let seen = Observed::new(
+        view.view_tokens,
+        (roles.len(), users),
+        start,
+        view.base,
+        budget.now_unix,
+    );
+    Due {
+        reason: trigger::evaluate(&seen, policy, budget),
+        prefold: prefold_at(policy, budget.context_window).is_some_and(|at| view.view_tokens >= at),
+    }
+}
+
 /// Decides what to do with one request. `chain` holds the conversation's
 /// recent folds; the deepest one matching the messages is applied first.
 /// `counter` counts only the messages foldgate itself adds (the summary, an
@@ -98,34 +170,44 @@ pub fn plan<C: CountTokens + ?Sized>(
 ) -> Decision {
     let messages = request.values;
     let counts = request.counts;
-    let p = pinned_len(messages);
+    let roles = request.roles;
+    let p = pinned_count(roles.iter().copied().map(Some));
     let n = messages.len();
     let mut prefix = PrefixChain::new(&request.ids[p..]);
     let overhead = u64::from(budget.overhead);
-    let view_of = |base: Option<&FoldState>| {
-        let marked = with_stubs(counts, request.stubbed, mark_of(base));
-        overhead + layout_tokens(&layout(messages, base, placement), &marked, counter)
+    let view_of = |base: Option<&FoldState>| match base {
+        None => sent_tokens(counts.iter().copied(), budget),
+        Some(_) => {
+            let marked = with_stubs(counts, request.stubbed, mark_of(base));
+            overhead + layout_tokens(&layout(messages, base, placement), &marked, counter)
+        }
     };
     let matching = chain.map_or_else(Vec::new, |c| c.matching_prefix(n - p, &mut prefix));
     let (base, view_tokens) = choose_base(&matching, (n, p), policy, budget, &view_of);
+    let measured = Measured {
+        roles,
+        base,
+        view_tokens,
+    };
+    let due = due(&measured, policy, budget);
     let view = ViewInfo {
         base: base.cloned(),
         tokens: clamp(view_tokens),
-        original_tokens: clamp(overhead + counts.iter().map(|&c| u64::from(c)).sum::<u64>()),
+        original_tokens: clamp(sent_tokens(counts.iter().copied(), budget)),
         skipped: None,
+        prefold: due.prefold,
     };
-    let start = p + base.map_or(0, |b| b.covered);
-    let user_turns = messages.iter().filter(|m| is_role(m, Role::User)).count();
-    let seen = Observed::new(view_tokens, (n, user_turns), start, base, budget.now_unix);
-    let Some(reason) = trigger::evaluate(&seen, policy, budget) else {
+    let Some(reason) = due.reason else {
         return Decision::NoFold(view);
     };
+    let start = p + base.map_or(0, |b| b.covered);
+    let user_turns = roles.iter().filter(|&&r| r == Role::User).count();
     let window = u64::from(budget.context_window);
     let window_limit = window.saturating_sub(u64::from(budget.output_reserve));
     let old_kept = base.and_then(|b| b.kept_user).map(|k| p + k);
     // Pins: every matching message but the last user message (shown anyway,
     // in the tail or kept), newest first within the budget.
-    let last_user = messages.iter().rposition(|m| is_role(m, Role::User));
+    let last_user = roles.iter().rposition(|&r| r == Role::User);
     let pin_budget = (policy.pin_ratio * window as f64).floor() as u64;
     let (pin_list, pins_over) =
         pins::choose(messages, counts, (p, n), last_user, policy, pin_budget);

@@ -5,12 +5,12 @@
 
 use super::key;
 use super::prepared::{Prepared, now_unix};
+use super::turn::compress_settings;
 use crate::api::Api;
 use crate::api::codec::{RawRequest, raw_pinned, raw_unit};
 use crate::app::App;
-use crate::fold::trigger::{Observed, evaluate, prefold_at};
-use crate::fold::{FoldChain, compress};
-use crate::message::{MessageId, Role, pinned_count};
+use crate::fold::{self, Budget, FoldChain, Measured, compress};
+use crate::message::{MessageId, Role};
 use crate::state::ConvKey;
 use crate::tokens::{Estimate, RawCount, RawUnits};
 use http::HeaderMap;
@@ -24,9 +24,9 @@ pub(super) struct Look {
     pub key: Option<ConvKey>,
     /// Each message's identity (the hash of its text as sent).
     pub ids: Vec<MessageId>,
-    /// Each message's role, where the first look read them (checked
-    /// against the decoder's in debug builds; empty for a body the
-    /// decoder found opaque).
+    /// Each message's role, where the first look read them (the fold
+    /// decision reads them from here; empty for a body the decoder found
+    /// opaque).
     pub roles: Vec<Role>,
     pub estimate: Estimate,
     pub chain: Option<Arc<FoldChain>>,
@@ -55,7 +55,6 @@ pub(super) async fn route(
         tracing::debug!(api = api.name(), why, "forwarded untouched");
         return Some(Look::opaque(estimate, ids, roles));
     }
-    let pinned = pinned_count(roles.iter().copied().map(Some));
     let fingerprint = || key::fingerprint(&roles, &ids);
     let key = key::conversation_key(headers, fingerprint, &app.config.conversation);
     let chain = match &key {
@@ -73,39 +72,34 @@ pub(super) async fn route(
     if chain.is_some() {
         return Some(full(key, ids, roles, estimate, chain));
     }
+    // The decision the full path makes on these messages with no fold
+    // stored, on the same measure: nothing due, nothing to compress.
     let policy = app.config.policy_for(provider, &raw.model);
-    let budget = crate::fold::Budget::for_request(&app.config, &policy, &estimate, now_unix());
-    let messages_tokens: u64 = estimate
+    let budget = Budget::for_request(&app.config, &policy, &estimate, now_unix());
+    let counts = estimate
         .messages
         .iter()
-        .map(|&c| u64::from(estimate.calibrated(u64::from(c))))
-        .sum();
-    let users = roles.iter().filter(|r| **r == Role::User).count();
-    let seen = Observed::new(
-        u64::from(budget.overhead) + messages_tokens,
-        (roles.len(), users),
-        pinned,
-        None,
-        budget.now_unix,
+        .map(|&c| estimate.calibrated(u64::from(c)));
+    let due = fold::due(
+        &Measured::as_sent(&roles, counts, &budget),
+        &policy,
+        &budget,
     );
-    let prefold = key.is_some()
-        && prefold_at(&policy, budget.context_window).is_some_and(|at| seen.view_tokens >= at);
     // Older turns to compress need the full path too (one rule: `select`).
     let compress = || {
-        let mut settings = app.config.compress_for(provider, &raw.model);
-        settings.assistant &= api.compresses_answers();
-        let roles: Vec<Option<Role>> = roles.iter().copied().map(Some).collect();
-        app.archive.enabled()
-            && key.is_some()
-            && !compress::select(
+        let keyed = key.is_some();
+        compress_settings(app, (provider, &raw.model), keyed, api).is_some_and(|settings| {
+            let roles: Vec<Option<Role>> = roles.iter().copied().map(Some).collect();
+            !compress::select(
                 &roles,
                 &estimate.messages,
                 &settings,
                 policy.preserve_recent,
             )
             .is_empty()
+        })
     };
-    if prefold || evaluate(&seen, &policy, &budget).is_some() || compress() {
+    if due.reason.is_some() || (due.prefold && key.is_some()) || compress() {
         return Some(full(key, ids, roles, estimate, None));
     }
     let prepared = Prepared::untouched(&estimate, &ids);

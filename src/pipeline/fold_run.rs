@@ -10,9 +10,8 @@ use crate::background::Job;
 use crate::config::{Mode, OnFailure};
 use crate::error::{ApiError, fold_failed};
 use crate::fold::ledger::{Ledger, LedgerUpdate};
-use crate::fold::trigger::prefold_at;
 use crate::fold::{
-    Decision, FailureRecord, FoldChain, FoldPlan, FoldState, PlanCall, Reason, Summary, ViewInfo,
+    Decision, FailureRecord, FoldChain, FoldPlan, FoldState, PlanCall, Reason, Summary,
 };
 use crate::state::TurnFold;
 use crate::summarize::{Outcome, Target};
@@ -57,8 +56,8 @@ impl FoldRequest {
         match decision {
             Decision::CannotFit(c) => self.cannot_fit(&c),
             Decision::NoFold(info) => {
-                if background && !postponed {
-                    self.maybe_prefold(chain.as_deref(), &info);
+                if background && !postponed && info.prefold {
+                    self.prefold(chain.as_deref());
                 }
                 self.no_fold(&info)
             }
@@ -78,14 +77,10 @@ impl FoldRequest {
         }
     }
 
-    /// In background mode, starts a fold once the view crosses the prefold
-    /// ratio, with the trigger band shifted down to match.
-    fn maybe_prefold(&self, chain: Option<&FoldChain>, info: &ViewInfo) {
-        let due = prefold_at(&self.data.policy, self.budget.context_window)
-            .is_some_and(|at| u64::from(info.tokens) >= at);
-        if !due {
-            return;
-        }
+    /// In background mode, once the decision found the view at the
+    /// prefold ratio ([`crate::fold::Due::prefold`]): starts a fold, with
+    /// the trigger band shifted down to match.
+    fn prefold(&self, chain: Option<&FoldChain>) {
         // While a fold runs, this request only becomes the pending one; the
         // fold task plans it afterwards, so it is not planned twice here.
         if self.mark_pending() {

@@ -11,7 +11,7 @@ use crate::api::Api;
 use crate::api::codec::{Decoded, Wire};
 use crate::app::App;
 use crate::error::ApiError;
-use crate::message::{Role, ids_of};
+use crate::message::{ids_of, roles_of};
 use crate::upstream::Provider;
 use bytes::Bytes;
 use http::HeaderMap;
@@ -50,17 +50,12 @@ enum Stage {
         fields: Map<String, Value>,
         wire: Option<Wire>,
         turn: FoldRequest,
+        /// `fields` went to a recall session ([`ConvRequest::view_fields`]):
+        /// decoded again should a retry need them.
+        lent: bool,
     },
     /// Only while upgrading.
     Upgrading,
-}
-
-/// Each engine message's role, as the pipeline reads it.
-fn roles_of(messages: &[Value]) -> Vec<Role> {
-    messages
-        .iter()
-        .map(|m| Role::of_message(m).unwrap_or(Role::Other))
-        .collect()
 }
 
 impl ConvRequest {
@@ -188,6 +183,16 @@ impl ConvRequest {
         headers: &HeaderMap,
         (window, said): (u32, Option<u32>),
     ) -> Result<Prepared, ApiError> {
+        self.upgrade(app, headers)?;
+        if let Stage::Parsed {
+            fields,
+            lent: lent @ true,
+            ..
+        } = &mut self.stage
+        {
+            *fields = self.api.decode_at(&self.path, &self.bytes)?.fields;
+            *lent = false;
+        }
         let turn = self.upgrade(app, headers)?;
         turn.shrink_window(window, said);
         let chain = turn.load().await;
@@ -197,8 +202,12 @@ impl ConvRequest {
     /// The body to send for `prepared`: the client's bytes when the view is
     /// the messages unchanged, else the decoded fields with the view in.
     pub fn body(&mut self, prepared: &mut Prepared) -> Result<Bytes, ApiError> {
-        let (Some(view), Stage::Parsed { fields, wire, turn }) =
-            (prepared.view.take(), &mut self.stage)
+        let (
+            Some(view),
+            Stage::Parsed {
+                fields, wire, turn, ..
+            },
+        ) = (prepared.view.take(), &mut self.stage)
         else {
             return Ok(self.bytes.clone());
         };
@@ -208,16 +217,24 @@ impl ConvRequest {
 
     /// The request to forward for `prepared` as fields, when its view
     /// differs from the client's messages (`None`: forward the bytes). The
-    /// view is filled into a copy of the decoded fields, whose conversation
-    /// field is an empty placeholder: the view's messages are not copied
-    /// twice, and the stored fields stay as decoded for a later plan.
+    /// decoded fields are handed over with the view filled in, not copied
+    /// (the view's messages are not copied twice either); a retry after
+    /// the upstream's context-length error decodes them again.
     pub fn view_fields(&mut self, prepared: &mut Prepared) -> Option<Map<String, Value>> {
-        let (Some(view), Stage::Parsed { fields, wire, turn }) =
-            (prepared.view.take(), &self.stage)
+        let (
+            Some(view),
+            Stage::Parsed {
+                fields,
+                wire,
+                turn,
+                lent,
+            },
+        ) = (prepared.view.take(), &mut self.stage)
         else {
             return None;
         };
-        let mut out = fields.clone();
+        *lent = true;
+        let mut out = std::mem::take(fields);
         self.api
             .fill(&mut out, turn.messages().values, wire.as_ref(), view);
         Some(out)
@@ -309,26 +326,16 @@ impl ConvRequest {
                 ids,
                 ..
             } = *decoded;
-            // The fast path reads the same units with the same identities
-            // (and roles) as the decoder: checked in debug builds (every test that
-            // folds), and wherever the decoder hashed its units anyway;
-            // the decoder's reading wins.
-            let check = ids
-                .filter(|_| fast)
-                .or_else(|| (fast && cfg!(debug_assertions)).then(|| ids_of(&messages)));
-            if let Some(ids) = check {
-                debug_assert_eq!(look.ids, ids, "the fast path and the decoder disagree");
-                debug_assert_eq!(
-                    look.roles,
-                    roles_of(&messages),
-                    "the fast path and the decoder disagree on roles"
-                );
-                if look.ids != ids {
-                    tracing::warn!(api = self.api.name(), "the fast path misread the units");
-                    let fields = estimate_fields.as_ref().unwrap_or(&fields);
-                    look.estimate = app.tokens.estimate_messages(&self.model, &messages, fields);
-                    look.ids = ids;
-                }
+            // The fast path reads the units, identities and roles the
+            // decoder reads (tests/shallow_props.rs): the decision takes
+            // them from the look. Where the decoder hashed its units anyway
+            // and they differ, the decoder's reading wins.
+            if let Some(ids) = ids.filter(|ids| fast && *ids != look.ids) {
+                tracing::warn!(api = self.api.name(), "the fast path misread the units");
+                let fields = estimate_fields.as_ref().unwrap_or(&fields);
+                look.estimate = app.tokens.estimate_messages(&self.model, &messages, fields);
+                look.ids = ids;
+                look.roles = roles_of(&messages);
             }
             let turn = FoldRequest::new(
                 app.clone(),
@@ -339,7 +346,12 @@ impl ConvRequest {
                 messages,
                 self.api,
             );
-            self.stage = Stage::Parsed { fields, wire, turn };
+            self.stage = Stage::Parsed {
+                fields,
+                wire,
+                turn,
+                lent: false,
+            };
         }
         match &mut self.stage {
             Stage::Parsed { turn, .. } => Ok(turn),

@@ -7,7 +7,7 @@ use super::prepared::{Prepared, now_unix};
 use crate::api::Api;
 use crate::app::App;
 use crate::archive::Row;
-use crate::config::{Placement, Policy, Recall};
+use crate::config::{Compress, Placement, Policy, Recall};
 use crate::error::ApiError;
 use crate::fold::compress::ARCHIVE_FOLD;
 use crate::fold::view::Item;
@@ -15,6 +15,7 @@ use crate::fold::{
     self, Budget, CannotFit, Compression, Decision, FoldChain, FoldState, MessageId, Messages,
     ViewInfo,
 };
+use crate::message::{Role, roles_of};
 use crate::state::{ConvKey, TurnFold};
 use crate::summarize::Credentials;
 use crate::tokens::Estimate;
@@ -75,6 +76,8 @@ pub(super) struct FoldRequestData {
     pub provider: String,
     pub key: Option<ConvKey>,
     pub messages: Vec<Value>,
+    /// Each message's role, as the first look read it.
+    pub roles: Vec<Role>,
     /// Each message's identity, as the first look hashed it.
     pub ids: Vec<MessageId>,
     /// Each message's calibrated tokens, from the estimate; a compressed
@@ -111,8 +114,19 @@ impl FoldRequest {
         api: Api,
     ) -> Self {
         let Look {
-            key, ids, estimate, ..
+            key,
+            ids,
+            roles,
+            estimate,
+            ..
         } = look;
+        // An opaque body's look read no roles (it is planned only after
+        // an upstream's context-length error).
+        let roles = if roles.len() == messages.len() {
+            roles
+        } else {
+            roles_of(&messages)
+        };
         let config = &app.config;
         let model = request
             .get("model")
@@ -148,6 +162,7 @@ impl FoldRequest {
                 drop_client_auth: !config.server.api_keys.is_empty(),
             },
             messages,
+            roles,
             ids,
             estimate,
             api,
@@ -303,6 +318,7 @@ impl FoldRequest {
     pub(super) fn messages(&self) -> Messages<'_> {
         Messages {
             values: &self.data.messages,
+            roles: &self.data.roles,
             ids: &self.data.ids,
             counts: &self.data.counts,
             stubbed: &self.data.stubbed,
@@ -439,11 +455,25 @@ fn recall_for(app: &App, model: &str, key: Option<&ConvKey>) -> Recall {
     }
 }
 
-/// The request's older-turn compression: off without an archive or a
-/// conversation key (nothing may leave the view without a tier below it),
-/// and for assistant answers on the Anthropic and Responses APIs (only tool
-/// results keep their wire pairing there). Stubs come from the process's
-/// cache.
+/// The request's older-turn compression settings, the one derivation both
+/// paths use (the fast path asks whether they select anything): `None`
+/// when compression is off, without an archive or a conversation key
+/// (nothing may leave the view without a tier below it); assistant answers
+/// only on an API that compresses them (only tool results keep their wire
+/// pairing on the Anthropic and Responses APIs).
+pub(super) fn compress_settings(
+    app: &App,
+    (provider, model): (&str, &str),
+    keyed: bool,
+    api: Api,
+) -> Option<Compress> {
+    let mut settings = app.config.compress_for(provider, model);
+    settings.assistant &= api.compresses_answers();
+    (settings.active() && app.archive.enabled() && keyed).then_some(settings)
+}
+
+/// The request's older-turn compression ([`compress_settings`]); stubs
+/// come from the process's cache.
 fn compression_for(
     app: &App,
     (provider, model): (&str, &str),
@@ -453,11 +483,9 @@ fn compression_for(
     estimate: &Estimate,
     api: Api,
 ) -> Compression {
-    let mut settings = app.config.compress_for(provider, model);
-    settings.assistant &= api.compresses_answers();
-    if !settings.active() || !app.archive.enabled() || key.is_none() {
+    let Some(settings) = compress_settings(app, (provider, model), key.is_some(), api) else {
         return Compression::default();
-    }
+    };
     let recall = recall_for(app, model, key) == Recall::Tool;
     let count = |m: &Value| app.tokens.message_tokens(model, m);
     let raw = &estimate.messages;

@@ -127,8 +127,10 @@ pub fn decide_stubbed(
     count: fn(&Value) -> u32,
 ) -> Decision {
     let ids = ids_of(ms);
+    let roles = foldgate::message::roles_of(ms);
     let request = Messages {
         values: ms,
+        roles: &roles,
         ids: &ids,
         counts,
         stubbed,

@@ -342,6 +342,118 @@ fn versus(f: &Figures, direct: &Figures, window: u32) -> String {
     }
 }
 
+/// Turns of the conversation without tools.
+const CHAT_TURNS: usize = 60;
+
+/// The user's words of turn `k` (about 60 to 240 tokens), then the
+/// answer's (about twice that).
+fn chat_turn(k: usize) -> (String, String) {
+    const WORDS: &str =
+        "we compare the parser and the tokenizer with the cache layer before the release ";
+    let user = format!("[q{k}] {}", WORDS.repeat(4 + (k * 5) % 13));
+    let answer = format!("[a{k}] {}", WORDS.repeat(8 + (k * 3) % 19));
+    (user, answer)
+}
+
+/// What a conversation without tool calls keeps verbatim: per request
+/// from the first fold on, the client's messages in the view, against
+/// trimming (the newest messages that fit the window beside the system
+/// prompt and the output reserve), both counted in messages.
+struct Verbatim {
+    folds: usize,
+    summarizer_calls: usize,
+    stable: usize,
+    /// Mean messages verbatim in the folded view, and with trimming.
+    folded: f64,
+    trimmed: f64,
+    /// Requests where the folded view keeps at least what trimming keeps.
+    at_least: usize,
+    measured: usize,
+}
+
+async fn verbatim(window: u32) -> Verbatim {
+    let llm = Llm::start().await;
+    let toml = format!(
+        "{}[models.\"agent-*\"]\ncontext_window = {window}\n\
+         [summarizer]\ntimeout = \"10s\"\n[policy]\nmode = \"inline\"\n",
+        Wire::Chat.provider(llm.url()),
+    );
+    let fg = Foldgate::start(&toml).await;
+    let mut messages =
+        vec![serde_json::json!({"role": "system", "content": "You are a careful assistant."})];
+    let mut out = Verbatim {
+        folds: 0,
+        summarizer_calls: 0,
+        stable: 0,
+        folded: 0.0,
+        trimmed: 0.0,
+        at_least: 0,
+        measured: 0,
+    };
+    let mut previous: Option<Vec<Value>> = None;
+    // Tokens per byte of a message, from foldgate's own count of an
+    // unfolded request.
+    let mut per_byte = 0.0;
+    let mut folded_once = false;
+    for k in 0..CHAT_TURNS {
+        // The answer to the turn before, then this turn's question.
+        if k > 0 {
+            let (_, answer) = chat_turn(k - 1);
+            messages.push(serde_json::json!({"role": "assistant", "content": answer}));
+        }
+        let (user, _) = chat_turn(k);
+        messages.push(serde_json::json!({"role": "user", "content": user}));
+        let body = Wire::Chat.body(MODEL, &messages, MAX_TOKENS);
+        let before = llm.chat_requests().len();
+        let reply = post_json(
+            &format!("{}{}", fg.url, Wire::Chat.path(MODEL)),
+            &[
+                ("x-conversation-id", "chat"),
+                ("authorization", "Bearer sk-bench"),
+            ],
+            &body,
+        )
+        .await;
+        reply.assert_ok();
+        let folded = reply.header("x-foldgate-fold") == "new";
+        out.folds += usize::from(folded);
+        let sent = Wire::Chat.prefix(&llm.chat_requests()[before]);
+        if let Some(p) = &previous {
+            out.stable += usize::from(sent.len() >= p.len() && sent[..p.len()] == p[..]);
+        }
+        let client: Vec<&Value> = sent.iter().filter(|m| messages.contains(m)).collect();
+        if !folded_once && reply.header("x-foldgate-fold") == "none" {
+            let bytes: usize = messages.iter().map(|m| m.to_string().len()).sum();
+            per_byte = f64::from(reply.tokens_out()) / bytes as f64;
+        }
+        folded_once |= folded || reply.header("x-foldgate-fold") == "reused";
+        if folded_once {
+            let room =
+                f64::from(window - MAX_TOKENS) - per_byte * messages[0].to_string().len() as f64;
+            let mut used = 0.0;
+            let trimmed = messages[1..]
+                .iter()
+                .rev()
+                .take_while(|m| {
+                    used += per_byte * m.to_string().len() as f64;
+                    used <= room
+                })
+                .count();
+            let kept = client.len() - 1; // the system prompt aside
+            out.folded += kept as f64;
+            out.trimmed += trimmed as f64;
+            out.at_least += usize::from(kept >= trimmed);
+            out.measured += 1;
+        }
+        previous = Some(sent);
+    }
+    out.summarizer_calls = llm.summarizer_calls();
+    let n = out.measured.max(1) as f64;
+    out.folded /= n;
+    out.trimmed /= n;
+    out
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -383,6 +495,27 @@ fn main() {
             }
             println!();
             summary.push((lp, direct, economy));
+        }
+        if only.is_empty() || only == "without tools" {
+            println!("## A {CHAT_TURNS}-turn conversation without tools: verbatim history in view\n");
+            println!(
+                "| window | summarizer calls | cache-stable | messages verbatim in view (mean, from the first fold) | trimming to the window keeps | requests at or above trimming |"
+            );
+            println!("|---:|---:|---:|---:|---:|---:|");
+            for window in [6_000, 16_000] {
+                let v = verbatim(window).await;
+                println!(
+                    "| {window} | {} | {}/{} | {:.1} | {:.1} | {}/{} |",
+                    v.summarizer_calls,
+                    v.stable,
+                    CHAT_TURNS - 1,
+                    v.folded,
+                    v.trimmed,
+                    v.at_least,
+                    v.measured
+                );
+            }
+            println!();
         }
         println!("## Economy (defaults), all loops\n");
         println!(

@@ -25,6 +25,7 @@ mod chat_malformed;
 mod clause_props;
 mod cli;
 mod compress;
+mod compress_pays;
 mod dashboard;
 mod doors;
 mod e2e;

@@ -1,7 +1,11 @@
 //! Fold economy: a scripted 40-step coding-agent loop (tool outputs of
 //! 1–3 KB) replayed through a real foldgate (mock upstream and mock
 //! summarizer, inline folds) in a 32k, a 16k and a 6k window, beside the
-//! full history sent directly (where it fits the window).
+//! full history sent directly (where it fits the window). Eight loops: each
+//! of chat completions, Anthropic Messages, Responses and Gemini, with one
+//! tool call per step and with 2–3 parallel calls per step (one assistant
+//! turn calling several tools, then all their results), each sent in its
+//! API's wire shape to a mock that enforces that API's pairing rules.
 //!
 //! Per window and mode it prints summarizer calls, folds, compression
 //! rewrites (requests whose stubs differ from the previous request's while
@@ -9,7 +13,10 @@
 //! with every message of the previous request's, byte for byte: a prompt
 //! cache serves all of that prefix) and the billed input cost of the loop
 //! under two price sheets with prompt caching (see [`prices`]), summarizer
-//! input included. The mock model calls `foldgate_recall` on every 5th
+//! input included. A request's prefix is its system part (`system`,
+//! `instructions`, `systemInstruction`) and its items (`messages`,
+//! `input`, `contents`): a summary in the system part breaks all of it.
+//! On chat completions the mock model calls `foldgate_recall` on every 5th
 //! request that offers it (asking for an early step's port); the table
 //! counts those recall rounds and the ones foldgate shortened or refused
 //! because the window had too little room left for the excerpts. A recall
@@ -37,13 +44,17 @@ mod common;
 
 #[path = "agent/prices.rs"]
 mod prices;
+#[path = "agent/wire.rs"]
+mod wire;
 
+use common::gemini::GeminiMock;
 use common::llm::Llm;
 use common::tooloop::ToolLoop;
 use common::{Foldgate, metric, post_json};
 use foldgate::fold::compress::STUB_PREFIX;
 use prices::{Request, SHEETS};
 use serde_json::Value;
+use wire::Wire;
 
 const STEPS: usize = 40;
 /// The model windows.
@@ -54,10 +65,47 @@ const DIRECT_WINDOW: u32 = 1_000_000;
 const MAX_TOKENS: u32 = 200;
 /// The mock model calls `foldgate_recall` on every this-many requests.
 const RECALL_EVERY: usize = 5;
+const MODEL: &str = "agent-model";
 
-/// Lines of step `k`'s output: 12 to 36 lines of 85 bytes, 1–3 KB.
+/// Lines of output `k`: 12 to 36 lines of 85 bytes, 1–3 KB.
 fn lines(k: usize) -> usize {
     12 + (k * 7) % 25
+}
+
+/// One loop: an API, and one call per step or 2–3 parallel calls.
+#[derive(Clone, Copy)]
+struct Loop {
+    wire: Wire,
+    parallel: bool,
+}
+
+impl Loop {
+    fn name(&self) -> String {
+        let calls = if self.parallel {
+            "2–3 parallel calls per step"
+        } else {
+            "one call per step"
+        };
+        format!("{}, {calls}", self.wire.name())
+    }
+
+    /// Step `k` of the loop.
+    fn step(&self, l: &mut ToolLoop, k: usize) {
+        if self.parallel {
+            let calls = 2 + k % 2;
+            let sizes: Vec<usize> = (0..calls).map(|j| lines(3 * k + j)).collect();
+            l.parallel_step(&sizes);
+        } else {
+            l.step(lines(k));
+        }
+    }
+}
+
+fn loops() -> Vec<Loop> {
+    [false, true]
+        .into_iter()
+        .flat_map(|parallel| Wire::ALL.map(|wire| Loop { wire, parallel }))
+        .collect()
 }
 
 struct Mode {
@@ -99,15 +147,73 @@ struct Figures {
     recalls: [f64; 3],
 }
 
-async fn replay(mode: &Mode, window: u32) -> Figures {
-    let llm = Llm::start().await;
-    llm.state
-        .recall_every
-        .store(RECALL_EVERY, std::sync::atomic::Ordering::Relaxed);
+/// The mock upstream of a loop: one for the OpenAI and Anthropic APIs,
+/// Gemini's own.
+enum Upstream {
+    Llm(Llm),
+    Gemini(GeminiMock),
+}
+
+impl Upstream {
+    async fn start(wire: Wire) -> Self {
+        if wire == Wire::Gemini {
+            let mock = GeminiMock::start().await;
+            mock.state
+                .calls_tools
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            return Self::Gemini(mock);
+        }
+        let llm = Llm::start().await;
+        llm.state
+            .recall_every
+            .store(RECALL_EVERY, std::sync::atomic::Ordering::Relaxed);
+        Self::Llm(llm)
+    }
+
+    fn url(&self) -> &str {
+        match self {
+            Self::Llm(l) => l.url(),
+            Self::Gemini(g) => g.url(),
+        }
+    }
+
+    /// Conversation requests received, in order.
+    fn requests(&self) -> Vec<Value> {
+        match self {
+            Self::Llm(l) => l.chat_requests(),
+            Self::Gemini(g) => g.bodies(),
+        }
+    }
+
+    /// Summarizer request bodies received, in order.
+    fn summarizer(&self) -> Vec<Value> {
+        match self {
+            Self::Llm(l) => l.summarizer_requests(),
+            Self::Gemini(g) => g
+                .state
+                .summarizer
+                .lock()
+                .unwrap()
+                .iter()
+                .map(common::mock::Recorded::json)
+                .collect(),
+        }
+    }
+
+    fn violations(&self) -> Vec<String> {
+        match self {
+            Self::Llm(l) => l.state.violations.lock().unwrap().clone(),
+            Self::Gemini(g) => g.state.violations.lock().unwrap().clone(),
+        }
+    }
+}
+
+async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
+    let up = Upstream::start(lp.wire).await;
     let toml = format!(
-        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"agent-*\"]\ncontext_window = {window}\n\
+        "{}[models.\"agent-*\"]\ncontext_window = {window}\n\
          [summarizer]\ntimeout = \"10s\"\n[policy]\nmode = \"inline\"\n{}{}",
-        llm.url(),
+        lp.wire.provider(up.url()),
         mode.policy,
         mode.toml,
     );
@@ -118,67 +224,68 @@ async fn replay(mode: &Mode, window: u32) -> Figures {
     let mut previous_stubs = 0;
     let mut summarizer_seen = 0;
     for step in 0..STEPS {
-        l.step(lines(step));
-        let mut body = l.body("agent-model");
-        body["max_tokens"] = MAX_TOKENS.into();
-        let before = llm.chat_requests().len();
+        lp.step(&mut l, step);
+        let body = lp.wire.body(MODEL, &l.messages, MAX_TOKENS);
+        let before = up.requests().len();
         let reply = post_json(
-            &format!("{}/v1/chat/completions", fg.url),
+            &format!("{}{}", fg.url, lp.wire.path(MODEL)),
             &[
                 ("x-conversation-id", "bench"),
                 ("authorization", "Bearer sk-bench"),
+                ("x-api-key", "sk-bench"),
+                ("x-goog-api-key", "g-bench"),
             ],
             &body,
         )
         .await;
-        reply.assert_ok();
+        assert!(
+            reply.status.is_success(),
+            "{} step {step}: {} {}; {:?}",
+            lp.name(),
+            reply.status,
+            reply.text(),
+            up.violations()
+        );
         let folded = reply.header("x-foldgate-fold") == "new";
         f.folds += usize::from(folded);
         let tokens = reply.tokens_out();
         f.largest = f.largest.max(tokens);
         // The step's first upstream request (a recall round's follow-up
         // adds the call and its result, which the next step does not carry).
-        let sent = llm.chat_requests()[before].clone();
-        let messages = sent["messages"].as_array().cloned().unwrap();
-        let stubs = messages
+        let sent = up.requests()[before].clone();
+        let units = lp.wire.prefix(&sent);
+        let stubs = units
             .iter()
-            .filter(|m| {
-                m["content"]
-                    .as_str()
-                    .is_some_and(|t| t.starts_with(STUB_PREFIX))
-            })
-            .count();
+            .map(|u| u.to_string().matches(STUB_PREFIX).count())
+            .sum::<usize>();
         if !folded && stubs != previous_stubs {
             f.compress_rewrites += 1;
         }
         previous_stubs = stubs;
-        let sizes: Vec<usize> = messages.iter().map(|m| m.to_string().len()).collect();
+        let sizes: Vec<usize> = units.iter().map(|m| m.to_string().len()).collect();
         let total: usize = sizes.iter().sum::<usize>().max(1);
         let common = previous.as_ref().map_or(0, |before| {
-            messages
-                .iter()
-                .zip(before)
-                .take_while(|(a, b)| a == b)
-                .count()
+            units.iter().zip(before).take_while(|(a, b)| a == b).count()
         });
         let stable = previous
             .as_ref()
             .is_some_and(|before| common == before.len());
         f.stable += usize::from(stable);
         let common_bytes: usize = sizes[..common].iter().sum();
-        let summarized: u64 = llm.summarizer_requests()[summarizer_seen..]
+        let summarizer = up.summarizer();
+        let summarized: u64 = summarizer[summarizer_seen..]
             .iter()
             .map(|r| (r.to_string().len() / 4) as u64)
             .sum();
-        summarizer_seen = llm.summarizer_requests().len();
+        summarizer_seen = summarizer.len();
         f.requests.push(Request {
             tokens: u64::from(tokens),
             cached: (u64::from(tokens) as f64 * common_bytes as f64 / total as f64) as u64,
             summarizer: summarized,
         });
-        previous = Some(messages);
+        previous = Some(units);
     }
-    f.summarizer_calls = llm.summarizer_calls();
+    f.summarizer_calls = summarizer_seen;
     let metrics = fg.metrics().await;
     f.recalls = [
         "foldgate_recall_calls_total",
@@ -189,19 +296,26 @@ async fn replay(mode: &Mode, window: u32) -> Figures {
     f
 }
 
+fn share(f: &Figures) -> String {
+    format!(
+        "{}/{} ({:.0}%)",
+        f.stable,
+        STEPS - 1,
+        100.0 * f.stable as f64 / (STEPS - 1) as f64
+    )
+}
+
 fn row(window: u32, mode: &str, f: &Figures) {
     let costs: Vec<String> = SHEETS
         .iter()
         .map(|s| format!("${:.4}", s.cost(&f.requests)))
         .collect();
     println!(
-        "| {window} | {mode} | {} | {} | {} | {}/{} ({:.0}%) | {} | {} / {} / {} | {} |",
+        "| {window} | {mode} | {} | {} | {} | {} | {} | {} / {} / {} | {} |",
         f.summarizer_calls,
         f.folds,
         f.compress_rewrites,
-        f.stable,
-        STEPS - 1,
-        100.0 * f.stable as f64 / (STEPS - 1) as f64,
+        share(f),
         f.largest,
         f.recalls[0],
         f.recalls[1],
@@ -210,34 +324,221 @@ fn row(window: u32, mode: &str, f: &Figures) {
     );
 }
 
+/// Folded cost against direct under each sheet; in parentheses where
+/// direct does not fit the window (a model with a larger window).
+fn versus(f: &Figures, direct: &Figures, window: u32) -> String {
+    let costs = SHEETS
+        .iter()
+        .map(|s| {
+            let ratio = s.cost(&f.requests) / s.cost(&direct.requests);
+            format!("{:+.0}%", 100.0 * (ratio - 1.0))
+        })
+        .collect::<Vec<_>>()
+        .join(" / ");
+    if direct.largest + MAX_TOKENS > window {
+        format!("({costs})")
+    } else {
+        costs
+    }
+}
+
+/// Turns of the conversation without tools.
+const CHAT_TURNS: usize = 60;
+
+/// The user's words of turn `k` (about 60 to 240 tokens), then the
+/// answer's (about twice that).
+fn chat_turn(k: usize) -> (String, String) {
+    const WORDS: &str =
+        "we compare the parser and the tokenizer with the cache layer before the release ";
+    let user = format!("[q{k}] {}", WORDS.repeat(4 + (k * 5) % 13));
+    let answer = format!("[a{k}] {}", WORDS.repeat(8 + (k * 3) % 19));
+    (user, answer)
+}
+
+/// What a conversation without tool calls keeps verbatim: per request
+/// from the first fold on, the client's messages in the view, against
+/// trimming (the newest messages that fit the window beside the system
+/// prompt and the output reserve), both counted in messages.
+struct Verbatim {
+    folds: usize,
+    summarizer_calls: usize,
+    stable: usize,
+    /// Mean messages verbatim in the folded view, and with trimming.
+    folded: f64,
+    trimmed: f64,
+    /// Requests where the folded view keeps at least what trimming keeps.
+    at_least: usize,
+    measured: usize,
+}
+
+async fn verbatim(window: u32) -> Verbatim {
+    let llm = Llm::start().await;
+    let toml = format!(
+        "{}[models.\"agent-*\"]\ncontext_window = {window}\n\
+         [summarizer]\ntimeout = \"10s\"\n[policy]\nmode = \"inline\"\n",
+        Wire::Chat.provider(llm.url()),
+    );
+    let fg = Foldgate::start(&toml).await;
+    let mut messages =
+        vec![serde_json::json!({"role": "system", "content": "You are a careful assistant."})];
+    let mut out = Verbatim {
+        folds: 0,
+        summarizer_calls: 0,
+        stable: 0,
+        folded: 0.0,
+        trimmed: 0.0,
+        at_least: 0,
+        measured: 0,
+    };
+    let mut previous: Option<Vec<Value>> = None;
+    // Tokens per byte of a message, from foldgate's own count of an
+    // unfolded request.
+    let mut per_byte = 0.0;
+    let mut folded_once = false;
+    for k in 0..CHAT_TURNS {
+        // The answer to the turn before, then this turn's question.
+        if k > 0 {
+            let (_, answer) = chat_turn(k - 1);
+            messages.push(serde_json::json!({"role": "assistant", "content": answer}));
+        }
+        let (user, _) = chat_turn(k);
+        messages.push(serde_json::json!({"role": "user", "content": user}));
+        let body = Wire::Chat.body(MODEL, &messages, MAX_TOKENS);
+        let before = llm.chat_requests().len();
+        let reply = post_json(
+            &format!("{}{}", fg.url, Wire::Chat.path(MODEL)),
+            &[
+                ("x-conversation-id", "chat"),
+                ("authorization", "Bearer sk-bench"),
+            ],
+            &body,
+        )
+        .await;
+        reply.assert_ok();
+        let folded = reply.header("x-foldgate-fold") == "new";
+        out.folds += usize::from(folded);
+        let sent = Wire::Chat.prefix(&llm.chat_requests()[before]);
+        if let Some(p) = &previous {
+            out.stable += usize::from(sent.len() >= p.len() && sent[..p.len()] == p[..]);
+        }
+        let client: Vec<&Value> = sent.iter().filter(|m| messages.contains(m)).collect();
+        if !folded_once && reply.header("x-foldgate-fold") == "none" {
+            let bytes: usize = messages.iter().map(|m| m.to_string().len()).sum();
+            per_byte = f64::from(reply.tokens_out()) / bytes as f64;
+        }
+        folded_once |= folded || reply.header("x-foldgate-fold") == "reused";
+        if folded_once {
+            let room =
+                f64::from(window - MAX_TOKENS) - per_byte * messages[0].to_string().len() as f64;
+            let mut used = 0.0;
+            let trimmed = messages[1..]
+                .iter()
+                .rev()
+                .take_while(|m| {
+                    used += per_byte * m.to_string().len() as f64;
+                    used <= room
+                })
+                .count();
+            let kept = client.len() - 1; // the system prompt aside
+            out.folded += kept as f64;
+            out.trimmed += trimmed as f64;
+            out.at_least += usize::from(kept >= trimmed);
+            out.measured += 1;
+        }
+        previous = Some(sent);
+    }
+    out.summarizer_calls = llm.summarizer_calls();
+    let n = out.measured.max(1) as f64;
+    out.folded /= n;
+    out.trimmed /= n;
+    out
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
+    // `AGENT_LOOPS=chat` (a substring of the loop names) runs fewer loops.
+    let only = std::env::var("AGENT_LOOPS").unwrap_or_default();
     rt.block_on(async {
-        println!("## A {STEPS}-step agent loop, tool outputs of 1–3 KB\n");
         let sheets: Vec<&str> = SHEETS.iter().map(|s| s.name).collect();
-        println!(
-            "| window | mode | summarizer calls | folds | compression rewrites | cache-stable requests | largest prompt | recall rounds / shortened / refused | {} |",
-            sheets.join(" | ")
-        );
-        println!("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|");
-        let direct = replay(&DIRECT, DIRECT_WINDOW).await;
-        for window in WINDOWS {
-            if direct.largest + MAX_TOKENS <= window {
-                row(window, DIRECT.name, &direct);
-            } else {
+        let mut summary = Vec::new();
+        for lp in loops().into_iter().filter(|l| l.name().contains(&only)) {
+            println!(
+                "## A {STEPS}-step agent loop, {}, tool outputs of 1–3 KB\n",
+                lp.name()
+            );
+            println!(
+                "| window | mode | summarizer calls | folds | compression rewrites | cache-stable requests | largest prompt | recall rounds / shortened / refused | {} |",
+                sheets.join(" | ")
+            );
+            println!("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|");
+            let direct = replay(lp, &DIRECT, DIRECT_WINDOW).await;
+            let mut economy = Vec::new();
+            for window in WINDOWS {
+                if direct.largest + MAX_TOKENS <= window {
+                    row(window, DIRECT.name, &direct);
+                } else {
+                    println!(
+                        "| {window} | {} | does not fit ({} tokens) | | | | | | | |",
+                        DIRECT.name, direct.largest
+                    );
+                }
+                for mode in &MODES {
+                    let f = replay(lp, mode, window).await;
+                    row(window, mode.name, &f);
+                    if std::ptr::eq(mode, &MODES[1]) {
+                        economy.push((window, f));
+                    }
+                }
+            }
+            println!();
+            summary.push((lp, direct, economy));
+        }
+        if only.is_empty() || only == "without tools" {
+            println!("## A {CHAT_TURNS}-turn conversation without tools: verbatim history in view\n");
+            println!(
+                "| window | summarizer calls | cache-stable | messages verbatim in view (mean, from the first fold) | trimming to the window keeps | requests at or above trimming |"
+            );
+            println!("|---:|---:|---:|---:|---:|---:|");
+            for window in [6_000, 16_000] {
+                let v = verbatim(window).await;
                 println!(
-                    "| {window} | {} | does not fit ({} tokens) | | | | | | | |",
-                    DIRECT.name, direct.largest
+                    "| {window} | {} | {}/{} | {:.1} | {:.1} | {}/{} |",
+                    v.summarizer_calls,
+                    v.stable,
+                    CHAT_TURNS - 1,
+                    v.folded,
+                    v.trimmed,
+                    v.at_least,
+                    v.measured
                 );
             }
-            for mode in &MODES {
-                let f = replay(mode, window).await;
-                row(window, mode.name, &f);
-            }
+            println!();
         }
+        println!("## Economy (defaults), all loops\n");
+        println!(
+            "| loop | 6k: summarizer calls | 6k: cache-stable | 32k: summarizer calls | 32k: cache-stable | 16k: cost vs direct ({}) | 32k: cost vs direct |",
+            sheets.join(" / ")
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        for (lp, direct, economy) in &summary {
+            let at = |w: u32| &economy.iter().find(|(window, _)| *window == w).unwrap().1;
+            println!(
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                lp.name(),
+                at(6_000).summarizer_calls,
+                share(at(6_000)),
+                at(32_000).summarizer_calls,
+                share(at(32_000)),
+                versus(at(16_000), direct, 16_000),
+                versus(at(32_000), direct, 32_000),
+            );
+        }
+        println!(
+            "\nCost vs direct in parentheses: direct does not fit that window (it is billed as if a larger one held it)."
+        );
         println!("\n{}", prices::NOTE);
     });
 }

@@ -12,6 +12,7 @@
 //! spending tokens.
 
 use crate::config::{Config, Mode, Policy};
+use crate::fold::compress::{Room, stub};
 use crate::fold::ledger::Ledger;
 use crate::fold::{self, Budget, Compression, Decision, FoldChain, FoldState, Messages, Summary};
 use crate::message::ids_of;
@@ -111,14 +112,23 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
         let budget = Budget::for_request(config, &policy, &estimate, now_unix());
         // Compression as the proxy makes it for a keyed conversation.
         let compression = if config.archive.enabled {
-            Compression::of(
-                messages,
-                &estimate.messages,
-                &config.compress_for(provider, model),
-                policy.preserve_recent,
-                config.recall_for(model) == crate::config::Recall::Tool,
-                &|m: &Value| counter.message_tokens(model, m),
-            )
+            {
+                let recall = config.recall_for(model) == crate::config::Recall::Tool;
+                let raw = &estimate.messages;
+                let room = Room::of(policy.trigger_ratio, estimate.context_window);
+                let settings = config.compress_for(provider, model);
+                Compression::within(
+                    messages,
+                    raw,
+                    (&settings, policy.preserve_recent),
+                    room,
+                    &mut |i| {
+                        let stub = stub(messages, i, *raw.get(i)?, recall)?;
+                        let tokens = counter.message_tokens(model, &stub);
+                        Some((stub, tokens))
+                    },
+                )
+            }
         } else {
             Compression::default()
         };

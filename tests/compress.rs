@@ -28,7 +28,9 @@ const TAIL: usize = 6;
 
 /// foldgate before `llm`: a large window for `big-*`, a middle one for
 /// `mid-*`, inline folds, and compression of tool results over 300
-/// tokens after 2 turns, in batches of 3; plus `extra`.
+/// tokens after 2 turns, in batches of 3, every batch shown when due
+/// (these tests check the stubs themselves; `compress_pays` checks when a
+/// batch pays); plus `extra`.
 fn config(llm: &Llm, extra: &str) -> String {
     format!(
         "{}\
@@ -38,7 +40,7 @@ fn config(llm: &Llm, extra: &str) -> String {
          [models.\"plain-*\".compress]\nenabled = false\n\
          [policy]\nreset_ratio = 0.45\nmode = \"inline\"\n\
          [summarizer]\nmax_summary_tokens = 400\ntimeout = \"5s\"\n\
-         [compress]\nmin_tokens = 300\nafter_turns = 2\nbatch = 3\n{extra}",
+         [compress]\nmin_tokens = 300\nafter_turns = 2\nbatch = 3\nwhen_it_pays = false\n{extra}",
         crate::common::providers(llm.url())
     )
 }

@@ -122,3 +122,73 @@ fn a_fold_stubs_the_tails_older_outputs_instead_of_shortening_the_tail() {
     let again = build_view_with(&next, info.base.as_ref(), Placement::System, &c).unwrap();
     assert_eq!(again[..view.len()], view[..], "cache-stable after the fold");
 }
+
+/// An agent loop of `steps` steps of `calls` parallel calls, each result
+/// of about `tokens` tokens.
+fn parallel_loop(steps: usize, calls: usize, tokens: u32) -> Vec<Value> {
+    let mut ms = vec![
+        json!({"role": "system", "content": "sys"}),
+        json!({"role": "user", "content": "task"}),
+    ];
+    for k in 0..steps {
+        let ids: Vec<String> = (0..calls).map(|j| format!("c{k}_{j}")).collect();
+        let tool_calls: Vec<Value> = ids
+            .iter()
+            .map(|id| json!({"id": id, "type": "function", "function": {"name": "sh", "arguments": "{}"}}))
+            .collect();
+        ms.push(json!({"role": "assistant", "content": format!("m{}-call", ms.len()), "tool_calls": tool_calls}));
+        for id in ids {
+            ms.push(json!({"role": "tool", "tool_call_id": id,
+                "content": format!("m{}-{id}\n~{tokens}", ms.len())}));
+        }
+    }
+    ms
+}
+
+/// The fold `ms` gets with `reset_ratio` 0.5 (a 2,500-token target in the
+/// 5,000-token window, trigger at 4,000), stubs riding on it.
+fn fold_of(ms: &[Value]) -> foldgate::fold::FoldPlan {
+    let c = compression(ms, true);
+    let raw: Vec<u32> = ms.iter().map(count).collect();
+    let counts = c.counts(&raw, |t| t);
+    let stubbed = c.stubbed(&counts, |t| t);
+    let policy = Policy {
+        reset_ratio: 0.5,
+        ..policy()
+    };
+    let chain = FoldChain::new();
+    let d = decide_stubbed(
+        ms,
+        (&counts, &stubbed),
+        &chain,
+        &policy,
+        &budget(),
+        Placement::System,
+        count,
+    );
+    expect_fold(d)
+}
+
+#[test]
+fn a_fold_leaves_four_steps_of_room_sized_by_the_tokens_per_step() {
+    // Steps of two ~320-token results: ~680 tokens a step. Four of them
+    // below the 4,000-token trigger is a view of at most ~1,280 tokens,
+    // deeper than the ratio's 2,500.
+    let ms = parallel_loop(6, 2, 320);
+    let fold = fold_of(&ms);
+    let per_step = fold.retained.step_tokens;
+    assert!((600..800).contains(&per_step), "{per_step}");
+    assert!(
+        u64::from(fold.tokens_after) <= 4_000 - 4 * u64::from(per_step),
+        "{fold:?}"
+    );
+    // Small steps (~110 tokens) keep the ratio's target: the fold stops
+    // as soon as the view is under 2,500.
+    let small = parallel_loop(40, 1, 100);
+    let fold = fold_of(&small);
+    assert!(fold.retained.step_tokens < 150, "{fold:?}");
+    assert!(
+        (2_000..=2_500).contains(&fold.tokens_after),
+        "the ratio's target, not deeper: {fold:?}"
+    );
+}

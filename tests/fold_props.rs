@@ -181,6 +181,7 @@ fn setup() -> impl Strategy<Value = Setup> {
                 after_turns,
                 batch,
                 with_fold: true,
+                when_it_pays: true,
             },
         );
     (policy, budget, placement, compress, pin_ratio).prop_map(

@@ -26,6 +26,7 @@ mod clause_props;
 mod cli;
 mod compose_example;
 mod compress;
+mod compress_pays;
 mod dashboard;
 mod decide_props;
 mod doors;

@@ -31,6 +31,11 @@ pub struct Compress {
     /// preserved tail alone is over the reset target, the tail's older
     /// ones: one rewrite, one prompt-cache miss, and the next fold far away.
     pub with_fold: bool,
+    /// A batch is shown only when it pays for its prompt-cache miss: the
+    /// window is at risk within two steps, or the tokens it saves over the
+    /// expected remaining requests outweigh the miss (see
+    /// `docs/folding.md`, fold economy). Off: every batch is shown when due.
+    pub when_it_pays: bool,
 }
 
 impl Default for Compress {
@@ -42,6 +47,7 @@ impl Default for Compress {
             after_turns: 3,
             batch: 4,
             with_fold: true,
+            when_it_pays: true,
         }
     }
 }
@@ -76,6 +82,9 @@ pub struct CompressOverrides {
     /// See [`Compress::with_fold`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub with_fold: Option<bool>,
+    /// See [`Compress::when_it_pays`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub when_it_pays: Option<bool>,
 }
 
 impl CompressOverrides {
@@ -90,7 +99,8 @@ impl CompressOverrides {
             min_tokens,
             after_turns,
             batch,
-            with_fold
+            with_fold,
+            when_it_pays
         );
     }
 

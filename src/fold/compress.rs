@@ -27,6 +27,19 @@
 //! - **Pairs stay whole**: a tool stub keeps its `role` and `tool_call_id`
 //!   (every field but `content`); an assistant stub keeps its `tool_calls`.
 //!
+//! - **Only when it pays** ([`Room`]): every batch rewrites the prompt from
+//!   its first stub on, a prompt-cache miss. A batch is shown when the
+//!   window is at risk (the request's tokens plus [`AT_RISK_STEPS`] steps
+//!   of the tokens it adds per step reach the fold trigger), or when the
+//!   tokens it saves over the expected remaining requests (as many as
+//!   there have been steps) outweigh the miss under the strictest
+//!   published cache prices ([`CACHE_WRITE`], [`CACHE_READ`]): `saved ×
+//!   steps × read > rewritten × (write − read)`. Whether a batch pays is
+//!   judged on the request as it was when the batch formed (a prefix every
+//!   later request repeats), and the risk only grows with the
+//!   conversation, so a batch once shown stays. Batches not shown are
+//!   still stubbed by the next fold (`compress.with_fold`).
+//!
 //! Compression decides from the message counts alone, so it runs before
 //! the fold triggers: [`Compression::counts`] is what [`super::plan`] sees,
 //! while a fold still summarizes the original messages.
@@ -71,11 +84,6 @@ pub fn select(
     let n = roles.len().min(tokens.len());
     let pinned = pinned_count(roles.iter().copied());
     let tail = n.saturating_sub(preserve_recent.max(1));
-    let starts_turn = |i: usize| match roles[i] {
-        Some(Role::User) => true,
-        Some(Role::Tool) => i == 0 || roles[i - 1] != Some(Role::Tool),
-        _ => false,
-    };
     let mut later = 0;
     let mut out = Vec::new();
     for i in (0..n).rev() {
@@ -92,13 +100,87 @@ pub fn select(
         {
             out.push(i);
         }
-        if starts_turn(i) {
+        if starts_turn(roles, i) {
             later += 1;
         }
     }
     out.reverse();
     out.truncate(out.len() / settings.batch.max(1) * settings.batch.max(1));
     out
+}
+
+/// Steps ahead at which the window counts as at risk for a batch.
+pub const AT_RISK_STEPS: u64 = 2;
+/// Cache writes and reads as a share of the input price: Anthropic's (the
+/// strictest published sheet: writes at 1.25×, reads at 0.1×; OpenAI's
+/// cached input is 0.25–0.5× with writes at 1×), so a batch that pays
+/// here pays under every sheet.
+pub const CACHE_WRITE: f64 = 1.25;
+/// See [`CACHE_WRITE`].
+pub const CACHE_READ: f64 = 0.1;
+
+/// When a batch of stubs is worth its cache miss (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Room {
+    /// Prompt tokens (in the request's raw count) at which the token
+    /// trigger folds; 0: every batch is shown (no economy).
+    pub trigger: u64,
+}
+
+impl Room {
+    /// The room of a `context_window` under `trigger_ratio`.
+    pub fn of(trigger_ratio: f64, context_window: u32) -> Self {
+        Self {
+            trigger: super::trigger::token_at(trigger_ratio, context_window),
+        }
+    }
+}
+
+/// Whether a batch is shown: see [`Room`]. `batch` holds the batch's
+/// messages (ascending) and each one's saved tokens (raw minus stub).
+fn shown(
+    roles: &[Option<Role>],
+    tokens: &[u32],
+    batch: &[(usize, u32)],
+    (settings, preserve_recent): (&Compress, usize),
+    at_risk: bool,
+) -> bool {
+    let (Some(&(first, _)), Some(&(last, _))) = (batch.first(), batch.last()) else {
+        return false;
+    };
+    if at_risk {
+        return true;
+    }
+    // The request at which the batch formed: its last message followed by
+    // `after_turns` turns and outside the preserved tail.
+    let mut turns = 0;
+    let mut formed = last + 1;
+    while turns < settings.after_turns && formed < roles.len() {
+        if starts_turn(roles, formed) {
+            turns += 1;
+        }
+        formed += 1;
+    }
+    // `formed` is one past the turn start that completed the count; the
+    // request ends at the message after it at the earliest.
+    let formed = formed
+        .max(last + preserve_recent.max(1) + 1)
+        .min(roles.len());
+    let steps = roles[..formed]
+        .iter()
+        .filter(|r| **r == Some(Role::Assistant))
+        .count() as f64;
+    let saved: f64 = batch.iter().map(|&(_, s)| f64::from(s)).sum();
+    let rewritten: f64 = tokens[first..formed].iter().map(|&t| f64::from(t)).sum();
+    saved * steps * CACHE_READ > rewritten * (CACHE_WRITE - CACHE_READ)
+}
+
+fn starts_turn(roles: &[Option<Role>], i: usize) -> bool {
+    match roles[i] {
+        Some(Role::User) => true,
+        Some(Role::Tool) => i == 0 || roles[i - 1] != Some(Role::Tool),
+        _ => false,
+    }
 }
 
 /// The messages a fold may stub (`compress.with_fold`): long tool results
@@ -222,7 +304,7 @@ impl Compression {
     }
 
     /// [`Compression::of`] with the stubs and their tokens from `make`
-    /// (e.g. a cache of [`stub`]'s results).
+    /// (e.g. a cache of [`stub`]'s results), every batch shown.
     pub fn with(
         messages: &[Value],
         raw: &[u32],
@@ -230,14 +312,56 @@ impl Compression {
         preserve_recent: usize,
         make: &mut dyn FnMut(usize) -> Option<(Value, u32)>,
     ) -> Self {
+        Self::within(
+            messages,
+            raw,
+            (settings, preserve_recent),
+            Room::default(),
+            make,
+        )
+    }
+
+    /// [`Compression::with`], showing only the batches that pay in `room`.
+    pub fn within(
+        messages: &[Value],
+        raw: &[u32],
+        (settings, preserve_recent): (&Compress, usize),
+        room: Room,
+        make: &mut dyn FnMut(usize) -> Option<(Value, u32)>,
+    ) -> Self {
         let roles: Vec<Option<Role>> = messages.iter().map(Role::of_message).collect();
-        let selected = select(&roles, raw, settings, preserve_recent);
+        let mut selected = select(&roles, raw, settings, preserve_recent);
         let mut render = |i: usize| {
             let (stub, tokens) = make(i)?;
             // A stub that saves nothing is not worth the recall.
             (tokens < *raw.get(i)?).then_some((i, stub, tokens))
         };
-        let stubs = selected.iter().filter_map(|&i| render(i)).collect();
+        let mut stubs: Vec<(usize, Value, u32)> =
+            selected.iter().filter_map(|&i| render(i)).collect();
+        if settings.when_it_pays && room.trigger > 0 && !stubs.is_empty() {
+            let total: u64 = raw.iter().map(|&t| u64::from(t)).sum();
+            let per_step = super::trigger::step_tokens(messages, raw, 0).unwrap_or(0);
+            let at_risk = total + AT_RISK_STEPS * per_step >= room.trigger;
+            // A message whose stub saves nothing is not shown either way.
+            let saved = |i: usize| {
+                stubs
+                    .iter()
+                    .find(|s| s.0 == i)
+                    .map_or(0, |s| raw.get(i).map_or(0, |&r| r.saturating_sub(s.2)))
+            };
+            let size = settings.batch.max(1);
+            let keep: Vec<usize> = selected
+                .chunks(size)
+                .filter(|batch| {
+                    let batch: Vec<(usize, u32)> = batch.iter().map(|&i| (i, saved(i))).collect();
+                    shown(&roles, raw, &batch, (settings, preserve_recent), at_risk)
+                })
+                .flatten()
+                .copied()
+                .collect();
+            stubs.retain(|s| keep.binary_search(&s.0).is_ok());
+            selected = keep;
+        }
         let spare = if settings.with_fold {
             eligible(&roles, raw, settings)
                 .filter(|i| selected.binary_search(i).is_err())

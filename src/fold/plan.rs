@@ -18,12 +18,35 @@ use std::borrow::Cow;
 /// when the output reserve leaves less room than the trigger ratio (an
 /// agent asking for 32k output tokens), the same band below the room that
 /// is left, so that the next turns do not fold again at once.
-fn reset_limit(policy: &Policy, window: u64, window_limit: u64) -> u64 {
+///
+/// Sized by the tokens the conversation adds per step (`step`: those
+/// tokens, and whether it calls tools; see [`trigger::step_tokens`]): an
+/// agent loop's fold goes deep enough to leave [`ROOM_STEPS`] steps below
+/// the trigger, so a step that brings several tool results does not fold
+/// again two steps later. A conversation without tools keeps the ratio's
+/// target (a shallower one was measured and not taken: docs/folding.md).
+fn reset_limit(policy: &Policy, window: u64, window_limit: u64, step: Option<(u64, bool)>) -> u64 {
     let by_window = (policy.reset_ratio * window as f64).floor() as u64;
     let trigger = policy.trigger_ratio.max(f64::EPSILON);
     let by_room = (policy.reset_ratio * window_limit as f64 / trigger).floor() as u64;
-    by_window.min(by_room).min(window_limit)
+    let by_ratio = by_window.min(by_room).min(window_limit);
+    let Some((per_step, tools)) = step.filter(|s| s.0 > 0) else {
+        return by_ratio;
+    };
+    let at = trigger::token_at(
+        policy.trigger_ratio,
+        u32::try_from(window).unwrap_or(u32::MAX),
+    )
+    .min(window_limit);
+    if tools {
+        by_ratio.min(at.saturating_sub(ROOM_STEPS * per_step))
+    } else {
+        by_ratio
+    }
 }
+
+/// Steps of room an agent loop's fold leaves below the trigger.
+pub const ROOM_STEPS: u64 = 4;
 
 /// What to do with one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -220,6 +243,8 @@ pub fn plan<C: CountTokens + ?Sized>(
         u64::from(counter.message_tokens(&json!({"role": "system", "content": c.render()})))
     });
     let base_mark = mark_of(base);
+    let per_step = trigger::step_tokens(messages, counts, trigger::RECENT_STEPS);
+    let step = per_step.map(|g| (g, trigger::calls_tools(messages)));
     let choose_at = |mark: usize| {
         let marked = with_stubs(counts, request.stubbed, mark);
         let input = CutInput {
@@ -237,7 +262,7 @@ pub fn plan<C: CountTokens + ?Sized>(
             } else {
                 0
             },
-            reset_limit: reset_limit(policy, window, window_limit),
+            reset_limit: reset_limit(policy, window, window_limit, step),
             window_limit,
             preserve_recent: policy.preserve_recent,
             overflow_buffer: policy.overflow_buffer,
@@ -307,6 +332,7 @@ pub fn plan<C: CountTokens + ?Sized>(
                 pins_folded: pins_over.iter().filter(|&&i| i < c.cut).count(),
                 stubs_before: mark,
                 plan: plan_call,
+                step_tokens: per_step.map_or(0, clamp),
             };
             Decision::Fold(FoldPlan {
                 base: view.base,
@@ -425,9 +451,29 @@ mod tests {
             ..Policy::default()
         };
         // A small reserve: the window's reset ratio.
-        assert_eq!(reset_limit(&policy, 100_000, 96_000), 70_000);
+        assert_eq!(reset_limit(&policy, 100_000, 96_000, None), 70_000);
         // An agent's 32k reserve in a 64k window: 7/8 of the room left,
         // not all of it (which would fold again on the next turn).
-        assert_eq!(reset_limit(&policy, 64_000, 32_000), 28_000);
+        assert_eq!(reset_limit(&policy, 64_000, 32_000, None), 28_000);
+    }
+
+    #[test]
+    fn the_reset_target_is_sized_by_the_tokens_per_step() {
+        let policy = Policy::default();
+        // 6k window, trigger at 4,800, ratio target 3,000.
+        assert_eq!(reset_limit(&policy, 6_000, 5_800, None), 3_000);
+        // An agent loop adding 800 tokens a step: four steps of room.
+        assert_eq!(reset_limit(&policy, 6_000, 5_800, Some((800, true))), 1_600);
+        // Small steps: the ratio's target is deep enough.
+        assert_eq!(reset_limit(&policy, 6_000, 5_800, Some((200, true))), 3_000);
+        // Without tools: the ratio's target, whatever the steps.
+        assert_eq!(
+            reset_limit(&policy, 6_000, 5_800, Some((400, false))),
+            3_000
+        );
+        assert_eq!(
+            reset_limit(&policy, 6_000, 5_800, Some((1_500, false))),
+            3_000
+        );
     }
 }

@@ -87,6 +87,10 @@ pub struct Retained {
     pub stubs_before: usize,
     /// The newest plan-tool call among the folded messages (or the base's).
     pub plan: Option<PlanCall>,
+    /// Tokens the conversation added per step when this fold was made
+    /// (the mean of its newest steps; 0: not measured), which sized the
+    /// fold's depth.
+    pub step_tokens: u32,
 }
 
 impl Retained {

@@ -20,6 +20,8 @@
 use super::Budget;
 use super::state::{FoldState, Reason};
 use crate::config::{Mode, Policy};
+use crate::message::{Role, is_role};
+use serde_json::Value;
 
 /// What the triggers look at, measured on the current view.
 #[derive(Debug, Clone, Copy)]
@@ -78,6 +80,40 @@ pub fn emergency_at(context_window: u32, output_reserve: u32) -> u64 {
 /// down, and from `min_messages` messages on): `ratio` of the window.
 pub fn token_at(ratio: f64, context_window: u32) -> u64 {
     (ratio * f64::from(context_window)).ceil() as u64
+}
+
+/// Steps the tokens-per-step measure averages over: the newest few, so a
+/// loop that starts calling several tools at once is sized by that.
+pub const RECENT_STEPS: usize = 4;
+
+/// Tokens the conversation adds per step, measured on the request: the
+/// mean of its newest `recent` steps (all of them when `recent` is 0). A
+/// step starts at an assistant message and runs to the next one: its tool
+/// calls' results, or the user's next message, belong to it. `None`
+/// before the first assistant message.
+pub fn step_tokens(messages: &[Value], counts: &[u32], recent: usize) -> Option<u64> {
+    let starts: Vec<usize> = messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| is_role(m, Role::Assistant))
+        .map(|(i, _)| i)
+        .collect();
+    let steps = if recent == 0 {
+        starts.len()
+    } else {
+        recent.min(starts.len())
+    };
+    let from = *starts.get(starts.len().checked_sub(steps)?)?;
+    let tokens: u64 = counts.get(from..)?.iter().map(|&c| u64::from(c)).sum();
+    Some(tokens / steps as u64)
+}
+
+/// Whether the request is an agent loop: an assistant message in it calls
+/// tools.
+pub fn calls_tools(messages: &[Value]) -> bool {
+    messages
+        .iter()
+        .any(|m| is_role(m, Role::Assistant) && m.get("tool_calls").is_some())
 }
 
 /// The trigger that fires, if any.
@@ -139,6 +175,26 @@ mod tests {
             summary_reserve: 50,
             now_unix: 0,
         }
+    }
+
+    #[test]
+    fn tokens_per_step_are_the_newest_steps_mean() {
+        use serde_json::json;
+        let ms = vec![
+            json!({"role": "system", "content": "s"}),
+            json!({"role": "user", "content": "task"}),
+            json!({"role": "assistant", "tool_calls": [{"id": "a"}]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": "1"}),
+            json!({"role": "assistant", "tool_calls": [{"id": "b"}, {"id": "c"}]}),
+            json!({"role": "tool", "tool_call_id": "b", "content": "2"}),
+            json!({"role": "tool", "tool_call_id": "c", "content": "3"}),
+        ];
+        let counts = [5, 7, 10, 100, 10, 300, 300];
+        assert_eq!(step_tokens(&ms, &counts, 1), Some(610));
+        assert_eq!(step_tokens(&ms, &counts, 4), Some(360));
+        assert_eq!(step_tokens(&ms, &counts, 0), Some(360));
+        assert_eq!(step_tokens(&ms[..2], &counts[..2], 4), None);
+        assert!(calls_tools(&ms) && !calls_tools(&ms[..2]));
     }
 
     #[test]

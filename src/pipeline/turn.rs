@@ -9,7 +9,7 @@ use crate::app::App;
 use crate::archive::Row;
 use crate::config::{Compress, Placement, Policy, Recall};
 use crate::error::ApiError;
-use crate::fold::compress::ARCHIVE_FOLD;
+use crate::fold::compress::{ARCHIVE_FOLD, Room};
 use crate::fold::view::Item;
 use crate::fold::{
     self, Budget, CannotFit, Compression, Decision, FoldChain, FoldState, MessageId, Messages,
@@ -489,7 +489,10 @@ fn compression_for(
     let recall = recall_for(app, model, key) == Recall::Tool;
     let count = |m: &Value| app.tokens.message_tokens(model, m);
     let raw = &estimate.messages;
-    Compression::with(messages, raw, &settings, policy.preserve_recent, &mut |i| {
+    // Only batches that pay for their cache miss (docs/folding.md).
+    let room = Room::of(policy.trigger_ratio, estimate.context_window);
+    let settings = (&settings, policy.preserve_recent);
+    Compression::within(messages, raw, settings, room, &mut |i| {
         let me = (*ids.get(i)?, *raw.get(i)?);
         app.stubs.get(messages, i, me, (model, recall), &count)
     })

@@ -84,9 +84,15 @@ pub fn responses_violation(body: &Value) -> Option<String> {
             "function_call" => {
                 let id = item["call_id"].as_str().unwrap_or_default();
                 calls.insert(id.to_string());
-                // The mock's reasoning item `rs_X` precedes call `call_X`.
-                let reasoning = id.replace("call_", "rs_");
-                if i == 0 || items[i - 1]["id"] != json!(reasoning) {
+                // The mock's reasoning item `rs_X` precedes call `call_X`,
+                // or the run of parallel calls that `call_X` starts.
+                let mut first = i;
+                while first > 0 && kind(&items[first - 1]) == "function_call" {
+                    first -= 1;
+                }
+                let lead = items[first]["call_id"].as_str().unwrap_or_default();
+                let reasoning = lead.replace("call_", "rs_");
+                if first == 0 || items[first - 1]["id"] != json!(reasoning) {
                     return Some(format!(
                         "input[{i}]: function_call {id} without its reasoning item"
                     ));

@@ -68,6 +68,39 @@ impl ToolLoop {
         self
     }
 
+    /// One step of parallel calls: an assistant message calling `bash`
+    /// once per entry of `lines` (`call_K_J`), then each call's output of
+    /// that many lines, shaped as [`ToolLoop::step`]'s.
+    pub fn parallel_step(&mut self, lines: &[usize]) -> &mut Self {
+        self.step += 1;
+        let k = self.step;
+        let thought = self.tagged(&format!("step {k}: listing {} directories", lines.len()));
+        let ids: Vec<String> = (0..lines.len()).map(|j| format!("call_{k}_{j}")).collect();
+        let calls: Vec<Value> = ids
+            .iter()
+            .enumerate()
+            .map(|(j, id)| {
+                let args = json!({"command": format!("ls /srv/app/step{k}/part{j}")}).to_string();
+                json!({"id": id, "type": "function", "function": {"name": "bash", "arguments": args}})
+            })
+            .collect();
+        self.messages
+            .push(json!({"role": "assistant", "content": thought, "tool_calls": calls}));
+        for (j, (id, &n)) in ids.iter().zip(lines).enumerate() {
+            let mut out = format!("$ ls /srv/app/step{k}/part{j}\n");
+            out.push_str(&self.tagged(&format!(
+                "service listens on port 5{k:03}, entry /srv/app/step{k}/part{j}/main.rs"
+            )));
+            for _ in 0..n {
+                out.push('\n');
+                out.push_str(OUTPUT_LINE);
+            }
+            self.messages
+                .push(json!({"role": "tool", "tool_call_id": id, "content": out}));
+        }
+        self
+    }
+
     /// The call id of step `k`.
     pub fn call_id(k: u32) -> String {
         format!("call_{k}")

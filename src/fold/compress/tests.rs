@@ -10,6 +10,7 @@ fn settings(batch: usize) -> Compress {
         after_turns: 2,
         batch,
         with_fold: true,
+        when_it_pays: false,
     }
 }
 
@@ -112,4 +113,68 @@ fn a_stub_unused_for_the_idle_time_leaves_the_cache_and_is_made_again() {
     assert_eq!(cache.0.entry_count(), 0, "unused past the idle time: gone");
     assert_eq!(get(), first, "made again, the same bytes");
     assert_eq!(made.get(), 2);
+}
+
+/// An agent loop of `steps` steps, each one call and a 1,000-token result.
+fn tool_loop(steps: usize) -> (Vec<Value>, Vec<u32>) {
+    let mut ms = vec![
+        json!({"role": "system", "content": "s"}),
+        json!({"role": "user", "content": "task"}),
+    ];
+    let mut tokens = vec![10, 10];
+    for k in 0..steps {
+        let id = format!("c{k}");
+        ms.push(json!({"role": "assistant", "content": null,
+            "tool_calls": [{"id": id, "type": "function", "function": {"name": "sh", "arguments": "{}"}}]}));
+        ms.push(json!({"role": "tool", "tool_call_id": id, "content": format!("out {k}")}));
+        tokens.extend([20, 1000]);
+    }
+    (ms, tokens)
+}
+
+fn shown_in(ms: &[Value], tokens: &[u32], settings: &Compress, room: Room) -> Vec<usize> {
+    let c = Compression::within(ms, tokens, (settings, 2), room, &mut |i| {
+        Some((
+            json!({"role": "tool", "content": "stub"}),
+            50 + u32::try_from(i).unwrap_or(0) % 2,
+        ))
+    });
+    c.indices().collect()
+}
+
+#[test]
+fn a_batch_is_shown_only_when_it_pays_or_the_window_is_at_risk() {
+    let pays = Compress {
+        when_it_pays: true,
+        ..settings(2)
+    };
+    let (ms, tokens) = tool_loop(8);
+    let due = shown_in(&ms, &tokens, &settings(2), Room::of(0.8, 200_000));
+    assert_eq!(due, [3, 5, 7, 9, 11, 13], "three batches are due");
+    // A 200k window: nowhere near the trigger, and 2 × 950 tokens saved
+    // over the few requests so far do not pay for rewriting the ~4,000
+    // tokens after them at cache-write prices.
+    assert!(shown_in(&ms, &tokens, &pays, Room::of(0.8, 200_000)).is_empty());
+    // Off, or without a window to judge by: every due batch.
+    assert_eq!(
+        shown_in(&ms, &tokens, &settings(2), Room::of(0.8, 200_000)),
+        due
+    );
+    assert_eq!(shown_in(&ms, &tokens, &pays, Room::default()), due);
+    // A 12k window: 8 steps of ~1,020 tokens plus two more reach the
+    // 9,600-token trigger, so the window is at risk: the batches show.
+    assert_eq!(shown_in(&ms, &tokens, &pays, Room::of(0.8, 12_000)), due);
+    // A batch that saves a lot over a long conversation pays at once: the
+    // same first batch after 200 short steps.
+    let (mut long, mut counts) = (ms[..2].to_vec(), tokens[..2].to_vec());
+    for k in 0..200 {
+        long.push(json!({"role": "user", "content": format!("q{k}")}));
+        long.push(json!({"role": "assistant", "content": format!("a{k}")}));
+        counts.extend([5, 5]);
+    }
+    let (tail, tail_tokens) = tool_loop(8);
+    long.extend(tail[2..].iter().cloned());
+    counts.extend(&tail_tokens[2..]);
+    let shown = shown_in(&long, &counts, &pays, Room::of(0.8, 200_000));
+    assert_eq!(shown.len(), 6, "{shown:?}");
 }

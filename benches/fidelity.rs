@@ -28,6 +28,9 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+#[path = "fidelity/paraphrase.rs"]
+mod paraphrase;
+
 use common::llm::{Llm, content_text};
 use common::{Foldgate, metric, post_json};
 use foldgate::fold::ledger::LEDGER_HEADING;
@@ -55,7 +58,43 @@ fn main() {
         for window in [2_048u32, 4_096] {
             run(window, "reset_ratio = 0.7\n").await;
         }
+        paraphrases().await;
     });
+}
+
+/// The paraphrase-question set: evidence in view and reachable, against
+/// trimming and plain BM25 over the whole history, in the same run.
+async fn paraphrases() {
+    use paraphrase::KS;
+    let [k1, k2, k3] = KS;
+    println!(
+        "\n## Paraphrase questions ({} two-person conversations of {} messages, questions worded differently from their evidence, summarizer keeps none)\n",
+        paraphrase::CONVERSATIONS,
+        paraphrase::conversation(0).messages.len()
+    );
+    println!(
+        "| window | recall | questions | trimming: in view | plain BM25, whole history: top {k1} / {k2} / {k3} | foldgate: in view | recall hits top {k1} / {k2} / {k3} | reachable (view or recall top {k1} / {k2} / {k3}) | reachable, questions sharing a stem | injected tokens per question |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for window in [4_096u32, 8_192] {
+        for mode in ["tool", "inject"] {
+            let t = paraphrase::run(window, &format!("recall = \"{mode}\"\n")).await;
+            let pct = |n: usize| 100.0 * n as f64 / t.questions.max(1) as f64;
+            let three = |v: [usize; 3]| format!("{:.0}% / {:.0}% / {:.0}%", pct(v[0]), pct(v[1]), pct(v[2]));
+            println!(
+                "| {window} | {mode} | {} | {:.0}% | {} | {:.0}% | {} | {} | {} of {} | {:.0} |",
+                t.questions,
+                pct(t.trimmed),
+                three(t.bm25),
+                pct(t.in_view),
+                three(t.recall),
+                three(t.reachable),
+                t.stem_reachable,
+                t.stem_questions,
+                t.injected_tokens as f64 / t.questions.max(1) as f64,
+            );
+        }
+    }
 }
 
 /// The six identifiers planted in turn `i`.

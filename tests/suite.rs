@@ -52,6 +52,7 @@ mod recall;
 mod recall_echo;
 mod recall_faults;
 mod recall_inject;
+mod recall_meaning;
 mod recall_room;
 mod shallow_props;
 mod soak_short;

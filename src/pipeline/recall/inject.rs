@@ -52,7 +52,10 @@ pub(in crate::pipeline) async fn plan(
     request: &ConvRequest,
     prepared: &Prepared,
 ) -> Option<Injection> {
-    let turn = request.turn().filter(|t| t.inject())?;
+    let with_tool = app.config.archive.inject_with_tool;
+    let turn = request
+        .turn()
+        .filter(|t| t.inject() || (with_tool && t.recall()))?;
     let items = prepared.view.as_ref()?;
     let key = turn.data.key.as_ref()?;
     let messages = turn.messages().values;

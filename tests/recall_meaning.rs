@@ -22,7 +22,11 @@ const GARDEN: &str = "My garden has tomatoes this year.";
 /// Every other word of the question in another form than the fact's.
 const QUESTION: &str = "Which ports did metric exporters listen to?";
 const HEADING: &str = "[foldgate] Recalled from earlier in this conversation";
-const PAD: &str = "we talked about the weather and the week";
+/// Every message ends with it: long enough that the talk folds in a
+/// 4,000-token window, in every message so no search finds by it.
+const PAD: &str = "and then we went on talking about the weather, the week, the neighbours, \
+                   the shops in town, the news, the football results, the traffic, the trains \
+                   and whatever else came up while the kettle was boiling";
 
 /// Two people talking, every message naming its speaker: the fact and a
 /// garden remark early (folded), small talk, then `tail` and `question`.

@@ -319,7 +319,7 @@ pub async fn run(window: u32, archive: &str) -> Tally {
                 tally.bm25[n] += usize::from(top.iter().take(*k).any(|&i| i == q.evidence));
             }
             let body = json!({"model": "bench-model", "messages": messages, "max_tokens": 200});
-            post_json(&url, &[("x-conversation-id", &id)], &body)
+            post_json(&url, &[("x-conversation-id", id.as_str())], &body)
                 .await
                 .assert_ok();
             let view = llm.chat_requests().pop().unwrap_or_default();

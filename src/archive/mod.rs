@@ -363,7 +363,8 @@ impl Archive {
     /// conversation's archive, best first; with an empty query, the
     /// `limit` messages archived last, newest first. The query is shaped
     /// first ([`query::Query::shape`]: stop words dropped; words compared
-    /// by stem, those in most messages left out while rarer ones are left,
+    /// by stem, those in more than a third of the messages left out while
+    /// rarer ones are left,
     /// see [`query::common`]), and hits of one message are merged
     /// ([`query::merge`]).
     pub async fn hits(&self, key: &ConvKey, query: &str, limit: usize) -> Vec<Hit> {

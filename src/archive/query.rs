@@ -13,8 +13,8 @@ use std::collections::{HashMap, HashSet};
 /// Hits a recall looks at before cutting excerpts: as many distinct
 /// messages as the room may take, best first.
 pub const RECALL_HITS: usize = 16;
-/// Rows a conversation's archive must hold before a word in more than half
-/// of them counts as too common to search by.
+/// Rows a conversation's archive must hold before a word in more than a
+/// third of them counts as too common to search by.
 const COMMON_FROM: usize = 4;
 /// Words a retry searches by, the rarest first.
 pub const RETRY_WORDS: usize = 3;
@@ -160,11 +160,12 @@ impl Query {
 }
 
 /// Which of `counts` (rows holding each piece of a query, of `rows` in the
-/// archive) are too common to search by: in more than half of the rows,
+/// archive) are too common to search by: in more than a third of the rows
+/// (each speaker's name in a two-person talk is in about half),
 /// when the archive holds at least [`COMMON_FROM`] and a rarer piece that
 /// some row holds is left to search by (speaker names, role words).
 pub fn common(counts: &[usize], rows: usize) -> Vec<bool> {
-    let is_common = |c: usize| rows >= COMMON_FROM && c * 2 > rows;
+    let is_common = |c: usize| rows >= COMMON_FROM && c * 3 > rows;
     let rarer = counts.iter().any(|&c| c > 0 && !is_common(c));
     counts.iter().map(|&c| rarer && is_common(c)).collect()
 }
@@ -181,8 +182,8 @@ pub fn merge(hits: Vec<Hit>) -> Vec<Hit> {
 }
 
 /// Ranks `rows` (oldest archived first) against `query` with BM25 over the
-/// stems of the query's words, those in more than half of the rows left
-/// out when rarer ones are left ([`common`]): the best `limit`, best
+/// stems of the query's words, those in more than a third of the rows
+/// left out when rarer ones are left ([`common`]): the best `limit`, best
 /// first, the newer of equal scores first; rows matching no word are left
 /// out. An empty query lists the last `limit` rows, newest first.
 pub fn rank(rows: &[Row], query: &Query, limit: usize) -> Vec<Hit> {
@@ -444,12 +445,67 @@ mod tests {
     }
 
     #[test]
+    fn common_words_are_left_out_only_while_a_rarer_one_finds() {
+        // A name in half of 10 rows, a word in 1, a word in none.
+        assert_eq!(common(&[5, 1, 0], 10), [true, false, false]);
+        assert_eq!(common(&[5, 0], 10), [false, false], "nothing rarer finds");
+        assert_eq!(common(&[2, 1], 3), [false, false], "too few rows to tell");
+        assert_eq!(common(&[3, 1], 10), [false, false], "a third is not common");
+    }
+
+    #[test]
+    fn shaping_drops_stop_words_and_ranking_compares_stems() {
+        let q = Query::shape("What did Maya say about the gardens?");
+        assert_eq!(q.words(), ["maya", "gardens"]);
+        assert_eq!(Query::shape("what is it").words(), ["what", "is", "it"]);
+        let rows = vec![
+            row(1, "Maya: my garden has tomatoes"),
+            row(2, "Maya: hello"),
+            row(3, "Theo: hi Maya"),
+            row(4, "Theo: the weather"),
+            row(5, "Maya: nice"),
+        ];
+        let hits = rank(&rows, &q, 10);
+        let order: Vec<usize> = hits.iter().map(|h| h.row.position).collect();
+        assert_eq!(order, [1], "the name in most rows finds nothing alone");
+    }
+
+    #[test]
+    fn hits_of_one_message_merge() {
+        let hit = |p: usize, text: &str, score: f64| Hit {
+            row: row(p, text),
+            score,
+        };
+        let merged = merge(vec![
+            hit(1, "a", 3.0),
+            hit(1, "a, edited", 2.0),
+            hit(2, "a", 1.5),
+            hit(3, "b", 1.0),
+        ]);
+        let order: Vec<usize> = merged.iter().map(|h| h.row.position).collect();
+        assert_eq!(order, [1, 3]);
+        assert_eq!(merged[0].score, 3.0);
+    }
+
+    #[test]
+    fn sentences_split_lines_and_stops() {
+        assert_eq!(
+            sentences("Sure. The port is 9187.\nv1.2.3 ships? Yes!"),
+            ["Sure.", "The port is 9187.", "v1.2.3 ships?", "Yes!"]
+        );
+    }
+
+    #[test]
     fn rank_prefers_rarer_and_more_matches_and_lists_newest_first() {
         let rows = vec![
             row(1, "the database listens on port 5433"),
             row(2, "the the the the"),
             row(3, "we talked about the weather"),
             row(4, "port forwarding is off"),
+            // Rows without `port`, so it is in too few to be left out.
+            row(5, "lunch was good"),
+            row(6, "nothing to add"),
+            row(7, "see you"),
         ];
         let hits = rank(&rows, &Query::parse("database port"), 10);
         let order: Vec<usize> = hits.iter().map(|h| h.row.position).collect();
@@ -458,7 +514,7 @@ mod tests {
         let listed = rank(&rows, &Query::default(), 2);
         assert_eq!(
             listed.iter().map(|h| h.row.position).collect::<Vec<_>>(),
-            [4, 3]
+            [7, 6]
         );
     }
 

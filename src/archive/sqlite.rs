@@ -310,7 +310,7 @@ const COLUMNS: &str =
 
 /// The best `limit` matches, best first (BM25 over the stemmed text; the
 /// newer of equal scores first), or the last `limit` rows for an empty
-/// query. Pieces of the query in more than half of the conversation's rows
+/// query. Pieces of the query in more than a third of the conversation's rows
 /// are left out while a rarer one is left ([`query::common`]); when the
 /// query finds nothing and has a phrase, it is searched again by its
 /// rarest words that some row holds, each alone.

@@ -71,7 +71,10 @@ fn main() {
 /// A summarizer that invents: each summary holds two items the folded
 /// turns support and three nobody said; how many of each reach a view.
 async fn inventions() {
-    const SUPPORTED: [&str; 2] = ["Tests pass on v1.0.3", "the service on node-0.cluster.example listens on port 5000"];
+    const SUPPORTED: [&str; 2] = [
+        "Tests pass on v1.0.3",
+        "the service on node-0.cluster.example listens on port 5000",
+    ];
     const INVENTED: [&str; 3] = [
         "the team migrated everything to the cloud yesterday",
         "Bob Marley approved the parser rewrite",
@@ -90,11 +93,14 @@ async fn inventions() {
     ))
     .await;
     let url = format!("{}/v1/chat/completions", fg.url);
-    let mut messages = vec![json!({"role": "system", "content": "You are a careful coding assistant."})];
+    let mut messages =
+        vec![json!({"role": "system", "content": "You are a careful coding assistant."})];
     for i in 0..TURNS {
         messages.extend(turn(i));
         let body = json!({"model": "bench-model", "messages": messages, "max_tokens": 200});
-        post_json(&url, &[("x-conversation-id", "invent")], &body).await.assert_ok();
+        post_json(&url, &[("x-conversation-id", "invent")], &body)
+            .await
+            .assert_ok();
     }
     let (mut views, mut kept, mut supported) = (0usize, 0usize, 0usize);
     for request in llm.chat_requests() {
@@ -145,7 +151,9 @@ async fn paraphrases() {
         for mode in ["tool", "inject"] {
             let t = paraphrase::run(window, &format!("recall = \"{mode}\"\n")).await;
             let pct = |n: usize| 100.0 * n as f64 / t.questions.max(1) as f64;
-            let three = |v: [usize; 3]| format!("{:.0}% / {:.0}% / {:.0}%", pct(v[0]), pct(v[1]), pct(v[2]));
+            let three = |v: [usize; 3]| {
+                format!("{:.0}% / {:.0}% / {:.0}%", pct(v[0]), pct(v[1]), pct(v[2]))
+            };
             println!(
                 "| {window} | {mode} | {} | {:.0}% | {} | {:.0}% | {} | {} | {} of {} | {:.0} |",
                 t.questions,

@@ -59,10 +59,19 @@ fn talk(tail: &[&str], question: &str) -> Convo {
 /// a queued write.
 async fn hits(fg: &Foldgate, id: &str, q: &str) -> Vec<String> {
     let q: String = form_urlencoded::byte_serialize(q.as_bytes()).collect();
-    let url = format!("{}/foldgate/conversations/{id}/archive?q={q}&limit=100", fg.url);
+    let url = format!(
+        "{}/foldgate/conversations/{id}/archive?q={q}&limit=100",
+        fg.url
+    );
     let started = Instant::now();
     loop {
-        let reply = send(Method::GET, &url, &[("authorization", "Bearer sk-tenant-a")], "").await;
+        let reply = send(
+            Method::GET,
+            &url,
+            &[("authorization", "Bearer sk-tenant-a")],
+            "",
+        )
+        .await;
         let found: Vec<String> = if reply.status == 200 {
             reply.json()["results"][0]["hits"]
                 .as_array()
@@ -94,7 +103,10 @@ async fn shaped_queries_find(state: &str) {
     // Other word forms: ports/port, metric/metrics, exporters/exporter,
     // listen/listens; no word of the question is in the fact as it is.
     let found = hits(&fg, "shaped", QUESTION).await;
-    assert!(found.first().is_some_and(|h| h.contains(FACT)), "{state}: {found:?}");
+    assert!(
+        found.first().is_some_and(|h| h.contains(FACT)),
+        "{state}: {found:?}"
+    );
     // A speaker's name is in every message: it is left out, the rarer
     // word decides, so only the garden remark is found.
     let found = hits(&fg, "shaped", "What did Maya say about gardens?").await;
@@ -108,7 +120,10 @@ async fn shaped_queries_find(state: &str) {
     assert!(!hits(&fg, "shaped", "the").await.is_empty(), "{state}");
     // A phrase that finds nothing is retried by its words.
     let found = hits(&fg, "shaped", "exporter-metrics").await;
-    assert!(found.first().is_some_and(|h| h.contains(FACT)), "{state}: {found:?}");
+    assert!(
+        found.first().is_some_and(|h| h.contains(FACT)),
+        "{state}: {found:?}"
+    );
 }
 
 #[tokio::test]
@@ -183,7 +198,10 @@ async fn the_sentence_is_injected_when_only_its_identifier_is_in_view() {
     assert_eq!(reply.header("x-foldgate-fold"), "new");
     let block = injected(&llm).expect("an injected block");
     assert!(block.contains(FACT), "{block}");
-    assert!(!block.contains(GARDEN), "only what the question asks: {block}");
+    assert!(
+        !block.contains(GARDEN),
+        "only what the question asks: {block}"
+    );
     // Once the sentence itself is in view, nothing is injected.
     let tail = [FACT, "Good to know."];
     let reply = chat(&fg, "shown", &talk(&tail, QUESTION)).await;

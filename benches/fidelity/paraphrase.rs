@@ -40,30 +40,126 @@ const fn fact(says: &'static str, asked: &'static str, values: [&'static str; 4]
 /// Sixteen facts whose question shares a stem with the evidence in another
 /// word form, eight that share no word at all (only the speaker's name).
 const FACTS: &[Fact] = &[
-    fact("My sister just moved to {v} for work.", "Which city is {a}'s sibling living in now?", ["Porto", "Oslo", "Lyon", "Tartu"]),
-    fact("I started running every morning before breakfast, about {v}.", "How far does {a} run daily?", ["5 km", "3 miles", "8 km", "4 km"]),
-    fact("We adopted a rescue puppy and named her {v}.", "What name does the dog {a} adopts have?", ["Pepper", "Juno", "Miso", "Olive"]),
-    fact("My favourite band is {v}, I have seen them live four times.", "Which musical group does {a} like best?", ["Radiohead", "Khruangbin", "Portishead", "Wilco"]),
-    fact("I finally finished painting the kitchen walls {v}.", "What shade did {a} choose for painted kitchens?", ["pale green", "terracotta", "navy blue", "warm white"]),
-    fact("I am learning to play the {v} on weekends.", "What instrument does {a} learn?", ["cello", "ukulele", "banjo", "harp"]),
-    fact("Our team is migrating the billing service to {v} next quarter.", "Where is the bill system migration heading for {a}?", ["Postgres", "Kafka", "Rust", "Kubernetes"]),
-    fact("I booked flights to {v} for our anniversary in June.", "Where is {a} flying for the wedding celebration?", ["Kyoto", "Lima", "Hanoi", "Tunis"]),
-    fact("The doctor said my knee injury needs {v} of rest.", "How long must {a} recover with those knees?", ["six weeks", "two months", "ten days", "a month"]),
-    fact("My grandmother turns {v} next month.", "How old will {a}'s grandma be?", ["90", "85", "100", "95"]),
-    fact("I switched jobs and now work as a {v}.", "What is {a}'s occupation after switching?", ["nurse", "pilot", "librarian", "welder"]),
-    fact("We are renovating the bathroom, the tiles arrive on {v}.", "When will {a}'s tile delivery for the renovation come?", ["Friday", "Monday", "Thursday", "Tuesday"]),
-    fact("I signed up for a {v} class at the community centre.", "What kind of classes is {a} taking?", ["pottery", "salsa", "woodwork", "life drawing"]),
-    fact("My brother {v} is getting married in September.", "Whose wedding is {a} attending this autumn?", ["Daniel", "Tomas", "Karim", "Felix"]),
-    fact("I have been reading a novel by {v} on the train.", "Which author's novels does {a} read on trains?", ["Ishiguro", "Le Guin", "Ferrante", "Murakami"]),
-    fact("Our landlord raised the rent by {v} percent.", "By how much did {a}'s rental price increase?", ["8", "12", "5", "10"]),
-    fact("I planted {v} and basil in the garden this spring.", "What is {a} growing in the gardens?", ["tomatoes", "peppers", "courgettes", "beans"]),
-    fact("My daughter scored the winning goal in her {v} match.", "Which goals did {a}'s child score?", ["football", "hockey", "handball", "water polo"]),
-    fact("We celebrated our tenth anniversary with a trip to {v}.", "Where did {a} travel for the anniversaries?", ["Venice", "Seville", "Bruges", "Porto"]),
-    fact("I quit {v} three weeks ago and feel much better.", "What has {a} been quitting lately?", ["sugar", "coffee", "smoking", "alcohol"]),
-    fact("The car broke down on the motorway and needed a new {v}.", "What part of {a}'s vehicle was replaced?", ["gearbox", "clutch", "radiator", "alternator"]),
-    fact("I volunteer at the {v} every Saturday.", "Where does {a} do volunteering?", ["animal shelter", "food bank", "library", "hospice"]),
-    fact("Our flat is on the {v} floor and the lift is broken again.", "Which storey is {a}'s apartment on?", ["fifth", "ninth", "third", "seventh"]),
-    fact("I am saving money to buy a {v}.", "What does {a} save for?", ["sailboat", "motorbike", "camper van", "piano"]),
+    fact(
+        "My sister just moved to {v} for work.",
+        "Which city is {a}'s sibling living in now?",
+        ["Porto", "Oslo", "Lyon", "Tartu"],
+    ),
+    fact(
+        "I started running every morning before breakfast, about {v}.",
+        "How far does {a} run daily?",
+        ["5 km", "3 miles", "8 km", "4 km"],
+    ),
+    fact(
+        "We adopted a rescue puppy and named her {v}.",
+        "What name does the dog {a} adopts have?",
+        ["Pepper", "Juno", "Miso", "Olive"],
+    ),
+    fact(
+        "My favourite band is {v}, I have seen them live four times.",
+        "Which musical group does {a} like best?",
+        ["Radiohead", "Khruangbin", "Portishead", "Wilco"],
+    ),
+    fact(
+        "I finally finished painting the kitchen walls {v}.",
+        "What shade did {a} choose for painted kitchens?",
+        ["pale green", "terracotta", "navy blue", "warm white"],
+    ),
+    fact(
+        "I am learning to play the {v} on weekends.",
+        "What instrument does {a} learn?",
+        ["cello", "ukulele", "banjo", "harp"],
+    ),
+    fact(
+        "Our team is migrating the billing service to {v} next quarter.",
+        "Where is the bill system migration heading for {a}?",
+        ["Postgres", "Kafka", "Rust", "Kubernetes"],
+    ),
+    fact(
+        "I booked flights to {v} for our anniversary in June.",
+        "Where is {a} flying for the wedding celebration?",
+        ["Kyoto", "Lima", "Hanoi", "Tunis"],
+    ),
+    fact(
+        "The doctor said my knee injury needs {v} of rest.",
+        "How long must {a} recover with those knees?",
+        ["six weeks", "two months", "ten days", "a month"],
+    ),
+    fact(
+        "My grandmother turns {v} next month.",
+        "How old will {a}'s grandma be?",
+        ["90", "85", "100", "95"],
+    ),
+    fact(
+        "I switched jobs and now work as a {v}.",
+        "What is {a}'s occupation after switching?",
+        ["nurse", "pilot", "librarian", "welder"],
+    ),
+    fact(
+        "We are renovating the bathroom, the tiles arrive on {v}.",
+        "When will {a}'s tile delivery for the renovation come?",
+        ["Friday", "Monday", "Thursday", "Tuesday"],
+    ),
+    fact(
+        "I signed up for a {v} class at the community centre.",
+        "What kind of classes is {a} taking?",
+        ["pottery", "salsa", "woodwork", "life drawing"],
+    ),
+    fact(
+        "My brother {v} is getting married in September.",
+        "Whose wedding is {a} attending this autumn?",
+        ["Daniel", "Tomas", "Karim", "Felix"],
+    ),
+    fact(
+        "I have been reading a novel by {v} on the train.",
+        "Which author's novels does {a} read on trains?",
+        ["Ishiguro", "Le Guin", "Ferrante", "Murakami"],
+    ),
+    fact(
+        "Our landlord raised the rent by {v} percent.",
+        "By how much did {a}'s rental price increase?",
+        ["8", "12", "5", "10"],
+    ),
+    fact(
+        "I planted {v} and basil in the garden this spring.",
+        "What is {a} growing in the gardens?",
+        ["tomatoes", "peppers", "courgettes", "beans"],
+    ),
+    fact(
+        "My daughter scored the winning goal in her {v} match.",
+        "Which goals did {a}'s child score?",
+        ["football", "hockey", "handball", "water polo"],
+    ),
+    fact(
+        "We celebrated our tenth anniversary with a trip to {v}.",
+        "Where did {a} travel for the anniversaries?",
+        ["Venice", "Seville", "Bruges", "Porto"],
+    ),
+    fact(
+        "I quit {v} three weeks ago and feel much better.",
+        "What has {a} been quitting lately?",
+        ["sugar", "coffee", "smoking", "alcohol"],
+    ),
+    fact(
+        "The car broke down on the motorway and needed a new {v}.",
+        "What part of {a}'s vehicle was replaced?",
+        ["gearbox", "clutch", "radiator", "alternator"],
+    ),
+    fact(
+        "I volunteer at the {v} every Saturday.",
+        "Where does {a} do volunteering?",
+        ["animal shelter", "food bank", "library", "hospice"],
+    ),
+    fact(
+        "Our flat is on the {v} floor and the lift is broken again.",
+        "Which storey is {a}'s apartment on?",
+        ["fifth", "ninth", "third", "seventh"],
+    ),
+    fact(
+        "I am saving money to buy a {v}.",
+        "What does {a} save for?",
+        ["sailboat", "motorbike", "camper van", "piano"],
+    ),
 ];
 
 /// Small talk: `{a}` the speaker, `{b}` the other.
@@ -307,7 +403,9 @@ pub async fn run(window: u32, archive: &str) -> Tally {
                 - i64::from(counter.message_tokens("bench-model", &asked));
             let mut kept_from = convo.messages.len();
             while kept_from > 0 {
-                room -= i64::from(counter.message_tokens("bench-model", &convo.messages[kept_from - 1]));
+                room -= i64::from(
+                    counter.message_tokens("bench-model", &convo.messages[kept_from - 1]),
+                );
                 if room < 0 {
                     break;
                 }
@@ -330,11 +428,15 @@ pub async fn run(window: u32, archive: &str) -> Tally {
                     .unwrap_or_default(),
             );
             let injected = view["messages"].as_array().and_then(|m| {
-                m.iter().map(content_text).find(|t| t.starts_with("[foldgate] Recalled"))
+                m.iter()
+                    .map(content_text)
+                    .find(|t| t.starts_with("[foldgate] Recalled"))
             });
             if let Some(block) = injected {
-                tally.injected_tokens +=
-                    u64::from(counter.message_tokens("bench-model", &json!({"role": "user", "content": block})));
+                tally.injected_tokens += u64::from(
+                    counter
+                        .message_tokens("bench-model", &json!({"role": "user", "content": block})),
+                );
             }
             let shown = seen.contains(&normalized(&q.sentence));
             tally.in_view += usize::from(shown);

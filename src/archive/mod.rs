@@ -21,9 +21,9 @@ mod memory;
 pub mod query;
 mod redis;
 mod remembered;
-pub mod stem;
 pub mod spool;
 pub mod sqlite;
+pub mod stem;
 
 pub use spool::SpoolFull;
 

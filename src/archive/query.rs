@@ -34,7 +34,8 @@ const STOPWORDS: &[&str] = &[
 /// Whether `word` (lowercase) carries no subject: a stop word, or one
 /// letter.
 pub fn is_stopword(word: &str) -> bool {
-    STOPWORDS.contains(&word) || (word.chars().count() < 2 && !word.chars().all(|c| c.is_ascii_digit()))
+    STOPWORDS.contains(&word)
+        || (word.chars().count() < 2 && !word.chars().all(|c| c.is_ascii_digit()))
 }
 
 /// The stems of `text`'s words, as the index compares them.
@@ -101,7 +102,10 @@ impl Query {
     /// A query of these words, each a piece of its own.
     pub fn of_words<S: AsRef<str>>(words: impl IntoIterator<Item = S>) -> Self {
         Self {
-            pieces: words.into_iter().map(|w| vec![w.as_ref().to_string()]).collect(),
+            pieces: words
+                .into_iter()
+                .map(|w| vec![w.as_ref().to_string()])
+                .collect(),
         }
     }
 

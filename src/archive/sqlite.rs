@@ -333,10 +333,7 @@ fn hits(
         .iter()
         .map(|p| holding(conn, key, p))
         .collect::<rusqlite::Result<Vec<usize>>>()?;
-    let shaped = query.without(&query::common(
-        &counts,
-        usize::try_from(rows).unwrap_or(0),
-    ));
+    let shaped = query.without(&query::common(&counts, usize::try_from(rows).unwrap_or(0)));
     let found = search(conn, key, &shaped, limit)?;
     if !found.is_empty() || !query.has_phrase() {
         return Ok(found);
@@ -358,7 +355,11 @@ fn hits(
 
 /// Rows of the conversation holding the phrase `words`.
 fn holding(conn: &Connection, key: &ConvKey, words: &[String]) -> rusqlite::Result<usize> {
-    let expr = format!("scope : \"{}\" AND text : \"{}\"", scope(key), words.join(" "));
+    let expr = format!(
+        "scope : \"{}\" AND text : \"{}\"",
+        scope(key),
+        words.join(" ")
+    );
     let n: i64 = conn
         .prepare_cached(
             "SELECT count(*) FROM archive_fts JOIN archive a ON a.id = archive_fts.rowid

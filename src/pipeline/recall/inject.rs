@@ -133,8 +133,7 @@ fn content_words(text: &str) -> Vec<String> {
     for w in query::words(text) {
         let digits = w.chars().any(|c| c.is_ascii_digit());
         let stem = crate::archive::stem::stem(&w);
-        if (digits || w.chars().count() >= 3) && !query::is_stopword(&w) && !stems.contains(&stem)
-        {
+        if (digits || w.chars().count() >= 3) && !query::is_stopword(&w) && !stems.contains(&stem) {
             stems.push(stem);
             out.push(w);
         }
@@ -235,7 +234,10 @@ mod tests {
             &stems
         ));
         assert!(covers("favourite colour: teal", &stems));
-        assert!(covers("Customers' favourite colours vary.", &stems), "by stem");
+        assert!(
+            covers("Customers' favourite colours vary.", &stems),
+            "by stem"
+        );
         assert!(!covers("a new customer signed up", &stems));
     }
 
@@ -244,9 +246,15 @@ mod tests {
         let stems = query::query_stems(&Query::of_words(["metrics", "port"]));
         let said = "Sure. The metrics port is 9187.\nAnything else?";
         let ledger = normalized("Ledger:\n- 9187\n- metrics");
-        assert!(!in_view(said, &stems, &ledger), "an identifier is not its sentence");
+        assert!(
+            !in_view(said, &stems, &ledger),
+            "an identifier is not its sentence"
+        );
         let shown = normalized("user: The metrics\n port is 9187. Thanks");
         assert!(in_view(said, &stems, &shown));
-        assert!(!in_view("Nothing here.", &stems, &shown), "no matching sentence");
+        assert!(
+            !in_view("Nothing here.", &stems, &shown),
+            "no matching sentence"
+        );
     }
 }

@@ -85,7 +85,7 @@ def archive_keys(mode: str) -> str:
 
 def run_mode(args, mode: str, llama_port: int, work: Path, started: float) -> list:
     """One foldgate with `recall = mode` before the shared llama server:
-    the facts, filler turns until two folds, then the questions."""
+    the facts, filler turns until `--folds` folds, then the questions."""
     fg_port = free_port()
     config = work / f"foldgate-{mode}.toml"
     config.write_text(
@@ -116,7 +116,7 @@ def run_mode(args, mode: str, llama_port: int, work: Path, started: float) -> li
             answer = raw.parse().choices[0].message.content or ""
             folds.append(raw.headers.get("x-foldgate-fold"))
             messages.append({"role": "assistant", "content": answer})
-            if folds.count("new") >= 2:
+            if folds.count("new") >= args.folds:
                 break
         print(f"[{mode}] filler turns: {len(folds)}, labels: {folds}")
         if "new" not in folds:
@@ -161,6 +161,7 @@ def main() -> int:
     ap.add_argument("--modes", default="tool,inject",
                     help="comma-separated archive.recall modes, or tool+inject (the tool and inject_with_tool)")
     ap.add_argument("--filler-turns", type=int, default=40)
+    ap.add_argument("--folds", type=int, default=2, help="filler turns end after this many folds")
     ap.add_argument("--deadline", type=float, default=1800)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()

@@ -75,16 +75,24 @@ def metric(text: str, name: str) -> float:
     return 0.0
 
 
+def archive_keys(mode: str) -> str:
+    """The `[archive]` keys of a mode: `tool+inject` is the tool with
+    `inject_with_tool = true`; any other is `recall = MODE`."""
+    if mode == "tool+inject":
+        return 'recall = "tool"\ninject_with_tool = true\n'
+    return f'recall = "{mode}"\n'
+
+
 def run_mode(args, mode: str, llama_port: int, work: Path, started: float) -> list:
     """One foldgate with `recall = mode` before the shared llama server:
-    the facts, filler turns until two folds, then the questions."""
+    the facts, filler turns until `--folds` folds, then the questions."""
     fg_port = free_port()
     config = work / f"foldgate-{mode}.toml"
     config.write_text(
         f'[server]\nlisten = "127.0.0.1:{fg_port}"\n'
         f'[providers.local]\nbase_url = "http://127.0.0.1:{llama_port}/v1"\nmodels = ["*"]\n'
         '[models."SmolLM2*"]\ncontext_window = 2048\n'
-        f'[policy]\nmode = "inline"\n[state]\nbackend = "memory"\n[archive]\nrecall = "{mode}"\n')
+        f'[policy]\nmode = "inline"\n[state]\nbackend = "memory"\n[archive]\n{archive_keys(mode)}')
     fg = subprocess.Popen([args.foldgate_bin, "serve", "--config", str(config)],
                           stdout=open(work / f"foldgate-{mode}.log", "w"), stderr=subprocess.STDOUT,
                           start_new_session=True)
@@ -108,7 +116,7 @@ def run_mode(args, mode: str, llama_port: int, work: Path, started: float) -> li
             answer = raw.parse().choices[0].message.content or ""
             folds.append(raw.headers.get("x-foldgate-fold"))
             messages.append({"role": "assistant", "content": answer})
-            if folds.count("new") >= 2:
+            if folds.count("new") >= args.folds:
                 break
         print(f"[{mode}] filler turns: {len(folds)}, labels: {folds}")
         if "new" not in folds:
@@ -118,7 +126,7 @@ def run_mode(args, mode: str, llama_port: int, work: Path, started: float) -> li
         summary = json.dumps(state)
         rows = []
         nudge = " Look it up with the foldgate_recall tool."
-        asks = [(f, "") for f in FACTS] + ([(f, nudge) for f in FACTS] if mode == "tool" else [])
+        asks = [(f, "") for f in FACTS] + ([(f, nudge) for f in FACTS] if mode.startswith("tool") else [])
         for (fact, question, word), suffix in asks:
             question += suffix
             if time.time() - started > args.deadline:
@@ -150,8 +158,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--foldgate-bin", required=True)
     ap.add_argument("--model", default="SmolLM2-135M-Instruct.Q4_1.gguf")
-    ap.add_argument("--modes", default="tool,inject", help="comma-separated archive.recall modes")
+    ap.add_argument("--modes", default="tool,inject",
+                    help="comma-separated archive.recall modes, or tool+inject (the tool and inject_with_tool)")
     ap.add_argument("--filler-turns", type=int, default=40)
+    ap.add_argument("--folds", type=int, default=2, help="filler turns end after this many folds")
     ap.add_argument("--deadline", type=float, default=1800)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()

@@ -28,6 +28,9 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+#[path = "fidelity/paraphrase.rs"]
+mod paraphrase;
+
 use common::llm::{Llm, content_text};
 use common::{Foldgate, metric, post_json};
 use foldgate::fold::ledger::LEDGER_HEADING;
@@ -44,18 +47,127 @@ fn main() {
     rt.block_on(async {
         println!("## Identifiers of folded messages kept in the view ({TURNS}-turn agent conversation, summarizer keeps none)\n");
         println!(
-            "| window | folds | summarizer calls / failures | views checked | folded identifiers in the LLM summary | in the summary message (with ledger) | in the view | in the view or top 3 recall hits | ledger tokens per fold (mean / max) | ledger evictions |"
+            "| window | folds | summarizer calls / failures | views checked | folded identifiers in the LLM summary | in the summary message (with ledger) | in the view | in the view or top 3 recall hits | ledger tokens per fold (mean / max) | ledger evictions | last ledger's planted items with their clause |"
         );
-        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-        for window in [2_048u32, 4_096, 8_192] {
-            run(window, "").await;
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let only = std::env::var("FIDELITY_ONLY").unwrap_or_default();
+        if only.is_empty() || only == "identifiers" {
+            for window in [2_048u32, 4_096, 8_192] {
+                run(window, "").await;
+            }
+            // The same at the fold depth before fold economy (shallower folds
+            // fold fewer identifiers into the same ledger budget).
+            for window in [2_048u32, 4_096] {
+                run(window, "reset_ratio = 0.7\n").await;
+            }
+            inventions().await;
         }
-        // The same at the fold depth before fold economy (shallower folds
-        // fold fewer identifiers into the same ledger budget).
-        for window in [2_048u32, 4_096] {
-            run(window, "reset_ratio = 0.7\n").await;
+        if only.is_empty() || only == "paraphrase" {
+            paraphrases().await;
         }
     });
+}
+
+/// A summarizer that invents: each summary holds two items the folded
+/// turns support and three nobody said; how many of each reach a view.
+async fn inventions() {
+    const SUPPORTED: [&str; 2] = [
+        "Tests pass on v1.0.3",
+        "the service on node-0.cluster.example listens on port 5000",
+    ];
+    const INVENTED: [&str; 3] = [
+        "the team migrated everything to the cloud yesterday",
+        "Bob Marley approved the parser rewrite",
+        "the tokenizer has 17 failing tests",
+    ];
+    let llm = Llm::start().await;
+    llm.answer_always(common::llm::Sum::Raw(
+        json!({"summary": "Work continues.", "facts": [SUPPORTED[0], INVENTED[0]],
+            "goals": [SUPPORTED[1]], "decisions": [INVENTED[1]], "open_items": [INVENTED[2]],
+            "artifacts": []})
+        .to_string(),
+    ));
+    let fg = Foldgate::start(&format!(
+        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"bench-*\"]\ncontext_window = 4096\n[policy]\nmode = \"inline\"\n",
+        llm.url()
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", fg.url);
+    let mut messages =
+        vec![json!({"role": "system", "content": "You are a careful coding assistant."})];
+    for i in 0..TURNS {
+        messages.extend(turn(i));
+        let body = json!({"model": "bench-model", "messages": messages, "max_tokens": 200});
+        post_json(&url, &[("x-conversation-id", "invent")], &body)
+            .await
+            .assert_ok();
+    }
+    let (mut views, mut kept, mut supported) = (0usize, 0usize, 0usize);
+    for request in llm.chat_requests() {
+        let text = request["messages"].to_string();
+        if !text.contains(HEADING_PREFIX) {
+            continue;
+        }
+        views += 1;
+        kept += INVENTED.iter().filter(|i| text.contains(*i)).count();
+        supported += SUPPORTED.iter().filter(|i| text.contains(*i)).count();
+    }
+    let metrics = fg.metrics().await;
+    let dropped: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("foldgate_summary_items_dropped_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    println!(
+        "\n## A summarizer that invents (4096 window, {TURNS} turns; each summary: 2 supported items, 3 invented)\n"
+    );
+    println!(
+        "| folded views | summarizer calls | items dropped (`foldgate_summary_items_dropped_total`) | invented items in views (of {}) | supported items in views (of {}) |",
+        views * INVENTED.len(),
+        views * SUPPORTED.len(),
+    );
+    println!("|---:|---:|---:|---:|---:|");
+    println!(
+        "| {views} | {} | {dropped} | {kept} | {supported} |",
+        metric(&metrics, "foldgate_summarizer_calls_total"),
+    );
+}
+
+/// The paraphrase-question set: evidence in view and reachable, against
+/// trimming and plain BM25 over the whole history, in the same run.
+async fn paraphrases() {
+    use paraphrase::KS;
+    let [k1, k2, k3] = KS;
+    println!(
+        "\n## Paraphrase questions ({} two-person conversations of {} messages, questions worded differently from their evidence, summarizer keeps none)\n",
+        paraphrase::CONVERSATIONS,
+        paraphrase::conversation(0).messages.len()
+    );
+    println!(
+        "| window | recall | questions | trimming: in view | plain BM25, whole history: top {k1} / {k2} / {k3} | foldgate: in view | recall hits top {k1} / {k2} / {k3} | reachable (view or recall top {k1} / {k2} / {k3}) | reachable, questions sharing a stem | injected tokens per question |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for window in [4_096u32, 8_192] {
+        for mode in ["tool", "inject"] {
+            let t = paraphrase::run(window, &format!("recall = \"{mode}\"\n")).await;
+            let pct = |n: usize| 100.0 * n as f64 / t.questions.max(1) as f64;
+            let three = |v: [usize; 3]| {
+                format!("{:.0}% / {:.0}% / {:.0}%", pct(v[0]), pct(v[1]), pct(v[2]))
+            };
+            println!(
+                "| {window} | {mode} | {} | {:.0}% | {} | {:.0}% | {} | {} | {} of {} | {:.0} |",
+                t.questions,
+                pct(t.trimmed),
+                three(t.bm25),
+                pct(t.in_view),
+                three(t.recall),
+                three(t.reachable),
+                t.stem_reachable,
+                t.stem_questions,
+                t.injected_tokens as f64 / t.questions.max(1) as f64,
+            );
+        }
+    }
 }
 
 /// The six identifiers planted in turn `i`.
@@ -157,6 +269,19 @@ async fn run(window: u32, policy: &str) {
     if std::env::var_os("FIDELITY_DUMP").is_some() {
         eprintln!("--- last ledger at {window}:{last_ledger}");
     }
+    // A planted item's line has its clause when words come before the
+    // identifier ("- port listens on port 5003", not "- 5003").
+    let (mut items, mut with_clause) = (0usize, 0usize);
+    for line in last_ledger.lines().filter_map(|l| l.strip_prefix("- ")) {
+        let id = (0..TURNS)
+            .flat_map(planted)
+            .filter_map(|id| line.find(&id).map(|at| (at, id)))
+            .min_by_key(|(at, _)| *at);
+        if let Some((at, _)) = id {
+            items += 1;
+            with_clause += usize::from(line[..at].chars().any(char::is_alphabetic));
+        }
+    }
     let metrics = fg.metrics().await;
     let get = |name: &str| metric(&metrics, name);
     let folds: u64 = metrics
@@ -168,7 +293,7 @@ async fn run(window: u32, policy: &str) {
     let mean = ledger_tokens.iter().map(|&t| f64::from(t)).sum::<f64>()
         / ledger_tokens.len().max(1) as f64;
     println!(
-        "| {window}{} | {folds} | {} / {} | {views} | {in_summary} of {folded} ({:.1}%) | {in_message} of {folded} ({:.1}%) | {:.1}% | {:.1}% | {mean:.0} / {} | {} |",
+        "| {window}{} | {folds} | {} / {} | {views} | {in_summary} of {folded} ({:.1}%) | {in_message} of {folded} ({:.1}%) | {:.1}% | {:.1}% | {mean:.0} / {} | {} | {with_clause} of {items} |",
         if policy.is_empty() {
             String::new()
         } else {

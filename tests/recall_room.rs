@@ -124,6 +124,12 @@ fn conversation() -> Vec<Value> {
     let mut m = vec![json!({"role": "system", "content": "You are a careful assistant."})];
     m.push(json!({"role": "user", "content": format!("note that {FACT}")}));
     m.push(json!({"role": "assistant", "content": "noted"}));
+    // Short turns, so `colour` is in fewer than a third of the archived
+    // messages (a word in more is too common to search by).
+    for i in 0..12 {
+        m.push(json!({"role": "user", "content": format!("check {i}")}));
+        m.push(json!({"role": "assistant", "content": "fine"}));
+    }
     let words = [
         "red", "blue", "green", "amber", "violet", "ochre", "umber", "cyan",
     ];

@@ -56,6 +56,7 @@ mod recall;
 mod recall_echo;
 mod recall_faults;
 mod recall_inject;
+mod recall_meaning;
 mod recall_room;
 mod redis_failover;
 mod shallow_props;

@@ -23,6 +23,7 @@ mod redis;
 mod remembered;
 pub mod spool;
 pub mod sqlite;
+pub mod stem;
 
 pub use spool::SpoolFull;
 
@@ -358,17 +359,27 @@ impl Archive {
         }
     }
 
-    /// The best `limit` matches of `query` in the conversation's archive,
-    /// best first; with an empty query, the `limit` messages archived
-    /// last, newest first.
+    /// The best `limit` distinct messages matching `query` in the
+    /// conversation's archive, best first; with an empty query, the
+    /// `limit` messages archived last, newest first. The query is shaped
+    /// first ([`query::Query::shape`]: stop words dropped; words compared
+    /// by stem, those in more than a third of the messages left out while
+    /// rarer ones are left,
+    /// see [`query::common`]), and hits of one message are merged
+    /// ([`query::merge`]).
     pub async fn hits(&self, key: &ConvKey, query: &str, limit: usize) -> Vec<Hit> {
-        let query = query::Query::parse(query);
-        match &self.backend {
+        let query = query::Query::shape(query);
+        // Room for hits that merge into others.
+        let wanted = limit.saturating_mul(2);
+        let hits = match &self.backend {
             Backend::Off => Vec::new(),
-            Backend::Memory(m) => m.hits(key, &query, limit),
-            Backend::Sqlite(s) => s.hits(key, &query, limit).await,
-            Backend::Redis(r) => r.hits(key, &query, limit).await,
-        }
+            Backend::Memory(m) => m.hits(key, &query, wanted),
+            Backend::Sqlite(s) => s.hits(key, &query, wanted).await,
+            Backend::Redis(r) => r.hits(key, &query, wanted).await,
+        };
+        let mut hits = query::merge(hits);
+        hits.truncate(limit);
+        hits
     }
 
     /// Passages of the best matches of `query` in the conversation's
@@ -376,7 +387,7 @@ impl Archive {
     /// a recall tool hands the model.
     pub async fn search(&self, key: &ConvKey, query: &str, token_budget: u32) -> Vec<Excerpt> {
         let hits = self.hits(key, query, query::RECALL_HITS).await;
-        query::excerpts(&hits, &query::Query::parse(query), token_budget)
+        query::excerpts(&hits, &query::Query::shape(query), token_budget)
     }
 
     /// Messages archived for the conversation.

@@ -1,13 +1,47 @@
 //! What an archive search asks for, one definition for every backend: the
-//! query's words (as SQLite's FTS5 `unicode61` tokenizer splits them), the
-//! FTS5 expression SQLite runs, the BM25 scoring the scanning backends
-//! (Redis, memory) run, and the excerpts a recall hands the model.
+//! query's words (as SQLite's FTS5 `unicode61` tokenizer splits them), its
+//! shaping (stop words dropped, words compared by their
+//! [`stem`](super::stem), the rule of FTS5's `porter` tokenizer), the FTS5
+//! expression SQLite runs, the BM25 scoring the scanning backends (Redis,
+//! memory) run, which words are too common to search by, and the excerpts
+//! a recall hands the model.
 
+use super::stem::stem;
 use super::{Excerpt, Hit, Row};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-/// Hits a recall looks at before cutting excerpts.
-pub const RECALL_HITS: usize = 8;
+/// Hits a recall looks at before cutting excerpts: as many distinct
+/// messages as the room may take, best first.
+pub const RECALL_HITS: usize = 16;
+/// Rows a conversation's archive must hold before a word in more than a
+/// third of them counts as too common to search by.
+const COMMON_FROM: usize = 4;
+/// Words a retry searches by, the rarest first.
+pub const RETRY_WORDS: usize = 3;
+
+/// Words that carry no subject: a query drops them (a query of them alone
+/// is searched as it is).
+const STOPWORDS: &[&str] = &[
+    "a", "about", "after", "again", "all", "also", "am", "an", "and", "any", "are", "as", "at",
+    "be", "been", "before", "but", "by", "can", "could", "did", "do", "does", "for", "from", "had",
+    "has", "have", "he", "her", "him", "his", "how", "i", "if", "in", "is", "it", "its", "me",
+    "my", "no", "not", "now", "of", "on", "or", "our", "please", "remind", "said", "say", "she",
+    "so", "tell", "that", "the", "their", "them", "then", "there", "they", "this", "to", "us",
+    "was", "we", "were", "what", "whats", "when", "where", "which", "who", "whom", "why", "will",
+    "with", "would", "you", "your",
+];
+
+/// Whether `word` (lowercase) carries no subject: a stop word, or one
+/// letter.
+pub fn is_stopword(word: &str) -> bool {
+    STOPWORDS.contains(&word)
+        || (word.chars().count() < 2 && !word.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// The stems of `text`'s words, as the index compares them.
+pub fn stems(text: &str) -> impl Iterator<Item = String> + '_ {
+    words(text).map(|w| stem(&w))
+}
 /// Words of a query used at most (the rest are ignored).
 const MAX_WORDS: usize = 32;
 /// Bytes per token, for excerpt budgets (a rough estimate on purpose: the
@@ -48,6 +82,58 @@ impl Query {
         Self { pieces }
     }
 
+    /// A question shaped for searching: [`Query::parse`] without stop
+    /// words; a query of stop words only is kept as it is.
+    pub fn shape(text: &str) -> Self {
+        let parsed = Self::parse(text);
+        let pieces: Vec<Vec<String>> = parsed
+            .pieces
+            .iter()
+            .map(|p| p.iter().filter(|w| !is_stopword(w)).cloned().collect())
+            .filter(|p: &Vec<String>| !p.is_empty())
+            .collect();
+        if pieces.is_empty() {
+            parsed
+        } else {
+            Self { pieces }
+        }
+    }
+
+    /// A query of these words, each a piece of its own.
+    pub fn of_words<S: AsRef<str>>(words: impl IntoIterator<Item = S>) -> Self {
+        Self {
+            pieces: words
+                .into_iter()
+                .map(|w| vec![w.as_ref().to_string()])
+                .collect(),
+        }
+    }
+
+    /// The query without the pieces `drop` says are too common (see
+    /// [`common`]).
+    pub fn without(&self, drop: &[bool]) -> Self {
+        Self {
+            pieces: self
+                .pieces
+                .iter()
+                .zip(drop.iter().chain(std::iter::repeat(&false)))
+                .filter(|(_, d)| !**d)
+                .map(|(p, _)| p.clone())
+                .collect(),
+        }
+    }
+
+    /// The query's pieces, each as its words.
+    pub fn pieces(&self) -> &[Vec<String>] {
+        &self.pieces
+    }
+
+    /// Whether a piece has more than one word (a phrase, which may find
+    /// nothing where its words would).
+    pub fn has_phrase(&self) -> bool {
+        self.pieces.iter().any(|p| p.len() > 1)
+    }
+
     /// Whether the query has no word (a listing, not a search).
     pub fn is_empty(&self) -> bool {
         self.pieces.is_empty()
@@ -77,10 +163,33 @@ impl Query {
     }
 }
 
+/// Which of `counts` (rows holding each piece of a query, of `rows` in the
+/// archive) are too common to search by: in more than a third of the rows
+/// (each speaker's name in a two-person talk is in about half),
+/// when the archive holds at least [`COMMON_FROM`] and a rarer piece that
+/// some row holds is left to search by (speaker names, role words).
+pub fn common(counts: &[usize], rows: usize) -> Vec<bool> {
+    let is_common = |c: usize| rows >= COMMON_FROM && c * 3 > rows;
+    let rarer = counts.iter().any(|&c| c > 0 && !is_common(c));
+    counts.iter().map(|&c| rarer && is_common(c)).collect()
+}
+
+/// Hits of one message merged: the best of each position (a message
+/// archived twice under one position, e.g. changed by the client) and of
+/// each text (the same words said twice) is kept, best first.
+pub fn merge(hits: Vec<Hit>) -> Vec<Hit> {
+    let mut positions = HashSet::new();
+    let mut texts = HashSet::new();
+    hits.into_iter()
+        .filter(|h| positions.insert(h.row.position) & texts.insert(h.row.text.clone()))
+        .collect()
+}
+
 /// Ranks `rows` (oldest archived first) against `query` with BM25 over the
-/// query's words: the best `limit`, best first, the newer of equal scores
-/// first; rows matching no word are left out. An empty query lists the
-/// last `limit` rows, newest first.
+/// stems of the query's words, those in more than a third of the rows
+/// left out when rarer ones are left ([`common`]): the best `limit`, best
+/// first, the newer of equal scores first; rows matching no word are left
+/// out. An empty query lists the last `limit` rows, newest first.
 pub fn rank(rows: &[Row], query: &Query, limit: usize) -> Vec<Hit> {
     if query.is_empty() {
         return rows
@@ -93,19 +202,21 @@ pub fn rank(rows: &[Row], query: &Query, limit: usize) -> Vec<Hit> {
             })
             .collect();
     }
-    let wanted = query.words();
-    // Term frequencies of the wanted words, and each row's length in words.
+    let mut wanted: Vec<String> = Vec::new();
+    for w in query.words() {
+        let s = stem(w);
+        if !wanted.contains(&s) {
+            wanted.push(s);
+        }
+    }
+    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    // Term frequencies of the wanted stems, and each row's length in words.
     let stats: Vec<(HashMap<&str, u32>, usize)> = rows
         .iter()
         .map(|row| {
             let mut tf = HashMap::new();
             let mut len = 0;
-            // One lowercase copy per row, words borrowed from it.
-            let lower = row.text.to_lowercase();
-            for w in lower
-                .split(|c: char| !c.is_alphanumeric())
-                .filter(|w| !w.is_empty())
-            {
+            for w in stems(&row.text) {
                 len += 1;
                 if let Some(&hit) = wanted.iter().find(|&&q| q == w) {
                     *tf.entry(hit).or_insert(0) += 1;
@@ -116,10 +227,17 @@ pub fn rank(rows: &[Row], query: &Query, limit: usize) -> Vec<Hit> {
         .collect();
     let n = rows.len() as f64;
     let avg = (stats.iter().map(|(_, len)| *len).sum::<usize>() as f64 / n.max(1.0)).max(1.0);
+    let counts: Vec<usize> = wanted
+        .iter()
+        .map(|w| stats.iter().filter(|(tf, _)| tf.contains_key(w)).count())
+        .collect();
+    let dropped = common(&counts, rows.len());
     let idf: HashMap<&str, f64> = wanted
         .iter()
-        .map(|&w| {
-            let df = stats.iter().filter(|(tf, _)| tf.contains_key(w)).count() as f64;
+        .zip(counts.iter().zip(&dropped))
+        .filter(|(_, (_, drop))| !**drop)
+        .map(|(&w, (&df, _))| {
+            let df = df as f64;
             (w, ((n - df + 0.5) / (df + 0.5) + 1.0).ln())
         })
         .collect();
@@ -178,33 +296,66 @@ pub fn excerpts(hits: &[Hit], query: &Query, token_budget: u32) -> Vec<Excerpt> 
     out
 }
 
-/// Shortened passages of `hits` for a window with little room: best hit
-/// first, each cut to its lines matching the most query words (those
-/// first, each line at most the room left), within about `token_budget`
-/// tokens in all. The best hit takes what it needs before the next.
+/// The sentences of `text`: its lines, each cut after a `.`, `?` or `!`
+/// that a space follows; trimmed, empty ones left out.
+pub fn sentences(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut start = 0;
+        let bytes = line.as_bytes();
+        for i in 0..bytes.len() {
+            let end = matches!(bytes[i], b'.' | b'?' | b'!')
+                && bytes.get(i + 1).is_some_and(u8::is_ascii_whitespace);
+            if end {
+                out.push(line[start..=i].trim());
+                start = i + 1;
+            }
+        }
+        out.push(line[start..].trim());
+    }
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+/// How many of `wanted` (stems) `text` holds.
+pub fn matched(text: &str, wanted: &[String]) -> usize {
+    let found: HashSet<String> = stems(text).collect();
+    wanted.iter().filter(|w| found.contains(*w)).count()
+}
+
+/// The distinct stems of the query's words.
+pub fn query_stems(query: &Query) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for w in query.words() {
+        let s = stem(w);
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// Shortened passages of `hits` for a window with little room, and the
+/// sentences injected recall shows: best hit first, each cut to its
+/// sentences matching the most query words (by stem; those first, each
+/// at most the room left), within about `token_budget` tokens in all. The
+/// best hit takes what it needs before the next; as many hits as fit.
 pub fn matching_lines(hits: &[Hit], query: &Query, token_budget: u32) -> Vec<Excerpt> {
     let mut left = usize::try_from(token_budget)
         .unwrap_or(usize::MAX)
         .saturating_mul(BYTES_PER_TOKEN);
-    let wanted = query.words();
+    let wanted = query_stems(query);
     let mut out = Vec::new();
     for hit in hits {
         if left < 32 {
             break;
         }
-        let lines: Vec<&str> = hit.row.text.lines().collect();
-        let matched = |line: &str| {
-            let found: Vec<String> = words(line).collect();
-            wanted
-                .iter()
-                .filter(|w| found.iter().any(|f| f == *w))
-                .count()
-        };
-        // Lines by how many query words they hold, most first, earlier first.
+        let lines = sentences(&hit.row.text);
+        // Sentences by how many query words they hold, most first, earlier first.
         let mut ranked: Vec<(usize, usize)> = lines
             .iter()
             .enumerate()
-            .map(|(i, l)| (i, matched(l)))
+            .map(|(i, l)| (i, matched(l, &wanted)))
             .filter(|&(_, n)| n > 0)
             .collect();
         ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -214,7 +365,7 @@ pub fn matching_lines(hits: &[Hit], query: &Query, token_budget: u32) -> Vec<Exc
                 break;
             }
             let Some(line) = lines.get(i) else { continue };
-            let piece = passage(line.trim(), query, left);
+            let piece = passage(line, query, left);
             left = left.saturating_sub(piece.len() + 1);
             chosen.push(piece);
         }
@@ -239,10 +390,9 @@ fn passage(text: &str, query: &Query, room: usize) -> String {
     let lower = text.to_lowercase();
     // Lowercasing can change byte lengths; then offsets do not carry over.
     let at = if lower.len() == text.len() {
-        query
-            .words()
+        query_stems(query)
             .iter()
-            .filter_map(|w| lower.find(w))
+            .filter_map(|w| lower.find(w.as_str()))
             .min()
             .unwrap_or(0)
     } else {
@@ -299,12 +449,67 @@ mod tests {
     }
 
     #[test]
+    fn common_words_are_left_out_only_while_a_rarer_one_finds() {
+        // A name in half of 10 rows, a word in 1, a word in none.
+        assert_eq!(common(&[5, 1, 0], 10), [true, false, false]);
+        assert_eq!(common(&[5, 0], 10), [false, false], "nothing rarer finds");
+        assert_eq!(common(&[2, 1], 3), [false, false], "too few rows to tell");
+        assert_eq!(common(&[3, 1], 10), [false, false], "a third is not common");
+    }
+
+    #[test]
+    fn shaping_drops_stop_words_and_ranking_compares_stems() {
+        let q = Query::shape("What did Maya say about the gardens?");
+        assert_eq!(q.words(), ["maya", "gardens"]);
+        assert_eq!(Query::shape("what is it").words(), ["what", "is", "it"]);
+        let rows = vec![
+            row(1, "Maya: my garden has tomatoes"),
+            row(2, "Maya: hello"),
+            row(3, "Theo: hi Maya"),
+            row(4, "Theo: the weather"),
+            row(5, "Maya: nice"),
+        ];
+        let hits = rank(&rows, &q, 10);
+        let order: Vec<usize> = hits.iter().map(|h| h.row.position).collect();
+        assert_eq!(order, [1], "the name in most rows finds nothing alone");
+    }
+
+    #[test]
+    fn hits_of_one_message_merge() {
+        let hit = |p: usize, text: &str, score: f64| Hit {
+            row: row(p, text),
+            score,
+        };
+        let merged = merge(vec![
+            hit(1, "a", 3.0),
+            hit(1, "a, edited", 2.0),
+            hit(2, "a", 1.5),
+            hit(3, "b", 1.0),
+        ]);
+        let order: Vec<usize> = merged.iter().map(|h| h.row.position).collect();
+        assert_eq!(order, [1, 3]);
+        assert_eq!(merged[0].score, 3.0);
+    }
+
+    #[test]
+    fn sentences_split_lines_and_stops() {
+        assert_eq!(
+            sentences("Sure. The port is 9187.\nv1.2.3 ships? Yes!"),
+            ["Sure.", "The port is 9187.", "v1.2.3 ships?", "Yes!"]
+        );
+    }
+
+    #[test]
     fn rank_prefers_rarer_and_more_matches_and_lists_newest_first() {
         let rows = vec![
             row(1, "the database listens on port 5433"),
             row(2, "the the the the"),
             row(3, "we talked about the weather"),
             row(4, "port forwarding is off"),
+            // Rows without `port`, so it is in too few to be left out.
+            row(5, "lunch was good"),
+            row(6, "nothing to add"),
+            row(7, "see you"),
         ];
         let hits = rank(&rows, &Query::parse("database port"), 10);
         let order: Vec<usize> = hits.iter().map(|h| h.row.position).collect();
@@ -313,7 +518,7 @@ mod tests {
         let listed = rank(&rows, &Query::default(), 2);
         assert_eq!(
             listed.iter().map(|h| h.row.position).collect::<Vec<_>>(),
-            [4, 3]
+            [7, 6]
         );
     }
 

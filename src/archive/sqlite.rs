@@ -5,7 +5,7 @@
 //! writes are queued to it and the fold does not wait for them. The queue
 //! is drained when the archive is dropped.
 
-use super::query::Query;
+use super::query::{self, Query};
 use super::{Hit, Row};
 use crate::config::ArchiveConfig;
 use crate::state::ConvKey;
@@ -48,6 +48,20 @@ const MIGRATIONS: &[&str] = &[
     CREATE TRIGGER archive_fts_delete AFTER DELETE ON archive BEGIN
         INSERT INTO archive_fts (archive_fts, rowid, scope, text) VALUES ('delete', old.id, old.scope, old.text);
     END;",
+    // 2: the index stems words (FTS5's `porter` tokenizer over `unicode61`),
+    // rebuilt from the rows an archive of step 1 holds.
+    "DROP TRIGGER archive_fts_insert;
+    DROP TRIGGER archive_fts_delete;
+    DROP TABLE archive_fts;
+    CREATE VIRTUAL TABLE archive_fts USING fts5(scope, text, content = 'archive', content_rowid = 'id',
+        tokenize = 'porter unicode61');
+    CREATE TRIGGER archive_fts_insert AFTER INSERT ON archive BEGIN
+        INSERT INTO archive_fts (rowid, scope, text) VALUES (new.id, new.scope, new.text);
+    END;
+    CREATE TRIGGER archive_fts_delete AFTER DELETE ON archive BEGIN
+        INSERT INTO archive_fts (archive_fts, rowid, scope, text) VALUES ('delete', old.id, old.scope, old.text);
+    END;
+    INSERT INTO archive_fts (archive_fts) VALUES ('rebuild');",
 ];
 
 /// Opens (creating and migrating) the archive database at `path`.
@@ -294,9 +308,70 @@ fn insert(conn: &mut Connection, key: &ConvKey, rows: &[Row], max: i64) -> rusql
 const COLUMNS: &str =
     "a.position, a.role, a.tool_call_id, a.fold, a.api, a.archived_at, a.digest, a.text, a.message";
 
-/// The best `limit` matches, best first (BM25 over the text; the newer of
-/// equal scores first), or the last `limit` rows for an empty query.
+/// The best `limit` matches, best first (BM25 over the stemmed text; the
+/// newer of equal scores first), or the last `limit` rows for an empty
+/// query. Pieces of the query in more than a third of the conversation's rows
+/// are left out while a rarer one is left ([`query::common`]); when the
+/// query finds nothing and has a phrase, it is searched again by its
+/// rarest words that some row holds, each alone.
 fn hits(
+    conn: &Connection,
+    key: &ConvKey,
+    query: &Query,
+    limit: usize,
+) -> rusqlite::Result<Vec<Hit>> {
+    if query.is_empty() {
+        return search(conn, key, query, limit);
+    }
+    let rows: i64 = conn.query_row(
+        "SELECT count(*) FROM archive WHERE tenant = ?1 AND conversation = ?2",
+        params![key.tenant, key.conversation],
+        |r| r.get(0),
+    )?;
+    let counts = query
+        .pieces()
+        .iter()
+        .map(|p| holding(conn, key, p))
+        .collect::<rusqlite::Result<Vec<usize>>>()?;
+    let shaped = query.without(&query::common(&counts, usize::try_from(rows).unwrap_or(0)));
+    let found = search(conn, key, &shaped, limit)?;
+    if !found.is_empty() || !query.has_phrase() {
+        return Ok(found);
+    }
+    let mut rare: Vec<(usize, &str)> = Vec::new();
+    for w in query.words() {
+        let n = holding(conn, key, &[w.to_string()])?;
+        if n > 0 {
+            rare.push((n, w));
+        }
+    }
+    rare.sort_by_key(|&(n, _)| n);
+    if rare.is_empty() {
+        return Ok(found);
+    }
+    let retry = Query::of_words(rare.iter().take(query::RETRY_WORDS).map(|&(_, w)| w));
+    search(conn, key, &retry, limit)
+}
+
+/// Rows of the conversation holding the phrase `words`.
+fn holding(conn: &Connection, key: &ConvKey, words: &[String]) -> rusqlite::Result<usize> {
+    let expr = format!(
+        "scope : \"{}\" AND text : \"{}\"",
+        scope(key),
+        words.join(" ")
+    );
+    let n: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM archive_fts JOIN archive a ON a.id = archive_fts.rowid
+             WHERE archive_fts MATCH ?1 AND a.tenant = ?2 AND a.conversation = ?3",
+        )?
+        .query_row(params![expr, key.tenant, key.conversation], |r| r.get(0))?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// The best `limit` matches of `query` as it is, best first, or the last
+/// `limit` rows for an empty query.
+fn search(
     conn: &Connection,
     key: &ConvKey,
     query: &Query,

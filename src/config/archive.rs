@@ -36,6 +36,10 @@ pub struct ArchiveConfig {
     /// marked, right before it; `auto` (default): `tool`, and `inject` for
     /// models configured with `tools = false`; `off`: neither.
     pub recall: RecallMode,
+    /// Inject recalled excerpts for models offered the recall tool too
+    /// (when the window has room): models often do not call the tool.
+    /// Chosen by measurement, see docs/folding.md#injected-recall.
+    pub inject_with_tool: bool,
     /// Recall rounds per request: after this many, the upstream is asked
     /// once more without the tool.
     pub recall_rounds: u32,
@@ -92,6 +96,7 @@ impl Default for ArchiveConfig {
             max_messages: 10_000,
             path: None,
             recall: RecallMode::Auto,
+            inject_with_tool: false,
             recall_rounds: 3,
             recall_tokens: 2000,
             inject_tokens: 600,

@@ -65,21 +65,24 @@ pub async fn handle(
     let mut prepared = request.prepare(app, &own).await?;
     let mut retried = false;
     loop {
-        let recall = recall::Session::offer(app, &mut request, &mut prepared, &parts);
+        let injection = recall::inject::plan(app, &request, &prepared).await;
+        if let Some(injection) = &injection {
+            app.metrics.recall_injections.inc();
+            prepared.injected = injection.excerpts;
+            prepared.tokens_out = prepared.tokens_out.saturating_add(injection.tokens);
+            prepared.raw_tokens_out = prepared.raw_tokens_out.saturating_add(injection.tokens);
+        }
+        let injected = injection.as_ref().map(|i| i.text.as_str());
+        let recall = recall::Session::offer(app, &mut request, &mut prepared, &parts, injected);
         let (head, incoming) = match &recall {
             Some(session) => send(app, &request.provider, session.parts(), session.body()?).await?,
             None => {
-                let body = match recall::inject::plan(app, &request, &prepared).await {
-                    Some(injection) => {
-                        app.metrics.recall_injections.inc();
-                        prepared.injected = injection.excerpts;
-                        prepared.tokens_out = prepared.tokens_out.saturating_add(injection.tokens);
-                        prepared.raw_tokens_out =
-                            prepared.raw_tokens_out.saturating_add(injection.tokens);
+                let body = match injected {
+                    Some(text) => {
                         let api = request.api;
                         request.body_with(&mut prepared, |fields| {
                             if let Some(items) = api.conversation(fields) {
-                                api.place_recalled(items, &injection.text);
+                                api.place_recalled(items, text);
                             }
                         })?
                     }

@@ -42,7 +42,7 @@ pub(super) async fn answer(
             continue;
         };
         let hits = app.archive.hits(key, &q, query::RECALL_HITS).await;
-        let parsed = Query::parse(&q);
+        let parsed = Query::shape(&q);
         let whole = call.result_text(Some(&query::excerpts(&hits, &parsed, wanted)));
         let text = match room::fit(tokens(&whole), share) {
             Fit::Whole(_) => Some(whole),

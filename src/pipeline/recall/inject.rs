@@ -33,16 +33,6 @@ const MIN_COVERAGE: f64 = 0.5;
 /// long the query (an agent loop's query has many).
 const ENOUGH_WORDS: usize = 3;
 
-/// Words that carry no subject: a query of them alone recalls nothing.
-const STOPWORDS: &[&str] = &[
-    "a", "about", "again", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be", "but",
-    "by", "can", "could", "did", "do", "does", "for", "from", "had", "has", "have", "how", "i",
-    "if", "in", "is", "it", "its", "me", "my", "no", "not", "now", "of", "on", "or", "our",
-    "please", "remind", "said", "so", "tell", "that", "the", "then", "there", "this", "to", "us",
-    "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "would",
-    "you", "your",
-];
-
 /// The excerpts to inject, as a block of text.
 #[derive(Debug)]
 pub struct Injection {
@@ -62,7 +52,10 @@ pub(in crate::pipeline) async fn plan(
     request: &ConvRequest,
     prepared: &Prepared,
 ) -> Option<Injection> {
-    let turn = request.turn().filter(|t| t.inject())?;
+    let with_tool = app.config.archive.inject_with_tool;
+    let turn = request
+        .turn()
+        .filter(|t| t.inject() || (with_tool && t.recall()))?;
     let items = prepared.view.as_ref()?;
     let key = turn.data.key.as_ref()?;
     let messages = turn.messages().values;
@@ -79,12 +72,13 @@ pub(in crate::pipeline) async fn plan(
     };
     // This request's fold may have just queued what it archived.
     app.archive.flush().await;
-    let query = Query::parse(&words.join(" "));
+    let query = Query::of_words(&words);
+    let stems = query::query_stems(&query);
     let hits = app
         .archive
         .hits(key, &words.join(" "), query::RECALL_HITS)
         .await;
-    let seen = view_text(messages, items);
+    let seen = normalized(&view_text(messages, items));
     let shown: HashSet<usize> = items
         .iter()
         .filter_map(|i| match i {
@@ -94,8 +88,8 @@ pub(in crate::pipeline) async fn plan(
         .collect();
     let fresh: Vec<Hit> = hits
         .into_iter()
-        .filter(|h| !shown.contains(&h.row.position) && covers(&h.row.text, &words))
-        .filter(|h| !in_view(h, &query, &seen))
+        .filter(|h| !shown.contains(&h.row.position) && covers(&h.row.text, &stems))
+        .filter(|h| !in_view(&h.row.text, &stems, &seen))
         .collect();
     if fresh.is_empty() {
         return None;
@@ -131,27 +125,27 @@ fn query_text(messages: &[Value]) -> String {
     }
 }
 
-/// The distinct words of `text` that carry a subject, in order.
+/// The distinct words of `text` that carry a subject, in order (distinct
+/// by stem).
 fn content_words(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
+    let mut stems: Vec<String> = Vec::new();
     for w in query::words(text) {
         let digits = w.chars().any(|c| c.is_ascii_digit());
-        if (digits || w.chars().count() >= 3)
-            && !STOPWORDS.contains(&w.as_str())
-            && !out.contains(&w)
-        {
+        let stem = crate::archive::stem::stem(&w);
+        if (digits || w.chars().count() >= 3) && !query::is_stopword(&w) && !stems.contains(&stem) {
+            stems.push(stem);
             out.push(w);
         }
     }
     out
 }
 
-/// Whether `text` holds enough of the query's content `words`: at least
-/// [`MIN_COVERAGE`] of them, or [`ENOUGH_WORDS`].
-fn covers(text: &str, words: &[String]) -> bool {
-    let have: HashSet<String> = query::words(text).collect();
-    let matched = words.iter().filter(|w| have.contains(*w)).count();
-    matched >= ENOUGH_WORDS || matched as f64 >= MIN_COVERAGE * words.len() as f64
+/// Whether `text` holds enough of the query's content words (`stems`): at
+/// least [`MIN_COVERAGE`] of them, or [`ENOUGH_WORDS`].
+fn covers(text: &str, stems: &[String]) -> bool {
+    let matched = query::matched(text, stems);
+    matched >= ENOUGH_WORDS || matched as f64 >= MIN_COVERAGE * stems.len() as f64
 }
 
 /// The text of everything the view shows: kept messages, foldgate's own
@@ -169,12 +163,32 @@ fn view_text(messages: &[Value], items: &[Item]) -> String {
     out
 }
 
-/// Whether the hit's best matching line is already in the view's text.
-fn in_view(hit: &Hit, query: &Query, seen: &str) -> bool {
-    let best = query::matching_lines(std::slice::from_ref(hit), query, 64);
-    best.first()
-        .and_then(|e| e.text.lines().next())
-        .is_some_and(|line| seen.contains(line.trim_matches('…').trim()))
+/// Whether what an archived message says about the query is in the view
+/// already: every one of its sentences holding the query's best-matched
+/// words is in the view's text (`seen`, [`normalized`]). A sentence counts,
+/// not one of its identifiers: a ledger line holding a port number without
+/// the sentence naming what it is the port of does not make it present.
+fn in_view(text: &str, stems: &[String], seen: &str) -> bool {
+    let sentences = query::sentences(text);
+    let best = sentences
+        .iter()
+        .map(|s| query::matched(s, stems))
+        .max()
+        .unwrap_or(0);
+    best > 0
+        && sentences
+            .iter()
+            .filter(|s| query::matched(s, stems) == best)
+            .all(|s| seen.contains(&normalized(s.trim_end_matches(['.', '?', '!']))))
+}
+
+/// `text` lowercase, each run of whitespace one space, so a sentence is
+/// found whatever its line breaks.
+fn normalized(text: &str) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
 }
 
 /// The block: the heading, then each excerpt with its turn and role.
@@ -214,11 +228,33 @@ mod tests {
     fn a_hit_must_cover_enough_of_the_query() {
         let words = content_words("what is the favourite colour of the customer?");
         assert_eq!(words, ["favourite", "colour", "customer"]);
+        let stems = query::query_stems(&Query::of_words(&words));
         assert!(covers(
             "the favourite colour of the customer is teal",
-            &words
+            &stems
         ));
-        assert!(covers("favourite colour: teal", &words));
-        assert!(!covers("a new customer signed up", &words));
+        assert!(covers("favourite colour: teal", &stems));
+        assert!(
+            covers("Customers' favourite colours vary.", &stems),
+            "by stem"
+        );
+        assert!(!covers("a new customer signed up", &stems));
+    }
+
+    #[test]
+    fn a_sentence_is_present_only_whole() {
+        let stems = query::query_stems(&Query::of_words(["metrics", "port"]));
+        let said = "Sure. The metrics port is 9187.\nAnything else?";
+        let ledger = normalized("Ledger:\n- 9187\n- metrics");
+        assert!(
+            !in_view(said, &stems, &ledger),
+            "an identifier is not its sentence"
+        );
+        let shown = normalized("user: The metrics\n port is 9187. Thanks");
+        assert!(in_view(said, &stems, &shown));
+        assert!(
+            !in_view("Nothing here.", &stems, &shown),
+            "no matching sentence"
+        );
     }
 }

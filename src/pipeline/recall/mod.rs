@@ -89,12 +89,15 @@ pub(super) struct Session {
 impl Session {
     /// Offers the recall tool when the request's view hides archived
     /// messages, the conversation may recall, and the request leaves the
-    /// model free to choose its tools; takes the view from `prepared`.
+    /// model free to choose its tools; takes the view from `prepared`,
+    /// with the `injected` block placed before the last user message
+    /// (`archive.inject_with_tool`; its tokens already in `prepared`).
     pub fn offer(
         app: &Arc<App>,
         request: &mut ConvRequest,
         prepared: &mut Prepared,
         parts: &Parts,
+        injected: Option<&str>,
     ) -> Option<Self> {
         let api = request.api;
         let offered = prepared.view.is_some()
@@ -106,6 +109,9 @@ impl Session {
         let key = request.key()?.clone();
         let (window, reserve) = request.limits()?;
         let mut fields = request.view_fields(prepared)?;
+        if let (Some(text), Some(items)) = (injected, api.conversation(&mut fields)) {
+            api.place_recalled(items, text);
+        }
         let tool = api.recall_tool();
         let used = prepared.tokens_out.saturating_add(fit::json_tokens(
             app,

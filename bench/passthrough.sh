@@ -5,7 +5,9 @@
 # OpenAI Responses, Gemini) and on one it only forwards — all POSTing a
 # 32 KB body (bench/*-32k.lua) with wrk. The Gemini row is a second
 # foldgate of the same binary whose one provider speaks Gemini (as the
-# first one's speaks OpenAI), so neither reads a body's model to route.
+# first one's speaks OpenAI; Anthropic Messages go to a provider of their
+# own API, the only one that takes them), so neither reads a body's model
+# to route.
 # Each row gives req/s, p50 and p99 latency (wrk --latency; medians over
 # the rounds) and their ratios to nginx-proxy's in the same run.
 # Usage: bench/passthrough.sh [seconds-per-round] [rounds] [connections]
@@ -36,6 +38,9 @@ cat > "$WORK/template.toml" <<CONF
 listen = "127.0.0.1:$FG"
 [providers.bench]
 base_url = "http://127.0.0.1:$UP/v1"
+[providers.bench-anthropic]
+base_url = "http://127.0.0.1:$UP/v1"
+api = "anthropic"
 [state]
 path = "$WORK/foldgate.db"
 CONF

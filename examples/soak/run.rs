@@ -122,6 +122,7 @@ pub async fn run(args: Args) -> Result<bool, String> {
         format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\nupstream_timeout = \"10s\"\nshutdown_timeout = \"10s\"\n\n\
              [providers.mock]\nbase_url = \"{upstream_url}/v1\"\nmodels = [\"*\"]\n\n\
+             [providers.mock-anthropic]\nbase_url = \"{upstream_url}/v1\"\napi = \"anthropic\"\nmodels = [\"*\"]\n\n\
              [models.\"soak-*\"]\ncontext_window = 8192\n\n\
              [tokens]\ncache_bytes = {}\n\n\
              [state]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"500ms\"\ncache_bytes = {}\n",

@@ -7,12 +7,6 @@
 use crate::archive::Archive;
 use crate::fold::compress::StubCache;
 
-/// Bytes of rendered compression stubs kept (a stub is about 1 KB, charged
-/// at about 2 KB: some 8,000 stubs, the stubs of a hundred long agent
-/// conversations at once). A soak fills 32 MiB only after some 18 minutes,
-/// so that memory went on growing long after the rest had levelled; stubs
-/// of ended conversations go after `STUB_IDLE` unused.
-const STUB_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 use crate::background::Background;
 use crate::config::{Config, ConfigError};
 use crate::metrics::Metrics;
@@ -68,8 +62,8 @@ impl App {
             summarizer: Summarizer::new(config.summarizer.clone()),
             metrics,
             background: Background::default(),
-            turns: Turns::new(config.state.ttl),
-            stubs: StubCache::new(STUB_CACHE_BYTES, crate::fold::compress::STUB_IDLE),
+            turns: Turns::new(config.state.turns_bytes, config.state.ttl),
+            stubs: StubCache::new(config.state.stubs_bytes, crate::fold::compress::STUB_IDLE),
             config,
         })
     }

@@ -91,9 +91,15 @@ impl RedisServer {
 
     async fn connection(port: u16) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}/0"))?;
+        // The harness reads whole archive lists just before each kill: on
+        // a loaded machine that takes longer than the client's default
+        // 500 ms a response (an hour's run stopped on it at 451 s).
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(30)));
         let conn = tokio::time::timeout(
             Duration::from_secs(2),
-            client.get_multiplexed_async_connection(),
+            client.get_multiplexed_async_connection_with_config(&config),
         )
         .await
         .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "connect timeout")))??;

@@ -48,6 +48,11 @@ pub struct Args {
     /// starts over as a new one: smaller means more distinct conversations.
     #[arg(long, default_value_t = super::convo::MAX_ITEMS)]
     pub conversation_items: usize,
+    /// Conversations of each API each client keeps live at once, turns
+    /// spread over them at random: 10 gives 10 times the live
+    /// conversations at the same request rate.
+    #[arg(long, default_value_t = 1)]
+    pub conversations: usize,
     /// `tokens.cache_bytes` of foldgate (the fold-state cache gets half).
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub cache_bytes: u64,
@@ -121,6 +126,7 @@ pub async fn run(args: Args) -> Result<bool, String> {
         format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\nupstream_timeout = \"10s\"\nshutdown_timeout = \"10s\"\n\n\
              [providers.mock]\nbase_url = \"{upstream_url}/v1\"\nmodels = [\"*\"]\n\n\
+             [providers.mock-anthropic]\nbase_url = \"{upstream_url}/v1\"\napi = \"anthropic\"\nmodels = [\"*\"]\n\n\
              [models.\"soak-*\"]\ncontext_window = 8192\n\n\
              [tokens]\ncache_bytes = {}\n\n\
              [state]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"500ms\"\ncache_bytes = {}\n",
@@ -173,8 +179,8 @@ pub async fn run(args: Args) -> Result<bool, String> {
     let workers: Vec<_> = (0..args.workers)
         .map(|i| {
             let seed = args.seed.wrapping_mul(31).wrapping_add(i as u64 + 1);
-            let items = args.conversation_items;
-            tokio::spawn(traffic::worker(base.clone(), i, seed, deadline, items))
+            let shape = (args.conversation_items, args.conversations);
+            tokio::spawn(traffic::worker(base.clone(), i, seed, deadline, shape))
         })
         .collect();
     let mut warm = None;
@@ -307,7 +313,8 @@ pub async fn run(args: Args) -> Result<bool, String> {
     if let Some(end) = at_end {
         let grown = end.rss_kb.saturating_sub(warm.rss_kb) as f64 / 1024.0;
         println!(
-            "conversations: {conversations} distinct (each restarted past {} items); RSS growth after warm-up per 1,000 conversations: {:.1} MiB",
+            "conversations: {conversations} distinct ({} live at once, each restarted past {} items); RSS growth after warm-up per 1,000 conversations: {:.1} MiB",
+            3 * args.workers * args.conversations.max(1),
             args.conversation_items,
             grown * 1000.0 / conversations.max(1) as f64
         );
@@ -428,12 +435,13 @@ async fn memory_line(base: &str, at: Duration, rss_kb: u64) {
         String::new()
     };
     println!(
-        "soak: {:.0} s: RSS {:.1} MiB, token-count cache {:.1}, fold-state cache {:.1}, stub cache {:.1}, archived stubs remembered {}{heap}",
+        "soak: {:.0} s: RSS {:.1} MiB, token-count cache {:.1}, fold-state cache {:.1}, stub cache {:.1}, turn recorder {:.1}, archived stubs remembered {}{heap}",
         at.as_secs_f64(),
         rss_kb as f64 / 1024.0,
         mib("foldgate_cache_bytes{cache=\"token_counts\"}"),
         mib("foldgate_cache_bytes{cache=\"fold_states\"}"),
         mib("foldgate_cache_bytes{cache=\"stubs\"}"),
+        mib("foldgate_cache_bytes{cache=\"turns\"}"),
         tiers::value(&text, "foldgate_archive_remembered_stubs"),
     );
 }

@@ -29,31 +29,43 @@ pub type Outcomes = BTreeMap<String, u64>;
 
 /// Runs one worker until `deadline`; returns its outcomes and how many
 /// distinct conversations it started (each restarts past `max_items`).
+/// It keeps `per_api` conversations of each API live at once and gives
+/// each turn to one of them at random (1: the same traffic as always).
 pub async fn worker(
     base: String,
     id: usize,
     seed: u64,
     deadline: Instant,
-    max_items: usize,
+    (max_items, per_api): (usize, usize),
 ) -> (Outcomes, u64) {
     let client: Client<HttpConnector, Body> =
         Client::builder(TokioExecutor::new()).build(HttpConnector::new());
     let mut rng = Rng::new(seed);
     let mut outcomes = Outcomes::new();
-    let mut convos = [
-        Convo::new(Api::Chat, id, max_items),
-        Convo::new(Api::Anthropic, id, max_items),
-        Convo::new(Api::Responses, id, max_items),
-    ];
+    let per_api = per_api.max(1);
+    let mut convos: Vec<Convo> = (0..per_api)
+        .flat_map(|j| {
+            let slot = id * per_api + j;
+            [Api::Chat, Api::Anthropic, Api::Responses].map(|api| Convo::new(api, slot, max_items))
+        })
+        .collect();
     while Instant::now() < deadline {
         let dice = rng.below(100);
+        // Which of the live sets of three: no draw with one, so the
+        // default run's traffic is what it always was.
+        let set = if per_api > 1 {
+            3 * rng.below(per_api as u64) as usize
+        } else {
+            0
+        };
         let kind = match dice {
             0..60 => {
-                let convo = &mut convos[match dice {
-                    0..30 => 0,
-                    30..45 => 1,
-                    _ => 2,
-                }];
+                let convo = &mut convos[set
+                    + match dice {
+                        0..30 => 0,
+                        30..45 => 1,
+                        _ => 2,
+                    }];
                 convo.turn(&mut rng);
                 let stream = rng.below(2) == 0;
                 let req = post(&base, convo.path(), &convo.id(), &convo.body(stream));
@@ -62,7 +74,7 @@ pub async fn worker(
                 kind
             }
             60..70 => {
-                let convo = &convos[(dice % 3) as usize];
+                let convo = &convos[set + (dice % 3) as usize];
                 let body = convo.body_with_question(&mut rng, true);
                 let req = post(&base, convo.path(), &convo.id(), &body);
                 exchange(&client, req, true, true).await.0

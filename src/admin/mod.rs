@@ -163,7 +163,7 @@ fn metrics(app: &App) -> Response<Body> {
     };
     let caches = Gauge {
         name: "foldgate_cache_bytes",
-        help: "Bytes each in-process cache charges against its bound (tokens.cache_bytes, state.cache_bytes).",
+        help: "Bytes each in-process cache charges against its bound (tokens.cache_bytes, state.cache_bytes, state.stubs_bytes, state.turns_bytes, archive.remembered_bytes).",
         samples: vec![
             (
                 vec![("cache", "token_counts".into())],
@@ -174,11 +174,16 @@ fn metrics(app: &App) -> Response<Body> {
                 app.store.cached_bytes() as f64,
             ),
             (vec![("cache", "stubs".into())], app.stubs.bytes() as f64),
+            (vec![("cache", "turns".into())], app.turns.bytes() as f64),
+            (
+                vec![("cache", "archived_stubs".into())],
+                app.archive.remembered_bytes() as f64,
+            ),
         ],
     };
     let remembered = Gauge {
         name: "foldgate_archive_remembered_stubs",
-        help: "Compressed messages this process remembers having archived (at most 200,000).",
+        help: "Compressed messages this process remembers having archived (bounded by archive.remembered_bytes).",
         samples: vec![(Vec::new(), app.archive.remembered() as f64)],
     };
     let heap = crate::heap::live_bytes().map(|bytes| Gauge {

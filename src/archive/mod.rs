@@ -154,12 +154,6 @@ pub struct Archive {
     metrics: Arc<Metrics>,
 }
 
-/// Compressed messages remembered as stored, per generation (two are
-/// kept; a message in use stays): a forgotten one is stored again, which
-/// the backends keep once but the archive's row counter counts twice (an
-/// hour's soak hands some 54,000 stubs). About 4.5 MiB, allocated at start.
-const COMPRESSED_REMEMBERED: usize = 100_000;
-
 /// Where the archive lives.
 #[derive(Debug)]
 enum Backend {
@@ -187,14 +181,17 @@ impl Archive {
         } else {
             Backend::open(config, metrics.clone())?
         };
+        // A forgotten stub is stored again, which the backends keep once
+        // but the row counter counts twice (an hour's soak hands some
+        // 54,000 stubs; the default keeps 114,688 a generation).
         let remembered = if archive.enabled {
-            COMPRESSED_REMEMBERED
+            archive.remembered_bytes
         } else {
             0
         };
         Ok(Self {
             backend,
-            compressed: remembered::Remembered::new(remembered),
+            compressed: remembered::Remembered::with_bytes(remembered),
             metrics,
         })
     }
@@ -202,6 +199,11 @@ impl Archive {
     /// Compressed messages remembered as stored.
     pub fn remembered(&self) -> usize {
         self.compressed.len()
+    }
+
+    /// Bytes the set of remembered compressed messages takes.
+    pub fn remembered_bytes(&self) -> u64 {
+        self.compressed.bytes()
     }
 
     /// Whether messages are archived.

@@ -8,12 +8,39 @@
 //! stays; one unused for a whole generation is forgotten, and stored again
 //! if it comes back (the backends keep a row once). Both sets are allocated
 //! at their bound up front and emptied in place, so the memory is level
-//! from the start: 17 bytes a slot, about 4.5 MiB for two generations of
-//! 100,000 (a moka cache of the same keys cost some 180 bytes an entry).
+//! from the start: 17 bytes a slot (the key and the table's control byte),
+//! the two sets sized to fit `archive.remembered_bytes` (default 4.5 MiB:
+//! 114,688 keys a generation; a moka cache of the same keys cost some 180
+//! bytes an entry).
+//!
+//! On eviction nothing is lost: a forgotten key only means its stub's row
+//! is handed to the backend again the next time a request shows the stub.
+//! SQLite (`INSERT OR IGNORE`) and memory (position and digest) keep it
+//! once; Redis appends it to the conversation's list again and its reads
+//! drop the duplicate (by position and digest). What it costs is a
+//! duplicate write (a duplicate row in Redis, until `archive.ttl`) and a
+//! count too many in `foldgate_archive_rows_total`. A key in use is never forgotten while
+//! fewer distinct stubs than a generation are shown between two of its
+//! uses.
 
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Mutex, PoisonError};
+
+/// Bytes one slot of a set takes: a 128-bit key and a control byte.
+const SLOT_BYTES: u64 = 17;
+
+/// Keys one generation holds when both fit in `bytes`: a hash table's
+/// buckets are a power of two filled to 7/8 at most, so the buckets are
+/// the largest power of two whose slots fit half of `bytes`.
+fn per_generation(bytes: u64) -> usize {
+    let slots = bytes / 2 / SLOT_BYTES;
+    if slots < 8 {
+        return 0;
+    }
+    let buckets = 1u64 << (63 - slots.leading_zeros());
+    usize::try_from(buckets / 8 * 7).unwrap_or(0)
+}
 
 /// Keys are xxh3 digests already: the table takes their low 64 bits.
 #[derive(Debug, Default)]
@@ -51,6 +78,18 @@ pub struct Remembered {
 }
 
 impl Remembered {
+    /// Two generations that fit in `bytes`, allocated now.
+    pub fn with_bytes(bytes: u64) -> Self {
+        Self::new(per_generation(bytes))
+    }
+
+    /// Bytes the two sets' slots take.
+    pub fn bytes(&self) -> u64 {
+        let sets = self.sets.lock().unwrap_or_else(PoisonError::into_inner);
+        let slots = |s: &Set| (s.capacity() as u64).div_ceil(7) * 8;
+        (slots(&sets.newer) + slots(&sets.older)) * SLOT_BYTES
+    }
+
     /// Two generations of `per_generation` keys, allocated now.
     pub fn new(per_generation: usize) -> Self {
         let set = || Set::with_capacity_and_hasher(per_generation, BuildHasherDefault::default());
@@ -147,6 +186,21 @@ mod tests {
         }
         assert_eq!(r.len(), 2000);
         assert_eq!(capacity(&r), before);
+    }
+
+    /// The sets are sized to fit the byte bound, not rounded up past it.
+    #[test]
+    fn sized_by_bytes() {
+        for bytes in [4_718_592u64, 1 << 20, 1_000_000, 3_000_000] {
+            let n = per_generation(bytes);
+            let r = Remembered::with_bytes(bytes);
+            assert!(r.bytes() <= bytes, "{} > {bytes}", r.bytes());
+            assert!(r.bytes() * 2 > bytes, "{} wastes {bytes}", r.bytes());
+            let sets = r.sets.lock().unwrap();
+            assert_eq!(sets.newer.capacity(), n, "{bytes}");
+        }
+        assert_eq!(per_generation(4_718_592), 114_688);
+        assert_eq!(per_generation(100), 0);
     }
 
     #[test]

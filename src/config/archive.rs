@@ -60,6 +60,11 @@ pub struct ArchiveConfig {
     /// Redis takes never touch it. Unset (default): the spool is in memory
     /// only. A path that cannot be opened stops start-up.
     pub spool_path: Option<PathBuf>,
+    /// Memory of the set of compression stubs this process archived
+    /// already, so a conversation's stubs are stored once rather than on
+    /// every request showing them; allocated at start. A stub it forgot
+    /// is stored again (kept once by the backend).
+    pub remembered_bytes: u64,
 }
 
 /// `archive.recall`: what is configured.
@@ -102,6 +107,7 @@ impl Default for ArchiveConfig {
             inject_tokens: 600,
             spool_bytes: 64 * 1024 * 1024,
             spool_path: None,
+            remembered_bytes: 4608 * 1024,
         }
     }
 }

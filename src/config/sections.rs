@@ -423,6 +423,13 @@ pub struct StateConfig {
     pub ttl: Duration,
     /// Memory bound of the in-process state cache, in bytes.
     pub cache_bytes: u64,
+    /// Memory bound of the dashboard's turn recorder, in bytes: about
+    /// 3.3 KB a conversation (its last 120 turns); the least recently used
+    /// conversations go first.
+    pub turns_bytes: u64,
+    /// Memory bound of the cache of rendered compression stubs, in bytes
+    /// (about 2 KB a stub); a stub unused for 10 minutes leaves it.
+    pub stubs_bytes: u64,
     /// Redis: the longest a replica serves a cached state without asking
     /// Redis whether another replica superseded it.
     #[serde(with = "humantime_serde")]
@@ -462,6 +469,8 @@ impl Default for StateConfig {
             url: None,
             ttl: Duration::from_secs(24 * 3600),
             cache_bytes: 256 * 1024 * 1024,
+            turns_bytes: 4 * 1024 * 1024,
+            stubs_bytes: 16 * 1024 * 1024,
             refresh: Duration::from_secs(2),
             lock_ttl: Duration::from_secs(30),
             lock_wait: Duration::from_secs(60),

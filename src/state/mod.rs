@@ -117,6 +117,9 @@ impl Page {
 /// Held while a fold runs; dropping it releases the conversation.
 pub type FoldGuard = Box<dyn Send + Sync>;
 
+/// Bytes of the per-conversation fold locks ([`Flights`]).
+const FLIGHT_LOCKS_BYTES: u64 = 8 * 1024 * 1024;
+
 /// Single-flight: one lock per conversation, so concurrent requests of one
 /// conversation wait for the fold in flight instead of starting their own.
 #[derive(Debug)]
@@ -129,10 +132,17 @@ impl Default for Flights {
         Self {
             // Idle locks are dropped; a held lock is in use, so it is not idle
             // for longer than a fold takes (bounded by the summarizer's
-            // timeouts). About 300 bytes each: at most ~30 MB. A lock
-            // dropped while held costs at most one duplicate fold.
+            // timeouts). Weighed in bytes: the key's text, the lock and its
+            // `Arc` (56 bytes) and moka's entry (about 200): at most
+            // FLIGHT_LOCKS_BYTES, some 30,000 conversations used within
+            // the 10 minutes. A lock dropped while held costs at most one
+            // duplicate fold.
             locks: moka::sync::Cache::builder()
-                .max_capacity(100_000)
+                .max_capacity(FLIGHT_LOCKS_BYTES)
+                .weigher(|key: &ConvKey, _| {
+                    let bytes = 256 + key.tenant.len() + key.conversation.len();
+                    u32::try_from(bytes).unwrap_or(u32::MAX)
+                })
                 .time_to_idle(std::time::Duration::from_secs(600))
                 .build(),
         }

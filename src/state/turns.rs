@@ -1,9 +1,11 @@
 //! Recent chat turns of each conversation as foldgate forwarded them: the
 //! client's full-history tokens against the forwarded view's, for the
-//! dashboard's chart. In memory only and bounded (a chart, not a record):
-//! at most [`MAX_TURNS`] turns of 24 bytes for at most
-//! [`MAX_CONVERSATIONS`] conversations (about 3 MiB at the bound),
-//! forgotten after `state.ttl` idle. Beside the chart, each
+//! dashboard's chart. In memory only and bounded in bytes (a chart, not a
+//! record): at most [`MAX_TURNS`] turns of 24 bytes per conversation, and
+//! conversations, the most recently used, up to `state.turns_bytes`, each
+//! charged what it holds at most ([`CONVERSATION_BYTES`] and its key), so
+//! the bound holds however long each one gets; forgotten after
+//! `state.ttl` idle. Beside the chart, each
 //! conversation's cache-stable share: requests whose forwarded messages
 //! start with every message of the previous request's (a prompt cache
 //! serves that whole prefix).
@@ -16,8 +18,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Turns kept per conversation; older ones are dropped.
 pub const MAX_TURNS: usize = 120;
-/// Conversations whose turns are kept (the most recently used).
-pub const MAX_CONVERSATIONS: u64 = 1024;
+/// Bytes a conversation's record holds at most, its key's text aside:
+/// the turns' buffer at its largest (a `VecDeque` grows by doubling, so
+/// [`MAX_TURNS`] rounded up to a power of two), the record, its `Arc` and
+/// `Mutex`, and about 160 bytes of the cache's own entry.
+pub const CONVERSATION_BYTES: u64 = (MAX_TURNS.next_power_of_two()
+    * std::mem::size_of::<TurnRecord>()
+    + std::mem::size_of::<Record>()
+    + 32
+    + 160) as u64;
 
 /// How a turn's view came about (`x-foldgate-fold`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -98,14 +107,34 @@ pub struct Turns {
 }
 
 impl Turns {
-    /// Kept while used within `idle`.
-    pub fn new(idle: Duration) -> Self {
+    /// At most `bytes` (`state.turns_bytes`), each conversation kept while
+    /// used within `idle`; the least recently used go first.
+    pub fn new(bytes: u64, idle: Duration) -> Self {
         Self {
             series: moka::sync::Cache::builder()
-                .max_capacity(MAX_CONVERSATIONS)
+                .max_capacity(bytes)
+                .weigher(|key: &ConvKey, _: &Series| {
+                    let key = (key.tenant.len() + key.conversation.len()) as u64;
+                    u32::try_from(CONVERSATION_BYTES + key).unwrap_or(u32::MAX)
+                })
                 .time_to_idle(idle)
+                // A new conversation is recorded, evicting the least
+                // recently used (moka's default may refuse a newcomer).
+                .eviction_policy(moka::policy::EvictionPolicy::lru())
                 .build(),
         }
+    }
+
+    /// Bytes charged against `state.turns_bytes`.
+    pub fn bytes(&self) -> u64 {
+        self.series.run_pending_tasks();
+        self.series.weighted_size()
+    }
+
+    /// Conversations recorded.
+    pub fn conversations(&self) -> u64 {
+        self.series.run_pending_tasks();
+        self.series.entry_count()
     }
 
     /// Records a turn: the estimated tokens of the client's messages and
@@ -170,7 +199,7 @@ mod tests {
 
     #[test]
     fn keeps_the_latest_turns() {
-        let turns = Turns::new(Duration::from_secs(60));
+        let turns = Turns::new(1 << 20, Duration::from_secs(60));
         assert!(turns.of(&key()).is_empty());
         for i in 0..MAX_TURNS as u32 + 5 {
             turns.record(key(), (1000 + i, 400 + i), TurnFold::Reused, &[]);
@@ -186,9 +215,33 @@ mod tests {
         );
     }
 
+    /// However many conversations and turns, the charge stays within the
+    /// bound, the charge covers what a full record holds, and the latest
+    /// conversation is kept.
+    #[test]
+    fn bounded_in_bytes() {
+        let conv = |i: usize| ConvKey {
+            tenant: "t".into(),
+            conversation: format!("c{i}"),
+        };
+        let bound = 10 * (CONVERSATION_BYTES + 8);
+        let turns = Turns::new(bound, Duration::from_secs(60));
+        for i in 0..200 {
+            for t in 0..MAX_TURNS as u32 + 3 {
+                turns.record(conv(i), (t, t), TurnFold::None, &[1, 2]);
+            }
+        }
+        assert!(turns.bytes() <= bound, "{} > {bound}", turns.bytes());
+        assert!((5..=10).contains(&turns.conversations()));
+        assert_eq!(turns.of(&conv(199)).len(), MAX_TURNS);
+        let full = turns.series.get(&conv(199)).unwrap();
+        let held = full.lock().unwrap().turns.capacity() * std::mem::size_of::<TurnRecord>();
+        assert!(held as u64 + 160 <= CONVERSATION_BYTES, "{held}");
+    }
+
     #[test]
     fn a_request_is_stable_when_it_extends_the_previous_one() {
-        let turns = Turns::new(Duration::from_secs(60));
+        let turns = Turns::new(1 << 20, Duration::from_secs(60));
         let views = [
             &[1, 2][..],
             &[1, 2, 3, 4],

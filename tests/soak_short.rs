@@ -54,6 +54,7 @@ async fn a_short_soak_with_a_cluster_failover_passes_its_checks() {
         seed: 0x50a4,
         dir: None,
         conversation_items: convo::MAX_ITEMS,
+        conversations: 1,
         cache_bytes: 8 * 1024 * 1024,
         cluster: true,
     };

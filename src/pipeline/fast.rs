@@ -5,10 +5,10 @@
 
 use super::key;
 use super::prepared::{Prepared, now_unix};
-use super::turn::compress_settings;
 use crate::api::Api;
 use crate::api::codec::{RawRequest, raw_pinned, raw_unit};
 use crate::app::App;
+use crate::config::Compress;
 use crate::fold::{self, Budget, FoldChain, Measured, compress};
 use crate::message::{MessageId, Role};
 use crate::state::ConvKey;
@@ -167,4 +167,21 @@ fn unit_key<'t>(api: Api, after_calls: bool, texts: impl IntoIterator<Item = &'t
         h.write(text.as_bytes());
     }
     h.finish_128()
+}
+
+/// The request's older-turn compression settings, the one derivation both
+/// paths use (the fast path asks whether they select anything): `None`
+/// when compression is off, without an archive or a conversation key
+/// (nothing may leave the view without a tier below it); assistant answers
+/// only on an API that compresses them (only tool results keep their wire
+/// pairing on the Anthropic and Responses APIs).
+pub(super) fn compress_settings(
+    app: &App,
+    (provider, model): (&str, &str),
+    keyed: bool,
+    api: Api,
+) -> Option<Compress> {
+    let mut settings = app.config.compress_for(provider, model);
+    settings.assistant &= api.compresses_answers();
+    (settings.active() && app.archive.enabled() && keyed).then_some(settings)
 }

@@ -2,12 +2,12 @@
 //! forward: the plan, the untouched messages, a reused fold, a postponed
 //! fold, a refusal. Deciding when to fold, and folding, is in `fold_run`.
 
-use super::fast::Look;
+use super::fast::{Look, compress_settings};
 use super::prepared::{Prepared, now_unix};
 use crate::api::Api;
 use crate::app::App;
 use crate::archive::Row;
-use crate::config::{Compress, Placement, Policy, Recall};
+use crate::config::{Placement, Policy, Recall};
 use crate::error::ApiError;
 use crate::fold::compress::{ARCHIVE_FOLD, Room};
 use crate::fold::view::Item;
@@ -453,23 +453,6 @@ fn recall_for(app: &App, model: &str, key: Option<&ConvKey>) -> Recall {
         Some(_) => app.config.recall_for(model),
         None => Recall::Off,
     }
-}
-
-/// The request's older-turn compression settings, the one derivation both
-/// paths use (the fast path asks whether they select anything): `None`
-/// when compression is off, without an archive or a conversation key
-/// (nothing may leave the view without a tier below it); assistant answers
-/// only on an API that compresses them (only tool results keep their wire
-/// pairing on the Anthropic and Responses APIs).
-pub(super) fn compress_settings(
-    app: &App,
-    (provider, model): (&str, &str),
-    keyed: bool,
-    api: Api,
-) -> Option<Compress> {
-    let mut settings = app.config.compress_for(provider, model);
-    settings.assistant &= api.compresses_answers();
-    (settings.active() && app.archive.enabled() && keyed).then_some(settings)
 }
 
 /// The request's older-turn compression ([`compress_settings`]); stubs

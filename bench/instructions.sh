@@ -32,8 +32,9 @@ next_port() {
   PORT=$((PORT + 1))
   mkdir -p "$WORK/proxy-nginx"
   nginx_conf "$WORK/proxy-nginx" "$(proxying "$PORT" "$UP")" "master_process off; daemon off;"
-  printf '[server]\nlisten = "127.0.0.1:%s"\n[providers.bench]\nbase_url = "http://127.0.0.1:%s/v1"\n[state]\npath = "%s/foldgate-%s.db"\n' \
-    "$PORT" "$UP" "$WORK" "$PORT" > "$WORK/foldgate.toml"
+  # Anthropic Messages go only to a provider of that API.
+  printf '[server]\nlisten = "127.0.0.1:%s"\n[providers.bench]\nbase_url = "http://127.0.0.1:%s/v1"\n[providers.bench-anthropic]\nbase_url = "http://127.0.0.1:%s/v1"\napi = "anthropic"\n[state]\npath = "%s/foldgate-%s.db"\n' \
+    "$PORT" "$UP" "$UP" "$WORK" "$PORT" > "$WORK/foldgate.toml"
   # The Gemini row's: its one provider speaks Gemini.
   printf '[server]\nlisten = "127.0.0.1:%s"\n[providers.google]\nbase_url = "http://127.0.0.1:%s"\napi = "gemini"\n[state]\npath = "%s/foldgate-%s.db"\n' \
     "$PORT" "$UP" "$WORK" "$PORT" > "$WORK/foldgate-gemini.toml"

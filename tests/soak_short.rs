@@ -26,38 +26,32 @@ mod traffic;
 #[path = "../examples/soak/upstream.rs"]
 mod upstream;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_short_soak_passes_its_checks() {
+/// A short soak of `seconds` (a Redis Cluster with a failover instead of
+/// Redis restarts when `cluster`) passes its checks.
+async fn short_soak(seconds: u64, cluster: bool) {
     let args = run::Args {
         foldgate: env!("CARGO_BIN_EXE_foldgate").into(),
-        seconds: 15,
+        seconds,
         workers: 4,
         seed: 0x50a4,
         dir: None,
         conversation_items: convo::MAX_ITEMS,
         conversations: 1,
         cache_bytes: 8 * 1024 * 1024,
-        cluster: false,
+        cluster,
     };
     let passed = run::run(args).await.unwrap();
     assert!(passed, "the soak's checks failed (its report is above)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_soak_passes_its_checks() {
+    short_soak(15, false).await;
 }
 
 /// The same on a Redis Cluster, a master killed in the middle (its replica
 /// takes over) instead of a restart (`scripts/soak SECONDS --cluster`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_soak_with_a_cluster_failover_passes_its_checks() {
-    let args = run::Args {
-        foldgate: env!("CARGO_BIN_EXE_foldgate").into(),
-        seconds: 20,
-        workers: 4,
-        seed: 0x50a4,
-        dir: None,
-        conversation_items: convo::MAX_ITEMS,
-        conversations: 1,
-        cache_bytes: 8 * 1024 * 1024,
-        cluster: true,
-    };
-    let passed = run::run(args).await.unwrap();
-    assert!(passed, "the soak's checks failed (its report is above)");
+    short_soak(20, true).await;
 }

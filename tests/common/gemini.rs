@@ -6,14 +6,14 @@
 //! over the window (with Gemini's own error).
 
 use super::llm::{ranges, tags};
-use super::mock::{self, Mock, Recorded};
+use super::mock::{self, Recorded};
 use bytes::Bytes;
 use foldgate::fold::summary::HEADING_PREFIX;
 use foldgate::summarize::prompt::SYSTEM_PROMPT;
 use http::{Response, StatusCode};
 use serde_json::{Value, json};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// What the mock saw and how it behaves.
 #[derive(Default)]
@@ -39,25 +39,11 @@ pub struct GeminiState {
 }
 
 /// The running mock.
-pub struct GeminiMock {
-    pub mock: Mock,
-    pub state: Arc<GeminiState>,
-}
+pub type GeminiMock = mock::Stateful<GeminiState>;
 
 impl GeminiMock {
     pub async fn start() -> Self {
-        let state = Arc::new(GeminiState::default());
-        let s = state.clone();
-        let mock = Mock::start(move |r| {
-            let s = s.clone();
-            async move { answer(&s, r) }
-        })
-        .await;
-        Self { mock, state }
-    }
-
-    pub fn url(&self) -> &str {
-        &self.mock.url
+        Self::with(answer).await
     }
 
     /// The conversation requests' bodies.

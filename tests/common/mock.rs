@@ -194,3 +194,28 @@ impl http_body::Body for ChannelBody {
         self.0.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
     }
 }
+
+/// A mock whose answers read and write one shared state `S` (a wire's
+/// mock: what it saw, its rule violations, its turn count).
+pub struct Stateful<S> {
+    pub mock: Mock,
+    pub state: Arc<S>,
+}
+
+impl<S: Default + Send + Sync + 'static> Stateful<S> {
+    /// Starts a mock answering each request with `answer` over a fresh `S`.
+    pub async fn with(answer: fn(&S, Recorded) -> Response<Body>) -> Self {
+        let state = Arc::new(S::default());
+        let s = state.clone();
+        let mock = Mock::start(move |r| {
+            let s = s.clone();
+            async move { answer(&s, r) }
+        })
+        .await;
+        Self { mock, state }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.mock.url
+    }
+}

@@ -8,13 +8,13 @@
 //! them.
 
 use super::llm::{ranges, tags};
-use super::mock::{self, Mock, Recorded};
+use super::mock::{self, Recorded};
 use bytes::Bytes;
 use foldgate::summarize::prompt::SYSTEM_PROMPT;
 use http::{Response, StatusCode};
 use serde_json::{Value, json};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// What the mock saw and how it behaves.
 #[derive(Default)]
@@ -31,25 +31,11 @@ pub struct OllamaState {
 }
 
 /// The running mock.
-pub struct OllamaMock {
-    pub mock: Mock,
-    pub state: Arc<OllamaState>,
-}
+pub type OllamaMock = mock::Stateful<OllamaState>;
 
 impl OllamaMock {
     pub async fn start() -> Self {
-        let state = Arc::new(OllamaState::default());
-        let s = state.clone();
-        let mock = Mock::start(move |r| {
-            let s = s.clone();
-            async move { answer(&s, r) }
-        })
-        .await;
-        Self { mock, state }
-    }
-
-    pub fn url(&self) -> &str {
-        &self.mock.url
+        Self::with(answer).await
     }
 
     /// The conversation requests' bodies.

@@ -4,8 +4,8 @@
 //! hung-up streams, passthrough, Redis as the state backend restarted
 //! once in the middle (needs `redis-server`); it must end with no panic, a
 //! healthy server, a clean shutdown, bounded RSS and fds, no recall call
-//! shown to a client and archive rows in Redis = messages folded and
-//! stubbed.
+//! shown to a client and no archive row lost (list entries in Redis at
+//! least the rows of messages folded and stubbed).
 
 #[path = "../examples/soak/answers.rs"]
 mod answers;

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 /// Keys of foldgate's archive lists.
 const ARCHIVE_KEYS: &str = "foldgate:archive:*";
+/// How long writes are held while the archive rows are read before a kill.
+const PAUSE: Duration = Duration::from_secs(300);
 
 pub struct RedisServer {
     pub port: u16,
@@ -24,6 +26,8 @@ pub struct RedisServer {
     /// position and digest (the same message archived twice).
     rows: HashSet<u128>,
     messages: HashSet<u128>,
+    /// Every list entry read so far, copies included.
+    entries: u64,
     /// With `--cluster`: a Redis Cluster instead of the one server, and
     /// failovers instead of restarts.
     cluster: Option<Cluster>,
@@ -35,6 +39,10 @@ pub struct Archived {
     pub rows: u64,
     /// Distinct messages (conversation, position, digest) among them.
     pub messages: u64,
+    /// List entries, copies included: each row handed is at least one
+    /// entry unless it was lost (a replay of a write Redis had taken adds
+    /// a copy; so does a row handed twice).
+    pub entries: u64,
     /// Conversations with an archive list at the last reading.
     pub lists: u64,
 }
@@ -53,6 +61,7 @@ impl RedisServer {
             restarts: 0,
             rows: HashSet::new(),
             messages: HashSet::new(),
+            entries: 0,
             cluster: None,
         };
         if cluster {
@@ -120,16 +129,25 @@ impl RedisServer {
         let mut conn = Self::connection(self.port)
             .await
             .map_err(|e| e.to_string())?;
+        // The kill ends the pause; it only has to outlast the reading, which
+        // on a loaded machine may take many seconds. A write that lands
+        // between the reading and the kill is counted nowhere.
         redis::cmd("CLIENT")
             .arg("PAUSE")
-            .arg(30_000)
+            .arg(PAUSE.as_millis() as u64)
             .arg("WRITE")
             .query_async::<()>(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
+        let paused = Instant::now();
         // A transaction already sent is answered before the pause holds it.
         tokio::time::sleep(Duration::from_millis(300)).await;
         self.read().await?;
+        if paused.elapsed() >= PAUSE {
+            return Err(format!(
+                "reading the archive outlasted the {PAUSE:?} write pause"
+            ));
+        }
         self.kill();
         tokio::time::sleep(down).await;
         self.spawn().await?;
@@ -166,6 +184,7 @@ impl RedisServer {
         }
         for key in &keys {
             let rows: Vec<String> = conn.lrange(key, 0, -1).await.map_err(|e| e.to_string())?;
+            self.entries += rows.len() as u64;
             for row in rows {
                 self.rows.insert(hash(&[key, &row]));
                 let v: serde_json::Value = serde_json::from_str(&row).unwrap_or_default();
@@ -183,6 +202,7 @@ impl RedisServer {
         Ok(Archived {
             rows: self.rows.len() as u64,
             messages: self.messages.len() as u64,
+            entries: self.entries,
             lists,
         })
     }

@@ -89,24 +89,44 @@ struct Call {
 
 impl Call {
     fn read(bytes: &[u8]) -> Result<Self, ApiError> {
-        let mut fields: Map<String, Value> =
-            serde_json::from_slice(bytes).map_err(|e| bad(None, format!("the body is not a JSON object: {e}")))?;
+        let mut fields: Map<String, Value> = serde_json::from_slice(bytes)
+            .map_err(|e| bad(None, format!("the body is not a JSON object: {e}")))?;
         let api = match fields.remove("api") {
             None | Some(Value::Null) => crate::api::by_shape(&fields),
             Some(Value::String(name)) => crate::api::named(&name)
                 .or_else(|| crate::api::for_provider(&name))
-                .ok_or_else(|| bad(Some("api"), format!("unknown api `{name}`; one of: {}", api_names())))?,
-            Some(_) => return Err(bad(Some("api"), format!("`api` must be a string, one of: {}", api_names()))),
+                .ok_or_else(|| {
+                    bad(
+                        Some("api"),
+                        format!("unknown api `{name}`; one of: {}", api_names()),
+                    )
+                })?,
+            Some(_) => {
+                return Err(bad(
+                    Some("api"),
+                    format!("`api` must be a string, one of: {}", api_names()),
+                ));
+            }
         };
         let conversation = match fields.remove("conversation") {
             None | Some(Value::Null) => None,
             Some(Value::String(id)) if id.trim().is_empty() => None,
             Some(Value::String(id)) => Some(id),
-            Some(_) => return Err(bad(Some("conversation"), "`conversation` must be a string".into())),
+            Some(_) => {
+                return Err(bad(
+                    Some("conversation"),
+                    "`conversation` must be a string".into(),
+                ));
+            }
         };
         let model = match fields.get("model") {
             Some(Value::String(m)) if !m.is_empty() => m.clone(),
-            _ => return Err(bad(Some("model"), "`model` must name the model the conversation is for".into())),
+            _ => {
+                return Err(bad(
+                    Some("model"),
+                    "`model` must name the model the conversation is for".into(),
+                ));
+            }
         };
         if api.model_in_path() {
             // Its clients name the model in the path, not the body.
@@ -143,11 +163,18 @@ impl Call {
             if id.len() > key::MAX_HEADER_LEN {
                 return Err(bad(
                     Some("conversation"),
-                    format!("`conversation` is {} bytes long; at most {} are accepted", id.len(), key::MAX_HEADER_LEN),
+                    format!(
+                        "`conversation` is {} bytes long; at most {} are accepted",
+                        id.len(),
+                        key::MAX_HEADER_LEN
+                    ),
                 ));
             }
             let value = HeaderValue::from_str(id).map_err(|_| {
-                bad(Some("conversation"), "`conversation` must be visible ASCII".into())
+                bad(
+                    Some("conversation"),
+                    "`conversation` must be visible ASCII".into(),
+                )
             })?;
             headers.insert(config.header.clone(), value);
         }
@@ -156,7 +183,11 @@ impl Call {
 }
 
 /// The answer: the view's fields and what the engine did.
-fn answer(api: crate::api::Api, sent: &Map<String, Value>, done: Compressed) -> Result<Value, ApiError> {
+fn answer(
+    api: crate::api::Api,
+    sent: &Map<String, Value>,
+    done: Compressed,
+) -> Result<Value, ApiError> {
     let view: Map<String, Value> =
         serde_json::from_slice(&done.body).map_err(|e| ApiError::Internal(e.to_string()))?;
     let field = api.conversation_field();
@@ -180,10 +211,7 @@ fn answer(api: crate::api::Api, sent: &Map<String, Value>, done: Compressed) -> 
 }
 
 fn bad(param: Option<&'static str>, message: String) -> ApiError {
-    ApiError::BadRequest {
-        message,
-        param,
-    }
+    ApiError::BadRequest { message, param }
 }
 
 fn api_names() -> String {

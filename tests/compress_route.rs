@@ -592,3 +592,70 @@ async fn anthropic_bodies_fold_with_the_summary_in_system() {
         "Anthropic's first turn is the user's"
     );
 }
+
+/// Drives examples/litellm_compress.py with the real `litellm` package:
+/// the callback's `async_pre_call_hook` as LiteLLM's proxy calls it before
+/// the model call, then `litellm.acompletion` with what it returned, to
+/// the mock model.
+const LITELLM_DRIVER: &str = r#"
+import asyncio, json, os, sys
+sys.path.insert(0, os.path.join(os.environ["ROOT"], "examples"))
+import litellm
+from litellm.caching.caching import DualCache
+from litellm.proxy._types import UserAPIKeyAuth
+import litellm_compress
+
+async def main():
+    data = json.load(open(sys.argv[1]))
+    data["litellm_session_id"] = "litellm-session-1"
+    key = UserAPIKeyAuth(api_key="sk-litellm-virtual-1")
+    out = await litellm_compress.proxy_handler_instance.async_pre_call_hook(
+        user_api_key_dict=key, cache=DualCache(), data=data, call_type="acompletion")
+    resp = await litellm.acompletion(model="openai/" + out["model"], messages=out["messages"],
+        api_base=os.environ["MODEL_URL"] + "/v1", api_key="sk-model", max_tokens=100)
+    json.dump({"messages": out["messages"], "foldgate": out["metadata"]["foldgate"],
+               "answer": resp.choices[0].message.content}, open(sys.argv[2], "w"))
+
+asyncio.run(main())
+"#;
+
+#[tokio::test]
+async fn the_litellm_example_sends_the_model_foldgates_view() {
+    let llm = Llm::start().await;
+    let fg = Foldgate::start(&config(&llm, "")).await;
+    let convo = long();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("in.json"), dir.path().join("out.json"));
+    std::fs::write(&input, convo.body().to_string()).unwrap();
+    let run = tokio::process::Command::new("python3")
+        .arg("-c")
+        .arg(LITELLM_DRIVER)
+        .arg(&input)
+        .arg(&output)
+        .env("ROOT", env!("CARGO_MANIFEST_DIR"))
+        .env("FOLDGATE_URL", &fg.url)
+        .env("MODEL_URL", llm.url())
+        // LiteLLM fetches its model price list at import unless told not to.
+        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        .output()
+        .await
+        .expect("python3 with litellm (.ci/run installs tests/e2e/requirements.txt)");
+    assert!(
+        run.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let out: Value = serde_json::from_slice(&std::fs::read(&output).unwrap()).unwrap();
+    assert_eq!(out["foldgate"]["fold"], "new", "{}", out["foldgate"]);
+    assert_eq!(out["foldgate"]["conversation"], "litellm-session-1");
+    assert!(out["foldgate"]["tokens_saved"].as_i64().unwrap() > 1000);
+    let view = out["messages"].as_array().unwrap();
+    assert!(view.len() < convo.messages.len());
+    assert_view_covers(&convo.messages, view);
+    // The model got exactly foldgate's view, through LiteLLM's own client.
+    let sent = llm.chat_requests();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(&sent[0]["messages"], &out["messages"]);
+    assert_eq!(out["answer"], "Sure, done.");
+}

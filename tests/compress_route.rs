@@ -659,3 +659,72 @@ async fn the_litellm_example_sends_the_model_foldgates_view() {
     assert_eq!(&sent[0]["messages"], &out["messages"]);
     assert_eq!(out["answer"], "Sure, done.");
 }
+
+#[tokio::test]
+async fn gemini_and_responses_bodies_fold_in_their_own_shape() {
+    use common::gemini::{GeminiMock, pairing_violation};
+    let mock = GeminiMock::start().await;
+    let fg = Foldgate::start(&format!(
+        "[providers.google]\nbase_url = \"{}\"\napi = \"gemini\"\nmodels = [\"tiny-*\"]\n\
+         [models.\"tiny-*\"]\ncontext_window = 3000\n[policy]\nmode = \"inline\"\nreset_ratio = 0.45\n\
+         [summarizer]\nmax_summary_tokens = 300\n",
+        mock.url()
+    ))
+    .await;
+    let filler = " the parser, the tokenizer and the cache layer were compared again;".repeat(6);
+    let mut contents =
+        vec![json!({"role": "user", "parts": [{"text": "[m1] task: fix the build"}]})];
+    for s in 0..30 {
+        contents.push(json!({"role": "model", "parts": [
+            {"text": format!("[m{}] step", 2 * s + 2)},
+            {"functionCall": {"name": "run", "args": {"cmd": format!("make {s}")}}}]}));
+        contents.push(
+            json!({"role": "user", "parts": [{"functionResponse": {"name": "run",
+            "response": {"output": format!("[m{}] output{filler}", 2 * s + 3)}}}]}),
+        );
+    }
+    let body = json!({
+        "api": "gemini", "model": "tiny-gemini", "conversation": "g-1",
+        "systemInstruction": {"parts": [{"text": "You are an agent."}]},
+        "contents": contents,
+        "generationConfig": {"maxOutputTokens": 100},
+    });
+    let reply = compress(&fg, &[("x-goog-api-key", "g-client")], &body).await;
+    reply.assert_ok();
+    let answer = reply.json();
+    assert_eq!(answer["api"], "gemini");
+    assert_eq!(answer["fold"], "new", "{answer}");
+    assert!(
+        answer.get("messages").is_none(),
+        "Gemini's field is `contents`"
+    );
+    let view = answer["contents"].as_array().unwrap();
+    assert!(view.len() < contents.len());
+    let summary = answer["systemInstruction"].to_string();
+    assert!(summary.contains(HEADING_PREFIX), "{summary}");
+    let own =
+        |item: &Value| item["parts"][0]["text"] == foldgate::api::gemini::codec::CONTINUE_TEXT;
+    common::llm::assert_covers(&contents, view, &summary, own);
+    assert_eq!(pairing_violation(&json!({"contents": view})), None);
+    assert!(mock.bodies().is_empty(), "no conversation call upstream");
+
+    // Responses: `input` in, `input` out.
+    let llm = Llm::start().await;
+    let fg = Foldgate::start(&config(&llm, "")).await;
+    let input: Vec<Value> = long().messages[1..]
+        .iter()
+        .filter(|m| m["role"] != "tool" && m.get("tool_calls").is_none())
+        .cloned()
+        .collect();
+    let body = json!({"api": "responses", "model": "tiny-gpt", "instructions": "Be careful.", "input": input});
+    let answer = compress(&fg, &[TENANT_A], &body).await.json();
+    assert_eq!(answer["api"], "responses");
+    assert_eq!(answer["fold"], "new", "{answer}");
+    let view = answer["input"].as_array().unwrap();
+    assert!(view.len() < input.len());
+    let shown = answer.to_string();
+    assert!(shown.contains(HEADING_PREFIX));
+    let covered: BTreeSet<u32> = tags(&shown);
+    let sent: BTreeSet<u32> = input.iter().flat_map(|m| tags(&content_text(m))).collect();
+    assert!(sent.is_subset(&covered));
+}

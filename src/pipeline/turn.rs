@@ -192,9 +192,14 @@ impl FoldRequest {
     /// (`POST /foldgate/v1/compress`): nothing can answer a recall call,
     /// so none is offered and no stub, summary or ledger mentions one.
     pub fn without_recall(&mut self) {
-        if let Some(data) = Arc::get_mut(&mut self.data) {
-            data.engine_only = true;
-            data.compress(&self.app);
+        match Arc::get_mut(&mut self.data) {
+            Some(data) => {
+                data.engine_only = true;
+                data.compress(&self.app);
+            }
+            // Only a request just upgraded is asked, before anything
+            // shares its facts.
+            None => tracing::warn!("request facts already shared; recall left as configured"),
         }
     }
 
@@ -475,14 +480,13 @@ impl FoldRequestData {
     /// Chooses the older-turn stubs ([`compression_for`]) and the counts
     /// planning sees with them.
     fn compress(&mut self, app: &App) {
-        let recall = self.recall(app) == Recall::Tool;
         self.compression = compression_for(
             app,
             (&self.provider, &self.model),
             self.key.as_ref(),
             &self.policy,
             (&self.messages, &self.ids),
-            (&self.estimate, self.api, recall),
+            (&self.estimate, self.api, self.engine_only),
         );
         let estimate = &self.estimate;
         self.counts = self
@@ -504,18 +508,20 @@ fn recall_for(app: &App, model: &str, key: Option<&ConvKey>) -> Recall {
 }
 
 /// The request's older-turn compression ([`compress_settings`]); stubs
-/// come from the process's cache.
+/// come from the process's cache, with the recall line unless
+/// `engine_only`.
 fn compression_for(
     app: &App,
     (provider, model): (&str, &str),
     key: Option<&ConvKey>,
     policy: &Policy,
     (messages, ids): (&[Value], &[MessageId]),
-    (estimate, api, recall): (&Estimate, Api, bool),
+    (estimate, api, engine_only): (&Estimate, Api, bool),
 ) -> Compression {
     let Some(settings) = compress_settings(app, (provider, model), key.is_some(), api) else {
         return Compression::default();
     };
+    let recall = !engine_only && recall_for(app, model, key) == Recall::Tool;
     let count = |m: &Value| app.tokens.message_tokens(model, m);
     let raw = &estimate.messages;
     // Only batches that pay for their cache miss (docs/folding.md).

@@ -4,7 +4,9 @@
 //! conversation folded (`new`, fewer tokens), then reused, a short one
 //! left alone, errors in foldgate's envelope, the state shared with the
 //! proxy path both ways and per tenant, archive rows written, no recall
-//! hint in the view, and another API's shape (Anthropic Messages).
+//! hint in the view's summaries or stubs, the other APIs' shapes
+//! (Anthropic Messages, Gemini, Responses), and
+//! examples/litellm_compress.py driven by the real `litellm` package.
 
 use crate::common;
 
@@ -727,4 +729,60 @@ async fn gemini_and_responses_bodies_fold_in_their_own_shape() {
     let covered: BTreeSet<u32> = tags(&shown);
     let sent: BTreeSet<u32> = input.iter().flat_map(|m| tags(&content_text(m))).collect();
     assert!(sent.is_subset(&covered));
+}
+
+#[tokio::test]
+async fn stubs_in_the_engines_view_name_no_recall_tool() {
+    use common::tooloop::ToolLoop;
+    use foldgate::fold::compress::STUB_PREFIX;
+    let llm = Llm::start().await;
+    // Compression of long tool results, every batch shown when due (as
+    // tests/compress.rs sets it), recall on (the default).
+    let fg = Foldgate::start(&format!(
+        "{}[models.\"big-*\"]\ncontext_window = 200000\n\
+         [compress]\nmin_tokens = 300\nafter_turns = 2\nbatch = 3\nwhen_it_pays = false\n",
+        common::providers(llm.url())
+    ))
+    .await;
+    let mut l = ToolLoop::new("fix the failing build");
+    for _ in 0..10 {
+        l.step(30);
+    }
+    let stubs = |view: &[Value]| -> Vec<String> {
+        view.iter()
+            .map(content_text)
+            .filter(|t| t.starts_with(STUB_PREFIX))
+            .collect()
+    };
+    // The proxy path's stubs point at the recall tool.
+    let reply = post_json(
+        &format!("{}/v1/chat/completions", fg.url),
+        &[TENANT_A, ("x-conversation-id", "loop-proxy")],
+        &l.body("big-model"),
+    )
+    .await;
+    reply.assert_ok();
+    let proxied = stubs(
+        llm.chat_requests().last().unwrap()["messages"]
+            .as_array()
+            .unwrap(),
+    );
+    assert!(!proxied.is_empty() && proxied.iter().all(|t| t.contains(RECALL_TOOL)));
+
+    let mut body = l.body("big-model");
+    body["conversation"] = json!("loop-engine");
+    let answer = compress(&fg, &[TENANT_A], &body).await.json();
+    assert_eq!(
+        answer["compressed"].as_u64().unwrap() as usize,
+        proxied.len(),
+        "{answer}"
+    );
+    let quiet = stubs(answer["messages"].as_array().unwrap());
+    assert_eq!(quiet.len(), proxied.len());
+    for text in quiet {
+        assert!(
+            text.ends_with("The full text is archived.") && !text.contains(RECALL_TOOL),
+            "{text}"
+        );
+    }
 }

@@ -8,9 +8,8 @@ use crate::error::ApiError;
 use crate::metrics::RouteLabel;
 use crate::pipeline;
 use crate::upstream::{UpstreamLatency, headers};
-use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, header};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::Limited;
 use hyper::body::Incoming;
 use std::sync::Arc;
 use std::time::Instant;
@@ -36,7 +35,7 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
         return Err(ApiError::BodyTooLarge { limit });
     }
     if let Some(route) = crate::api::route(&parts.method, &parts.uri) {
-        let bytes = read_body(incoming, limit).await?;
+        let bytes = pipeline::read_body(incoming, limit).await?;
         let label = RouteLabel(route.api.name());
         let mut response = pipeline::handle(app, route, parts, bytes).await?;
         response.extensions_mut().insert(label);
@@ -44,7 +43,7 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
     }
     let sibling = crate::api::sibling(&parts.uri);
     let (provider, body) = if is_json_post(&parts.method, &parts.headers) {
-        let bytes = read_body(incoming, limit).await?;
+        let bytes = pipeline::read_body(incoming, limit).await?;
         let by_model = sibling.is_some() || app.upstreams.route_by_model();
         // One pass for the model and whether the body is a conversation.
         let peek = crate::unclaimed::peek(&bytes, by_model);
@@ -99,20 +98,6 @@ fn provider_for(
             app.upstreams.route_api(route.api, &model, parts.uri.path())
         }
         None => app.upstreams.route(model.as_deref()),
-    }
-}
-
-/// Reads a whole request body, bounded by `limit`.
-pub async fn read_body(incoming: Incoming, limit: usize) -> Result<Bytes, ApiError> {
-    match Limited::new(incoming, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(ApiError::BodyTooLarge { limit })
-        }
-        Err(e) => Err(ApiError::BadRequest {
-            message: format!("could not read the request body: {e}"),
-            param: None,
-        }),
     }
 }
 

@@ -27,6 +27,7 @@ mod cli;
 mod compose_example;
 mod compress;
 mod compress_pays;
+mod compress_route;
 mod dashboard;
 mod decide_props;
 mod doors;

@@ -14,6 +14,8 @@
 //! - `GET /foldgate/totals`: folds, failures and summarizer time summed
 //!   over the conversations the request may read ([`totals`]), from the
 //!   state store, so they survive a restart as the listing does.
+//! - `POST /foldgate/v1/compress`: the fold engine for another gateway
+//!   ([`compress`]): a conversation in, the view it would forward out.
 //! - `GET /foldgate/ui`: the dashboard ([`crate::ui`]); its data comes
 //!   from the routes above.
 //!
@@ -25,6 +27,7 @@
 
 pub mod access;
 mod archive;
+pub mod compress;
 mod conversations;
 pub mod totals;
 
@@ -37,11 +40,13 @@ use crate::metrics::Gauge;
 use crate::pipeline::key;
 use http::{HeaderValue, Method, Request, Response, header};
 use hyper::body::Incoming;
+use std::sync::Arc;
 
 /// Routes an admin request.
-pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
+pub async fn handle(app: &Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path();
     match (req.method(), path) {
+        (&Method::POST, compress::PATH) => compress::handle(app, req).await,
         (&Method::GET | &Method::HEAD, "/foldgate/health") => {
             json(serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
         }

@@ -11,6 +11,7 @@
 //! on a context-length 400, one emergency fold and retry → response with
 //! `x-foldgate-*` headers, usage read on the way for calibration.
 
+mod engine;
 mod fast;
 mod fold_run;
 pub mod key;
@@ -30,6 +31,7 @@ use crate::state::TurnFold;
 use crate::upstream::UpstreamLatency;
 use crate::upstream::{Provider, headers};
 use bytes::Bytes;
+pub use engine::{Compressed, compress};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Limited};
@@ -235,6 +237,20 @@ fn observed(app: &App, prepared: &Prepared, model: String) -> tap::OnUsage {
         .observe_forwarded(prepared.tokens_in, prepared.tokens_out);
     let (tokens, raw) = (app.tokens.clone(), prepared.raw_tokens_out);
     Box::new(move |actual: u32| tokens.observe_usage(&model, raw, actual))
+}
+
+/// Reads a whole request body, bounded by `limit`.
+pub async fn read_body(incoming: hyper::body::Incoming, limit: usize) -> Result<Bytes, ApiError> {
+    match Limited::new(incoming, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(ApiError::BodyTooLarge { limit })
+        }
+        Err(e) => Err(ApiError::BadRequest {
+            message: format!("could not read the request body: {e}"),
+            param: None,
+        }),
+    }
 }
 
 /// Reads an upstream error body, bounded.

@@ -161,6 +161,26 @@ impl ConvRequest {
         app: &Arc<App>,
         headers: &HeaderMap,
     ) -> Result<Prepared, ApiError> {
+        self.prepare_for(app, headers, false).await
+    }
+
+    /// [`Self::prepare`] for a caller that sends the view on itself
+    /// (`POST /foldgate/v1/compress`): no recall can be answered, so the
+    /// view carries no recall hint ([`FoldRequest::without_recall`]).
+    pub async fn prepare_without_recall(
+        &mut self,
+        app: &Arc<App>,
+        headers: &HeaderMap,
+    ) -> Result<Prepared, ApiError> {
+        self.prepare_for(app, headers, true).await
+    }
+
+    async fn prepare_for(
+        &mut self,
+        app: &Arc<App>,
+        headers: &HeaderMap,
+        engine_only: bool,
+    ) -> Result<Prepared, ApiError> {
         if let Stage::Raw { look, .. } = &mut self.stage {
             if let Some(prepared) = look.untouched.take() {
                 return Ok(prepared);
@@ -170,8 +190,12 @@ impl ConvRequest {
             Stage::Raw { look, .. } => look.chain.take(),
             _ => None,
         };
+        let turn = self.upgrade(app, headers)?;
+        if engine_only {
+            turn.without_recall();
+        }
         // The chain as the first look read it (`None`: nothing stored).
-        self.upgrade(app, headers)?.prepare(chain).await
+        turn.prepare(chain).await
     }
 
     /// After the upstream said the prompt is too long: plans again against

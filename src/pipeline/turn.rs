@@ -97,6 +97,10 @@ pub(super) struct FoldRequestData {
     pub tail: Arc<str>,
     /// Where the summary goes, as the wire format allows.
     pub placement: Placement,
+    /// No model round trip follows (`POST /foldgate/v1/compress`): no
+    /// recall is offered or injected, and stubs, new folds and reused
+    /// summaries carry no recall hint.
+    pub engine_only: bool,
 }
 
 impl FoldRequest {
@@ -140,19 +144,10 @@ impl FoldRequest {
             }
         }
         let policy = config.policy_for(provider, &model);
-        let compression = compression_for(
-            &app,
-            (provider, &model),
-            key.as_ref(),
-            &policy,
-            (&messages, &ids),
-            &estimate,
-            api,
-        );
-        let data = FoldRequestData {
-            counts: compression.counts(&estimate.messages, |c| estimate.calibrated(u64::from(c))),
+        let mut data = FoldRequestData {
+            counts: Vec::new(),
             stubbed: Vec::new(),
-            compression,
+            compression: Compression::default(),
             policy,
             model,
             provider: provider.to_string(),
@@ -168,11 +163,9 @@ impl FoldRequest {
             api,
             tail: tail.clone(),
             placement: api.placement(config.summary.placement),
+            engine_only: false,
         };
-        let mut data = data;
-        data.stubbed = data
-            .compression
-            .stubbed(&data.counts, |c| data.estimate.calibrated(u64::from(c)));
+        data.compress(&app);
         let budget = Budget::for_request(config, &data.policy, &data.estimate, now_unix());
         let fold_time = Arc::new(FoldTime::new(data.policy.fold_deadline));
         Self {
@@ -187,12 +180,27 @@ impl FoldRequest {
     /// Whether this conversation's model is offered the recall tool: the
     /// tool is its recall mode and the conversation is keyed.
     pub fn recall(&self) -> bool {
-        recall_for(&self.app, &self.data.model, self.data.key.as_ref()) == Recall::Tool
+        self.data.recall(&self.app) == Recall::Tool
     }
 
     /// Whether foldgate injects recalled excerpts for this conversation.
     pub fn inject(&self) -> bool {
-        recall_for(&self.app, &self.data.model, self.data.key.as_ref()) == Recall::Inject
+        self.data.recall(&self.app) == Recall::Inject
+    }
+
+    /// For a caller that makes no model round trip after the view
+    /// (`POST /foldgate/v1/compress`): nothing can answer a recall call,
+    /// so none is offered and no stub, summary or ledger mentions one.
+    pub fn without_recall(&mut self) {
+        match Arc::get_mut(&mut self.data) {
+            Some(data) => {
+                data.engine_only = true;
+                data.compress(&self.app);
+            }
+            // Only a request just upgraded is asked, before anything
+            // shares its facts.
+            None => tracing::warn!("request facts already shared; recall left as configured"),
+        }
     }
 
     /// After the upstream said the prompt is too long: plan again against
@@ -388,6 +396,18 @@ impl FoldRequest {
         let items = match state {
             None if compression.is_empty() => None,
             None => Some(fold::view::layout(&self.data.messages, None, placement)),
+            // A summary written with recall on, shown where none answers.
+            Some(state) if state.recall && self.data.engine_only => {
+                let quiet = FoldState {
+                    recall: false,
+                    ..state.clone()
+                };
+                Some(fold::view::layout_planned(
+                    self.messages(),
+                    &quiet,
+                    placement,
+                ))
+            }
             Some(state) => Some(fold::view::layout_planned(
                 self.messages(),
                 state,
@@ -446,6 +466,38 @@ impl FoldRequest {
     }
 }
 
+impl FoldRequestData {
+    /// How this request's conversation recalls archived messages: its
+    /// model's mode; nothing without a key (no archive) or for the engine
+    /// alone ([`FoldRequest::without_recall`]).
+    fn recall(&self, app: &App) -> Recall {
+        match self.engine_only {
+            true => Recall::Off,
+            false => recall_for(app, &self.model, self.key.as_ref()),
+        }
+    }
+
+    /// Chooses the older-turn stubs ([`compression_for`]) and the counts
+    /// planning sees with them.
+    fn compress(&mut self, app: &App) {
+        self.compression = compression_for(
+            app,
+            (&self.provider, &self.model),
+            self.key.as_ref(),
+            &self.policy,
+            (&self.messages, &self.ids),
+            (&self.estimate, self.api, self.engine_only),
+        );
+        let estimate = &self.estimate;
+        self.counts = self
+            .compression
+            .counts(&estimate.messages, |c| estimate.calibrated(u64::from(c)));
+        self.stubbed = self
+            .compression
+            .stubbed(&self.counts, |c| estimate.calibrated(u64::from(c)));
+    }
+}
+
 /// How a conversation recalls archived messages: its model's mode, and
 /// nothing for a conversation without a key (it has no archive).
 fn recall_for(app: &App, model: &str, key: Option<&ConvKey>) -> Recall {
@@ -456,20 +508,20 @@ fn recall_for(app: &App, model: &str, key: Option<&ConvKey>) -> Recall {
 }
 
 /// The request's older-turn compression ([`compress_settings`]); stubs
-/// come from the process's cache.
+/// come from the process's cache, with the recall line unless
+/// `engine_only`.
 fn compression_for(
     app: &App,
     (provider, model): (&str, &str),
     key: Option<&ConvKey>,
     policy: &Policy,
     (messages, ids): (&[Value], &[MessageId]),
-    estimate: &Estimate,
-    api: Api,
+    (estimate, api, engine_only): (&Estimate, Api, bool),
 ) -> Compression {
     let Some(settings) = compress_settings(app, (provider, model), key.is_some(), api) else {
         return Compression::default();
     };
-    let recall = recall_for(app, model, key) == Recall::Tool;
+    let recall = !engine_only && recall_for(app, model, key) == Recall::Tool;
     let count = |m: &Value| app.tokens.message_tokens(model, m);
     let raw = &estimate.messages;
     // Only batches that pay for their cache miss (docs/folding.md).

@@ -1,0 +1,161 @@
+//! Redis round trips per request, counted by the server itself (`INFO
+//! commandstats` deltas on a real redis-server), on two foldgate replicas:
+//! an untouched turn, a fold, a reuse turn on the replica that folded (warm)
+//! and on one that never saw the conversation (cold). The goal: none on a
+//! warm replica however long since it last asked Redis, one on a cold one;
+//! and a state another replica folds reaches a warm replica at once.
+
+use crate::common;
+
+use common::Foldgate;
+use hyper::Method;
+use common::convo::{Convo, chat, config, label};
+use common::llm::Llm;
+use common::redis::Redis;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// `refresh` short (10 ms) and each counted turn sent after it passed, so a
+/// warm replica that still asked Redis once `refresh` is over would show it.
+fn redis_config(llm: &Llm, redis: &Redis, refresh: &str) -> String {
+    config(
+        llm,
+        &format!(
+            "[state]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"{refresh}\"\ntimeout = \"2s\"\nlock_wait = \"10s\"\n",
+            redis.url()
+        ),
+    )
+}
+
+/// Every command the replicas send, as Redis's `MONITOR` shows them: the
+/// name of each command a client sent (the commands a Lua script runs
+/// inside are not round trips and are left out; a `MULTI`…`EXEC`
+/// transaction is one pipeline and counts as one, `multi`). `ping` is the
+/// replicas' liveness probe, on a timer, not per request.
+struct Monitor {
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl Monitor {
+    fn start(redis: &Redis) -> Self {
+        let mut stream = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+        stream.write_all(b"*1\r\n$7\r\nMONITOR\r\n").unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        std::thread::spawn(move || {
+            let mut in_multi = false;
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { return };
+                // +1732630000.123456 [0 127.0.0.1:54321] "GETEX" "key" …
+                let Some((source, rest)) = line.split_once("] ") else {
+                    continue;
+                };
+                if source.ends_with(" lua") {
+                    continue;
+                }
+                let name = rest.split('"').nth(1).unwrap_or("").to_lowercase();
+                match name.as_str() {
+                    "ping" => continue,
+                    "multi" => in_multi = true,
+                    "exec" | "discard" => {
+                        in_multi = false;
+                        continue;
+                    }
+                    _ if in_multi => continue,
+                    _ => {}
+                }
+                sink.lock().unwrap().push(name);
+            }
+        });
+        Self { seen }
+    }
+
+    fn len(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+
+    /// Waits until Redis has seen nothing new for 200 ms; returns the count.
+    async fn settle(&self) -> usize {
+        let mut last = self.len();
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now = self.len();
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    }
+
+    /// The commands Redis got for one request, including the writes it
+    /// caused after its reply (the archive's writer), by name.
+    async fn commands_of<F: std::future::Future<Output = common::Reply>>(
+        &self,
+        request: F,
+    ) -> (common::Reply, BTreeMap<String, u64>) {
+        let from = self.settle().await;
+        // Past `refresh`: what a warm replica does is not the refresh bound's.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let reply = request.await;
+        reply.assert_ok();
+        let to = self.settle().await;
+        let mut counts = BTreeMap::new();
+        for name in &self.seen.lock().unwrap()[from..to] {
+            *counts.entry(name.clone()).or_insert(0) += 1;
+        }
+        (reply, counts)
+    }
+}
+
+fn total(commands: &BTreeMap<String, u64>) -> u64 {
+    commands.values().sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reuse_costs_no_round_trip_warm_and_one_cold() {
+    let redis = Redis::start();
+    let llm = Llm::start().await;
+    let a = Foldgate::start(&redis_config(&llm, &redis, "10ms")).await;
+    let b = Foldgate::start(&redis_config(&llm, &redis, "10ms")).await;
+    // Started: each has read the learned windows (`HGETALL`, once at start).
+    for fg in [&a, &b] {
+        let health = format!("{}/foldgate/health", fg.url);
+        assert_eq!(common::send(Method::GET, &health, &[], "").await.status, 200);
+    }
+    let monitor = Monitor::start(&redis);
+
+    let mut short = Convo::with_turns(2);
+    let (_, cold) = monitor.commands_of(chat(&a, "short", &short)).await;
+    eprintln!("untouched turn, first seen: {cold:?}");
+    short.next_turn("more");
+    let (_, warm) = monitor.commands_of(chat(&a, "short", &short)).await;
+    eprintln!("untouched turn, warm: {warm:?}");
+
+    let mut long = Convo::with_turns(55);
+    let (reply, fold) = monitor.commands_of(chat(&a, "long", &long)).await;
+    assert_eq!(label(&reply), "new");
+    eprintln!("fold turn: {fold:?}");
+    long.next_turn("next");
+    let (reply, reuse_warm) = monitor.commands_of(chat(&a, "long", &long)).await;
+    assert_eq!(label(&reply), "reused");
+    eprintln!("reuse turn, warm (the replica that folded): {reuse_warm:?}");
+    long.next_turn("next");
+    let (reply, reuse_cold) = monitor.commands_of(chat(&b, "long", &long)).await;
+    assert_eq!(label(&reply), "reused");
+    eprintln!("reuse turn, cold (never saw it): {reuse_cold:?}");
+    long.next_turn("next");
+    let (reply, reuse_warmed) = monitor.commands_of(chat(&b, "long", &long)).await;
+    assert_eq!(label(&reply), "reused");
+    eprintln!("reuse turn, warm (after its cold turn): {reuse_warmed:?}");
+
+    let getex = BTreeMap::from([("getex".to_string(), 1)]);
+    assert_eq!(cold, getex, "a conversation first seen: one read");
+    assert_eq!(total(&warm), 0, "untouched and warm: {warm:?}");
+    assert_eq!(total(&reuse_warm), 0, "reuse, warm after folding: {reuse_warm:?}");
+    assert_eq!(reuse_cold, getex, "reuse, cold: one read");
+    assert_eq!(total(&reuse_warmed), 0, "reuse, warm: {reuse_warmed:?}");
+    assert_eq!(llm.summarizer_calls(), 1);
+}

@@ -8,10 +8,10 @@
 use crate::common;
 
 use common::Foldgate;
-use hyper::Method;
 use common::convo::{Convo, chat, config, label};
 use common::llm::Llm;
 use common::redis::Redis;
+use hyper::Method;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -123,7 +123,10 @@ async fn reuse_costs_no_round_trip_warm_and_one_cold() {
     // Started: each has read the learned windows (`HGETALL`, once at start).
     for fg in [&a, &b] {
         let health = format!("{}/foldgate/health", fg.url);
-        assert_eq!(common::send(Method::GET, &health, &[], "").await.status, 200);
+        assert_eq!(
+            common::send(Method::GET, &health, &[], "").await.status,
+            200
+        );
     }
     let monitor = Monitor::start(&redis);
 
@@ -154,8 +157,60 @@ async fn reuse_costs_no_round_trip_warm_and_one_cold() {
     let getex = BTreeMap::from([("getex".to_string(), 1)]);
     assert_eq!(cold, getex, "a conversation first seen: one read");
     assert_eq!(total(&warm), 0, "untouched and warm: {warm:?}");
-    assert_eq!(total(&reuse_warm), 0, "reuse, warm after folding: {reuse_warm:?}");
+    assert_eq!(
+        total(&reuse_warm),
+        0,
+        "reuse, warm after folding: {reuse_warm:?}"
+    );
     assert_eq!(reuse_cold, getex, "reuse, cold: one read");
     assert_eq!(total(&reuse_warmed), 0, "reuse, warm: {reuse_warmed:?}");
     assert_eq!(llm.summarizer_calls(), 1);
+}
+
+/// A warm replica trusts its cached state only because it hears every
+/// change: when another replica folds the conversation again, its next
+/// turn reads the new state (one round trip) and sends the same view the
+/// folding replica sent, however long `refresh` is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fold_on_another_replica_reaches_a_warm_one_at_once() {
+    let redis = Redis::start();
+    let llm = Llm::start().await;
+    let a = Foldgate::start(&redis_config(&llm, &redis, "1h")).await;
+    let b = Foldgate::start(&redis_config(&llm, &redis, "1h")).await;
+    let monitor = Monitor::start(&redis);
+
+    let mut convo = Convo::with_turns(55);
+    assert_eq!(label(&chat(&a, "c", &convo).await), "new");
+    convo.next_turn("on b");
+    assert_eq!(label(&chat(&b, "c", &convo).await), "reused");
+    // A folds again; B keeps the first fold cached meanwhile.
+    let mut folds = 1;
+    for i in 0..60 {
+        convo.next_turn(&format!("on a {i}"));
+        if label(&chat(&a, "c", &convo).await) == "new" {
+            folds += 1;
+            break;
+        }
+    }
+    assert_eq!(folds, 2, "a folds a second time");
+    let a_view = llm.chat_requests().last().unwrap()["messages"].clone();
+    // Pub/sub is asynchronous: give the message time to land.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    convo.next_turn("on b again");
+    let (reply, commands) = monitor.commands_of(chat(&b, "c", &convo)).await;
+    assert_eq!(label(&reply), "reused");
+    assert_eq!(
+        commands,
+        BTreeMap::from([("getex".to_string(), 1)]),
+        "b reads the new state once"
+    );
+    let b_view = llm.chat_requests().last().unwrap()["messages"].clone();
+    let b_view = b_view.as_array().unwrap();
+    let a_view = a_view.as_array().unwrap();
+    assert_eq!(
+        &b_view[..b_view.len() - 2],
+        &a_view[..],
+        "b sends a's view (plus the new turn): a's second fold"
+    );
+    assert_eq!(llm.summarizer_calls(), 2);
 }

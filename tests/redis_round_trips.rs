@@ -10,7 +10,7 @@ use crate::common;
 use common::Foldgate;
 use common::convo::{Convo, chat, config, label};
 use common::llm::Llm;
-use common::redis::Redis;
+use common::redis::{Cluster, Redis, SentinelSet, cli};
 use hyper::Method;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -20,31 +20,73 @@ use std::time::Duration;
 
 /// `refresh` short (10 ms) and each counted turn sent after it passed, so a
 /// warm replica that still asked Redis once `refresh` is over would show it.
-fn redis_config(llm: &Llm, redis: &Redis, refresh: &str) -> String {
+fn redis_config(llm: &Llm, url: &str, refresh: &str) -> String {
     config(
         llm,
         &format!(
-            "[state]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"{refresh}\"\ntimeout = \"2s\"\nlock_wait = \"10s\"\n",
-            redis.url()
+            "[state]\nbackend = \"redis\"\nurl = \"{url}\"\nrefresh = \"{refresh}\"\ntimeout = \"2s\"\nlock_wait = \"10s\"\n"
         ),
     )
+}
+
+/// Starts two replicas on `url` and waits until both are subscribed to
+/// state changes (`PUBSUB NUMSUB`, summed over the servers on `ports`).
+async fn two_replicas(llm: &Llm, url: &str, refresh: &str, ports: &[u16]) -> (Foldgate, Foldgate) {
+    let a = Foldgate::start(&redis_config(llm, url, refresh)).await;
+    let b = Foldgate::start(&redis_config(llm, url, refresh)).await;
+    // Started: each has read the learned windows (`HGETALL`, once at start).
+    for fg in [&a, &b] {
+        let health = format!("{}/foldgate/health", fg.url);
+        assert_eq!(
+            common::send(Method::GET, &health, &[], "").await.status,
+            200
+        );
+    }
+    let subscribed = || -> u64 {
+        ports
+            .iter()
+            .map(|&port| {
+                let out = cli(port, &["PUBSUB", "NUMSUB", "foldgate:folded"]);
+                out.lines()
+                    .nth(1)
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
+    for _ in 0..100 {
+        if subscribed() >= 2 {
+            return (a, b);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the replicas did not subscribe to foldgate:folded within 5 s");
 }
 
 /// Every command the replicas send, as Redis's `MONITOR` shows them: the
 /// name of each command a client sent (the commands a Lua script runs
 /// inside are not round trips and are left out; a `MULTI`…`EXEC`
-/// transaction is one pipeline and counts as one, `multi`). `ping` is the
-/// replicas' liveness probe, on a timer, not per request.
+/// transaction is one pipeline and counts as one, `multi`). `ping` (the
+/// replicas' liveness probes) and `cluster` (the cluster client's topology
+/// reads) run on timers and after failures, not per request.
 struct Monitor {
     seen: Arc<Mutex<Vec<String>>>,
 }
 
 impl Monitor {
-    fn start(redis: &Redis) -> Self {
-        let mut stream = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
-        stream.write_all(b"*1\r\n$7\r\nMONITOR\r\n").unwrap();
+    /// Watches the servers on `ports` (every master of a cluster: a
+    /// replica would show its master's commands again).
+    fn start(ports: &[u16]) -> Self {
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let sink = seen.clone();
+        for &port in ports {
+            Self::watch(port, seen.clone());
+        }
+        Self { seen }
+    }
+
+    fn watch(port: u16, sink: Arc<Mutex<Vec<String>>>) {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.write_all(b"*1\r\n$7\r\nMONITOR\r\n").unwrap();
         std::thread::spawn(move || {
             let mut in_multi = false;
             for line in BufReader::new(stream).lines() {
@@ -53,12 +95,13 @@ impl Monitor {
                 let Some((source, rest)) = line.split_once("] ") else {
                     continue;
                 };
-                if source.ends_with(" lua") {
+                // A script's own commands, and Sentinel's hello messages.
+                if source.ends_with(" lua") || rest.contains("\"__sentinel__:hello\"") {
                     continue;
                 }
                 let name = rest.split('"').nth(1).unwrap_or("").to_lowercase();
                 match name.as_str() {
-                    "ping" => continue,
+                    "ping" | "cluster" => continue,
                     "multi" => in_multi = true,
                     "exec" | "discard" => {
                         in_multi = false;
@@ -70,7 +113,6 @@ impl Monitor {
                 sink.lock().unwrap().push(name);
             }
         });
-        Self { seen }
     }
 
     fn len(&self) -> usize {
@@ -114,21 +156,12 @@ fn total(commands: &BTreeMap<String, u64>) -> u64 {
     commands.values().sum()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reuse_costs_no_round_trip_warm_and_one_cold() {
-    let redis = Redis::start();
+/// The four kinds of turn on two replicas of Redis at `url`, counted on
+/// the servers on `ports`.
+async fn count_round_trips(url: &str, ports: &[u16]) {
     let llm = Llm::start().await;
-    let a = Foldgate::start(&redis_config(&llm, &redis, "10ms")).await;
-    let b = Foldgate::start(&redis_config(&llm, &redis, "10ms")).await;
-    // Started: each has read the learned windows (`HGETALL`, once at start).
-    for fg in [&a, &b] {
-        let health = format!("{}/foldgate/health", fg.url);
-        assert_eq!(
-            common::send(Method::GET, &health, &[], "").await.status,
-            200
-        );
-    }
-    let monitor = Monitor::start(&redis);
+    let (a, b) = two_replicas(&llm, url, "10ms", ports).await;
+    let monitor = Monitor::start(ports);
 
     let mut short = Convo::with_turns(2);
     let (_, cold) = monitor.commands_of(chat(&a, "short", &short)).await;
@@ -154,6 +187,17 @@ async fn reuse_costs_no_round_trip_warm_and_one_cold() {
     assert_eq!(label(&reply), "reused");
     eprintln!("reuse turn, warm (after its cold turn): {reuse_warmed:?}");
 
+    // A second fold on the same replica: what a fold costs once the
+    // connections are up and the scripts loaded.
+    for i in 0..60 {
+        long.next_turn(&format!("more {i}"));
+        let (reply, fold) = monitor.commands_of(chat(&a, "long", &long)).await;
+        if label(&reply) == "new" {
+            eprintln!("fold turn, again: {fold:?}");
+            break;
+        }
+    }
+
     let getex = BTreeMap::from([("getex".to_string(), 1)]);
     assert_eq!(cold, getex, "a conversation first seen: one read");
     assert_eq!(total(&warm), 0, "untouched and warm: {warm:?}");
@@ -164,7 +208,32 @@ async fn reuse_costs_no_round_trip_warm_and_one_cold() {
     );
     assert_eq!(reuse_cold, getex, "reuse, cold: one read");
     assert_eq!(total(&reuse_warmed), 0, "reuse, warm: {reuse_warmed:?}");
-    assert_eq!(llm.summarizer_calls(), 1);
+    assert_eq!(llm.summarizer_calls(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reuse_costs_no_round_trip_warm_and_one_cold() {
+    let redis = Redis::start();
+    count_round_trips(&redis.url(), &[redis.port]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_too() {
+    let cluster = Cluster::start();
+    let masters: Vec<u16> = cluster
+        .nodes
+        .iter()
+        .map(|n| n.port)
+        .filter(|&port| cli(port, &["INFO", "replication"]).contains("role:master"))
+        .collect();
+    assert_eq!(masters.len(), 3);
+    count_round_trips(&cluster.url(), &masters).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sentinel_too() {
+    let sentinel = SentinelSet::start();
+    count_round_trips(&sentinel.url(), &[sentinel.primary_port()]).await;
 }
 
 /// A warm replica trusts its cached state only because it hears every
@@ -175,9 +244,8 @@ async fn reuse_costs_no_round_trip_warm_and_one_cold() {
 async fn a_fold_on_another_replica_reaches_a_warm_one_at_once() {
     let redis = Redis::start();
     let llm = Llm::start().await;
-    let a = Foldgate::start(&redis_config(&llm, &redis, "1h")).await;
-    let b = Foldgate::start(&redis_config(&llm, &redis, "1h")).await;
-    let monitor = Monitor::start(&redis);
+    let (a, b) = two_replicas(&llm, &redis.url(), "1h", &[redis.port]).await;
+    let monitor = Monitor::start(&[redis.port]);
 
     let mut convo = Convo::with_turns(55);
     assert_eq!(label(&chat(&a, "c", &convo).await), "new");

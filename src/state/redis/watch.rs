@@ -124,11 +124,14 @@ pub(super) fn message(origin: &str, state_key: &str) -> String {
 /// after any loss; ends with the store.
 pub(super) async fn listen(inner: Weak<Inner>, target: RedisTarget, timeout: Duration) {
     let mut turn = 0usize;
+    let mut failed = false;
     loop {
         if let Some((conn, pushes)) = subscribe(&target, &mut turn, timeout).await {
             let Some(store) = inner.upgrade() else { return };
             store.watch.subscribed(true);
             drop(store);
+            failed = false;
+            tracing::debug!(target: "foldgate::state", "listening for other replicas' state changes");
             let ended = follow(&inner, conn, pushes, timeout).await;
             if let Some(store) = inner.upgrade() {
                 store.watch.subscribed(false);
@@ -136,6 +139,10 @@ pub(super) async fn listen(inner: Weak<Inner>, target: RedisTarget, timeout: Dur
             if ended {
                 return;
             }
+        } else if !failed {
+            failed = true;
+            // Said once per outage: the store warns about Redis itself.
+            tracing::info!(target: "foldgate::state", "cannot subscribe to other replicas' state changes (is SUBSCRIBE allowed?); cached states are read again after state.refresh until it can");
         }
         tokio::time::sleep(RETRY).await;
         if inner.strong_count() == 0 {
@@ -240,4 +247,29 @@ async fn subscribe(
         .ok()?
         .ok()?;
     Some((conn, rx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trusts_only_reads_of_the_live_subscription_that_heard_nothing_meanwhile() {
+        let watch = Watch::new("me".into());
+        let before = watch.mark();
+        assert!(!watch.trusts(watch.settle(before)), "not subscribed yet");
+        watch.subscribed(true);
+        let read = watch.mark();
+        assert!(watch.trusts(watch.settle(read)));
+        let overlapped = watch.mark();
+        watch.heard();
+        assert_eq!(watch.settle(overlapped), UNTRUSTED);
+        assert!(watch.trusts(read.epoch()), "what was cached before stays");
+        watch.subscribed(false);
+        assert!(!watch.trusts(read.epoch()), "messages may be lost");
+        watch.subscribed(true);
+        assert!(!watch.trusts(read.epoch()), "read again once");
+        assert!(watch.trusts(watch.now()));
+        assert!(!watch.trusts(UNTRUSTED));
+    }
 }

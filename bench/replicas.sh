@@ -9,7 +9,7 @@
 # same workload, and from /proc and Redis over all its rounds: each
 # replica's CPU (cores used while wrk ran), foldgate's CPU per request,
 # nginx's and Redis's CPU, and Redis commands per request (`INFO
-# commandstats`, its own INFO calls left out).
+# commandstats`, its own INFO calls and the replicas' PINGs left out).
 # Usage: bench/replicas.sh [seconds-per-round] [rounds] [connections]
 # FOLDGATE_BIN=path runs that binary instead of building
 # target/release/foldgate. Everything stops by itself at the end (or on
@@ -93,7 +93,9 @@ CLK=$(getconf CLK_TCK)
 # ticks PID…: user + system CPU ticks of the processes, summed.
 ticks() { for p in "$@"; do awk '{ print $14 + $15 }' "/proc/$p/stat"; done | awk '{ s += $1 } END { print s + 0 }'; }
 nginx_pids() { echo "$(cat "$WORK/nginx.pid") $(pgrep -P "$(cat "$WORK/nginx.pid")" | tr '\n' ' ')"; }
-commands() { redis-cli -p "$REDIS" info commandstats | awk -F'[:=,]' '/^cmdstat_/ && $1 != "cmdstat_info" { s += $3 } END { print s + 0 }'; }
+# Redis commands so far, but this script's INFO and the replicas' PINGs
+# (each subscription pings every 5 s when idle: not per request).
+commands() { redis-cli -p "$REDIS" info commandstats | awk -F'[:=,]' '/^cmdstat_/ && $1 != "cmdstat_info" && $1 != "cmdstat_ping" { s += $3 } END { print s + 0 }'; }
 
 # Prints "rps p50_ms p99_ms requests": measure URL SCRIPT.
 measure() {

@@ -30,8 +30,11 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 /// Writes a state (`KEYS[1]`: JSON, expiry in ms) and publishes
-/// `ARGV[4]` on the channel `ARGV[3]`.
-const PUBLISH: &str = "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) redis.call('publish', ARGV[3], ARGV[4]) return 1";
+/// `ARGV[4]` on the channel `ARGV[3]`. A publish the server refuses (an
+/// ACL user without channel rights: Redis 7's default for new users) does
+/// not fail the write; the replicas, unable to subscribe either, fall back
+/// to `state.refresh`.
+const PUBLISH: &str = "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) redis.pcall('publish', ARGV[3], ARGV[4]) return 1";
 
 /// How often the probe pings a Redis marked down.
 const PROBE_EVERY: Duration = Duration::from_millis(500);

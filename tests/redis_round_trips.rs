@@ -282,3 +282,35 @@ async fn a_fold_on_another_replica_reaches_a_warm_one_at_once() {
     );
     assert_eq!(llm.summarizer_calls(), 2);
 }
+
+/// A Redis 7 ACL user without channel rights (the default for new users)
+/// can neither publish nor subscribe: its state writes still land, nothing
+/// is marked down (the fold lock is released), and replicas share folds,
+/// reading Redis again after `refresh` instead of being told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_channel_rights_writes_land_and_replicas_still_share() {
+    let redis = Redis::start();
+    let acl = redis
+        .command(&["ACL", "SETUSER", "fg", "on", ">pw", "~foldgate:*", "+@all"])
+        .unwrap();
+    assert!(acl.starts_with("+OK"), "{acl}");
+    let url = format!("redis://fg:pw@127.0.0.1:{}/0", redis.port);
+    let llm = Llm::start().await;
+    let a = Foldgate::start(&redis_config(&llm, &url, "10ms")).await;
+    let b = Foldgate::start(&redis_config(&llm, &url, "10ms")).await;
+    let mut convo = Convo::with_turns(55);
+    assert_eq!(label(&chat(&a, "acl", &convo).await), "new");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let locks = redis.command(&["KEYS", "foldgate:lock:*"]).unwrap();
+    assert!(
+        locks.starts_with("*0"),
+        "the fold lock is released: {locks}"
+    );
+    let states = redis.command(&["KEYS", "foldgate:state:*"]).unwrap();
+    assert!(states.contains("acl"), "the state is written: {states}");
+    for fg in [&b, &a, &b] {
+        convo.next_turn("next");
+        assert_eq!(label(&chat(fg, "acl", &convo).await), "reused");
+    }
+    assert_eq!(llm.summarizer_calls(), 1);
+}

@@ -60,6 +60,7 @@ mod recall_inject;
 mod recall_meaning;
 mod recall_room;
 mod redis_failover;
+mod redis_round_trips;
 mod shallow_props;
 mod soak_short;
 mod state_redis;

@@ -431,7 +431,10 @@ pub struct StateConfig {
     /// (about 2 KB a stub); a stub unused for 10 minutes leaves it.
     pub stubs_bytes: u64,
     /// Redis: the longest a replica serves a cached state without asking
-    /// Redis whether another replica superseded it.
+    /// Redis whether another replica superseded it, while it cannot be told
+    /// (its subscription to state changes is down). While subscribed, a
+    /// replica serves its cached state until told it changed, asking again
+    /// once a quarter of `ttl` to renew the state's expiry.
     #[serde(with = "humantime_serde")]
     pub refresh: Duration,
     /// Redis: expiry of a conversation's cross-replica fold lock; the holder

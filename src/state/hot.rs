@@ -16,6 +16,9 @@ pub(super) struct Slot {
     pub chain: Option<Arc<FoldChain>>,
     /// When the backend last confirmed this (read, written or touched).
     pub synced: Instant,
+    /// For Redis, the invalidation epoch it was read in (see
+    /// `redis::watch`); 0, never trusted, elsewhere.
+    pub epoch: u64,
 }
 
 /// Bounded by weight, forgotten after `state.ttl` idle.
@@ -46,13 +49,24 @@ impl Hot {
 
     /// Records what the backend holds now.
     pub fn put(&self, key: &ConvKey, chain: Option<Arc<FoldChain>>) {
+        self.put_at(key, chain, 0);
+    }
+
+    /// Records what the backend holds now, read in `epoch`.
+    pub fn put_at(&self, key: &ConvKey, chain: Option<Arc<FoldChain>>, epoch: u64) {
         self.cache.insert(
             key.clone(),
             Slot {
                 chain,
                 synced: Instant::now(),
+                epoch,
             },
         );
+    }
+
+    /// Forgets a conversation: the next read asks the backend.
+    pub fn forget(&self, key: &ConvKey) {
+        self.cache.invalidate(key);
     }
 
     /// Records what the backend said on a miss, unless a newer answer
@@ -63,6 +77,7 @@ impl Hot {
             .or_insert_with(|| Slot {
                 chain,
                 synced: Instant::now(),
+                epoch: 0,
             })
             .into_value()
             .chain

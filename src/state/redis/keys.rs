@@ -3,7 +3,9 @@
 //! `{tenant:conversation}`, so on a Redis Cluster they live on one slot
 //! and a Lua script or transaction over them never crosses slots. The one
 //! global key, the learned windows hash, is a single key: read whole at
-//! start, written one field at a time.
+//! start, written one field at a time. One pub/sub channel, [`FOLDED`],
+//! tells every replica which state changed (a cluster carries a published
+//! message to every node).
 
 use crate::state::ConvKey;
 
@@ -16,6 +18,9 @@ pub(crate) const ARCHIVE: &str = "foldgate:archive:";
 /// The hash of learned context windows, model id → window (no expiry:
 /// a model's window outlives any conversation).
 pub(crate) const WINDOWS: &str = "foldgate:windows";
+
+/// The channel each state write is announced on, with the state's key.
+pub(crate) const FOLDED: &str = "foldgate:folded";
 
 /// `PREFIX{tenant:conversation}`.
 pub(crate) fn tagged(prefix: &str, key: &ConvKey) -> String {

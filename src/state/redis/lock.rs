@@ -21,7 +21,7 @@ fn lock_key(key: &ConvKey) -> String {
 }
 
 /// A token no other holder has: random per process, counted per lock.
-fn token() -> String {
+pub(super) fn token() -> String {
     static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let seed = *SEED.get_or_init(|| {

@@ -1,7 +1,10 @@
 //! The Redis store: fold states shared by every replica, with a
 //! cross-replica fold lock ([`lock`]). Each replica keeps the in-process
-//! layer in front and serves from it for at most `state.refresh` before
-//! asking Redis again, and always asks Redis while it holds the fold lock.
+//! layer in front and serves from it without asking Redis while its
+//! subscription to state changes ([`watch`]) says nothing changed (asking
+//! again once a quarter of `state.ttl` to renew the state's expiry); while
+//! that subscription is down, for at most `state.refresh`. It always asks
+//! Redis while it holds the fold lock.
 //!
 //! Redis is never allowed to fail a request: every command is bounded by
 //! `state.timeout`; the first failure marks Redis down (one warning), after
@@ -11,12 +14,13 @@
 mod conn;
 pub(crate) mod keys;
 mod lock;
+mod watch;
 
 pub(crate) use conn::Conn;
 
 use super::hot::Hot;
 use super::{BoxFuture, ConvKey, Flights, FoldGuard, ListQuery, Page, Store};
-use crate::config::StateConfig;
+use crate::config::{RedisTarget, StateConfig};
 use crate::fold::FoldChain;
 use crate::state::StoreError;
 use std::collections::HashSet;
@@ -24,6 +28,13 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
+
+/// Writes a state (`KEYS[1]`: JSON, expiry in ms) and publishes
+/// `ARGV[4]` on the channel `ARGV[3]`. A publish the server refuses (an
+/// ACL user without channel rights: Redis 7's default for new users) does
+/// not fail the write; the replicas, unable to subscribe either, fall back
+/// to `state.refresh`.
+const PUBLISH: &str = "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) redis.pcall('publish', ARGV[3], ARGV[4]) return 1";
 
 /// How often the probe pings a Redis marked down.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
@@ -42,8 +53,13 @@ struct Inner {
     /// Conversations whose fold lock this replica holds: their loads go to
     /// Redis, because another replica may have folded while we waited.
     held: Mutex<HashSet<ConvKey>>,
+    /// Whether cached states are known current (pub/sub invalidation).
+    watch: watch::Watch,
     ttl_ms: u64,
     refresh: Duration,
+    /// How long a trusted cached state is served before it is read again,
+    /// which renews its idle expiry in Redis: a quarter of `state.ttl`.
+    renew: Duration,
     lock_ttl: Duration,
     lock_wait: Duration,
     timeout: Duration,
@@ -79,19 +95,30 @@ impl RedisStore {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| StoreError::NoRuntime("state.backend = \"redis\""))?;
         let conn = Conn::open(url, config.timeout)?;
+        // Conn::open has checked the URL.
+        let target = RedisTarget::parse(url).ok();
         let inner = Arc::new(Inner {
             hot: Hot::new(config),
             flights: Flights::default(),
             conn,
             healthy: AtomicBool::new(true),
             held: Mutex::new(HashSet::new()),
+            watch: watch::Watch::new(lock::token()),
             ttl_ms: u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX),
             refresh: config.refresh,
+            renew: config.ttl / 4,
             lock_ttl: config.lock_ttl,
             lock_wait: config.lock_wait,
             timeout: config.timeout,
         });
         runtime.spawn(probe(Arc::downgrade(&inner)));
+        if let Some(target) = target {
+            runtime.spawn(watch::listen(
+                Arc::downgrade(&inner),
+                target,
+                config.timeout,
+            ));
+        }
         tracing::info!(target: "foldgate::state", "fold states in Redis, shared by replicas");
         Ok(Self { inner })
     }
@@ -152,35 +179,69 @@ impl Inner {
         }
     }
 
+    /// Writes the state and tells every replica it changed, in one script.
     async fn publish(&self, key: &ConvKey, chain: &FoldChain) {
         let Ok(json) = serde_json::to_vec(chain) else {
             return;
         };
         let mut conn = self.conn();
-        let cmd = redis::cmd("SET")
-            .arg(state_key(key))
+        let state = state_key(key);
+        let script = redis::Script::new(PUBLISH);
+        let mut call = script.key(&state);
+        let call = call
             .arg(json)
-            .arg("PX")
             .arg(self.ttl_ms)
-            .clone();
-        let _: Result<(), _> = self.op("SET", cmd.query_async(&mut conn)).await;
+            .arg(keys::FOLDED)
+            .arg(watch::message(self.watch.origin(), &state));
+        let _: Result<i64, _> = self.op("save", call.invoke_async(&mut conn)).await;
+    }
+
+    /// Another replica changed `message`'s state: forget ours.
+    fn changed(&self, message: &[u8]) {
+        let Ok(message) = std::str::from_utf8(message) else {
+            return;
+        };
+        let Some((origin, state)) = message.split_once(' ') else {
+            return;
+        };
+        if origin == self.watch.origin() {
+            return;
+        }
+        if let Some(key) = keys::parse(keys::STATE, state) {
+            self.watch.heard();
+            self.hot.forget(&key);
+        }
+    }
+
+    /// Caches what a read started at `mark` returned; trusted only if no
+    /// change was heard meanwhile (checked after caching, so a change heard
+    /// between the read and the caching is never missed).
+    fn remember(&self, key: &ConvKey, chain: Option<Arc<FoldChain>>, mark: watch::Mark) {
+        self.hot.put_at(key, chain, mark.epoch());
+        if self.watch.settle(mark) == watch::UNTRUSTED {
+            self.hot.forget(key);
+        }
     }
 
     async fn load(&self, key: &ConvKey) -> Option<Arc<FoldChain>> {
         let slot = self.hot.get(key);
         let held = self.is_held(key);
         if let Some(slot) = &slot {
-            if !held
-                && (slot.synced.elapsed() < self.refresh || !self.healthy.load(Ordering::Relaxed))
-            {
+            let bound = if self.watch.trusts(slot.epoch) {
+                self.renew
+            } else {
+                self.refresh
+            };
+            if !held && (slot.synced.elapsed() < bound || !self.healthy.load(Ordering::Relaxed)) {
                 return slot.chain.clone();
             }
         }
         let local = slot.and_then(|s| s.chain);
+        let mark = self.watch.mark();
         match self.fetch(key).await {
             Ok(Some(chain)) => {
                 let chain = Arc::new(chain);
-                self.hot.put(key, Some(chain.clone()));
+                self.remember(key, Some(chain.clone()), mark);
                 Some(chain)
             }
             // Redis lost it (restarted, or evicted under memory pressure)
@@ -189,7 +250,7 @@ impl Inner {
                 if let Some(chain) = &local {
                     self.publish(key, chain).await;
                 }
-                self.hot.put(key, local.clone());
+                self.remember(key, local.clone(), mark);
                 local
             }
             Err(_) => local,
@@ -315,7 +376,11 @@ impl Store for RedisStore {
 
     fn save<'a>(&'a self, key: &'a ConvKey, chain: Arc<FoldChain>) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            self.inner.hot.put(key, Some(chain.clone()));
+            // A read of this conversation in flight may return the state
+            // this replaces: it must not be cached as current.
+            self.inner.watch.heard();
+            let epoch = self.inner.watch.now();
+            self.inner.hot.put_at(key, Some(chain.clone()), epoch);
             // Written through: the fold lock is released after this, and the
             // next holder must find the new state in Redis.
             self.inner.publish(key, &chain).await;

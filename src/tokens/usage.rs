@@ -6,7 +6,9 @@
 
 use crate::sse::{self, Events, Framing};
 use bytes::Bytes;
-use serde_json::{Map, Value};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::Value;
+use std::fmt;
 
 /// Largest JSON body buffered; past it the scanner gives up (a chat
 /// completion this large is rare and one missed observation costs nothing).
@@ -168,15 +170,86 @@ impl UsageShape {
         })
     }
 
-    /// The prompt tokens of a usage object's text.
+    /// The prompt tokens of a usage object's text: read as a typed
+    /// record of the members the shape names, the others skipped, not
+    /// built into a map (2,950 instructions an answer as a `Map`, ~600
+    /// this way, on chat completions' usage; docs/benchmarks.md).
     fn count(self, usage: &str) -> Option<u32> {
-        let usage: Map<String, Value> = serde_json::from_str(usage).ok()?;
-        let number = |name: &str| usage.get(name).and_then(Value::as_u64);
-        let tokens = u32::try_from(number(self.tokens)?).ok()?;
-        let added = self.added.iter().filter_map(|name| number(name));
+        let mut de = serde_json::Deserializer::from_str(usage);
+        let counts = de.deserialize_map(Counts(self)).ok()?;
+        de.end().ok()?;
+        let tokens = u32::try_from(counts.tokens?).ok()?;
+        let added = counts.added.into_iter().flatten();
         Some(added.fold(tokens, |sum, n| {
             sum.saturating_add(u32::try_from(n).unwrap_or(u32::MAX))
         }))
+    }
+}
+
+/// Most [`UsageShape::added`] members read.
+const MAX_ADDED: usize = 4;
+
+/// A usage object's members a [`UsageShape`] names, each as an unsigned
+/// number when it is one (the last of a member named twice, as a map
+/// would keep it).
+#[derive(Default)]
+struct Read {
+    tokens: Option<u64>,
+    added: [Option<u64>; MAX_ADDED],
+}
+
+/// Reads a usage object into [`Read`].
+struct Counts(UsageShape);
+
+impl<'de> Visitor<'de> for Counts {
+    type Value = Read;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a usage object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read, A::Error> {
+        let mut read = Read::default();
+        while let Some(key) = map.next_key_seed(Member(self.0))? {
+            let slot = match key {
+                Some(0) => &mut read.tokens,
+                Some(i) => &mut read.added[i - 1],
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = map.next_value::<Value>()?.as_u64();
+        }
+        Ok(read)
+    }
+}
+
+/// A usage object's key: `Some(0)` for [`UsageShape::tokens`], `Some(i)`
+/// for the `i`-th of [`UsageShape::added`] (from 1), `None` for another.
+struct Member(UsageShape);
+
+impl<'de> DeserializeSeed<'de> for Member {
+    type Value = Option<usize>;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Option<usize>, D::Error> {
+        de.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for Member {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Option<usize>, E> {
+        if key == self.0.tokens {
+            return Ok(Some(0));
+        }
+        let mut added = self.0.added.iter().take(MAX_ADDED);
+        Ok(added.position(|name| *name == key).map(|i| i + 1))
     }
 }
 

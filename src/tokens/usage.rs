@@ -6,7 +6,7 @@
 
 use crate::sse::{self, Events, Framing};
 use bytes::Bytes;
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::fmt;
 
@@ -118,9 +118,9 @@ pub struct UsageReader {
 /// Where an API's answers report their prompt tokens, for the common
 /// case: the object under [`Self::field`] of the answer (or of an object
 /// one level down, or of the last element of an array of answers), its
-/// [`Self::tokens`] member plus the [`Self::added`] ones. Only that object
-/// is parsed; the rest of the answer (its choices, its text) is only
-/// delimited ([`crate::shallow`]).
+/// [`Self::tokens`] member plus the [`Self::added`] ones. The answer is
+/// read in one pass that builds nothing: the rest of it (its choices, its
+/// text) is only checked and skipped.
 #[derive(Debug, Clone, Copy)]
 pub struct UsageShape {
     /// The member holding the usage object (`usage`); an event without it
@@ -153,67 +153,73 @@ impl UsageShape {
         self.object_prompt_tokens(text)
     }
 
-    /// [`Self::prompt_tokens`] of one object's text.
+    /// [`Self::prompt_tokens`] of one object's text, read in one pass by
+    /// the JSON parser: the members the shape names are read, the others
+    /// skipped, nothing is built (a `Map` of the usage object and the
+    /// answer's members delimited first cost 7,700 instructions on the
+    /// chat bench's answer; docs/benchmarks.md).
     fn object_prompt_tokens(self, text: &str) -> Option<u32> {
-        let members = crate::shallow::members(text)?;
-        let value = |name: &str| {
-            members
-                .iter()
-                .find(|(key, _)| key == name)
-                .map(|(_, value)| *value)
-        };
-        let own = value(self.field).and_then(|usage| self.count(usage));
-        own.or_else(|| {
-            self.within
-                .iter()
-                .find_map(|name| value(name).and_then(|inner| self.object_prompt_tokens(inner)))
-        })
-    }
-
-    /// The prompt tokens of a usage object's text: read as a typed
-    /// record of the members the shape names, the others skipped, not
-    /// built into a map (2,950 instructions an answer as a `Map`, ~600
-    /// this way, on chat completions' usage; docs/benchmarks.md).
-    fn count(self, usage: &str) -> Option<u32> {
-        let mut de = serde_json::Deserializer::from_str(usage);
-        let counts = de.deserialize_map(Counts(self)).ok()?;
+        let mut de = serde_json::Deserializer::from_str(text);
+        let found = de.deserialize_map(Answer(self)).ok()?;
         de.end().ok()?;
-        let tokens = u32::try_from(counts.tokens?).ok()?;
-        let added = counts.added.into_iter().flatten();
-        Some(added.fold(tokens, |sum, n| {
-            sum.saturating_add(u32::try_from(n).unwrap_or(u32::MAX))
-        }))
+        found
     }
 }
 
-/// Most [`UsageShape::added`] members read.
-const MAX_ADDED: usize = 4;
+/// Most [`UsageShape::added`] and [`UsageShape::within`] names read.
+const MAX_NAMES: usize = 4;
 
-/// A usage object's members a [`UsageShape`] names, each as an unsigned
-/// number when it is one (the last of a member named twice, as a map
-/// would keep it).
-#[derive(Default)]
-struct Read {
-    tokens: Option<u64>,
-    added: [Option<u64>; MAX_ADDED],
+/// An answer object: the count of its first [`UsageShape::field`]
+/// member when that is a usage object with the count, else of its first
+/// [`UsageShape::within`] member that has one (in the shape's order).
+struct Answer(UsageShape);
+
+impl<'de> Visitor<'de> for Answer {
+    type Value = Option<u32>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an answer object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<u32>, A::Error> {
+        let shape = self.0;
+        let mut own: Option<Option<u32>> = None;
+        let mut inner: [Option<Option<u32>>; MAX_NAMES] = [None; MAX_NAMES];
+        while let Some(key) = map.next_key_seed(Named(shape.field, shape.within))? {
+            match key {
+                Some(0) if own.is_none() => own = Some(map.next_value_seed(IfObject(Usage(shape)))?),
+                Some(i) if inner[i - 1].is_none() => {
+                    inner[i - 1] = Some(map.next_value_seed(IfObject(Answer(shape)))?);
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(own.flatten().or_else(|| inner.into_iter().flatten().flatten().next()))
+    }
 }
 
-/// Reads a usage object into [`Read`].
-struct Counts(UsageShape);
+/// A usage object: its [`UsageShape::tokens`] member plus the
+/// [`UsageShape::added`] ones, each read when it is an unsigned number
+/// (the last of a member named twice, as a map keeps it).
+struct Usage(UsageShape);
 
-impl<'de> Visitor<'de> for Counts {
-    type Value = Read;
+impl<'de> Visitor<'de> for Usage {
+    type Value = Option<u32>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a usage object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read, A::Error> {
-        let mut read = Read::default();
-        while let Some(key) = map.next_key_seed(Member(self.0))? {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<u32>, A::Error> {
+        let shape = self.0;
+        let mut tokens = None;
+        let mut added: [Option<u64>; MAX_NAMES] = [None; MAX_NAMES];
+        while let Some(key) = map.next_key_seed(Named(shape.tokens, shape.added))? {
             let slot = match key {
-                Some(0) => &mut read.tokens,
-                Some(i) => &mut read.added[i - 1],
+                Some(0) => &mut tokens,
+                Some(i) => &mut added[i - 1],
                 None => {
                     map.next_value::<IgnoredAny>()?;
                     continue;
@@ -221,15 +227,74 @@ impl<'de> Visitor<'de> for Counts {
             };
             *slot = map.next_value::<Value>()?.as_u64();
         }
-        Ok(read)
+        let Some(tokens) = tokens.and_then(|n| u32::try_from(n).ok()) else {
+            return Ok(None);
+        };
+        Ok(Some(added.into_iter().flatten().fold(tokens, |sum, n| {
+            sum.saturating_add(u32::try_from(n).unwrap_or(u32::MAX))
+        })))
     }
 }
 
-/// A usage object's key: `Some(0)` for [`UsageShape::tokens`], `Some(i)`
-/// for the `i`-th of [`UsageShape::added`] (from 1), `None` for another.
-struct Member(UsageShape);
+/// What `V` reads of an object; `None` for any other value, read and
+/// dropped.
+struct IfObject<V>(V);
 
-impl<'de> DeserializeSeed<'de> for Member {
+impl<'de, V: Visitor<'de, Value = Option<u32>>> DeserializeSeed<'de> for IfObject<V> {
+    type Value = Option<u32>;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Option<u32>, D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de, V: Visitor<'de, Value = Option<u32>>> Visitor<'de> for IfObject<V> {
+    type Value = Option<u32>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Option<u32>, A::Error> {
+        self.0.visit_map(map)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<u32>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Option<u32>, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Option<u32>, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Option<u32>, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Option<u32>, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Option<u32>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Option<u32>, E> {
+        Ok(None)
+    }
+}
+
+/// An object's key: `Some(0)` for the first name, `Some(i)` for the
+/// `i`-th of the others (from 1, at most [`MAX_NAMES`]), `None` for
+/// another key.
+struct Named(&'static str, &'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for Named {
     type Value = Option<usize>;
 
     fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Option<usize>, D::Error> {
@@ -237,7 +302,7 @@ impl<'de> DeserializeSeed<'de> for Member {
     }
 }
 
-impl Visitor<'_> for Member {
+impl Visitor<'_> for Named {
     type Value = Option<usize>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -245,11 +310,11 @@ impl Visitor<'_> for Member {
     }
 
     fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Option<usize>, E> {
-        if key == self.0.tokens {
+        if key == self.0 {
             return Ok(Some(0));
         }
-        let mut added = self.0.added.iter().take(MAX_ADDED);
-        Ok(added.position(|name| *name == key).map(|i| i + 1))
+        let mut others = self.1.iter().take(MAX_NAMES);
+        Ok(others.position(|name| *name == key).map(|i| i + 1))
     }
 }
 

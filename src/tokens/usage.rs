@@ -384,6 +384,28 @@ mod tests {
         assert_eq!(scan(false, &[cut]), None);
     }
 
+    /// The answer's first usage member counts, however its key is
+    /// escaped; one that is not an object leaves the count to the shape's
+    /// inner answers; a count named twice in the usage object counts its
+    /// last value, as a map of it would.
+    #[test]
+    fn members_read_as_a_map_of_them_would() {
+        let twice = br#"{"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":2}}"#;
+        assert_eq!(scan(false, &[twice]), Some(1));
+        let escaped = br#"{"us\u0061ge":{"prompt\u005ftokens":4}}"#;
+        assert_eq!(scan(false, &[escaped]), Some(4));
+        let null_then_inner = br#"{"usage":null,"response":{"usage":{"input_tokens":3}}}"#;
+        assert_eq!(scan_as("responses", false, &[null_then_inner]), Some(3));
+        let last = br#"{"usage":{"prompt_tokens":5,"prompt_tokens":6,"x":[{"y":"}"}]}}"#;
+        assert_eq!(scan(false, &[last]), Some(6));
+        let broken_after = br#"{"usage":{"prompt_tokens":5},"choices":[tru]}"#;
+        assert_eq!(scan(false, &[broken_after]), None);
+        let big = br#"{"usage":{"prompt_tokens":4294967296}}"#;
+        assert_eq!(scan(false, &[big]), None);
+        let cached = br#"{"usage":{"input_tokens":4294967295,"cache_read_input_tokens":9}}"#;
+        assert_eq!(scan_as("anthropic", false, &[cached]), Some(u32::MAX));
+    }
+
     #[test]
     fn json_too_large_gives_up() {
         let body = vec![b' '; MAX_JSON_BYTES];

@@ -181,7 +181,12 @@ pub(super) fn compress_settings(
     keyed: bool,
     api: Api,
 ) -> Option<Compress> {
+    // The cheap conditions first: most requests have no archive below
+    // them, and the settings' lookup then costs nothing.
+    if !(keyed && app.archive.enabled()) {
+        return None;
+    }
     let mut settings = app.config.compress_for(provider, model);
     settings.assistant &= api.compresses_answers();
-    (settings.active() && app.archive.enabled() && keyed).then_some(settings)
+    settings.active().then_some(settings)
 }

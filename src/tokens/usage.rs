@@ -188,7 +188,7 @@ impl<'de> Visitor<'de> for Answer {
         while let Some(key) = map.next_key_seed(Named(shape.field, shape.within))? {
             match key {
                 Some(0) if own.is_none() => own = Some(map.next_value_seed(IfObject(Usage(shape)))?),
-                Some(i) if inner[i - 1].is_none() => {
+                Some(i) if i > 0 && inner[i - 1].is_none() => {
                     inner[i - 1] = Some(map.next_value_seed(IfObject(Answer(shape)))?);
                 }
                 _ => {

@@ -187,7 +187,9 @@ impl<'de> Visitor<'de> for Answer {
         let mut inner: [Option<Option<u32>>; MAX_NAMES] = [None; MAX_NAMES];
         while let Some(key) = map.next_key_seed(Named(shape.field, shape.within))? {
             match key {
-                Some(0) if own.is_none() => own = Some(map.next_value_seed(IfObject(Usage(shape)))?),
+                Some(0) if own.is_none() => {
+                    own = Some(map.next_value_seed(IfObject(Usage(shape)))?)
+                }
                 Some(i) if i > 0 && inner[i - 1].is_none() => {
                     inner[i - 1] = Some(map.next_value_seed(IfObject(Answer(shape)))?);
                 }
@@ -196,7 +198,9 @@ impl<'de> Visitor<'de> for Answer {
                 }
             }
         }
-        Ok(own.flatten().or_else(|| inner.into_iter().flatten().flatten().next()))
+        Ok(own
+            .flatten()
+            .or_else(|| inner.into_iter().flatten().flatten().next()))
     }
 }
 

@@ -155,9 +155,10 @@ impl UsageShape {
 
     /// [`Self::prompt_tokens`] of one object's text, read in one pass by
     /// the JSON parser: the members the shape names are read, the others
-    /// skipped, nothing is built (a `Map` of the usage object and the
-    /// answer's members delimited first cost 7,700 instructions on the
-    /// chat bench's answer; docs/benchmarks.md).
+    /// skipped, nothing is built: 5,350 instructions on the chat bench's
+    /// answer, where a `Map` of the usage object after the answer's
+    /// members were delimited cost 7,700 (docs/benchmarks.md; the
+    /// delimiting reader with this typed count may cost less).
     fn object_prompt_tokens(self, text: &str) -> Option<u32> {
         let mut de = serde_json::Deserializer::from_str(text);
         let found = de.deserialize_map(Answer(self)).ok()?;

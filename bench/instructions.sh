@@ -11,7 +11,8 @@
 # (one thread, 4 connections) sending the 32 KB bodies of bench/*-32k.lua
 # to an nginx that answers at once; counters are zeroed after a warm-up.
 # Usage: bench/instructions.sh [seconds]
-# With BASELINE_BIN=path/to/an/older/foldgate, that binary gets rows too.
+# With BASELINE_BIN=path/to/an/older/foldgate, that binary gets rows too
+# (several paths, space-separated: rows baseline, baseline2, …, in order).
 # FOLDGATE_BIN / BARE_BIN run prebuilt binaries instead of building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,14 +76,17 @@ routes() {
   next_port; run "$1-gemini" /v1beta/models/gemini-2.5-flash:generateContent gemini-32k.lua "$2" serve --config "$WORK/foldgate-gemini.toml"
 }
 routes foldgate "$BIN"
-[ -n "${BASELINE_BIN:-}" ] && routes baseline "$BASELINE_BIN"
+n=0
+for bin in ${BASELINE_BIN:-}; do
+  n=$((n + 1)); routes "baseline$([ "$n" -gt 1 ] && echo "$n")" "$bin"
+done
 
 printf '\n%s, callgrind, wrk -c4, %ss a row after a 3 s warm-up\n\n' "$(date -u +%F)" "$DURATION"
 echo "| target | instructions/request | vs hyper-bare | vs its forward-only path | vs its chat path |"
 echo "|---|---:|---:|---:|---:|"
 for row in "${ROWS[@]}"; do
   base=${row%%-*}; json=0; chat=0
-  case $base in foldgate|baseline) json=${IR[$base-json]}; chat=${IR[$base]} ;; esac
+  case $base in foldgate|baseline*) json=${IR[$base-json]}; chat=${IR[$base]} ;; esac
   awk -v row="$row" -v ir="${IR[$row]}" -v bare="${IR[hyper-bare]}" -v json="$json" -v chat="$chat" 'BEGIN {
     j = json > 0 ? sprintf("%.2fx", ir / json) : "–"; c = chat > 0 ? sprintf("%.2fx", ir / chat) : "–"
     printf "| %s | %d | %.2fx | %s | %s |\n", row, ir, ir / bare, j, c }'

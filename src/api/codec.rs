@@ -176,10 +176,13 @@ pub struct Decoded {
     /// The conversation as the fold engine reads it: chat-completions
     /// messages, one per unit.
     pub messages: Vec<Value>,
-    /// Each engine message's identity, stable across turns; `None` for
-    /// chat completions, whose messages the caller hashes as the client
-    /// wrote them (the fast path has their raw text).
-    pub ids: Option<Vec<MessageId>>,
+    /// Each pinned field's identity, in order, made as it was read; `None`
+    /// for chat completions, whose messages are their own items. The
+    /// other engine messages' identities are their wire items' hashes,
+    /// made only when asked ([`Decoded::ids`]): a request the fast path
+    /// read has them already, so its items are not encoded and hashed
+    /// again on every full-path request.
+    pub pinned_ids: Option<Vec<MessageId>>,
     /// The original items behind the engine's messages (`None`: chat
     /// completions, whose messages are the items).
     pub wire: Option<Wire>,
@@ -195,6 +198,23 @@ impl Decoded {
     /// The top-level fields the estimate and the budget read.
     pub fn estimate_fields(&self) -> &Map<String, Value> {
         self.estimate_fields.as_ref().unwrap_or(&self.fields)
+    }
+
+    /// Each engine message's identity, stable across turns: the hash of
+    /// the wire items it stands for ([`unit_id`]), a pinned field's as
+    /// read, a chat message's its own ([`crate::message::message_id`]).
+    pub fn ids(&self) -> Vec<MessageId> {
+        let (Some(wire), Some(pinned)) = (&self.wire, &self.pinned_ids) else {
+            return crate::message::ids_of(&self.messages);
+        };
+        let mut pinned = pinned.iter();
+        wire.units
+            .iter()
+            .map(|unit| match unit {
+                Some(range) => unit_id(&wire.items[range.clone()]),
+                None => pinned.next().copied().unwrap_or_default(),
+            })
+            .collect()
     }
 }
 
@@ -416,7 +436,8 @@ pub(super) fn estimate_fields(
 #[derive(Default)]
 pub(super) struct Units {
     messages: Vec<Value>,
-    ids: Vec<MessageId>,
+    /// The pinned fields' identities.
+    pinned: Vec<MessageId>,
     ranges: Vec<Option<Range<usize>>>,
 }
 
@@ -425,15 +446,15 @@ impl Units {
     pub(super) fn pin(&mut self, name: &str, field: Option<&Value>) {
         if let Some((message, id)) = field.and_then(|f| pinned_unit(name, f)) {
             self.messages.push(message);
-            self.ids.push(id);
+            self.pinned.push(id);
             self.ranges.push(None);
         }
     }
 
-    /// The engine message for `items[range]`.
-    pub(super) fn push(&mut self, message: Value, items: &[Value], range: Range<usize>) {
+    /// The engine message for `items[range]` (its identity is made only
+    /// when asked, [`Decoded::ids`]).
+    pub(super) fn push(&mut self, message: Value, range: Range<usize>) {
         self.messages.push(message);
-        self.ids.push(unit_id(&items[range.clone()]));
         self.ranges.push(Some(range));
     }
 
@@ -448,7 +469,7 @@ impl Units {
         Decoded {
             fields,
             messages: self.messages,
-            ids: Some(self.ids),
+            pinned_ids: Some(self.pinned),
             wire: Some(Wire {
                 items,
                 units: self.ranges,

@@ -117,9 +117,7 @@ pub fn codec(api: &str, bytes: &[u8]) -> Result<CodecRead, String> {
         )
         .map_err(|e| e.to_string())?;
     let reencoded = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
-    let ids = decoded
-        .ids
-        .unwrap_or_else(|| crate::message::ids_of(&decoded.messages));
+    let ids = decoded.ids();
     Ok(CodecRead {
         messages: decoded.messages,
         units,

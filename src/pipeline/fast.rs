@@ -181,7 +181,13 @@ pub(super) fn compress_settings(
     keyed: bool,
     api: Api,
 ) -> Option<Compress> {
+    // The cheap conditions first: without an archive or a key the
+    // settings are not looked up (with both, as in bench/instructions.sh,
+    // this saves nothing).
+    if !(keyed && app.archive.enabled()) {
+        return None;
+    }
     let mut settings = app.config.compress_for(provider, model);
     settings.assistant &= api.compresses_answers();
-    (settings.active() && app.archive.enabled() && keyed).then_some(settings)
+    settings.active().then_some(settings)
 }

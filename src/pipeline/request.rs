@@ -11,7 +11,7 @@ use crate::api::Api;
 use crate::api::codec::{Decoded, Wire};
 use crate::app::App;
 use crate::error::ApiError;
-use crate::message::{ids_of, roles_of};
+use crate::message::roles_of;
 use crate::upstream::Provider;
 use bytes::Bytes;
 use http::HeaderMap;
@@ -93,7 +93,7 @@ impl ConvRequest {
                 });
             }
         }
-        let mut decoded = api.decode_at(&path, &bytes)?;
+        let decoded = api.decode_at(&path, &bytes)?;
         let fields = decoded.estimate_fields();
         // The body's model, else the path's (an Azure deployment).
         let model = fields
@@ -106,10 +106,7 @@ impl ConvRequest {
         let estimate = app
             .tokens
             .estimate_messages(&model, &decoded.messages, fields);
-        let ids = decoded
-            .ids
-            .take()
-            .unwrap_or_else(|| ids_of(&decoded.messages));
+        let ids = decoded.ids();
         let look = match decoded.opaque {
             Some(why) => {
                 tracing::debug!(api = api.name(), why, "forwarded untouched");
@@ -334,7 +331,7 @@ impl ConvRequest {
                 *decoded = Some(Box::new(self.api.decode_at(&self.path, &self.bytes)?));
             }
             let Stage::Raw {
-                mut look,
+                look,
                 decoded: Some(decoded),
             } = std::mem::replace(&mut self.stage, Stage::Upgrading)
             else {
@@ -347,20 +344,12 @@ impl ConvRequest {
                 messages,
                 wire,
                 estimate_fields,
-                ids,
                 ..
             } = *decoded;
             // The fast path reads the units, identities and roles the
             // decoder reads (tests/shallow_props.rs): the decision takes
-            // them from the look. Where the decoder hashed its units anyway
-            // and they differ, the decoder's reading wins.
-            if let Some(ids) = ids.filter(|ids| fast && *ids != look.ids) {
-                tracing::warn!(api = self.api.name(), "the fast path misread the units");
-                let fields = estimate_fields.as_ref().unwrap_or(&fields);
-                look.estimate = app.tokens.estimate_messages(&self.model, &messages, fields);
-                look.ids = ids;
-                look.roles = roles_of(&messages);
-            }
+            // them from the look, and the decoder's items are not hashed
+            // again.
             let turn = FoldRequest::new(
                 app.clone(),
                 look,

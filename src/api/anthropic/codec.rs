@@ -100,7 +100,7 @@ pub fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
     let mut units = Units::default();
     units.pin("system", fields.get("system"));
     for (i, item) in items.iter().enumerate() {
-        units.push(engine_message(item), &items, i..i + 1);
+        units.push(engine_message(item), i..i + 1);
     }
     let estimate = estimate_fields(&fields, model, "input_schema", "max_tokens");
     Ok(units.decoded(fields, items, estimate, None))

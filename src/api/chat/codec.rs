@@ -14,7 +14,7 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, ApiError> {
     Ok(Decoded {
         fields,
         messages,
-        ids: None,
+        pinned_ids: None,
         wire: None,
         estimate_fields: None,
         opaque: None,

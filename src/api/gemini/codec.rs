@@ -68,7 +68,7 @@ pub fn decode(mut fields: Map<String, Value>, model: &str) -> Result<Decoded, Ap
     for (i, item) in items.iter().enumerate() {
         let message = engine_message(i, item, i.checked_sub(1).filter(|_| after_calls));
         after_calls = makes_calls(&message);
-        units.push(message, &items, i..i + 1);
+        units.push(message, i..i + 1);
     }
     let estimate = estimate_fields(&fields, Some(model));
     Ok(units.decoded(fields, items, estimate, None))

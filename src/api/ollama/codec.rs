@@ -24,7 +24,7 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, ApiError> {
     let items = take_array(&mut fields, "messages");
     let mut units = Units::default();
     for (i, item) in items.iter().enumerate() {
-        units.push(engine_message(item, i), &items, i..i + 1);
+        units.push(engine_message(item, i), i..i + 1);
     }
     Ok(units.decoded(fields, items, estimate, None))
 }

@@ -46,7 +46,7 @@ pub fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
     units.pin("instructions", fields.get("instructions"));
     let shapes: Vec<Shape> = items.iter().map(shape).collect();
     for range in unit_ranges(&shapes) {
-        units.push(engine_message(&items[range.clone()]), &items, range);
+        units.push(engine_message(&items[range.clone()]), range);
     }
     let estimate = estimate_fields(&fields, model, "parameters", "max_output_tokens");
     Ok(units.decoded(fields, items, estimate, opaque))

@@ -435,8 +435,7 @@ pub async fn run(window: u32, archive: &str) -> Tally {
             let stemmed = bm25(&texts, &q.text, KS[2], true);
             for (n, k) in KS.iter().enumerate() {
                 tally.bm25[n] += usize::from(top.iter().take(*k).any(|&i| i == q.evidence));
-                tally.stemmed[n] +=
-                    usize::from(stemmed.iter().take(*k).any(|&i| i == q.evidence));
+                tally.stemmed[n] += usize::from(stemmed.iter().take(*k).any(|&i| i == q.evidence));
             }
             let body = json!({"model": "bench-model", "messages": messages, "max_tokens": 200});
             post_json(&url, &[("x-conversation-id", id.as_str())], &body)
@@ -476,6 +475,14 @@ pub async fn run(window: u32, archive: &str) -> Tally {
                 tally.reachable[n] += usize::from(shown || found);
             }
             tally.stem_reachable += usize::from(q.shares_stem && (shown || at.is_some()));
+            if std::env::var_os("FIDELITY_DUMP").is_some() && !shown {
+                println!(
+                    "not in view ({window}, {archive:?}): {:?} recall rank {at:?}, evidence {:?}, injected {:?}",
+                    q.text,
+                    q.sentence,
+                    injected.map(|b| b.len())
+                );
+            }
         }
     }
     tally

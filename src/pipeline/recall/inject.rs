@@ -16,10 +16,11 @@ use super::room::{self, Fit};
 use crate::app::App;
 use crate::archive::query::{self, Query};
 use crate::archive::{Excerpt, Hit};
+use crate::config::RecallMode;
 use crate::fold::extract::message_text;
 use crate::fold::view::Item;
 use crate::message::{Role, is_role};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::collections::HashSet;
 
 /// The block's first line: what it is and why it is there.
@@ -52,10 +53,9 @@ pub(in crate::pipeline) async fn plan(
     request: &ConvRequest,
     prepared: &Prepared,
 ) -> Option<Injection> {
-    let with_tool = app.config.archive.inject_with_tool;
     let turn = request
         .turn()
-        .filter(|t| t.inject() || (with_tool && t.recall()))?;
+        .filter(|t| t.inject() || (t.recall() && beside_tool(app, request.fields())))?;
     let items = prepared.view.as_ref()?;
     let key = turn.data.key.as_ref()?;
     let messages = turn.messages().values;
@@ -105,6 +105,31 @@ pub(in crate::pipeline) async fn plan(
         tokens: tokens(&text),
         text,
         excerpts,
+    })
+}
+
+/// Whether a conversation offered the recall tool gets the block too:
+/// always with `archive.inject_with_tool`; under `recall = "auto"` (the
+/// default), when the request carries no tools of the client's (a chat,
+/// not an agent loop). Measured: models often do not call the tool, and
+/// the block puts the evidence in view for most questions; in an agent
+/// loop the block would change with every step's call and move the bytes
+/// before the step's messages, which the cache-stable prefix keeps
+/// (docs/folding.md#injected-recall).
+fn beside_tool(app: &App, fields: Option<&Map<String, Value>>) -> bool {
+    let archive = &app.config.archive;
+    archive.inject_with_tool
+        || (archive.recall == RecallMode::Auto && !fields.is_some_and(client_tools))
+}
+
+/// Whether a request declares tools of its own (`tools`, or the legacy
+/// `functions` of chat completions), on any API.
+fn client_tools(fields: &Map<String, Value>) -> bool {
+    ["tools", "functions"].iter().any(|k| {
+        fields
+            .get(*k)
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty())
     })
 }
 
@@ -239,6 +264,19 @@ mod tests {
             "by stem"
         );
         assert!(!covers("a new customer signed up", &stems));
+    }
+
+    #[test]
+    fn client_tools_are_a_non_empty_tools_or_functions_array() {
+        let fields = |v: Value| v.as_object().cloned().unwrap_or_default();
+        assert!(!client_tools(&fields(json!({"model": "m"}))));
+        assert!(!client_tools(&fields(json!({"tools": []}))));
+        assert!(client_tools(&fields(
+            json!({"tools": [{"type": "function"}]})
+        )));
+        assert!(client_tools(&fields(
+            json!({"functions": [{"name": "ls"}]})
+        )));
     }
 
     #[test]

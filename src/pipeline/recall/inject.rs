@@ -72,12 +72,19 @@ pub(in crate::pipeline) async fn plan(
     };
     // This request's fold may have just queued what it archived.
     app.archive.flush().await;
-    let query = Query::of_words(&words);
-    let stems = query::query_stems(&query);
-    let hits = app
+    let found = app
         .archive
-        .hits(key, &words.join(" "), query::RECALL_HITS)
+        .found(key, &words.join(" "), query::RECALL_HITS)
         .await;
+    // A hit is judged by the words searched by: a speaker's name in half
+    // the messages, or a word no message holds, says nothing about it.
+    let query = if found.searched.is_empty() {
+        Query::of_words(&words)
+    } else {
+        found.searched
+    };
+    let stems = query::query_stems(&query);
+    let hits = found.hits;
     let seen = normalized(&view_text(messages, items));
     let shown: HashSet<usize> = items
         .iter()

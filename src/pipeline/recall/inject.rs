@@ -19,7 +19,7 @@ use crate::archive::{Excerpt, Hit};
 use crate::config::RecallMode;
 use crate::fold::extract::message_text;
 use crate::fold::view::Item;
-use crate::message::{Role, is_role};
+use crate::message::{Role, is_role, makes_calls};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 
@@ -53,12 +53,13 @@ pub(in crate::pipeline) async fn plan(
     request: &ConvRequest,
     prepared: &Prepared,
 ) -> Option<Injection> {
-    let turn = request
-        .turn()
-        .filter(|t| t.inject() || (t.recall() && beside_tool(app, request.fields())))?;
+    let turn = request.turn()?;
+    let messages = turn.messages().values;
+    if !(turn.inject() || (turn.recall() && beside_tool(app, request.fields(), messages))) {
+        return None;
+    }
     let items = prepared.view.as_ref()?;
     let key = turn.data.key.as_ref()?;
-    let messages = turn.messages().values;
     let words = content_words(&query_text(messages));
     if words.is_empty() {
         return None;
@@ -117,16 +118,19 @@ pub(in crate::pipeline) async fn plan(
 
 /// Whether a conversation offered the recall tool gets the block too:
 /// always with `archive.inject_with_tool`; under `recall = "auto"` (the
-/// default), when the request carries no tools of the client's (a chat,
-/// not an agent loop). Measured: models often do not call the tool, and
+/// default), when the request carries no tools of the client's and its
+/// messages no tool call or result (a chat, not an agent loop). Measured: models often do not call the tool, and
 /// the block puts the evidence in view for most questions; in an agent
 /// loop the block would change with every step's call and move the bytes
 /// before the step's messages, which the cache-stable prefix keeps
 /// (docs/folding.md#injected-recall).
-fn beside_tool(app: &App, fields: Option<&Map<String, Value>>) -> bool {
+fn beside_tool(app: &App, fields: Option<&Map<String, Value>>, messages: &[Value]) -> bool {
     let archive = &app.config.archive;
-    archive.inject_with_tool
-        || (archive.recall == RecallMode::Auto && !fields.is_some_and(client_tools))
+    let agent = fields.is_some_and(client_tools)
+        || messages
+            .iter()
+            .any(|m| is_role(m, Role::Tool) || makes_calls(m));
+    archive.inject_with_tool || (archive.recall == RecallMode::Auto && !agent)
 }
 
 /// Whether a request declares tools of its own (`tools`, or the legacy

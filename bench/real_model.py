@@ -4,7 +4,10 @@
 Runs foldgate in front of a real llama.cpp server (SmolLM2-135M-Instruct,
 n_ctx 2048, one slot) through a recording proxy, plays a ~30-turn
 conversation that plants six facts early and then overflows the window
-several times, and reports what survives the folds.
+several times, and reports what survives the folds; after the last turn,
+when a fold happened, it asks for each planted fact once (each question
+alone after the whole history) and reports the answers and how many name
+the fact.
 
     client (openai) -> foldgate -> recording proxy -> llama_cpp.server
 
@@ -12,6 +15,7 @@ Usually started by scripts/real-model. Direct use:
 
     python3 bench/real_model.py --foldgate-bin target/debug/foldgate \
         [--turns 30] [--mode inline|background|both] [--deadline 1200]
+        [--window 1024]   # foldgate's window: folds sooner on a slow machine
     python3 bench/real_model.py --report-only /tmp/foldgate-real-model-XXXX   # re-print a run
 
 Diagnostics (the default run uses neither; both are printed in the report):

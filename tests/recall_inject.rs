@@ -338,8 +338,22 @@ async fn auto_injects_for_a_model_without_tools_and_beside_the_tool_on_a_chat_wi
     // alone, so the loop's prefix stays as it was.
     let client_tool =
         json!([{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]);
-    for (conversation_id, tools) in [("auto-big", None), ("auto-big-agent", Some(client_tool))] {
-        let (path, mut body) = request("chat", &messages, 200);
+    // A loop whose history holds a tool call and its result, without a
+    // `tools` field, is an agent loop too.
+    let mut called = messages.clone();
+    let last = called.pop().unwrap();
+    called.push(
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "ls", "arguments": "{}"}}]}),
+    );
+    called.push(json!({"role": "tool", "tool_call_id": "c1", "content": "README.md"}));
+    called.push(last);
+    for (conversation_id, tools, messages) in [
+        ("auto-big", None, &messages),
+        ("auto-big-agent", Some(client_tool), &messages),
+        ("auto-big-calls", None, &called),
+    ] {
+        let (path, mut body) = request("chat", messages, 200);
         body["model"] = json!("big-model");
         if let Some(tools) = &tools {
             body["tools"] = tools.clone();
@@ -359,7 +373,7 @@ async fn auto_injects_for_a_model_without_tools_and_beside_the_tool_on_a_chat_wi
             sent["tools"].to_string().contains("foldgate_recall"),
             "{conversation_id}: the tool is offered"
         );
-        let injected = tools.is_none();
+        let injected = conversation_id == "auto-big";
         assert_eq!(
             reply.header("x-foldgate-recall-injected"),
             if injected { "1" } else { "" },

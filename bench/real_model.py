@@ -4,7 +4,10 @@
 Runs foldgate in front of a real llama.cpp server (SmolLM2-135M-Instruct,
 n_ctx 2048, one slot) through a recording proxy, plays a ~30-turn
 conversation that plants six facts early and then overflows the window
-several times, and reports what survives the folds.
+several times, and reports what survives the folds; after the last turn,
+when a fold happened, it asks for each planted fact once (each question
+alone after the whole history) and reports the answers and how many name
+the fact.
 
     client (openai) -> foldgate -> recording proxy -> llama_cpp.server
 
@@ -12,6 +15,7 @@ Usually started by scripts/real-model. Direct use:
 
     python3 bench/real_model.py --foldgate-bin target/debug/foldgate \
         [--turns 30] [--mode inline|background|both] [--deadline 1200]
+        [--window 1024]   # foldgate's window: folds sooner on a slow machine
     python3 bench/real_model.py --report-only /tmp/foldgate-real-model-XXXX   # re-print a run
 
 Diagnostics (the default run uses neither; both are printed in the report):
@@ -61,6 +65,17 @@ FACTS = {
     "person": "Dana Whitfield",
     "host": "db-03.internal.example",
     "release": "v2.14.1",
+}
+
+# One question per fact, asked after the last turn (each alone, as the last
+# user message after the whole history), and the words an answer must hold.
+QUESTIONS = {
+    "project": ("What is the name of the project I am working on?", "ORCHID-7"),
+    "port": ("Which port does our database listen on?", "5433"),
+    "database": ("Which database engine and version do we run?", "15.4"),
+    "person": ("Who owns the database and approves schema changes?", "Whitfield"),
+    "host": ("What is the primary database host?", "db-03"),
+    "release": ("Which release version is in production?", "2.14.1"),
 }
 
 SYSTEM_PROMPT = (
@@ -415,6 +430,8 @@ def classify(body, turn_header: str | None) -> tuple[str, int | None]:
     content = first.get("content") if isinstance(first, dict) else None
     if isinstance(content, str) and content.startswith(SUMMARIZER_PREFIX):
         return "summarizer", None
+    if turn_header and turn_header.endswith(":ask"):
+        return "question", None
     turn = None
     if turn_header:
         try:
@@ -552,11 +569,12 @@ def parse_set(item: str) -> tuple[str, str, object]:
 
 
 def write_config(path: Path, listen_port: int, proxy_port: int, mode: str,
-                 summarizer_model: str | None, overrides: list[tuple[str, str, object]]) -> str:
+                 summarizer_model: str | None, overrides: list[tuple[str, str, object]],
+                 window: int = 2048) -> str:
     tables: dict[str, dict[str, object]] = {
         "server": {"listen": f"127.0.0.1:{listen_port}"},
         "providers.local": {"base_url": f"http://127.0.0.1:{proxy_port}/v1", "models": ["*"]},
-        'models."SmolLM2*"': {"context_window": 2048},
+        'models."SmolLM2*"': {"context_window": window},
         "policy": {"mode": mode},
         "state": {"backend": "memory"},
     }
@@ -579,7 +597,7 @@ def run_one(mode: str, args, rec: Recorder, workdir: Path, deadline: float) -> d
     rec.run = run
     port = free_port()
     cfg = workdir / f"foldgate-{mode}.toml"
-    write_config(cfg, port, rec.proxy_port, mode, args.summarizer_model, args.set)
+    write_config(cfg, port, rec.proxy_port, mode, args.summarizer_model, args.set, args.window)
     log = workdir / f"foldgate-{mode}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FOLDGATE_")}
     env["FOLDGATE_LOG"] = args.foldgate_log
@@ -633,6 +651,8 @@ def run_one(mode: str, args, rec: Recorder, workdir: Path, deadline: float) -> d
               f"tokens {t.tokens_in or '?'}->{t.tokens_out or '?'} {t.end - t.start:6.1f}s"
               + (f"  {t.error[:100]}" if t.error else ""), flush=True)
 
+    answers = ask_questions(client, history, run, args, deadline) if any(
+        t.fold == "new" for t in turns) else []
     metrics = ""
     try:
         with urllib.request.urlopen(f"{base}/foldgate/metrics", timeout=10) as r:
@@ -647,8 +667,44 @@ def run_one(mode: str, args, rec: Recorder, workdir: Path, deadline: float) -> d
     kill_child(proc, grace=max(3.0, min(35.0, deadline - time.monotonic())))
     (workdir / f"metrics-{mode}.txt").write_text(metrics)
     (workdir / f"turns-{mode}.json").write_text(json.dumps(
-        {"aborted": aborted, "turns": [t.__dict__ for t in turns]}, indent=1))
-    return analyse(run, mode, turns, rec.for_run(run), metrics, log, aborted)
+        {"aborted": aborted, "turns": [t.__dict__ for t in turns], "answers": answers}, indent=1))
+    result = analyse(run, mode, turns, rec.for_run(run), metrics, log, aborted)
+    result["answers"] = answers
+    return result
+
+
+def ask_questions(client, history: list[dict], run: str, args, deadline: float) -> list[dict]:
+    """Asks each fact's question after the whole history (each alone, not
+    kept in it) and records the answer, whether it names the fact, the fold
+    label and how many excerpts foldgate injected."""
+    from openai import OpenAIError
+
+    answers = []
+    for k, (question, word) in QUESTIONS.items():
+        remaining = deadline - time.monotonic()
+        if remaining < 10:
+            break
+        row = {"fact": k, "question": question, "answer": "", "names_it": False, "fold": "",
+               "injected": 0, "error": ""}
+        start = time.monotonic()
+        try:
+            raw = client.chat.completions.with_raw_response.create(
+                model=MODEL, messages=history + [{"role": "user", "content": question}],
+                max_tokens=args.max_tokens, temperature=0,
+                extra_headers={TURN_HEADER: f"{run}:ask"},
+                timeout=min(args.turn_timeout, remaining - 5),
+            )
+            completion = raw.parse()
+            row["answer"] = (completion.choices[0].message.content or "") if completion.choices else ""
+            row["fold"] = raw.headers.get("x-foldgate-fold", "")
+            row["injected"] = int(raw.headers.get("x-foldgate-recall-injected") or 0)
+        except OpenAIError as e:
+            row["error"] = snippet(f"{type(e).__name__}: {e}")
+        row["names_it"] = word.lower() in row["answer"].lower()
+        answers.append(row)
+        print(f"  [{run}] ask {k}: {'YES' if row['names_it'] else 'no '} "
+              f"{time.monotonic() - start:6.1f}s {snippet(row['answer'] or row['error'], 120)!r}", flush=True)
+    return answers
 
 
 def reload_results(workdir: Path) -> list[dict]:
@@ -671,6 +727,7 @@ def reload_results(workdir: Path) -> list[dict]:
         metrics = mf.read_text() if mf.exists() else ""
         results.append(analyse(mode, mode, turns, [r for r in records if r.run == mode], metrics,
                                workdir / f"foldgate-{mode}.log", saved.get("aborted", "")))
+        results[-1]["answers"] = saved.get("answers", [])
     if not results:
         raise HarnessError(f"no turns-*.json in {workdir}")
     return results
@@ -892,6 +949,9 @@ def report(results: list[dict]) -> tuple[str, list[str]]:
         f"{len(r['queued'])} (max {max((q for _, q in r['queued']), default=0):.1f}s)"))
     row("prompt tokens: upstream / foldgate estimate", lambda r: (
         f"p50 {pct(r['ratios'], 50):.2f}, max {max(r['ratios']):.2f}" if r["ratios"] else "-"))
+    row("questions answered with the planted fact", lambda r: (
+        f"{sum(a['names_it'] for a in r.get('answers', []))} of {len(r.get('answers', []))}")
+        if r.get("answers") else "not asked (no fold)")
     row("upstream statuses (all POSTs)", lambda r: ", ".join(
         f"{k}×{v}" for k, v in sorted(r["upstream_statuses"].items())) or "-")
     row("non-UUID x-request-id forwarded", lambda r: (
@@ -985,6 +1045,9 @@ def details(results: list[dict]) -> str:
                     uniq.append(key)
             out.append(f"foldgate WARN/ERROR lines: {len(r['warn_lines'])} (distinct, first 5):")
             out += ["    " + snippet(u, 300) for u in uniq[:5]]
+        for a in r.get("answers", []):
+            out.append(f"asked: {a['question']} -> {'YES' if a['names_it'] else 'no'} "
+                       f"(injected {a['injected']}): {snippet(a['answer'] or a['error'], 200)!r}")
         out.append(f"foldgate log: {r['log']}")
     return "\n".join(out)
 
@@ -1011,6 +1074,9 @@ def main() -> int:
     ap.add_argument("--foldgate-bin", default=os.environ.get("FOLDGATE_BIN", "target/release/foldgate"))
     ap.add_argument("--turns", type=int, default=30)
     ap.add_argument("--mode", choices=["inline", "background", "both"], default="both")
+    ap.add_argument("--window", type=int, default=2048,
+                    help="foldgate's context_window for the model (the llama server keeps n_ctx 2048); "
+                         "smaller folds sooner, for a loaded machine")
     ap.add_argument("--max-tokens", type=int, default=48, help="max_tokens of each user turn")
     ap.add_argument("--deadline", type=float, default=1200, help="seconds for the whole run")
     ap.add_argument("--turn-timeout", type=float, default=300, help="seconds per user turn")
@@ -1044,6 +1110,7 @@ def main() -> int:
         if saved.exists():
             prior = json.loads(saved.read_text())
             args.max_tokens = prior.get("max_tokens", args.max_tokens)
+            args.window = prior.get("window", 2048)
             args.drop_request_id = prior.get("drop_request_id", False)
             args.set = [tuple(x) for x in prior.get("set", [])]
             args.foldgate_bin = prior.get("foldgate_bin", "?")
@@ -1082,7 +1149,7 @@ def main() -> int:
     print(f"workdir: {workdir}\nfoldgate: {args.foldgate_bin}", flush=True)
     (workdir / "run.json").write_text(json.dumps({
         "foldgate_bin": args.foldgate_bin, "turns": args.turns, "mode": args.mode,
-        "max_tokens": args.max_tokens, "drop_request_id": args.drop_request_id, "set": args.set,
+        "max_tokens": args.max_tokens, "window": args.window, "drop_request_id": args.drop_request_id, "set": args.set,
         "load_start": os.getloadavg()}))
     if os.getloadavg()[0] > 1.0:
         print(f"warning: load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores: "
@@ -1133,6 +1200,7 @@ def print_report(results: list[dict], args, elapsed: float | None, workdir: Path
           f"{max(len(r['turns']) for r in results)} turns per run, max_tokens {args.max_tokens}, temperature 0"
           + (f"; elapsed {elapsed:.0f}s" if elapsed is not None else "; (re-analysed)")
           + (f"; load avg now {os.getloadavg()[0]:.1f}/{os.cpu_count()} cores" if elapsed is not None else "")
+          + (f"; foldgate context_window {args.window}" if getattr(args, "window", 2048) != 2048 else "")
           + ("; x-request-id STRIPPED by the recording proxy (--drop-request-id)" if args.drop_request_id else "")
           + ("; NON-DEFAULT config: " + ", ".join(f"{t}.{k}={v}" for t, k, v in args.set) if args.set else "")
           + "\n")

@@ -158,8 +158,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--foldgate-bin", required=True)
     ap.add_argument("--model", default="SmolLM2-135M-Instruct.Q4_1.gguf")
-    ap.add_argument("--modes", default="tool,inject",
-                    help="comma-separated archive.recall modes, or tool+inject (the tool and inject_with_tool)")
+    ap.add_argument("--modes", default="tool,auto,inject",
+                    help="comma-separated archive.recall modes (auto: the default, the tool and, on a chat "
+                         "without tools, the injected block), or tool+inject (the tool and inject_with_tool)")
     ap.add_argument("--filler-turns", type=int, default=40)
     ap.add_argument("--folds", type=int, default=2, help="filler turns end after this many folds")
     ap.add_argument("--deadline", type=float, default=1800)

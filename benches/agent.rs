@@ -122,7 +122,7 @@ const DIRECT: Mode = Mode {
     toml: "[compress]\nenabled = false\n",
 };
 
-const MODES: [Mode; 2] = [
+const MODES: [Mode; 3] = [
     Mode {
         name: "every trigger (before)",
         policy: "reset_ratio = 0.7\n",
@@ -132,6 +132,13 @@ const MODES: [Mode; 2] = [
         name: "economy (defaults)",
         policy: "",
         toml: "",
+    },
+    // What injected recall would cost a loop (`recall = "auto"` injects
+    // only for requests without tools of their own).
+    Mode {
+        name: "economy, `inject_with_tool = true`",
+        policy: "",
+        toml: "[archive]\ninject_with_tool = true\n",
     },
 ];
 

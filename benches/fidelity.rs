@@ -45,13 +45,13 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        println!("## Identifiers of folded messages kept in the view ({TURNS}-turn agent conversation, summarizer keeps none)\n");
-        println!(
-            "| window | folds | summarizer calls / failures | views checked | folded identifiers in the LLM summary | in the summary message (with ledger) | in the view | in the view or top 3 recall hits | ledger tokens per fold (mean / max) | ledger evictions | last ledger's planted items with their clause |"
-        );
-        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         let only = std::env::var("FIDELITY_ONLY").unwrap_or_default();
         if only.is_empty() || only == "identifiers" {
+            println!("## Identifiers of folded messages kept in the view ({TURNS}-turn agent conversation, summarizer keeps none)\n");
+            println!(
+                "| window | folds | summarizer calls / failures | views checked | folded identifiers in the LLM summary | in the summary message (with ledger) | in the view | in the view or top 3 recall hits | ledger tokens per fold (mean / max) | ledger evictions | last ledger's planted items with their clause |"
+            );
+            println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
             for window in [2_048u32, 4_096, 8_192] {
                 run(window, "").await;
             }
@@ -144,22 +144,30 @@ async fn paraphrases() {
         paraphrase::conversation(0).messages.len()
     );
     println!(
-        "| window | recall | questions | trimming: in view | plain BM25, whole history: top {k1} / {k2} / {k3} | foldgate: in view | recall hits top {k1} / {k2} / {k3} | reachable (view or recall top {k1} / {k2} / {k3}) | reachable, questions sharing a stem | injected tokens per question |"
+        "| window | recall | questions | trimming: in view | plain BM25, whole history: top {k1} / {k2} / {k3} | stemmed BM25, whole history: top {k1} / {k2} / {k3} | foldgate: in view | … of it in the verbatim messages | recall hits top {k1} / {k2} / {k3} | reachable (view or recall top {k1} / {k2} / {k3}) | reachable, questions sharing a stem | injected tokens per question |"
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    // `auto` is the default (no key): the model is marked as calling tools.
+    let modes = [
+        ("tool", "recall = \"tool\"\n"),
+        ("auto (default)", ""),
+        ("inject", "recall = \"inject\"\n"),
+    ];
     for window in [4_096u32, 8_192] {
-        for mode in ["tool", "inject"] {
-            let t = paraphrase::run(window, &format!("recall = \"{mode}\"\n")).await;
+        for (mode, keys) in modes {
+            let t = paraphrase::run(window, keys).await;
             let pct = |n: usize| 100.0 * n as f64 / t.questions.max(1) as f64;
             let three = |v: [usize; 3]| {
                 format!("{:.0}% / {:.0}% / {:.0}%", pct(v[0]), pct(v[1]), pct(v[2]))
             };
             println!(
-                "| {window} | {mode} | {} | {:.0}% | {} | {:.0}% | {} | {} | {} of {} | {:.0} |",
+                "| {window} | {mode} | {} | {:.0}% | {} | {} | {:.0}% | {:.0}% | {} | {} | {} of {} | {:.0} |",
                 t.questions,
                 pct(t.trimmed),
                 three(t.bm25),
+                three(t.stemmed),
                 pct(t.in_view),
+                pct(t.verbatim),
                 three(t.recall),
                 three(t.reachable),
                 t.stem_reachable,

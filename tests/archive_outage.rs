@@ -69,6 +69,9 @@ async fn stop(mut fg: Foldgate) {
     }
 }
 
+/// foldgate on Redis; recall by the tool alone (`recall = "tool"`: the
+/// tests count the model's recall calls, which an injected block would
+/// make needless).
 fn config(upstream: &Mock, redis: &Redis, spool_bytes: u64) -> String {
     format!(
         "[providers.mock]\nbase_url = \"{}/v1\"\n\
@@ -76,7 +79,7 @@ fn config(upstream: &Mock, redis: &Redis, spool_bytes: u64) -> String {
          [policy]\nreset_ratio = 0.45\nmode = \"inline\"\n\
          [summarizer]\nmax_summary_tokens = 400\nretries = 0\ntimeout = \"5s\"\n\
          [state]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"300ms\"\nrefresh = \"200ms\"\n\
-         [archive]\nspool_bytes = {spool_bytes}\n",
+         [archive]\nspool_bytes = {spool_bytes}\nrecall = \"tool\"\n",
         upstream.url,
         redis.url()
     )

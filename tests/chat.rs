@@ -382,7 +382,10 @@ async fn tenants_with_the_same_conversation_id_stay_isolated() {
 #[tokio::test]
 async fn context_length_error_triggers_one_emergency_fold() {
     let llm = Llm::start().await;
-    let fg = Foldgate::start(&config(&llm, "")).await;
+    // The tool alone: the mock's limit is in bytes (two thirds of the
+    // body), which the retry's injected block, sized in tokens to the
+    // learned window's room, can pass.
+    let fg = Foldgate::start(&config(&llm, "[archive]\nrecall = \"tool\"\n")).await;
     let convo = Convo::with_turns(12);
     let body = convo.body_for("gpt-4o", false);
     // The mock names a 1,000-token window whatever its byte limit: the

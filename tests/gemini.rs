@@ -430,7 +430,8 @@ async fn recall_on_gemini_answers_function_calls_whole_and_streamed() {
     ] {
         let mock = GeminiMock::start().await;
         mock.state.recalls.store(true, Ordering::Relaxed);
-        let fg = Foldgate::start(&config(&mock, "")).await;
+        // The tool alone: an injected block would answer without a round.
+        let fg = Foldgate::start(&config(&mock, "[archive]\nrecall = \"tool\"\n")).await;
         let reply = post_json(
             &format!("{}{path}", fg.url),
             &[("x-goog-api-key", "g-client"), ("x-conversation-id", "r1")],

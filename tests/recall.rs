@@ -61,12 +61,19 @@ impl Upstream {
         self.chats.lock().unwrap().clone()
     }
 
+    /// The config, `extra` appended; the recall tool alone (`recall =
+    /// "tool"`) unless `extra` has an `[archive]` table of its own.
     fn config(&self, extra: &str) -> String {
+        let tool = if extra.contains("[archive]") {
+            ""
+        } else {
+            "[archive]\nrecall = \"tool\"\n"
+        };
         format!(
             "{}\
              [models.\"tiny-*\"]\ncontext_window = 4000\n\
              [policy]\nreset_ratio = 0.45\nmode = \"inline\"\n\
-             [summarizer]\nprovider = \"mock\"\nmax_summary_tokens = 400\nretries = 0\ntimeout = \"5s\"\n{extra}",
+             [summarizer]\nprovider = \"mock\"\nmax_summary_tokens = 400\nretries = 0\ntimeout = \"5s\"\n{tool}{extra}",
             crate::common::providers(&self.mock.url)
         )
     }
@@ -364,7 +371,9 @@ async fn a_streamed_answer_passes_until_the_recall_call_and_continues_after_it()
 async fn a_model_that_keeps_recalling_stops_after_recall_rounds() {
     for stream in [false, true] {
         let upstream = Upstream::start(Model::Stubborn).await;
-        let fg = Foldgate::start(&upstream.config("[archive]\nrecall_rounds = 2\n")).await;
+        let fg =
+            Foldgate::start(&upstream.config("[archive]\nrecall = \"tool\"\nrecall_rounds = 2\n"))
+                .await;
         let reply = ask(&fg, &conversation().body_for("tiny-model", stream)).await;
         reply.assert_ok();
         let chats = upstream.chats();
@@ -690,7 +699,9 @@ async fn anthropic_messages_recall_whole_and_streamed() {
 async fn anthropic_recall_stops_after_its_rounds_and_keeps_client_tool_use() {
     for stream in [false, true] {
         let upstream = Upstream::start(Model::Stubborn).await;
-        let fg = Foldgate::start(&upstream.config("[archive]\nrecall_rounds = 1\n")).await;
+        let fg =
+            Foldgate::start(&upstream.config("[archive]\nrecall = \"tool\"\nrecall_rounds = 1\n"))
+                .await;
         let reply = ask_on(&fg, "/v1/messages", &anthropic_body(stream)).await;
         reply.assert_ok();
         let chats = upstream.chats();

@@ -276,7 +276,8 @@ async fn a_stream_cut_after_showing_part_of_a_round_ends_with_the_apis_error_eve
 
 #[tokio::test]
 async fn a_recall_call_after_the_last_round_never_reaches_the_client() {
-    let one_round = "[archive]\nrecall_rounds = 1\n";
+    // Keys of the config's `[archive]` table, which ends it.
+    let one_round = "recall_rounds = 1\n";
     for api in APIS {
         for stream in [false, true] {
             // The last answer still calls the tool: the fallback answers.

@@ -317,7 +317,7 @@ async fn nothing_is_injected_when_nothing_scores_or_the_hit_is_in_view() {
 }
 
 #[tokio::test]
-async fn auto_injects_for_a_model_without_tools_and_offers_the_tool_to_others() {
+async fn auto_injects_for_a_model_without_tools_and_beside_the_tool_on_a_chat_without_tools() {
     let upstream = Upstream::start().await;
     let toml = upstream.config(&format!(
         "tools = false\n[models.\"big-*\"]\ncontext_window = {WINDOW}\n"
@@ -333,25 +333,58 @@ async fn auto_injects_for_a_model_without_tools_and_offers_the_tool_to_others() 
     );
     assert!(sent.to_string().contains(HEADING));
 
-    let (path, mut body) = request("chat", &messages, 200);
-    body["model"] = json!("big-model");
-    let reply = post_json(
-        &format!("{}{path}", fg.url),
-        &[
-            ("x-conversation-id", "auto-big"),
-            ("authorization", "Bearer sk-tenant-a"),
-        ],
-        &body,
-    )
-    .await;
-    reply.assert_ok();
-    assert_eq!(reply.header("x-foldgate-recall-injected"), "");
-    let sent = upstream.last();
-    assert!(
-        sent["tools"].to_string().contains("foldgate_recall"),
-        "the others get the tool"
+    // A model that calls tools: on a chat without tools of its own, the
+    // tool and the block; in an agent loop (the client's tools), the tool
+    // alone, so the loop's prefix stays as it was.
+    let client_tool =
+        json!([{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]);
+    // A loop whose history holds a tool call and its result, without a
+    // `tools` field, is an agent loop too.
+    let mut called = messages.clone();
+    let last = called.pop().unwrap();
+    called.push(
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "ls", "arguments": "{}"}}]}),
     );
-    assert!(!sent.to_string().contains(HEADING));
+    called.push(json!({"role": "tool", "tool_call_id": "c1", "content": "README.md"}));
+    called.push(last);
+    for (conversation_id, tools, messages) in [
+        ("auto-big", None, &messages),
+        ("auto-big-agent", Some(client_tool), &messages),
+        ("auto-big-calls", None, &called),
+    ] {
+        let (path, mut body) = request("chat", messages, 200);
+        body["model"] = json!("big-model");
+        if let Some(tools) = &tools {
+            body["tools"] = tools.clone();
+        }
+        let reply = post_json(
+            &format!("{}{path}", fg.url),
+            &[
+                ("x-conversation-id", conversation_id),
+                ("authorization", "Bearer sk-tenant-a"),
+            ],
+            &body,
+        )
+        .await;
+        reply.assert_ok();
+        let sent = upstream.last();
+        assert!(
+            sent["tools"].to_string().contains("foldgate_recall"),
+            "{conversation_id}: the tool is offered"
+        );
+        let injected = conversation_id == "auto-big";
+        assert_eq!(
+            reply.header("x-foldgate-recall-injected"),
+            if injected { "1" } else { "" },
+            "{conversation_id}"
+        );
+        assert_eq!(
+            sent.to_string().contains(HEADING),
+            injected,
+            "{conversation_id}"
+        );
+    }
 }
 
 #[tokio::test]

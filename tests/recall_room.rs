@@ -54,7 +54,8 @@ impl Upstream {
             "[providers.mock]\nbase_url = \"{}/v1\"\n\
              [models.\"tiny-*\"]\ncontext_window = {WINDOW}\n\
              [policy]\nreset_ratio = 0.7\nmode = \"inline\"\n\
-             [summarizer]\nmax_summary_tokens = 300\nretries = 0\ntimeout = \"5s\"\n",
+             [summarizer]\nmax_summary_tokens = 300\nretries = 0\ntimeout = \"5s\"\n\
+             [archive]\nrecall = \"tool\"\n",
             self.mock.url
         )
     }

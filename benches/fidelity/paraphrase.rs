@@ -9,8 +9,9 @@
 //! message of small talk. Each question is asked as the last user message
 //! after the whole history, through foldgate (inline folds, a summarizer
 //! that keeps nothing), and compared, in the same run, with trimming to
-//! the newest messages that fit and plain BM25 (no stemming, no stop
-//! words) over the whole history.
+//! the newest messages that fit, plain BM25 (no stemming, no stop words)
+//! over the whole history, and BM25 with foldgate's stemming and stop
+//! words over the whole history (what a search of everything could find).
 
 use super::common::llm::{Llm, Sum, content_text};
 use super::common::{Foldgate, post_json, send};
@@ -37,8 +38,9 @@ const fn fact(says: &'static str, asked: &'static str, values: [&'static str; 4]
     }
 }
 
-/// Sixteen facts whose question shares a stem with the evidence in another
-/// word form, eight that share no word at all (only the speaker's name).
+/// Facts and their questions: most questions share a stem with the
+/// evidence in another word form (`bill` / `billing`), the others share no
+/// word at all (only the speaker's name); [`Question::shares_stem`] tells.
 const FACTS: &[Fact] = &[
     fact(
         "My sister just moved to {v} for work.",
@@ -72,12 +74,12 @@ const FACTS: &[Fact] = &[
     ),
     fact(
         "Our team is migrating the billing service to {v} next quarter.",
-        "Where is the bill system migration heading for {a}?",
+        "Which platform will {a}'s bill system migration target?",
         ["Postgres", "Kafka", "Rust", "Kubernetes"],
     ),
     fact(
         "I booked flights to {v} for our anniversary in June.",
-        "Where is {a} flying for the wedding celebration?",
+        "Which destination is {a} flying toward, celebrating their wedding?",
         ["Kyoto", "Lima", "Hanoi", "Tunis"],
     ),
     fact(
@@ -97,7 +99,7 @@ const FACTS: &[Fact] = &[
     ),
     fact(
         "We are renovating the bathroom, the tiles arrive on {v}.",
-        "When will {a}'s tile delivery for the renovation come?",
+        "What day does {a} expect tile delivery during renovations?",
         ["Friday", "Monday", "Thursday", "Tuesday"],
     ),
     fact(
@@ -107,22 +109,22 @@ const FACTS: &[Fact] = &[
     ),
     fact(
         "My brother {v} is getting married in September.",
-        "Whose wedding is {a} attending this autumn?",
+        "Whose wedding will {a} attend this autumn?",
         ["Daniel", "Tomas", "Karim", "Felix"],
     ),
     fact(
         "I have been reading a novel by {v} on the train.",
-        "Which author's novels does {a} read on trains?",
+        "Which author's novels does {a} read aboard trains?",
         ["Ishiguro", "Le Guin", "Ferrante", "Murakami"],
     ),
     fact(
         "Our landlord raised the rent by {v} percent.",
-        "By how much did {a}'s rental price increase?",
+        "How much did {a}'s rental price increase?",
         ["8", "12", "5", "10"],
     ),
     fact(
         "I planted {v} and basil in the garden this spring.",
-        "What is {a} growing in the gardens?",
+        "What vegetables grow inside {a}'s gardens?",
         ["tomatoes", "peppers", "courgettes", "beans"],
     ),
     fact(
@@ -152,7 +154,7 @@ const FACTS: &[Fact] = &[
     ),
     fact(
         "Our flat is on the {v} floor and the lift is broken again.",
-        "Which storey is {a}'s apartment on?",
+        "Which storey does {a}'s apartment occupy?",
         ["fifth", "ninth", "third", "seventh"],
     ),
     fact(
@@ -308,13 +310,27 @@ pub fn conversation(c: usize) -> Conversation {
     }
 }
 
-/// Plain BM25 (k1 1.2, b 0.75) over `docs` for `query`'s words, no
-/// stemming, no stop words: indexes of the best `k`, best first.
-pub fn plain_bm25(docs: &[String], query: &str, k: usize) -> Vec<usize> {
-    let docs: Vec<Vec<String>> = docs.iter().map(|d| words(d)).collect();
+/// BM25 (k1 1.2, b 0.75) over `docs` for `query`'s words: indexes of the
+/// best `k`, best first. Plain: every word as it is, no stemming, no stop
+/// words; `stemmed`: stop words dropped and words compared by foldgate's
+/// stem, the same rule the archive search runs (but over every message,
+/// without its cut of common words).
+pub fn bm25(docs: &[String], query: &str, k: usize, stemmed: bool) -> Vec<usize> {
+    let shape = |text: &str| -> Vec<String> {
+        let w = words(text);
+        if !stemmed {
+            return w;
+        }
+        w.into_iter()
+            .filter(|w| !foldgate::archive::query::is_stopword(w))
+            .map(|w| foldgate::archive::stem::stem(&w))
+            .collect()
+    };
+    let docs: Vec<Vec<String>> = docs.iter().map(|d| shape(d)).collect();
     let n = docs.len() as f64;
     let avg = docs.iter().map(Vec::len).sum::<usize>() as f64 / n.max(1.0);
-    let mut q = words(query);
+    let mut q = shape(query);
+    q.sort();
     q.dedup();
     let idf: Vec<f64> = q
         .iter()
@@ -350,7 +366,10 @@ pub struct Tally {
     pub questions: usize,
     pub trimmed: usize,
     pub bm25: [usize; 3],
+    pub stemmed: [usize; 3],
     pub in_view: usize,
+    /// In the view's messages other than the injected block.
+    pub verbatim: usize,
     pub recall: [usize; 3],
     pub reachable: [usize; 3],
     pub stem_questions: usize,
@@ -412,26 +431,34 @@ pub async fn run(window: u32, archive: &str) -> Tally {
                 kept_from -= 1;
             }
             tally.trimmed += usize::from(q.evidence >= kept_from);
-            let top = plain_bm25(&texts, &q.text, KS[2]);
+            let top = bm25(&texts, &q.text, KS[2], false);
+            let stemmed = bm25(&texts, &q.text, KS[2], true);
             for (n, k) in KS.iter().enumerate() {
                 tally.bm25[n] += usize::from(top.iter().take(*k).any(|&i| i == q.evidence));
+                tally.stemmed[n] += usize::from(stemmed.iter().take(*k).any(|&i| i == q.evidence));
             }
             let body = json!({"model": "bench-model", "messages": messages, "max_tokens": 200});
             post_json(&url, &[("x-conversation-id", id.as_str())], &body)
                 .await
                 .assert_ok();
             let view = llm.chat_requests().pop().unwrap_or_default();
-            let seen = normalized(
-                &view["messages"]
-                    .as_array()
-                    .map(|m| m.iter().map(content_text).collect::<Vec<_>>().join("\n"))
-                    .unwrap_or_default(),
+            let texts_shown: Vec<String> = view["messages"]
+                .as_array()
+                .map(|m| m.iter().map(content_text).collect())
+                .unwrap_or_default();
+            let seen = normalized(&texts_shown.join("\n"));
+            let injected = texts_shown
+                .iter()
+                .find(|t| t.starts_with("[foldgate] Recalled"));
+            let verbatim = normalized(
+                &texts_shown
+                    .iter()
+                    .filter(|t| !t.starts_with("[foldgate] Recalled"))
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("\n"),
             );
-            let injected = view["messages"].as_array().and_then(|m| {
-                m.iter()
-                    .map(content_text)
-                    .find(|t| t.starts_with("[foldgate] Recalled"))
-            });
+            tally.verbatim += usize::from(verbatim.contains(&normalized(&q.sentence)));
             if let Some(block) = injected {
                 tally.injected_tokens += u64::from(
                     counter
@@ -448,6 +475,14 @@ pub async fn run(window: u32, archive: &str) -> Tally {
                 tally.reachable[n] += usize::from(shown || found);
             }
             tally.stem_reachable += usize::from(q.shares_stem && (shown || at.is_some()));
+            if std::env::var_os("FIDELITY_DUMP").is_some() && !shown {
+                println!(
+                    "not in view ({window}, {archive:?}): {:?} recall rank {at:?}, evidence {:?}, injected {:?}",
+                    q.text,
+                    q.sentence,
+                    injected.map(|b| b.len())
+                );
+            }
         }
     }
     tally

@@ -3,7 +3,7 @@
 //! bounded in bytes by `state.cache_bytes`; lost on restart.
 
 use super::query::{self, Query};
-use super::{Hit, Row};
+use super::{Found, Row};
 use crate::config::ArchiveConfig;
 use crate::state::ConvKey;
 use std::sync::Arc;
@@ -53,7 +53,7 @@ impl MemoryArchive {
         });
     }
 
-    pub fn hits(&self, key: &ConvKey, query: &Query, limit: usize) -> Vec<Hit> {
+    pub fn hits(&self, key: &ConvKey, query: &Query, limit: usize) -> Found {
         self.rows
             .get(key)
             .map(|rows| query::rank(&rows, query, limit))

@@ -107,6 +107,16 @@ impl Row {
     }
 }
 
+/// What a search found: its hits, best first, and the query it searched
+/// by after shaping (words too common to search by, and words no archived
+/// message holds, left out; a retry's rarest words): the words a hit can
+/// be judged by.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Found {
+    pub hits: Vec<Hit>,
+    pub searched: query::Query,
+}
+
 /// A search result: a row and its score (higher is better).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hit {
@@ -370,18 +380,23 @@ impl Archive {
     /// see [`query::common`]), and hits of one message are merged
     /// ([`query::merge`]).
     pub async fn hits(&self, key: &ConvKey, query: &str, limit: usize) -> Vec<Hit> {
+        self.found(key, query, limit).await.hits
+    }
+
+    /// [`Archive::hits`], with the query searched by ([`Found::searched`]).
+    pub async fn found(&self, key: &ConvKey, query: &str, limit: usize) -> Found {
         let query = query::Query::shape(query);
         // Room for hits that merge into others.
         let wanted = limit.saturating_mul(2);
-        let hits = match &self.backend {
-            Backend::Off => Vec::new(),
+        let mut found = match &self.backend {
+            Backend::Off => Found::default(),
             Backend::Memory(m) => m.hits(key, &query, wanted),
             Backend::Sqlite(s) => s.hits(key, &query, wanted).await,
             Backend::Redis(r) => r.hits(key, &query, wanted).await,
         };
-        let mut hits = query::merge(hits);
-        hits.truncate(limit);
-        hits
+        found.hits = query::merge(std::mem::take(&mut found.hits));
+        found.hits.truncate(limit);
+        found
     }
 
     /// Passages of the best matches of `query` in the conversation's

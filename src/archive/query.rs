@@ -7,7 +7,7 @@
 //! a recall hands the model.
 
 use super::stem::stem;
-use super::{Excerpt, Hit, Row};
+use super::{Excerpt, Found, Hit, Row};
 use std::collections::{HashMap, HashSet};
 
 /// Hits a recall looks at before cutting excerpts: as many distinct
@@ -189,10 +189,11 @@ pub fn merge(hits: Vec<Hit>) -> Vec<Hit> {
 /// stems of the query's words, those in more than a third of the rows
 /// left out when rarer ones are left ([`common`]): the best `limit`, best
 /// first, the newer of equal scores first; rows matching no word are left
-/// out. An empty query lists the last `limit` rows, newest first.
-pub fn rank(rows: &[Row], query: &Query, limit: usize) -> Vec<Hit> {
+/// out. An empty query lists the last `limit` rows, newest first. The
+/// query searched by leaves out the common words and those no row holds.
+pub fn rank(rows: &[Row], query: &Query, limit: usize) -> Found {
     if query.is_empty() {
-        return rows
+        let hits = rows
             .iter()
             .rev()
             .take(limit)
@@ -201,12 +202,19 @@ pub fn rank(rows: &[Row], query: &Query, limit: usize) -> Vec<Hit> {
                 score: 0.0,
             })
             .collect();
+        return Found {
+            hits,
+            searched: Query::default(),
+        };
     }
+    // The distinct stems, each with the first word that gave it.
     let mut wanted: Vec<String> = Vec::new();
+    let mut said: Vec<&str> = Vec::new();
     for w in query.words() {
         let s = stem(w);
         if !wanted.contains(&s) {
             wanted.push(s);
+            said.push(w);
         }
     }
     let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
@@ -258,7 +266,7 @@ pub fn rank(rows: &[Row], query: &Query, limit: usize) -> Vec<Hit> {
         })
         .collect();
     scored.sort_by(|(ao, a), (bo, b)| b.total_cmp(a).then(bo.cmp(ao)));
-    scored
+    let hits = scored
         .into_iter()
         .take(limit)
         .filter_map(|(order, score)| {
@@ -267,7 +275,17 @@ pub fn rank(rows: &[Row], query: &Query, limit: usize) -> Vec<Hit> {
                 score,
             })
         })
-        .collect()
+        .collect();
+    let searched: Vec<&str> = said
+        .iter()
+        .zip(counts.iter().zip(&dropped))
+        .filter(|(_, (n, drop))| **n > 0 && !**drop)
+        .map(|(w, _)| *w)
+        .collect();
+    Found {
+        hits,
+        searched: Query::of_words(searched),
+    }
 }
 
 /// Passages of `hits`, best first, within about `token_budget` tokens in
@@ -469,7 +487,7 @@ mod tests {
             row(4, "Theo: the weather"),
             row(5, "Maya: nice"),
         ];
-        let hits = rank(&rows, &q, 10);
+        let hits = rank(&rows, &q, 10).hits;
         let order: Vec<usize> = hits.iter().map(|h| h.row.position).collect();
         assert_eq!(order, [1], "the name in most rows finds nothing alone");
     }
@@ -511,11 +529,11 @@ mod tests {
             row(6, "nothing to add"),
             row(7, "see you"),
         ];
-        let hits = rank(&rows, &Query::parse("database port"), 10);
+        let hits = rank(&rows, &Query::parse("database port"), 10).hits;
         let order: Vec<usize> = hits.iter().map(|h| h.row.position).collect();
         assert_eq!(order, [1, 4]);
         assert!(hits[0].score > hits[1].score);
-        let listed = rank(&rows, &Query::default(), 2);
+        let listed = rank(&rows, &Query::default(), 2).hits;
         assert_eq!(
             listed.iter().map(|h| h.row.position).collect::<Vec<_>>(),
             [7, 6]

@@ -6,7 +6,7 @@
 //! is drained when the archive is dropped.
 
 use super::query::{self, Query};
-use super::{Hit, Row};
+use super::{Found, Hit, Row};
 use crate::config::ArchiveConfig;
 use crate::state::ConvKey;
 use crate::state::StoreError;
@@ -84,7 +84,7 @@ enum Cmd {
         key: ConvKey,
         query: Query,
         limit: usize,
-        reply: oneshot::Sender<Vec<Hit>>,
+        reply: oneshot::Sender<Found>,
     },
     Count {
         key: ConvKey,
@@ -154,7 +154,7 @@ impl SqliteArchive {
         });
     }
 
-    pub async fn hits(&self, key: &ConvKey, query: &Query, limit: usize) -> Vec<Hit> {
+    pub async fn hits(&self, key: &ConvKey, query: &Query, limit: usize) -> Found {
         self.ask(|reply| Cmd::Hits {
             key: key.clone(),
             query: query.clone(),
@@ -236,7 +236,7 @@ fn apply(conn: &mut Connection, cmd: Cmd, max: i64) {
         } => {
             let hits = hits(conn, &key, &query, limit).unwrap_or_else(|e| {
                 tracing::warn!(target: "foldgate::archive", conversation = %key, error = %e, "archive search failed");
-                Vec::new()
+                Found::default()
             });
             let _ = reply.send(hits);
         }
@@ -313,15 +313,14 @@ const COLUMNS: &str =
 /// query. Pieces of the query in more than a third of the conversation's rows
 /// are left out while a rarer one is left ([`query::common`]); when the
 /// query finds nothing and has a phrase, it is searched again by its
-/// rarest words that some row holds, each alone.
-fn hits(
-    conn: &Connection,
-    key: &ConvKey,
-    query: &Query,
-    limit: usize,
-) -> rusqlite::Result<Vec<Hit>> {
+/// rarest words that some row holds, each alone. The query searched by
+/// leaves out words no row holds too.
+fn hits(conn: &Connection, key: &ConvKey, query: &Query, limit: usize) -> rusqlite::Result<Found> {
     if query.is_empty() {
-        return search(conn, key, query, limit);
+        return Ok(Found {
+            hits: search(conn, key, query, limit)?,
+            searched: Query::default(),
+        });
     }
     let rows: i64 = conn.query_row(
         "SELECT count(*) FROM archive WHERE tenant = ?1 AND conversation = ?2",
@@ -333,10 +332,19 @@ fn hits(
         .iter()
         .map(|p| holding(conn, key, p))
         .collect::<rusqlite::Result<Vec<usize>>>()?;
-    let shaped = query.without(&query::common(&counts, usize::try_from(rows).unwrap_or(0)));
+    let common = query::common(&counts, usize::try_from(rows).unwrap_or(0));
+    let shaped = query.without(&common);
     let found = search(conn, key, &shaped, limit)?;
     if !found.is_empty() || !query.has_phrase() {
-        return Ok(found);
+        let absent: Vec<bool> = common
+            .iter()
+            .zip(&counts)
+            .map(|(c, n)| *c || *n == 0)
+            .collect();
+        return Ok(Found {
+            hits: found,
+            searched: query.without(&absent),
+        });
     }
     let mut rare: Vec<(usize, &str)> = Vec::new();
     for w in query.words() {
@@ -347,10 +355,16 @@ fn hits(
     }
     rare.sort_by_key(|&(n, _)| n);
     if rare.is_empty() {
-        return Ok(found);
+        return Ok(Found {
+            hits: found,
+            searched: Query::default(),
+        });
     }
     let retry = Query::of_words(rare.iter().take(query::RETRY_WORDS).map(|&(_, w)| w));
-    search(conn, key, &retry, limit)
+    Ok(Found {
+        hits: search(conn, key, &retry, limit)?,
+        searched: retry,
+    })
 }
 
 /// Rows of the conversation holding the phrase `words`.

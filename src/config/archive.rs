@@ -34,11 +34,15 @@ pub struct ArchiveConfig {
     /// foldgate answers its calls itself; `inject`: foldgate searches the
     /// archive with the last user message and places the best excerpts,
     /// marked, right before it; `auto` (default): `tool`, and `inject` for
-    /// models configured with `tools = false`; `off`: neither.
+    /// models configured with `tools = false` (a request that carries no
+    /// tools of its own gets the injection beside the tool); `off`:
+    /// neither.
     pub recall: RecallMode,
     /// Inject recalled excerpts for models offered the recall tool too
-    /// (when the window has room): models often do not call the tool.
-    /// Chosen by measurement, see docs/folding.md#injected-recall.
+    /// (when the window has room), on every request, agent loops included;
+    /// `recall = "auto"` does so anyway for requests without tools of
+    /// their own. Chosen by measurement, see
+    /// docs/folding.md#injected-recall.
     pub inject_with_tool: bool,
     /// Recall rounds per request: after this many, the upstream is asked
     /// once more without the tool.

@@ -466,7 +466,13 @@ pub fn assert_view_covers(client: &[Value], view: &[Value]) {
     // Verbatim messages: those equal to a client message, in client order.
     let mut next = 0;
     let mut verbatim = BTreeSet::new();
-    for m in view.iter().filter(|m| !is_summary(m) || client.contains(m)) {
+    // foldgate's injected recall block (`recall = "auto"` on a request
+    // without tools, or `"inject"`) is its own, like the summary.
+    let is_recalled = |m: &Value| content_text(m).starts_with("[foldgate] Recalled from earlier");
+    for m in view
+        .iter()
+        .filter(|m| (!is_summary(m) || client.contains(m)) && !is_recalled(m))
+    {
         if let Some(pos) = client[next..].iter().position(|c| c == m) {
             verbatim.insert(next + pos);
             next += pos + 1;

@@ -112,7 +112,8 @@ impl Model {
             "{}\
              [models.\"tiny-*\"]\ncontext_window = 4000\n\
              [policy]\nreset_ratio = 0.45\nmode = \"inline\"\n\
-             [summarizer]\nprovider = \"mock\"\nmax_summary_tokens = 400\nretries = 0\ntimeout = \"5s\"\n",
+             [summarizer]\nprovider = \"mock\"\nmax_summary_tokens = 400\nretries = 0\ntimeout = \"5s\"\n\
+             [archive]\nrecall = \"tool\"\n",
             crate::common::providers(&self.mock.url)
         )
     }

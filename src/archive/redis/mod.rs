@@ -16,7 +16,7 @@ mod writer;
 
 use super::query::{self, Query};
 use super::spool::{Spool, SpoolFull};
-use super::{Hit, Row};
+use super::{Found, Row};
 use crate::config::{ArchiveConfig, StateConfig};
 use crate::metrics::Metrics;
 use crate::state::ConvKey;
@@ -138,7 +138,7 @@ impl RedisArchive {
 
     /// Matches in Redis and in the spool, merged: a row in both (written,
     /// not yet let go) or pushed twice (a rebuild folds it again) counts once.
-    pub async fn hits(&self, key: &ConvKey, query: &Query, limit: usize) -> Vec<Hit> {
+    pub async fn hits(&self, key: &ConvKey, query: &Query, limit: usize) -> Found {
         let c = &self.conn;
         let mut conn = c.conn.clone();
         let cmd = redis::cmd("LRANGE")

@@ -16,10 +16,11 @@ use super::room::{self, Fit};
 use crate::app::App;
 use crate::archive::query::{self, Query};
 use crate::archive::{Excerpt, Hit};
+use crate::config::RecallMode;
 use crate::fold::extract::message_text;
 use crate::fold::view::Item;
-use crate::message::{Role, is_role};
-use serde_json::Value;
+use crate::message::{Role, is_role, makes_calls};
+use serde_json::{Map, Value};
 use std::collections::HashSet;
 
 /// The block's first line: what it is and why it is there.
@@ -52,13 +53,13 @@ pub(in crate::pipeline) async fn plan(
     request: &ConvRequest,
     prepared: &Prepared,
 ) -> Option<Injection> {
-    let with_tool = app.config.archive.inject_with_tool;
-    let turn = request
-        .turn()
-        .filter(|t| t.inject() || (with_tool && t.recall()))?;
+    let turn = request.turn()?;
+    let messages = turn.messages().values;
+    if !(turn.inject() || (turn.recall() && beside_tool(app, request.fields(), messages))) {
+        return None;
+    }
     let items = prepared.view.as_ref()?;
     let key = turn.data.key.as_ref()?;
-    let messages = turn.messages().values;
     let words = content_words(&query_text(messages));
     if words.is_empty() {
         return None;
@@ -72,12 +73,19 @@ pub(in crate::pipeline) async fn plan(
     };
     // This request's fold may have just queued what it archived.
     app.archive.flush().await;
-    let query = Query::of_words(&words);
-    let stems = query::query_stems(&query);
-    let hits = app
+    let found = app
         .archive
-        .hits(key, &words.join(" "), query::RECALL_HITS)
+        .found(key, &words.join(" "), query::RECALL_HITS)
         .await;
+    // A hit is judged by the words searched by: a speaker's name in half
+    // the messages, or a word no message holds, says nothing about it.
+    let query = if found.searched.is_empty() {
+        Query::of_words(&words)
+    } else {
+        found.searched
+    };
+    let stems = query::query_stems(&query);
+    let hits = found.hits;
     let seen = normalized(&view_text(messages, items));
     let shown: HashSet<usize> = items
         .iter()
@@ -105,6 +113,34 @@ pub(in crate::pipeline) async fn plan(
         tokens: tokens(&text),
         text,
         excerpts,
+    })
+}
+
+/// Whether a conversation offered the recall tool gets the block too:
+/// always with `archive.inject_with_tool`; under `recall = "auto"` (the
+/// default), when the request carries no tools of the client's and its
+/// messages no tool call or result (a chat, not an agent loop). Measured: models often do not call the tool, and
+/// the block puts the evidence in view for most questions; in an agent
+/// loop the block would change with every step's call and move the bytes
+/// before the step's messages, which the cache-stable prefix keeps
+/// (docs/folding.md#injected-recall).
+fn beside_tool(app: &App, fields: Option<&Map<String, Value>>, messages: &[Value]) -> bool {
+    let archive = &app.config.archive;
+    let agent = fields.is_some_and(client_tools)
+        || messages
+            .iter()
+            .any(|m| is_role(m, Role::Tool) || makes_calls(m));
+    archive.inject_with_tool || (archive.recall == RecallMode::Auto && !agent)
+}
+
+/// Whether a request declares tools of its own (`tools`, or the legacy
+/// `functions` of chat completions), on any API.
+fn client_tools(fields: &Map<String, Value>) -> bool {
+    ["tools", "functions"].iter().any(|k| {
+        fields
+            .get(*k)
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty())
     })
 }
 
@@ -239,6 +275,19 @@ mod tests {
             "by stem"
         );
         assert!(!covers("a new customer signed up", &stems));
+    }
+
+    #[test]
+    fn client_tools_are_a_non_empty_tools_or_functions_array() {
+        let fields = |v: Value| v.as_object().cloned().unwrap_or_default();
+        assert!(!client_tools(&fields(json!({"model": "m"}))));
+        assert!(!client_tools(&fields(json!({"tools": []}))));
+        assert!(client_tools(&fields(
+            json!({"tools": [{"type": "function"}]})
+        )));
+        assert!(client_tools(&fields(
+            json!({"functions": [{"name": "ls"}]})
+        )));
     }
 
     #[test]

@@ -20,11 +20,16 @@ use std::time::Duration;
 
 /// `refresh` short (10 ms) and each counted turn sent after it passed, so a
 /// warm replica that still asked Redis once `refresh` is over would show it.
+/// Recall by the tool alone: these turns count the fold state's round
+/// trips. Under the default `recall = "auto"` a folded chat without tools
+/// (these turns' shape) also searches its archive once a turn to inject
+/// excerpts, one `LRANGE` of its list on Redis: the injection's cost,
+/// stated in docs/architecture.md, not the state's.
 fn redis_config(llm: &Llm, url: &str, refresh: &str) -> String {
     config(
         llm,
         &format!(
-            "[state]\nbackend = \"redis\"\nurl = \"{url}\"\nrefresh = \"{refresh}\"\ntimeout = \"2s\"\nlock_wait = \"10s\"\n"
+            "[state]\nbackend = \"redis\"\nurl = \"{url}\"\nrefresh = \"{refresh}\"\ntimeout = \"2s\"\nlock_wait = \"10s\"\n[archive]\nrecall = \"tool\"\n"
         ),
     )
 }

@@ -673,24 +673,14 @@ async fn gemini_and_responses_bodies_fold_in_their_own_shape() {
         mock.url()
     ))
     .await;
-    let filler = " the parser, the tokenizer and the cache layer were compared again;".repeat(6);
-    let mut contents =
-        vec![json!({"role": "user", "parts": [{"text": "[m1] task: fix the build"}]})];
-    for s in 0..30 {
-        contents.push(json!({"role": "model", "parts": [
-            {"text": format!("[m{}] step", 2 * s + 2)},
-            {"functionCall": {"name": "run", "args": {"cmd": format!("make {s}")}}}]}));
-        contents.push(
-            json!({"role": "user", "parts": [{"functionResponse": {"name": "run",
-            "response": {"output": format!("[m{}] output{filler}", 2 * s + 3)}}}]}),
-        );
-    }
-    let body = json!({
-        "api": "gemini", "model": "tiny-gemini", "conversation": "g-1",
-        "systemInstruction": {"parts": [{"text": "You are an agent."}]},
-        "contents": contents,
-        "generationConfig": {"maxOutputTokens": 100},
-    });
+    // The Gemini tests' agent loop, without tools (the route offers none).
+    let mut body = crate::gemini::long_gemini(30);
+    let fields = body.as_object_mut().unwrap();
+    fields.remove("tools");
+    fields.insert("api".into(), json!("gemini"));
+    fields.insert("model".into(), json!("tiny-gemini"));
+    fields.insert("conversation".into(), json!("g-1"));
+    let contents = body["contents"].as_array().unwrap().clone();
     let reply = compress(&fg, &[("x-goog-api-key", "g-client")], &body).await;
     reply.assert_ok();
     let answer = reply.json();

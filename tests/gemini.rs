@@ -29,7 +29,7 @@ fn config(mock: &GeminiMock, extra: &str) -> String {
 
 /// A Gemini agent loop: one task, then `steps` function calls and their
 /// responses, each tagged `[mN]`.
-fn long_gemini(steps: usize) -> Value {
+pub(crate) fn long_gemini(steps: usize) -> Value {
     let filler = " the parser, the tokenizer and the cache layer were compared again;".repeat(6);
     let mut contents =
         vec![json!({"role": "user", "parts": [{"text": "[m1] task: fix the build"}]})];

@@ -119,11 +119,11 @@ pub(in crate::pipeline) async fn plan(
 /// Whether a conversation offered the recall tool gets the block too:
 /// always with `archive.inject_with_tool`; under `recall = "auto"` (the
 /// default), when the request carries no tools of the client's and its
-/// messages no tool call or result (a chat, not an agent loop). Measured: models often do not call the tool, and
-/// the block puts the evidence in view for most questions; in an agent
-/// loop the block would change with every step's call and move the bytes
-/// before the step's messages, which the cache-stable prefix keeps
-/// (docs/folding.md#injected-recall).
+/// messages no tool call or result (a chat, not an agent loop). Measured:
+/// models often do not call the tool, and the block puts the evidence in
+/// view for most questions; in an agent loop the block would change with
+/// every step's call and move the bytes before the step's messages, which
+/// the cache-stable prefix keeps (docs/folding.md#injected-recall).
 fn beside_tool(app: &App, fields: Option<&Map<String, Value>>, messages: &[Value]) -> bool {
     let archive = &app.config.archive;
     let agent = fields.is_some_and(client_tools)

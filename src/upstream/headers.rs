@@ -71,11 +71,31 @@ pub fn to_upstream(
     let Some((key, api)) = provider_key else {
         return;
     };
-    let (name, value) = api.key_header(key);
+    let (mut name, mut value) = api.key_header(key);
+    if name == header::AUTHORIZATION && azure(host) {
+        // Azure OpenAI takes an API key only as `api-key`; a bearer there
+        // must be an Entra ID token.
+        (name, value) = (HeaderName::from_static("api-key"), key.to_string());
+    }
     if let Ok(mut value) = HeaderValue::from_str(&value) {
         value.set_sensitive(true);
         headers.insert(name, value);
     }
+}
+
+/// Whether `host` (a `Host` header's value) is an Azure OpenAI resource's
+/// (`RESOURCE.openai.azure.com`, or an AI Services resource's
+/// `RESOURCE.cognitiveservices.azure.com`, `RESOURCE.services.ai.azure.com`).
+fn azure(host: &HeaderValue) -> bool {
+    let host = host.to_str().unwrap_or_default();
+    let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
+    [
+        ".openai.azure.com",
+        ".cognitiveservices.azure.com",
+        ".services.ai.azure.com",
+    ]
+    .iter()
+    .any(|suffix| name.to_ascii_lowercase().ends_with(suffix))
 }
 
 /// Prepares upstream response headers for the client. Streams (event
@@ -154,6 +174,33 @@ mod tests {
         to_upstream(&mut h, &upstream, Some(("sk-ant", api("anthropic"))), false);
         assert_eq!(h["x-api-key"], "sk-ant");
         assert!(!h.contains_key(header::AUTHORIZATION));
+    }
+
+    #[test]
+    fn an_azure_host_gets_the_key_as_api_key() {
+        let key = Some(("az-key", api("openai")));
+        for host in [
+            "myres.openai.azure.com",
+            "myres.openai.azure.com:443",
+            "MyRes.CognitiveServices.Azure.com",
+            "myres.services.ai.azure.com",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert("api-key", HeaderValue::from_static("client"));
+            to_upstream(&mut h, &HeaderValue::from_static(host), key, false);
+            assert_eq!(h["api-key"], "az-key", "{host}");
+            assert!(!h.contains_key(header::AUTHORIZATION), "{host}");
+        }
+        // Not Azure: a bearer, as before.
+        let mut h = HeaderMap::new();
+        to_upstream(
+            &mut h,
+            &HeaderValue::from_static("azure.com.example"),
+            key,
+            false,
+        );
+        assert_eq!(h[header::AUTHORIZATION], "Bearer az-key");
+        assert!(!h.contains_key("api-key"));
     }
 
     #[test]

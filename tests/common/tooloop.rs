@@ -55,17 +55,24 @@ impl ToolLoop {
         let args = json!({"command": format!("ls /srv/app/step{k}")}).to_string();
         self.messages.push(json!({"role": "assistant", "content": thought,
             "tool_calls": [{"id": id, "type": "function", "function": {"name": "bash", "arguments": args}}]}));
-        let mut out = format!("$ ls /srv/app/step{k}\n");
+        let out = self.listing(&format!("/srv/app/step{k}"), k, lines);
+        self.messages
+            .push(json!({"role": "tool", "tool_call_id": id, "content": out}));
+        self
+    }
+
+    /// A call's output: the command, a tagged line naming step `k`'s port
+    /// and `dir`'s entry, then `lines` lines of filler.
+    fn listing(&mut self, dir: &str, k: u32, lines: usize) -> String {
+        let mut out = format!("$ ls {dir}\n");
         out.push_str(&self.tagged(&format!(
-            "service listens on port 5{k:03}, entry /srv/app/step{k}/main.rs"
+            "service listens on port 5{k:03}, entry {dir}/main.rs"
         )));
         for _ in 0..lines {
             out.push('\n');
             out.push_str(OUTPUT_LINE);
         }
-        self.messages
-            .push(json!({"role": "tool", "tool_call_id": id, "content": out}));
-        self
+        out
     }
 
     /// One step of parallel calls: an assistant message calling `bash`
@@ -87,14 +94,7 @@ impl ToolLoop {
         self.messages
             .push(json!({"role": "assistant", "content": thought, "tool_calls": calls}));
         for (j, (id, &n)) in ids.iter().zip(lines).enumerate() {
-            let mut out = format!("$ ls /srv/app/step{k}/part{j}\n");
-            out.push_str(&self.tagged(&format!(
-                "service listens on port 5{k:03}, entry /srv/app/step{k}/part{j}/main.rs"
-            )));
-            for _ in 0..n {
-                out.push('\n');
-                out.push_str(OUTPUT_LINE);
-            }
+            let out = self.listing(&format!("/srv/app/step{k}/part{j}"), k, n);
             self.messages
                 .push(json!({"role": "tool", "tool_call_id": id, "content": out}));
         }

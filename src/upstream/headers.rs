@@ -87,15 +87,21 @@ pub fn to_upstream(
 /// (`RESOURCE.openai.azure.com`, or an AI Services resource's
 /// `RESOURCE.cognitiveservices.azure.com`, `RESOURCE.services.ai.azure.com`).
 fn azure(host: &HeaderValue) -> bool {
-    let host = host.to_str().unwrap_or_default();
-    let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
+    let host = host.as_bytes();
+    let name = host
+        .iter()
+        .rposition(|&b| b == b':')
+        .map_or(host, |colon| &host[..colon]);
     [
         ".openai.azure.com",
         ".cognitiveservices.azure.com",
         ".services.ai.azure.com",
     ]
     .iter()
-    .any(|suffix| name.to_ascii_lowercase().ends_with(suffix))
+    .any(|suffix| {
+        name.len() > suffix.len()
+            && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+    })
 }
 
 /// Prepares upstream response headers for the client. Streams (event

@@ -28,6 +28,12 @@
 //! before: `reset_ratio = 0.7`, compression batches on their own, no stubs
 //! in the tail at a fold).
 //!
+//! The mocks report each request's prompt tokens as a tokenizer counts the
+//! body's text (see `agents::text_tokens`), so foldgate calibrates its
+//! estimate by a real-looking usage on every API; `AGENT_USAGE=bytes`
+//! makes them report one token per 3 bytes of JSON instead (1.5–1.8×
+//! that count: a provider that bills more than foldgate estimates).
+//!
 //! Run: `cargo bench --bench agent` (`--profile dev` is fine: these
 //! columns are counts, not timings).
 
@@ -154,6 +160,16 @@ struct Figures {
     recalls: [f64; 3],
 }
 
+/// Whether the mocks report the prompt tokens a tokenizer counts in the
+/// body's text (the default: what a provider's usage says, and what
+/// foldgate calibrates its estimate by), or, with `AGENT_USAGE=bytes`,
+/// one token per 3 bytes of JSON (1.5–1.8× that; the tables before
+/// 2026-11-26's evening ran so on every API but chat, whose mock
+/// reported no usage).
+fn usage_from_text() -> bool {
+    std::env::var("AGENT_USAGE").map_or(true, |v| v != "bytes")
+}
+
 /// The mock upstream of a loop: one for the OpenAI and Anthropic APIs,
 /// Gemini's own.
 enum Upstream {
@@ -163,17 +179,17 @@ enum Upstream {
 
 impl Upstream {
     async fn start(wire: Wire) -> Self {
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        let from_text = usage_from_text();
         if wire == Wire::Gemini {
             let mock = GeminiMock::start().await;
-            mock.state
-                .calls_tools
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+            mock.state.calls_tools.store(true, relaxed);
+            mock.state.usage_from_text.store(from_text, relaxed);
             return Self::Gemini(mock);
         }
         let llm = Llm::start().await;
-        llm.state
-            .recall_every
-            .store(RECALL_EVERY, std::sync::atomic::Ordering::Relaxed);
+        llm.state.recall_every.store(RECALL_EVERY, relaxed);
+        llm.state.usage_from_text.store(from_text, relaxed);
         Self::Llm(llm)
     }
 

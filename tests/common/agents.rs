@@ -25,6 +25,36 @@ pub fn body_tokens(len: usize) -> usize {
     len / 3
 }
 
+/// A prompt's tokens as a provider's tokenizer would count them: o200k
+/// tokens of every string in the body (texts, arguments, names), one per
+/// number, and 3 per object (a message's or a part's framing in the
+/// chat template); JSON's own syntax is not counted. For a JSON body
+/// of English text this is about `len / 4.5`, where [`body_tokens`] says
+/// `len / 3`.
+pub fn text_tokens(body: &Value) -> usize {
+    let bpe = tiktoken_rs::o200k_base_singleton();
+    fn walk(v: &Value, bpe: &tiktoken_rs::CoreBPE) -> usize {
+        match v {
+            Value::String(s) => bpe.encode_ordinary(s).len(),
+            Value::Number(_) => 1,
+            Value::Array(a) => a.iter().map(|v| walk(v, bpe)).sum(),
+            Value::Object(o) => 3 + o.values().map(|v| walk(v, bpe)).sum::<usize>(),
+            Value::Null | Value::Bool(_) => 0,
+        }
+    }
+    walk(body, bpe)
+}
+
+/// The prompt tokens a mock reports (and judges its window by): the
+/// tokenizer's count when `from_text` is set, else [`body_tokens`].
+pub fn prompt_tokens(from_text: bool, body: &Value, len: usize) -> usize {
+    if from_text {
+        text_tokens(body)
+    } else {
+        body_tokens(len)
+    }
+}
+
 /// Whether a Messages request breaks the API's pairing and order rules.
 pub fn anthropic_violation(body: &Value) -> Option<String> {
     let messages = body["messages"].as_array()?;
@@ -140,7 +170,7 @@ pub fn anthropic(state: &LlmState, body: Value, len: usize) -> Reply {
         return error(v);
     }
     let window = state.window_tokens.load(Ordering::Relaxed) as usize;
-    let tokens = body_tokens(len);
+    let tokens = prompt_tokens(state.usage_from_text.load(Ordering::Relaxed), &body, len);
     if window > 0 && tokens > window {
         return error(format!(
             "prompt is too long: {tokens} tokens > {window} maximum"
@@ -216,7 +246,7 @@ pub fn responses(state: &LlmState, body: Value, len: usize) -> Reply {
         return error(v, "invalid_request");
     }
     let window = state.window_tokens.load(Ordering::Relaxed) as usize;
-    let tokens = body_tokens(len);
+    let tokens = prompt_tokens(state.usage_from_text.load(Ordering::Relaxed), &body, len);
     if window > 0 && tokens > window {
         return error(
             format!(

@@ -35,6 +35,9 @@ pub struct GeminiState {
     /// Refuse summarizer calls that ask for JSON output, as models without
     /// JSON mode do.
     pub no_json_mode: std::sync::atomic::AtomicBool,
+    /// Report prompt tokens counted by a tokenizer (see
+    /// [`super::agents::text_tokens`]) instead of one per 3 bytes.
+    pub usage_from_text: std::sync::atomic::AtomicBool,
     turns: AtomicUsize,
 }
 
@@ -98,7 +101,9 @@ fn answer(state: &GeminiState, r: Recorded) -> Response<foldgate::body::Body> {
     } else if state.calls_tools.load(Ordering::Relaxed) {
         parts.push(json!({"functionCall": {"name": "run", "args": {"step": n}}}));
     }
-    let prompt = u64::try_from(r.body.len() / 3).unwrap_or(0);
+    let from_text = state.usage_from_text.load(Ordering::Relaxed);
+    let prompt = super::agents::prompt_tokens(from_text, &body, r.body.len());
+    let prompt = u64::try_from(prompt).unwrap_or(0);
     if !r.uri.contains(":streamGenerateContent") {
         return mock::json(StatusCode::OK, &response(parts, prompt));
     }

@@ -50,6 +50,10 @@ pub struct LlmState {
     pub context_limit_bytes: AtomicUsize,
     /// Report this many prompt tokens in chat usage (0 = no usage field).
     pub usage_prompt_tokens: AtomicU32,
+    /// Count prompt tokens with a tokenizer (see
+    /// [`super::agents::text_tokens`]) instead of one per 3 bytes, and
+    /// report them in chat usage too.
+    pub usage_from_text: AtomicBool,
     /// Delay of every summarizer call.
     pub summarizer_delay_ms: AtomicU32,
     /// Summarizer request bodies, in order.
@@ -191,7 +195,8 @@ async fn answer(state: Arc<LlmState>, r: Recorded) -> Response<foldgate::body::B
     }
     state.chat_requests.lock().unwrap().push(body.clone());
     let window = state.window_tokens.load(Ordering::Relaxed) as usize;
-    let tokens = super::agents::body_tokens(r.body.len());
+    let from_text = state.usage_from_text.load(Ordering::Relaxed);
+    let tokens = super::agents::prompt_tokens(from_text, &body, r.body.len());
     if window > 0 && tokens > window {
         let message = format!(
             "This model's maximum context length is {window} tokens. However, your messages resulted in {tokens} tokens."
@@ -212,7 +217,10 @@ async fn answer(state: Arc<LlmState>, r: Recorded) -> Response<foldgate::body::B
     if let Some(call) = recall_call(&state, &body) {
         return mock::json(StatusCode::OK, &call);
     }
-    let usage = state.usage_prompt_tokens.load(Ordering::Relaxed);
+    let mut usage = state.usage_prompt_tokens.load(Ordering::Relaxed);
+    if from_text {
+        usage = u32::try_from(tokens).unwrap_or(u32::MAX);
+    }
     let usage = (usage > 0).then(
         || json!({"prompt_tokens": usage, "completion_tokens": 3, "total_tokens": usage + 3}),
     );

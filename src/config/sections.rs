@@ -335,6 +335,11 @@ pub struct TokensConfig {
     pub image_tokens_high: u32,
     /// Memory bound of the per-message count cache, in bytes.
     pub cache_bytes: u64,
+    /// A count not asked for within this long leaves the cache (zero: only
+    /// the byte bound), so the cache holds the recent conversations'
+    /// counts rather than filling to `cache_bytes` over hours.
+    #[serde(with = "humantime_serde")]
+    pub cache_idle: Duration,
     /// Learn each model's actual/estimated ratio from upstream `usage`.
     pub calibrate: bool,
     /// Ask providers' `/models` for context lengths of unnamed models.
@@ -356,6 +361,7 @@ impl Default for TokensConfig {
             image_tokens_low: 85,
             image_tokens_high: 765,
             cache_bytes: 64 * 1024 * 1024,
+            cache_idle: Duration::from_secs(600),
             calibrate: true,
             discover: false,
         }

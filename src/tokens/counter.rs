@@ -164,8 +164,10 @@ impl TokenCounter {
     /// A `tokens.cache_bytes` of 0 disables the count cache.
     pub fn new(config: &Config) -> Self {
         let entries = config.tokens.cache_bytes / CACHE_ENTRY_BYTES;
-        let cache =
-            (entries > 0).then(|| CountCache::new(usize::try_from(entries).unwrap_or(usize::MAX)));
+        let cache = (entries > 0).then(|| {
+            let capacity = usize::try_from(entries).unwrap_or(usize::MAX);
+            CountCache::new(capacity, config.tokens.cache_idle)
+        });
         Self {
             settings: config.tokens.clone(),
             models: config.models.clone(),

@@ -39,6 +39,7 @@ async fn short_soak(seconds: u64, cluster: bool) {
         conversations: 1,
         cache_bytes: 8 * 1024 * 1024,
         cluster,
+        down: None,
     };
     let passed = run::run(args).await.unwrap();
     assert!(passed, "the soak's checks failed (its report is above)");

@@ -17,6 +17,7 @@ mod props_support;
 mod admin;
 mod apis;
 mod archive;
+mod archive_failover;
 mod archive_outage;
 mod audit;
 mod background;

@@ -60,6 +60,13 @@ pub struct Args {
     /// server, with master failovers instead of restarts.
     #[arg(long)]
     pub cluster: bool,
+    /// Seconds a killed Redis (with `--cluster`, a killed master once its
+    /// replica took over) stays down before it is started again (default:
+    /// a sixtieth of the run, 2 to 10). 0 starts a killed master again at
+    /// once, while foldgate's cluster client may still map its old slots
+    /// to its address.
+    #[arg(long)]
+    pub down: Option<u64>,
 }
 
 /// RSS (KiB) and open file descriptors of a process.
@@ -193,7 +200,7 @@ pub async fn run(args: Args) -> Result<bool, String> {
     } else {
         Duration::from_secs((args.seconds / 2).max(1))
     };
-    let redis_down = Duration::from_secs((args.seconds / 60).clamp(2, 10));
+    let redis_down = Duration::from_secs(args.down.unwrap_or((args.seconds / 60).clamp(2, 10)));
     let mut next_restart = started + restart_every;
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -140,31 +140,44 @@ fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
 pub struct Node {
     pub port: u16,
     child: Option<Child>,
+    /// Its directory (a cluster node's `nodes.conf` is there).
+    dir: std::path::PathBuf,
+    args: Vec<String>,
 }
 
 impl Node {
     fn spawn(dir: &std::path::Path, port: u16, args: &[&str]) -> Self {
         let dir = dir.join(port.to_string());
         std::fs::create_dir_all(&dir).unwrap();
+        let mut node = Self {
+            port,
+            child: None,
+            dir,
+            args: args.iter().map(|a| a.to_string()).collect(),
+        };
+        node.start();
+        node
+    }
+
+    /// Starts the process on its port, in its directory, and waits until
+    /// it answers.
+    fn start(&mut self) {
+        let port = self.port;
         let child = Command::new("redis-server")
-            .args(args)
+            .args(&self.args)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
-            .current_dir(&dir)
+            .current_dir(&self.dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| {
                 panic!("cannot run redis-server ({e}); install it: apt-get install -y redis-server")
             });
-        let node = Self {
-            port,
-            child: Some(child),
-        };
+        self.child = Some(child);
         wait_for("redis-server answers", Duration::from_secs(10), || {
             cli(port, &["PING"]).trim() == "PONG"
         });
-        node
     }
 
     /// Kills the process (SIGKILL: no goodbye to the cluster).
@@ -173,6 +186,13 @@ impl Node {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Starts a killed node again with what its directory kept (a cluster
+    /// node its `nodes.conf`, so it rejoins as what it was).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.start();
     }
 
     pub fn alive(&self) -> bool {
@@ -318,8 +338,9 @@ impl Cluster {
     }
 
     /// Kills the master serving `key`'s slot and waits until its replica
-    /// serves the slot and the cluster is ok again.
-    pub fn kill_master_of(&mut self, key: &str) {
+    /// serves the slot and the cluster is ok again; returns the killed
+    /// node's port.
+    pub fn kill_master_of(&mut self, key: &str) -> u16 {
         let port = self.master_of(key);
         self.nodes
             .iter_mut()
@@ -332,6 +353,28 @@ impl Cluster {
             || {
                 let now = self.master_of(key);
                 now != 0 && now != port
+            },
+        );
+        self.wait_healthy();
+        port
+    }
+
+    /// Starts the killed node on `port` again from its `nodes.conf`: a
+    /// master that lost its slots in a failover comes back claiming them,
+    /// learns it was replaced and turns into a replica of its successor.
+    /// Returns once it is that replica, in sync, and the cluster is ok.
+    pub fn restart(&mut self, port: u16) {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .unwrap()
+            .restart();
+        wait_for(
+            "the restarted node syncs as a replica",
+            Duration::from_secs(30),
+            || {
+                let info = cli(port, &["INFO", "replication"]);
+                info.contains("role:slave") && info.contains("master_link_status:up")
             },
         );
         self.wait_healthy();

@@ -90,10 +90,19 @@ async fn write_runs(conn: &Conn, spool: &Spool, batches: &[Batch]) -> bool {
 /// After a failover the cluster answers a transaction sent to the old
 /// master with `MOVED` inside `EXECABORT`, which the client does not
 /// follow; one plain command on the same key is redirected, and teaches
-/// the client the slot's new master for the next attempt.
+/// the client the slot's new master for the next attempt. It must be a
+/// write: the client opens every node connection `READONLY`, so when the
+/// old master has come back as its successor's replica (on the address
+/// the client still maps the slot to) it answers a read itself and
+/// redirects only writes. Renewing the list's expiry is the write: the
+/// transaction being retried renews it anyway, and a missing list stays
+/// missing.
 async fn reroute(conn: &Conn, key: &crate::state::ConvKey) {
     let mut c = conn.conn.clone();
-    let cmd = redis::cmd("EXISTS").arg(list_key(key)).clone();
+    let cmd = redis::cmd("PEXPIRE")
+        .arg(list_key(key))
+        .arg(conn.ttl_ms)
+        .clone();
     let _: Option<i64> = conn.op("reroute", cmd.query_async(&mut c)).await;
 }
 

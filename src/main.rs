@@ -14,9 +14,9 @@ static ALLOC: foldgate::heap::Counting<mimalloc::MiMalloc> =
 use foldgate::config::{Config, LogConfig, LogFormat};
 use foldgate::log_writer::LogWriter;
 use foldgate::telemetry::Telemetry;
-use tracing_subscriber::Layer as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use tracing_subscriber::Layer as _;
 
 /// A transparent OpenAI-compatible proxy that folds long conversations into
 /// a summary before they overflow the model's context window.

@@ -27,8 +27,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
-use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use prost::Message;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -96,7 +96,11 @@ fn record(spans: &Spans, request: ExportTraceServiceRequest) {
                     id: hex(&span.span_id),
                     parent: hex(&span.parent_span_id),
                     service: service.clone(),
-                    attributes: span.attributes.iter().map(|kv| (kv.key.clone(), text(kv))).collect(),
+                    attributes: span
+                        .attributes
+                        .iter()
+                        .map(|kv| (kv.key.clone(), text(kv)))
+                        .collect(),
                 });
             }
         }
@@ -163,8 +167,7 @@ impl Receiver {
     async fn grpc() -> Self {
         let spans = Spans::default();
         let service = TraceServiceServer::new(Collector(spans.clone()));
-        let (endpoint, task) =
-            listen(hyper_util::service::TowerToHyperService::new(service)).await;
+        let (endpoint, task) = listen(hyper_util::service::TowerToHyperService::new(service)).await;
         Self {
             endpoint,
             spans,
@@ -192,10 +195,7 @@ impl Receiver {
 /// Serves `service` (HTTP/1.1 and HTTP/2) on 127.0.0.1:0.
 async fn listen<S, B>(service: S) -> (String, tokio::task::JoinHandle<()>)
 where
-    S: hyper::service::Service<Request<Incoming>, Response = Response<B>>
-        + Clone
-        + Send
-        + 'static,
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     B: hyper::body::Body + Send + 'static,
@@ -225,7 +225,11 @@ impl TraceService for Collector {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        if request.metadata().get("x-collector-key").is_some_and(|v| v == "collector-secret") {
+        if request
+            .metadata()
+            .get("x-collector-key")
+            .is_some_and(|v| v == "collector-secret")
+        {
             record(&self.0, request.into_inner());
         }
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
@@ -254,7 +258,11 @@ async fn model(r: Recorded) -> Response<foldgate::body::Body> {
     } else {
         json!({"role": "assistant", "content": "The favourite colour is teal."})
     };
-    let finish = if message.get("tool_calls").is_some() { "tool_calls" } else { "stop" };
+    let finish = if message.get("tool_calls").is_some() {
+        "tool_calls"
+    } else {
+        "stop"
+    };
     mock::json(
         StatusCode::OK,
         &json!({"id": "chatcmpl-t", "object": "chat.completion", "model": body["model"],
@@ -285,12 +293,18 @@ struct Served {
 
 impl Served {
     async fn start(path: &Path, toml: &str, port: u16) -> Self {
+        Self::start_logging(path, toml, port, Stdio::inherit()).await
+    }
+
+    /// [`Served::start`], its log going to `stderr`.
+    async fn start_logging(path: &Path, toml: &str, port: u16, stderr: Stdio) -> Self {
         std::fs::write(path, toml).unwrap();
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
             .args(["serve", "--config"])
             .arg(path)
+            .env("FOLDGATE_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -352,7 +366,9 @@ fn one<'a>(spans: &'a [Got], name: &str) -> &'a Got {
 
 /// The traceparent `r` carried, split: (trace id, parent span id, flags).
 fn traceparent(r: &Recorded) -> (String, String, String) {
-    let tp = r.header("traceparent").unwrap_or_else(|| panic!("no traceparent: {r:?}"));
+    let tp = r
+        .header("traceparent")
+        .unwrap_or_else(|| panic!("no traceparent: {r:?}"));
     let parts: Vec<&str> = tp.split('-').collect();
     assert_eq!(parts.len(), 4, "{tp}");
     assert_eq!(parts[0], "00");
@@ -360,7 +376,10 @@ fn traceparent(r: &Recorded) -> (String, String, String) {
 }
 
 fn is_summarizer(r: &Recorded) -> bool {
-    r.json().pointer("/messages/0/content").and_then(Value::as_str) == Some(SYSTEM_PROMPT)
+    r.json()
+        .pointer("/messages/0/content")
+        .and_then(Value::as_str)
+        == Some(SYSTEM_PROMPT)
 }
 
 /// One folding, recalling request traced: every span, its parent and
@@ -385,7 +404,13 @@ async fn traced_request(receiver: &Receiver, protocol: &str) {
         "The favourite colour is teal."
     );
 
-    let names = ["request", "fold", "summarizer call", "recall round", "upstream call"];
+    let names = [
+        "request",
+        "fold",
+        "summarizer call",
+        "recall round",
+        "upstream call",
+    ];
     let spans = receiver
         .wait_for("the request's spans", |s| {
             names.iter().all(|n| s.iter().any(|g| g.name == *n))
@@ -396,7 +421,10 @@ async fn traced_request(receiver: &Receiver, protocol: &str) {
     assert!(spans.iter().all(|s| s.service == "foldgate-under-test"));
 
     let request = one(&spans, "request");
-    assert_eq!(request.parent, CLIENT_SPAN, "the client's span is the parent");
+    assert_eq!(
+        request.parent, CLIENT_SPAN,
+        "the client's span is the parent"
+    );
     let attr = |k: &str| request.attr(k).to_string();
     assert_eq!(attr("gen_ai.operation.name"), "chat");
     assert_eq!(attr("gen_ai.provider.name"), "openai");
@@ -432,7 +460,10 @@ async fn traced_request(receiver: &Receiver, protocol: &str) {
     let upstream_calls: Vec<&Got> = spans.iter().filter(|s| s.name == "upstream call").collect();
     let first = upstream_calls.iter().find(|s| s.parent == request.id);
     let again = upstream_calls.iter().find(|s| s.parent == round.id);
-    let (first, again) = (first.expect("request -> upstream call"), again.expect("recall round -> upstream call"));
+    let (first, again) = (
+        first.expect("request -> upstream call"),
+        again.expect("recall round -> upstream call"),
+    );
     assert_eq!(first.attr("foldgate.provider"), "mock");
 
     // The upstream got foldgate's span as the parent, in the client's trace.
@@ -524,7 +555,9 @@ async fn sampling_zero_sends_nothing_but_a_sampled_parent_is_followed() {
     let client = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
     fg.ask(&body, Some(&client)).await.assert_ok();
     let spans = receiver
-        .wait_for("the sampled request", |s| s.iter().any(|g| g.name == "request"))
+        .wait_for("the sampled request", |s| {
+            s.iter().any(|g| g.name == "request")
+        })
         .await;
     // The exports are sent in order: the earlier requests' spans would be here.
     assert!(spans.iter().all(|s| s.trace == CLIENT_TRACE), "{spans:#?}");
@@ -545,7 +578,10 @@ async fn requests_go_on(endpoint: &str) {
     for _ in 0..20 {
         let reply = fg.ask(&body, None).await;
         reply.assert_ok();
-        assert_eq!(reply.json()["choices"][0]["message"]["content"], "The favourite colour is teal.");
+        assert_eq!(
+            reply.json()["choices"][0]["message"]["content"],
+            "The favourite colour is teal."
+        );
     }
     for _ in 0..100 {
         if fg.dropped().await > 0.0 {
@@ -567,4 +603,57 @@ async fn a_hanging_collector_costs_no_request_and_drops_are_counted() {
 async fn a_collector_that_is_down_costs_no_request_and_drops_are_counted() {
     let port = common::free_port();
     requests_go_on(&format!("http://127.0.0.1:{port}")).await;
+}
+
+/// With traces on, the log is as it was: a fold's event (logged inside
+/// the fold and summarizer spans only traces have) still carries the
+/// request's span, with its id, as its JSON `span`.
+#[tokio::test]
+async fn the_log_keeps_the_request_span_with_traces_on() {
+    let receiver = Receiver::http(Behaviour::Answers).await;
+    let upstream = Mock::start(model).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::free_port();
+    let telemetry = format!(
+        "endpoint = \"{}\"\nheaders = {{ \"x-collector-key\" = \"collector-secret\" }}\n[log]\nformat = \"json\"\n",
+        receiver.endpoint
+    );
+    let toml = config(&upstream.url, port, &telemetry);
+    let mut fg = Served::start_logging(
+        &dir.path().join("foldgate.toml"),
+        &toml,
+        port,
+        Stdio::piped(),
+    )
+    .await;
+    let headers = [
+        ("x-conversation-id", CONVERSATION),
+        ("x-request-id", "req-traced-42"),
+    ];
+    let url = format!("{}/v1/chat/completions", fg.url);
+    let reply = post_json(&url, &headers, &conversation()).await;
+    reply.assert_ok();
+    assert_eq!(reply.header("x-foldgate-fold"), "new");
+    receiver
+        .wait_for("the fold's span", |s| {
+            s.iter().any(|g| g.name == "summarizer call")
+        })
+        .await;
+    let pid = fg.child.id().unwrap().to_string();
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let mut log = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut fg.child.stderr.take().unwrap(), &mut log)
+        .await
+        .unwrap();
+    let fold: Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["target"] == "foldgate::fold" && l["outcome"] == "ok")
+        .unwrap_or_else(|| panic!("no fold event in:\n{log}"));
+    assert_eq!(fold["span"]["name"], "request", "{fold}");
+    assert_eq!(fold["span"]["request_id"], "req-traced-42", "{fold}");
 }

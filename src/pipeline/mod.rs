@@ -65,7 +65,9 @@ pub async fn handle(
     let mut request = ConvRequest::read(app, api, &own, (path, tail), route.model, bytes).await?;
     let conversation = request.conversation_header();
     let key = request.key().cloned();
-    let tenant_and_id = key.as_ref().map(|k| (k.tenant.as_str(), k.conversation.as_str()));
+    let tenant_and_id = key
+        .as_ref()
+        .map(|k| (k.tenant.as_str(), k.conversation.as_str()));
     crate::telemetry::record_request(api.name(), api.provider(), &request.model, tenant_and_id);
     let mut prepared = request.prepare(app, &own).await?;
     let mut retried = false;

@@ -142,7 +142,8 @@ fn exporter(
                     map.insert(name, value);
                 }
             }
-            let metadata = opentelemetry_otlp::tonic_types::metadata::MetadataMap::from_headers(map);
+            let metadata =
+                opentelemetry_otlp::tonic_types::metadata::MetadataMap::from_headers(map);
             opentelemetry_otlp::SpanExporter::builder()
                 .with_tonic()
                 .with_endpoint(endpoint)

@@ -75,9 +75,7 @@ where
         return Ok(None);
     };
     let processor = export::HandOff::start(config, endpoint).map_err(TelemetryError)?;
-    let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-        config.sampling_ratio,
-    )));
+    let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(config.sampling_ratio)));
     let resource = Resource::builder()
         .with_service_name(config.service_name.clone())
         .build();
@@ -128,9 +126,9 @@ fn span_if_enabled(make: impl FnOnce() -> Span) -> Span {
 /// The span of a fold, a child of `parent` (the request's); `started` is
 /// `inline` (the request waits) or `background`.
 pub fn fold(parent: &Span, started: &'static str) -> Span {
-    span_if_enabled(|| {
-        tracing::info_span!(target: TARGET, parent: parent, "fold", foldgate.fold.started = started)
-    })
+    span_if_enabled(
+        || tracing::info_span!(target: TARGET, parent: parent, "fold", foldgate.fold.started = started),
+    )
 }
 
 /// The span of one summarizer call to `model` over an API's wire format
@@ -164,9 +162,9 @@ pub fn recall_round(round: u32, calls: usize) -> Span {
 
 /// The span of one call upstream to `provider` (its configured name).
 pub fn upstream(provider: &str) -> Span {
-    span_if_enabled(|| {
-        tracing::info_span!(target: TARGET, "upstream call", otel.kind = "client", foldgate.provider = provider)
-    })
+    span_if_enabled(
+        || tracing::info_span!(target: TARGET, "upstream call", otel.kind = "client", foldgate.provider = provider),
+    )
 }
 
 /// Records the HTTP status an outgoing call got on its span.

@@ -43,7 +43,6 @@ use crate::sse::Framing;
 use crate::state::ConvKey;
 use crate::tokens::UsageScanner;
 use crate::upstream::Provider;
-use tracing::Instrument;
 use broken::{Answer, Cause};
 use bytes::Bytes;
 use http::request::Parts;
@@ -52,6 +51,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{Map, Value};
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// Largest whole answer read to look for recall calls.
 const MAX_ANSWER: usize = 16 << 20;

@@ -343,7 +343,7 @@ fn init_logging_traced(
         flush_log();
         previous(panic);
     }));
-    let traced = filter_fn(|m| m.is_span() && m.target().starts_with("foldgate"));
+    let traced = filter_fn(foldgate::telemetry::traces);
     let logged = filter.and(filter_fn(|m| m.target() != foldgate::telemetry::TARGET));
     let log = fmt_layer(config.format, writer.clone()).with_filter(logged);
     tracing_subscriber::registry()

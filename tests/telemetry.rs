@@ -531,8 +531,9 @@ async fn a_request_without_traceparent_starts_a_trace() {
     );
 }
 
-/// Sampling 0 records no new trace; a client's sampled traceparent is
-/// still followed (parent-based), which shows the exporter was working.
+/// Sampling 0 records no new trace (nor a client's unsampled one); a
+/// client's sampled traceparent is still followed (parent-based), which
+/// shows the exporter was working.
 #[tokio::test]
 async fn sampling_zero_sends_nothing_but_a_sampled_parent_is_followed() {
     let receiver = Receiver::http(Behaviour::Answers).await;
@@ -549,9 +550,18 @@ async fn sampling_zero_sends_nothing_but_a_sampled_parent_is_followed() {
     for _ in 0..5 {
         fg.ask(&body, None).await.assert_ok();
     }
-    // Not sampled: the upstream is told so.
-    let unsampled = upstream.received();
-    assert_eq!(traceparent(&unsampled[0]).2, "00");
+    // Not traced: the upstream gets no traceparent of foldgate's, and a
+    // client's unsampled one as it came.
+    assert!(
+        upstream
+            .received()
+            .iter()
+            .all(|r| r.header("traceparent").is_none())
+    );
+    let unsampled = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-00");
+    fg.ask(&body, Some(&unsampled)).await.assert_ok();
+    let last = upstream.received().pop().unwrap();
+    assert_eq!(last.header("traceparent"), Some(unsampled.as_str()));
     let client = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
     fg.ask(&body, Some(&client)).await.assert_ok();
     let spans = receiver

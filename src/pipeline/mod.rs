@@ -245,7 +245,7 @@ fn observed(app: &App, prepared: &Prepared, model: String) -> tap::OnUsage {
     app.metrics
         .observe_forwarded(prepared.tokens_in, prepared.tokens_out);
     let (tokens, raw) = (app.tokens.clone(), prepared.raw_tokens_out);
-    let span = crate::telemetry::current_if_enabled();
+    let span = crate::telemetry::current_if_traced();
     Box::new(move |actual: u32| {
         if let Some(span) = &span {
             crate::telemetry::record_input_tokens(span, actual);

@@ -127,19 +127,20 @@ fn splitmix64(state: &std::cell::Cell<u64>) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The span every request runs in. With traces on ([`crate::telemetry`])
-/// it is the trace's server span, the child of the client's
-/// `traceparent` when it sent one.
+/// The span every request runs in. For a request traced
+/// ([`crate::telemetry::traced`]) it is the trace's server span, the
+/// child of the client's `traceparent` when it sent one.
 fn request_span<B>(req: &Request<B>) -> tracing::Span {
     let id = req
         .headers()
         .get(&REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if !crate::telemetry::enabled() {
+    if !crate::telemetry::traced(req.headers()) {
         return tracing::info_span!("request", request_id = id, method = %req.method(), path = req.uri().path());
     }
     let span = tracing::info_span!(
+        target: crate::telemetry::REQUEST_TARGET,
         "request",
         request_id = id,
         method = %req.method(),

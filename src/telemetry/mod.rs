@@ -17,7 +17,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use prometheus_client::metrics::counter::Counter;
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::registry::LookupSpan;
@@ -27,11 +27,83 @@ use tracing_subscriber::registry::LookupSpan;
 /// log line's span stays the request's (its id).
 pub const TARGET: &str = "foldgate::otel";
 
+/// The target of a traced request's span, which the log shows too; an
+/// untraced request's span has its usual target, which the traces' layer
+/// never sees.
+pub const REQUEST_TARGET: &str = "foldgate::traced";
+
 static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// `telemetry.sampling_ratio`, as `f64` bits.
+static RATIO: AtomicU64 = AtomicU64::new(0);
 
 /// Whether traces are being recorded (a layer is installed).
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
+}
+
+/// Whether the traces' layer takes a span of this metadata: a traced
+/// request's and the spans under it, nothing else (no event, no other
+/// crate's span).
+pub fn traces(metadata: &tracing::Metadata<'_>) -> bool {
+    metadata.is_span() && matches!(metadata.target(), TARGET | REQUEST_TARGET)
+}
+
+/// Whether a request with these headers is traced, decided once, as it
+/// arrives (parent-based): a client's `traceparent` by its sampled flag,
+/// else `telemetry.sampling_ratio`. An untraced request makes no span the
+/// traces see, so sampling 0 costs the request path next to nothing.
+pub fn traced(headers: &HeaderMap) -> bool {
+    if !enabled() {
+        return false;
+    }
+    match headers
+        .get("traceparent")
+        .and_then(|v| sampled_flag(v.as_bytes()))
+    {
+        Some(sampled) => sampled,
+        None => draw() < f64::from_bits(RATIO.load(Ordering::Relaxed)),
+    }
+}
+
+/// The sampled flag of a W3C `traceparent` (`00-{trace}-{span}-{flags}`),
+/// `None` when it is not one.
+fn sampled_flag(value: &[u8]) -> Option<bool> {
+    let text = std::str::from_utf8(value).ok()?;
+    let mut parts = text.trim().split('-');
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if !(hex(version, 2) && hex(trace, 32) && hex(span, 16) && hex(flags, 2)) || version == "ff" {
+        return None;
+    }
+    Some(u8::from_str_radix(flags, 16).ok()? & 1 == 1)
+}
+
+/// A uniform draw in [0, 1) from a generator per thread (SplitMix64,
+/// seeded from the OS once): a sampling decision needs no more.
+fn draw() -> f64 {
+    thread_local! {
+        static STATE: std::cell::Cell<u64> = std::cell::Cell::new({
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new().build_hasher().finish()
+        });
+    }
+    let z = STATE.with(|state| {
+        let s = state.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+        state.set(s);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    });
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Whether `span` belongs to a traced request (it is its span, or one
+/// under it).
+fn is_traced(span: &Span) -> bool {
+    span.metadata().is_some_and(traces)
 }
 
 /// Finished spans that never reached the collector: the export queue was
@@ -75,7 +147,9 @@ where
         return Ok(None);
     };
     let processor = export::HandOff::start(config, endpoint).map_err(TelemetryError)?;
-    let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(config.sampling_ratio)));
+    // Which requests are traced is decided as they arrive ([`traced`]):
+    // every span the layer sees is recorded.
+    let sampler = Sampler::ParentBased(Box::new(Sampler::AlwaysOn));
     let resource = Resource::builder()
         .with_service_name(config.service_name.clone())
         .build();
@@ -92,13 +166,14 @@ where
         .with_target(false)
         .with_tracked_inactivity(false)
         .with_context_activation(false);
+    RATIO.store(config.sampling_ratio.to_bits(), Ordering::Relaxed);
     ENABLED.store(true, Ordering::Relaxed);
     Ok(Some((layer, Telemetry { provider })))
 }
 
-/// Makes `span` (the request's, just made) the child of the client's
-/// `traceparent`, when it sent one; without one the request starts a
-/// trace.
+/// Makes `span` (a traced request's, just made) the child of the
+/// client's `traceparent`, when it sent one; without one the request
+/// starts a trace.
 pub fn set_parent_from(span: &Span, headers: &HeaderMap) {
     if !enabled() || !headers.contains_key("traceparent") {
         return;
@@ -110,23 +185,38 @@ pub fn set_parent_from(span: &Span, headers: &HeaderMap) {
 }
 
 /// Sets `traceparent` (and `tracestate`) on an outgoing request to name
-/// `span` as its parent, replacing the client's.
+/// `span` as its parent, replacing the client's; an untraced request's
+/// call keeps the client's as it came.
 pub fn inject(span: &Span, headers: &mut HeaderMap) {
-    if !enabled() {
+    if !enabled() || !is_traced(span) {
         return;
     }
     TraceContextPropagator::new().inject_context(&span.context(), &mut HeadersMut(headers));
 }
 
-/// A span only traces show, or a disabled one when telemetry is off.
-fn span_if_enabled(make: impl FnOnce() -> Span) -> Span {
-    if enabled() { make() } else { Span::none() }
+/// A span only traces show, under `parent`, or a disabled one when
+/// `parent` is not a traced request's (or telemetry is off).
+fn child_of(parent: &Span, make: impl FnOnce() -> Span) -> Span {
+    if is_traced(parent) {
+        make()
+    } else {
+        Span::none()
+    }
+}
+
+/// [`child_of`] the current span.
+fn child(make: impl FnOnce() -> Span) -> Span {
+    if enabled() {
+        child_of(&Span::current(), make)
+    } else {
+        Span::none()
+    }
 }
 
 /// The span of a fold, a child of `parent` (the request's); `started` is
 /// `inline` (the request waits) or `background`.
 pub fn fold(parent: &Span, started: &'static str) -> Span {
-    span_if_enabled(
+    child(
         || tracing::info_span!(target: TARGET, parent: parent, "fold", foldgate.fold.started = started),
     )
 }
@@ -134,7 +224,7 @@ pub fn fold(parent: &Span, started: &'static str) -> Span {
 /// The span of one summarizer call to `model` over an API's wire format
 /// (its name and its provider's, as [`crate::api::WireApi`] gives them).
 pub fn summarizer_call(api: &str, api_provider: &'static str, model: &str) -> Span {
-    span_if_enabled(|| {
+    child(|| {
         tracing::info_span!(
             target: TARGET,
             "summarizer call",
@@ -149,7 +239,7 @@ pub fn summarizer_call(api: &str, api_provider: &'static str, model: &str) -> Sp
 /// The span of recall round `round` (from 1), answering `calls` calls;
 /// also sets the rounds so far on the current (the request's) span.
 pub fn recall_round(round: u32, calls: usize) -> Span {
-    span_if_enabled(|| {
+    child(|| {
         Span::current().set_attribute("foldgate.recall.rounds", i64::from(round));
         tracing::info_span!(
             target: TARGET,
@@ -162,14 +252,14 @@ pub fn recall_round(round: u32, calls: usize) -> Span {
 
 /// The span of one call upstream to `provider` (its configured name).
 pub fn upstream(provider: &str) -> Span {
-    span_if_enabled(
+    child(
         || tracing::info_span!(target: TARGET, "upstream call", otel.kind = "client", foldgate.provider = provider),
     )
 }
 
 /// Records the HTTP status an outgoing call got on its span.
 pub fn record_status(span: &Span, status: http::StatusCode) {
-    if enabled() {
+    if enabled() && is_traced(span) {
         span.set_attribute("http.response.status_code", i64::from(status.as_u16()));
     }
 }
@@ -189,6 +279,9 @@ pub fn record_request(
         return;
     }
     let span = Span::current();
+    if !is_traced(&span) {
+        return;
+    }
     span.set_attribute("gen_ai.operation.name", operation(api));
     span.set_attribute("gen_ai.provider.name", provider(api_provider));
     span.set_attribute("gen_ai.request.model", model.to_string());
@@ -218,6 +311,9 @@ pub fn record_view(view: &View) {
         return;
     }
     let span = Span::current();
+    if !is_traced(&span) {
+        return;
+    }
     span.set_attribute("foldgate.fold", view.fold);
     span.set_attribute("foldgate.tokens.in", i64::from(view.tokens_in));
     span.set_attribute("foldgate.tokens.out", i64::from(view.tokens_out));
@@ -228,15 +324,18 @@ pub fn record_view(view: &View) {
 /// Records the prompt tokens the upstream reported on `span` (the
 /// request's), once the answer's usage went by.
 pub fn record_input_tokens(span: &Span, tokens: u32) {
-    if enabled() {
+    if enabled() && is_traced(span) {
         span.set_attribute("gen_ai.usage.input_tokens", i64::from(tokens));
     }
 }
 
 /// The request span to keep for a later [`record_input_tokens`]: the
-/// current one when telemetry is on.
-pub fn current_if_enabled() -> Option<Span> {
-    enabled().then(Span::current)
+/// current one when its request is traced.
+pub fn current_if_traced() -> Option<Span> {
+    if !enabled() {
+        return None;
+    }
+    Some(Span::current()).filter(is_traced)
 }
 
 /// `gen_ai.operation.name` of an API's requests.
@@ -303,6 +402,44 @@ mod tests {
         assert_eq!(hash, conversation_hash("t1", "secret-conversation"));
         assert_ne!(hash, conversation_hash("t2", "secret-conversation"));
         assert_ne!(hash, conversation_hash("t1", "secret-conversation2"));
+    }
+
+    #[test]
+    fn the_sampled_flag_is_read_from_a_valid_traceparent_only() {
+        let tp = |s: &str| sampled_flag(s.as_bytes());
+        assert_eq!(
+            tp("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            Some(true)
+        );
+        assert_eq!(
+            tp("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"),
+            Some(false)
+        );
+        assert_eq!(
+            tp("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03"),
+            Some(true)
+        );
+        assert_eq!(
+            tp("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"),
+            None
+        );
+        assert_eq!(tp("00-4bf92f35-00f067aa0ba902b7-01"), None);
+        assert_eq!(
+            tp("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            None
+        );
+        assert_eq!(tp("garbage"), None);
+    }
+
+    #[test]
+    fn draws_are_spread_over_the_unit_interval() {
+        let draws: Vec<f64> = (0..10_000).map(|_| draw()).collect();
+        assert!(draws.iter().all(|d| (0.0..1.0).contains(d)));
+        let below = draws.iter().filter(|d| **d < 0.25).count();
+        assert!(
+            (2_000..3_000).contains(&below),
+            "{below} of 10000 below 0.25"
+        );
     }
 
     #[test]

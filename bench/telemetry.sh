@@ -33,7 +33,7 @@ count() {
   printf '[server]\nlisten = "127.0.0.1:%s"\n[providers.bench]\nbase_url = "http://127.0.0.1:%s/v1"\n[state]\npath = "%s/foldgate-%s.db"\n%s' \
     "$PORT" "$UP" "$WORK" "$PORT" "$telemetry" > "$WORK/foldgate.toml"
   rm -f "$WORK"/callgrind.out*
-  valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" "$bin" serve --config "$WORK/foldgate.toml" 2>"$WORK/$name.log" &
+  env -u FOLDGATE_BIN valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" "$bin" serve --config "$WORK/foldgate.toml" 2>"$WORK/$name.log" &
   local pid=$!
   for _ in $(seq 150); do curl -s -o /dev/null "http://127.0.0.1:$PORT/foldgate/health" && break; sleep 0.2; done
   wrk -t1 -c4 -d3s -s bench/chat-32k.lua "http://127.0.0.1:$PORT/v1/chat/completions" >/dev/null

@@ -332,7 +332,7 @@ fn init_logging_traced(
     config: &LogConfig,
     traces: impl tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync,
 ) {
-    use tracing_subscriber::filter::{FilterExt, filter_fn};
+    use tracing_subscriber::filter::{FilterExt, LevelFilter, Targets};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("FOLDGATE_LOG")
@@ -343,8 +343,17 @@ fn init_logging_traced(
         flush_log();
         previous(panic);
     }));
-    let traced = filter_fn(foldgate::telemetry::traces);
-    let logged = filter.and(filter_fn(|m| m.target() != foldgate::telemetry::TARGET));
+    // Targets, not closures: each callsite is judged once and cached, so
+    // the debug and trace events of the crates below (hyper's, on every
+    // request) stay off at no cost, as with the log alone.
+    let traced = Targets::new()
+        .with_target(foldgate::telemetry::TARGET, LevelFilter::TRACE)
+        .with_target(foldgate::telemetry::REQUEST_TARGET, LevelFilter::TRACE);
+    let logged = filter.and(
+        Targets::new()
+            .with_default(LevelFilter::TRACE)
+            .with_target(foldgate::telemetry::TARGET, LevelFilter::OFF),
+    );
     let log = fmt_layer(config.format, writer.clone()).with_filter(logged);
     tracing_subscriber::registry()
         .with(traces.with_filter(traced))

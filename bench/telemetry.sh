@@ -7,7 +7,8 @@
 # loopback answering every export at once with an empty (valid) OTLP
 # response, so the rows count foldgate's side: spans made, queued,
 # encoded and posted by its export thread.
-# Usage: bench/telemetry.sh [seconds]; FOLDGATE_BIN runs a prebuilt binary.
+# Usage: bench/telemetry.sh [seconds]; FOLDGATE_BIN runs a prebuilt binary;
+# KEEP=1 keeps the work directory with each row's callgrind dump (NAME.callgrind).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${1:-4}
@@ -49,6 +50,7 @@ count() {
   local dropped; dropped=$(curl -s "http://127.0.0.1:$PORT/foldgate/metrics" | awk '/^foldgate_telemetry_spans_dropped_total/ { print $2 }')
   kill "$pid"; wait "$pid" 2>/dev/null || true
   local dump; dump=$(ls -t "$WORK"/callgrind.out.* | head -1)
+  [ -z "${KEEP:-}" ] || cp "$dump" "$WORK/$name.callgrind"
   local ir; ir=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
   echo "$name $((ir / (after - before))) ${dropped:-–}"
 }

@@ -24,6 +24,7 @@
 //! - [`sse`]: server-sent events, split once for the usage tap and the recall rounds.
 //! - [`shallow`]: the one-pass JSON reader: a request's wanted fields parsed, the conversation's items and an object's members delimited, not read (the fast path's and the usage tap's).
 //! - [`metrics`]: Prometheus counters and latency histograms.
+//! - [`telemetry`]: OpenTelemetry traces over OTLP (`[telemetry]`): the layer, the spans, `traceparent` in and out.
 //! - [`error`]: errors made by foldgate, in the route's API's error envelope.
 //! - [`headers`]: the response headers foldgate adds to a conversation request.
 //! - [`message`]: the message vocabulary: roles, pinned head, tool pairing.
@@ -59,6 +60,7 @@ pub mod shallow;
 pub mod sse;
 pub mod state;
 pub mod summarize;
+pub mod telemetry;
 pub mod tokens;
 pub mod ui;
 pub mod unclaimed;

@@ -339,6 +339,11 @@ impl Metrics {
         );
         let requests = routes.iter().copied().zip(requests).collect();
         let latency = Latencies::register(&mut registry, routes);
+        registry.register(
+            "foldgate_telemetry_spans_dropped",
+            "Finished trace spans never exported: the export queue was full, or the export failed or timed out",
+            crate::telemetry::dropped().clone(),
+        );
         let unclaimed = Unclaimed::default();
         registry.register(
             "foldgate_unrecognised",

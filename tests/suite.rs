@@ -66,6 +66,7 @@ mod shallow_props;
 mod soak_short;
 mod state_redis;
 mod state_sqlite;
+mod telemetry;
 mod tls;
 mod tokens;
 mod totals;

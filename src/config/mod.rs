@@ -10,6 +10,7 @@ mod policy;
 mod redis_url;
 mod secret;
 mod sections;
+mod telemetry;
 
 pub use archive::{ArchiveConfig, Recall, RecallMode};
 pub use compress::{Compress, CompressOverrides, resolve as resolve_compress};
@@ -19,6 +20,7 @@ pub use policy::{Mode, Policy, PolicyOverrides, resolve as resolve_policy};
 pub use redis_url::{CLUSTER_SCHEME, RedisTarget, SENTINEL_SCHEME};
 pub use secret::Secret;
 pub use sections::*;
+pub use telemetry::{OtlpProtocol, TelemetryConfig};
 
 use crate::glob;
 use figment::Figment;
@@ -57,6 +59,8 @@ pub struct Config {
     pub compress: CompressOverrides,
     /// Log format.
     pub log: LogConfig,
+    /// OpenTelemetry traces over OTLP; off unless an endpoint is set.
+    pub telemetry: TelemetryConfig,
     /// The file this configuration was read from (`None`: built-in
     /// defaults and environment only). Not a key.
     #[serde(skip)]
@@ -126,6 +130,19 @@ fn source_suffix(source: &Option<PathBuf>) -> String {
         .unwrap_or_default()
 }
 
+/// The OpenTelemetry variables foldgate reads, and the keys they set
+/// (a file's or `FOLDGATE_TELEMETRY__*` value wins).
+const OTEL_VARS: [&str; 3] = [
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_SERVICE_NAME",
+];
+const OTEL_KEYS: [&str; 3] = [
+    "telemetry.endpoint",
+    "telemetry.protocol",
+    "telemetry.service_name",
+];
+
 /// The file used when no `--config` is given and `./config.toml` exists.
 pub const DEFAULT_PATH: &str = "config.toml";
 
@@ -137,7 +154,15 @@ impl Config {
             Some(p) => Some(p.to_path_buf()),
             None => Some(PathBuf::from(DEFAULT_PATH)).filter(|p| p.exists()),
         };
-        let mut figment = Figment::new();
+        // The OpenTelemetry SDKs' standard variables, below the file.
+        let mut figment = Figment::new().merge(Env::raw().only(&OTEL_VARS).map(|var| {
+            let key = OTEL_VARS
+                .iter()
+                .zip(OTEL_KEYS)
+                .find(|(name, _)| var.as_str().eq_ignore_ascii_case(name))
+                .map_or("", |(_, key)| key);
+            key.into()
+        }));
         if let Some(file) = &file {
             // `Toml::file` silently skips a missing file; a named one must exist.
             if !file.exists() {
@@ -242,6 +267,7 @@ impl Config {
         self.policy.validate("policy")?;
         self.compress.validate("compress")?;
         self.state.validate()?;
+        self.telemetry.validate()?;
         self.archive.validate(self.state.ttl)?;
         for (pattern, m) in &self.models {
             m.policy.validate(&format!("models.\"{pattern}\""))?;

@@ -114,6 +114,7 @@ impl FoldRequest {
         let turn = self.clone();
         let span = tracing::Span::current();
         Box::new(move || {
+            let fold = crate::telemetry::fold(&span, "background");
             Box::pin(
                 async move {
                     if let Err(e) = turn.fold_locked(Started::Background, None).await {
@@ -121,6 +122,7 @@ impl FoldRequest {
                         tracing::warn!(conversation, error = %e, "background fold failed");
                     }
                 }
+                .instrument(fold)
                 .instrument(span),
             )
         })
@@ -145,7 +147,8 @@ impl FoldRequest {
         }
         let turn = self.clone();
         let fold = async move { turn.fold_locked(Started::Inline, wait).await };
-        let task = tokio::spawn(fold.in_current_span());
+        let span = crate::telemetry::fold(&tracing::Span::current(), "inline");
+        let task = tokio::spawn(fold.instrument(span).in_current_span());
         let started = Instant::now();
         let joined = tokio::time::timeout(left, task).await;
         self.fold_time.spend(started.elapsed());

@@ -40,6 +40,7 @@ use request::ConvRequest;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
+use tracing::Instrument;
 
 /// Largest upstream 400 body read to look for a context-length error.
 const MAX_ERROR_BODY: usize = 1 << 20;
@@ -64,6 +65,10 @@ pub async fn handle(
     let mut request = ConvRequest::read(app, api, &own, (path, tail), route.model, bytes).await?;
     let conversation = request.conversation_header();
     let key = request.key().cloned();
+    let tenant_and_id = key
+        .as_ref()
+        .map(|k| (k.tenant.as_str(), k.conversation.as_str()));
+    crate::telemetry::record_request(api.name(), api.provider(), &request.model, tenant_and_id);
     let mut prepared = request.prepare(app, &own).await?;
     let mut retried = false;
     loop {
@@ -200,11 +205,15 @@ pub(super) async fn send(
     *req.headers_mut() = parts.headers.clone();
     req.headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    let span = crate::telemetry::upstream(&provider.name);
+    crate::telemetry::inject(&span, req.headers_mut());
     let started = Instant::now();
     let drop_auth = !app.config.server.api_keys.is_empty();
     let response = provider
         .send_tail(req, app.config.server.upstream_timeout, drop_auth)
+        .instrument(span.clone())
         .await?;
+    crate::telemetry::record_status(&span, response.status());
     let latency = started.elapsed();
     let (mut head, incoming) = response.into_parts();
     headers::to_client(&mut head.headers);
@@ -236,7 +245,13 @@ fn observed(app: &App, prepared: &Prepared, model: String) -> tap::OnUsage {
     app.metrics
         .observe_forwarded(prepared.tokens_in, prepared.tokens_out);
     let (tokens, raw) = (app.tokens.clone(), prepared.raw_tokens_out);
-    Box::new(move |actual: u32| tokens.observe_usage(&model, raw, actual))
+    let span = crate::telemetry::current_if_traced();
+    Box::new(move |actual: u32| {
+        if let Some(span) = &span {
+            crate::telemetry::record_input_tokens(span, actual);
+        }
+        tokens.observe_usage(&model, raw, actual)
+    })
 }
 
 /// Reads a whole request body, bounded by `limit`.
@@ -277,6 +292,13 @@ fn annotate(
     conversation: Option<HeaderValue>,
     key: Option<crate::state::ConvKey>,
 ) {
+    crate::telemetry::record_view(&crate::telemetry::View {
+        fold: prepared.fold.as_str(),
+        tokens_in: prepared.tokens_in,
+        tokens_out: prepared.tokens_out,
+        stubs: prepared.compressed,
+        injected: prepared.injected,
+    });
     if let Some(key) = key {
         let tokens = (prepared.tokens_in, prepared.tokens_out);
         app.turns

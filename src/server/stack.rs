@@ -35,7 +35,8 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// 4. `TraceLayer` — runs the request inside a `request` span carrying its
 ///    id, method and path, so every event it causes (folds, summarizer
 ///    calls, the access line) can be found from the id; below the request
-///    id layer so the id exists. Its response callback is the access log
+///    id layer so the id exists. With `[telemetry]` the span is the
+///    trace's root here, under the client's `traceparent` if any. Its response callback is the access log
 ///    ([`AccessLog`]: one line per request, from the response extensions
 ///    `UpstreamLatency`, `RouteLabel` and `ErrorLabel`; it feeds the
 ///    overhead and upstream latency histograms); its other events are off.
@@ -126,14 +127,28 @@ fn splitmix64(state: &std::cell::Cell<u64>) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The span every request runs in.
+/// The span every request runs in. For a request traced
+/// ([`crate::telemetry::traced`]) it is the trace's server span, the
+/// child of the client's `traceparent` when it sent one.
 fn request_span<B>(req: &Request<B>) -> tracing::Span {
     let id = req
         .headers()
         .get(&REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    tracing::info_span!("request", request_id = id, method = %req.method(), path = req.uri().path())
+    if !crate::telemetry::traced(req.headers()) {
+        return tracing::info_span!("request", request_id = id, method = %req.method(), path = req.uri().path());
+    }
+    let span = tracing::info_span!(
+        target: crate::telemetry::REQUEST_TARGET,
+        "request",
+        request_id = id,
+        method = %req.method(),
+        path = req.uri().path(),
+        otel.kind = "server"
+    );
+    crate::telemetry::set_parent_from(&span, req.headers());
+    span
 }
 
 #[cfg(test)]

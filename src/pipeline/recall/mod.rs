@@ -51,6 +51,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{Map, Value};
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// Largest whole answer read to look for recall calls.
 const MAX_ANSWER: usize = 16 << 20;
@@ -171,7 +172,8 @@ impl Session {
             let mut head = head;
             head.headers.remove(header::CONTENT_LENGTH);
             let (tx, body) = body::channel(16);
-            tokio::spawn(stream::run(self, incoming, framing, tx));
+            // In the request's span: its rounds' spans are the request's children.
+            tokio::spawn(stream::run(self, incoming, framing, tx).in_current_span());
             return Ok(Response::from_parts(head, body));
         }
         self.whole(head, incoming).await
@@ -269,7 +271,13 @@ impl Session {
     /// the API allows (Anthropic needs it defined while its history has a
     /// `tool_use`). The model's calls go in with their query bounded, so
     /// a huge argument does not ride along in every later request.
-    async fn next_round(&mut self, mut turn: RecallTurn) -> Result<Answer, ApiError> {
+    async fn next_round(&mut self, turn: RecallTurn) -> Result<Answer, ApiError> {
+        let span = crate::telemetry::recall_round(self.rounds + 1, turn.calls.len());
+        self.round(turn).instrument(span).await
+    }
+
+    /// [`Self::next_round`], in the round's span.
+    async fn round(&mut self, mut turn: RecallTurn) -> Result<Answer, ApiError> {
         if let Some(usage) = &turn.usage {
             calls::add_usage(&mut self.usage, usage);
         }

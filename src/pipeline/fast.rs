@@ -133,7 +133,7 @@ impl Look {
 fn count(units: &RawUnits<'_>, api: Api, raw: &RawRequest<'_>) -> Option<Vec<RawCount>> {
     let mut out = Vec::with_capacity(raw.pinned.len() + raw.units.len());
     for (name, field) in &raw.pinned {
-        let key = unit_key(api, false, [*name, *field]);
+        let key = unit_key(api, false, [name.as_bytes(), *field]);
         out.push(units.count(key, || raw_pinned(name, field))?);
     }
     raw.read_units(api, &mut out, |items, after_calls| {
@@ -151,20 +151,20 @@ fn count(units: &RawUnits<'_>, api: Api, raw: &RawRequest<'_>) -> Option<Vec<Raw
 /// streaming hasher on long texts); a unit of several texts, by the
 /// streaming hasher over the API's name and the texts, each after a
 /// separator.
-fn unit_key<'t>(api: Api, after_calls: bool, texts: impl IntoIterator<Item = &'t str>) -> u128 {
+fn unit_key<'t>(api: Api, after_calls: bool, texts: impl IntoIterator<Item = &'t [u8]>) -> u128 {
     let mut texts = texts.into_iter().peekable();
     let first = texts.next().unwrap_or_default();
     let seed = XxHash3_64::oneshot(api.name().as_bytes()) ^ u64::from(after_calls);
     if texts.peek().is_none() {
-        return XxHash3_128::oneshot_with_seed(seed, first.as_bytes());
+        return XxHash3_128::oneshot_with_seed(seed, first);
     }
     let mut h = XxHash3_128::new();
     h.write(&seed.to_le_bytes());
     h.write(b"\x1e");
-    h.write(first.as_bytes());
+    h.write(first);
     for text in texts {
         h.write(b"\x1e");
-        h.write(text.as_bytes());
+        h.write(text);
     }
     h.finish_128()
 }

@@ -142,15 +142,14 @@ pub struct UsageShape {
 impl UsageShape {
     /// The prompt tokens a body or event reports.
     pub fn prompt_tokens(self, data: &[u8]) -> Option<u32> {
-        let text = std::str::from_utf8(data).ok()?;
-        if self.array && text.trim_start().starts_with('[') {
-            let answers = crate::shallow::elements(text)?;
+        if self.array && data.trim_ascii_start().starts_with(b"[") {
+            let answers = crate::shallow::elements(data)?;
             return answers
                 .into_iter()
                 .rev()
                 .find_map(|answer| self.object_prompt_tokens(answer));
         }
-        self.object_prompt_tokens(text)
+        self.object_prompt_tokens(data)
     }
 
     /// [`Self::prompt_tokens`] of one object's text, read in one pass by
@@ -159,8 +158,8 @@ impl UsageShape {
     /// answer, where a `Map` of the usage object after the answer's
     /// members were delimited cost 7,700 (docs/benchmarks.md; the
     /// delimiting reader with this typed count may cost less).
-    fn object_prompt_tokens(self, text: &str) -> Option<u32> {
-        let mut de = serde_json::Deserializer::from_str(text);
+    fn object_prompt_tokens(self, text: &[u8]) -> Option<u32> {
+        let mut de = serde_json::Deserializer::from_slice(text);
         let found = de.deserialize_map(Answer(self)).ok()?;
         de.end().ok()?;
         found

@@ -56,9 +56,10 @@ pub fn deployment(path: &str, endpoint: &str) -> Option<Claim> {
 /// and `publishers/{publisher}/` segments, since a Gemini provider's
 /// `base_url` is the bare host; without a version, from `models/`.
 pub fn gemini_model(path: &str, methods: &[&str]) -> Option<Claim> {
-    let slash = path.rfind('/')?;
+    // Byte walks, as in `deployment`: every claimed request asks.
+    let slash = path.bytes().rposition(|b| b == b'/')?;
     let last = &path[slash + 1..];
-    let colon = last.find(':')?;
+    let colon = last.bytes().position(|b| b == b':')?;
     if colon == 0 || !(methods.is_empty() || methods.contains(&&last[colon..])) {
         return None;
     }

@@ -142,14 +142,18 @@ pub struct UsageShape {
 impl UsageShape {
     /// The prompt tokens a body or event reports.
     pub fn prompt_tokens(self, data: &[u8]) -> Option<u32> {
-        if self.array && data.trim_ascii_start().starts_with(b"[") {
+        // One UTF-8 check of the whole answer, then the parser reads text:
+        // reading the bytes checks each key again (640 instructions more on
+        // the chat bench's answer, docs/benchmarks.md).
+        let text = std::str::from_utf8(data).ok()?;
+        if self.array && text.trim_start().starts_with('[') {
             let answers = crate::shallow::elements(data)?;
             return answers
                 .into_iter()
                 .rev()
-                .find_map(|answer| self.object_prompt_tokens(answer));
+                .find_map(|answer| self.object_prompt_tokens(std::str::from_utf8(answer).ok()?));
         }
-        self.object_prompt_tokens(data)
+        self.object_prompt_tokens(text)
     }
 
     /// [`Self::prompt_tokens`] of one object's text, read in one pass by
@@ -158,8 +162,8 @@ impl UsageShape {
     /// answer, where a `Map` of the usage object after the answer's
     /// members were delimited cost 7,700 (docs/benchmarks.md; the
     /// delimiting reader with this typed count may cost less).
-    fn object_prompt_tokens(self, text: &[u8]) -> Option<u32> {
-        let mut de = serde_json::Deserializer::from_slice(text);
+    fn object_prompt_tokens(self, text: &str) -> Option<u32> {
+        let mut de = serde_json::Deserializer::from_str(text);
         let found = de.deserialize_map(Answer(self)).ok()?;
         de.end().ok()?;
         found

@@ -6,12 +6,16 @@
 //! refuses is refused from the first request, not only when a fold nears.
 //!
 //! The pinned fields and the items are only delimited here (their
-//! strings found with `memchr`, not decoded): each is read in full by the
-//! serde parser when its text is first seen ([`crate::api::codec::raw_unit`]),
+//! strings found with `memchr`, not decoded, and their bytes not checked
+//! as UTF-8): each is read in full by the serde parser when its text is
+//! first seen ([`crate::api::codec::raw_unit`]), which checks its UTF-8,
 //! and a text seen before was read then — the count cache keeps only
-//! texts that read. So every byte of an accepted body has been checked
-//! as the full parser checks it, once, and the items of a long
-//! conversation are looked at once per request, at memory speed.
+//! texts that read, keyed by a 128-bit hash of their bytes. Keys and the
+//! other fields are checked as they are read. So every byte of an
+//! accepted body has been checked as the full parser checks it, once,
+//! and the items of a long conversation are looked at once per request
+//! (delimited and hashed), at memory speed: no UTF-8 pass over the whole
+//! body (4,700 instructions of the chat bench's 32 KB, docs/benchmarks.md).
 
 use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
@@ -43,17 +47,18 @@ pub struct Fields<'a> {
     /// The parsed fields present, in body order.
     pub parsed: Map<String, Value>,
     /// The raw fields present, in body order, as the client wrote them
-    /// (delimited, not yet read).
-    pub raw: Vec<(&'static str, &'a str)>,
+    /// (delimited, not yet read: their UTF-8 is not checked yet).
+    pub raw: Vec<(&'static str, &'a [u8])>,
     /// The conversation's items, as the client wrote them (delimited, not
-    /// yet read).
-    pub items: Vec<&'a str>,
+    /// yet read: their UTF-8 is not checked yet).
+    pub items: Vec<&'a [u8]>,
     /// Each item's members, when [`Spec::item_members`] asks for them.
     pub members: Vec<Members<'a>>,
 }
 
-/// An object's members, in order: keys decoded, values delimited.
-pub type Members<'a> = Vec<(Cow<'a, str>, &'a str)>;
+/// An object's members, in order: keys decoded, values delimited (not
+/// read, their UTF-8 not checked).
+pub type Members<'a> = Vec<(Cow<'a, str>, &'a [u8])>;
 
 /// Reads `bytes` by `spec`. `None` when the body is not a well-formed
 /// object with the conversation an array, names a field twice, or holds
@@ -61,8 +66,7 @@ pub type Members<'a> = Vec<(Cow<'a, str>, &'a str)>;
 /// items: the full parser then reports exactly what is wrong (or handles
 /// the oddity).
 pub fn read<'a>(bytes: &'a [u8], spec: &Spec) -> Option<Fields<'a>> {
-    // One pass, so that every text handed out is a `str`.
-    let mut at = Cursor::new(simdutf8::basic::from_utf8(bytes).ok()?);
+    let mut at = Cursor::new(bytes);
     let mut out = Fields {
         parsed: Map::new(),
         raw: Vec::new(),
@@ -92,9 +96,9 @@ pub fn read<'a>(bytes: &'a [u8], spec: &Spec) -> Option<Fields<'a>> {
                 out.raw.push((name, value));
             } else if spec.parsed.contains(&key.as_ref()) {
                 out.parsed
-                    .insert(key.to_string(), serde_json::from_str(value).ok()?);
-            } else {
-                serde_json::from_str::<Checked>(value).ok()?;
+                    .insert(key.to_string(), serde_json::from_slice(value).ok()?);
+            } else if !checked(value) {
+                return None;
             }
         }
         keys.push(key);
@@ -106,7 +110,7 @@ pub fn read<'a>(bytes: &'a [u8], spec: &Spec) -> Option<Fields<'a>> {
 
 /// The members of the JSON object `text` holds, in order: keys decoded,
 /// values delimited (not read). `None` when `text` is not one object.
-pub(crate) fn members(text: &str) -> Option<Members<'_>> {
+pub(crate) fn members(text: &[u8]) -> Option<Members<'_>> {
     let mut at = Cursor::new(text);
     let members = at.entries(*b"{}", Cursor::member)?;
     at.end()?;
@@ -115,28 +119,28 @@ pub(crate) fn members(text: &str) -> Option<Members<'_>> {
 
 /// The elements of the JSON array `text` holds, in order, delimited (not
 /// read). `None` when `text` is not one array.
-pub(crate) fn elements(text: &str) -> Option<Vec<&str>> {
+pub(crate) fn elements(text: &[u8]) -> Option<Vec<&[u8]>> {
     let mut at = Cursor::new(text);
     let elements = at.entries(*b"[]", Cursor::value)?;
     at.end()?;
     Some(elements)
 }
 
-/// Whether `text` is one JSON value the full parser reads (strings
-/// decoded, numbers in range), checked without building it.
-pub(crate) fn checked(text: &str) -> bool {
-    serde_json::from_str::<Checked>(text).is_ok()
+/// Whether `text` is one JSON value the full parser reads (UTF-8,
+/// strings decoded, numbers in range), checked without building it.
+pub(crate) fn checked(text: &[u8]) -> bool {
+    serde_json::from_slice::<Checked>(text).is_ok()
 }
 
 /// A position in JSON text. It finds where values begin and end; it does
-/// not read them.
+/// not read them (nor check their UTF-8).
 struct Cursor<'a> {
-    text: &'a str,
+    text: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Cursor<'a> {
-    fn new(text: &'a str) -> Self {
+    fn new(text: &'a [u8]) -> Self {
         Self { text, pos: 0 }
     }
 
@@ -161,14 +165,14 @@ impl<'a> Cursor<'a> {
     }
 
     /// One member of an object: its key, decoded, and its value, delimited.
-    fn member(&mut self) -> Option<(Cow<'a, str>, &'a str)> {
+    fn member(&mut self) -> Option<(Cow<'a, str>, &'a [u8])> {
         let key = self.key()?;
         self.expect(b':')?;
         Some((key, self.value()?))
     }
 
     /// The object that starts here: its text and its members.
-    fn object(&mut self) -> Option<(&'a str, Members<'a>)> {
+    fn object(&mut self) -> Option<(&'a [u8], Members<'a>)> {
         self.skip_space();
         let start = self.pos;
         let members = self.entries(*b"{}", Self::member)?;
@@ -176,7 +180,7 @@ impl<'a> Cursor<'a> {
     }
 
     fn bytes(&self) -> &'a [u8] {
-        self.text.as_bytes()
+        self.text
     }
 
     fn skip_space(&mut self) {
@@ -203,7 +207,7 @@ impl<'a> Cursor<'a> {
         (self.pos == self.text.len()).then_some(())
     }
 
-    /// An object's key, decoded.
+    /// An object's key, decoded (its UTF-8 checked).
     fn key(&mut self) -> Option<Cow<'a, str>> {
         self.skip_space();
         let start = self.pos;
@@ -211,16 +215,18 @@ impl<'a> Cursor<'a> {
         self.skip_string()?;
         let quoted = self.text.get(start..self.pos)?;
         let inner = quoted.get(1..quoted.len() - 1)?;
-        if inner.bytes().any(|b| b == b'\\' || b < 0x20) {
-            serde_json::from_str::<String>(quoted).ok().map(Cow::Owned)
+        if inner.iter().any(|&b| b == b'\\' || b < 0x20) {
+            serde_json::from_slice::<String>(quoted)
+                .ok()
+                .map(Cow::Owned)
         } else {
-            Some(Cow::Borrowed(inner))
+            std::str::from_utf8(inner).ok().map(Cow::Borrowed)
         }
     }
 
     /// The text of the next value: a string, an object or array (to its
     /// matching bracket), or a literal (to the next delimiter).
-    fn value(&mut self) -> Option<&'a str> {
+    fn value(&mut self) -> Option<&'a [u8]> {
         self.skip_space();
         let start = self.pos;
         match *self.bytes().get(start)? {
@@ -354,9 +360,9 @@ mod tests {
         let f = read(body, &SPEC).unwrap();
         assert_eq!(f.parsed["model"], "m");
         assert_eq!(f.raw[0].0, "system");
-        assert_eq!(f.raw[0].1, r#"[{"type":"text","text":"s"}]"#);
+        assert_eq!(f.raw[0].1, br#"[{"type":"text","text":"s"}]"#);
         assert_eq!(f.items.len(), 2);
-        assert_eq!(f.items[1], r#"{"role":"assistant","content":"b"}"#);
+        assert_eq!(f.items[1], br#"{"role":"assistant","content":"b"}"#);
     }
 
     #[test]
@@ -377,12 +383,13 @@ mod tests {
                 r#"{spacing}{{"model":"m",{spacing}"messages"{spacing}:{spacing}[{spacing}{joined}{spacing}]{spacing}}}{spacing}"#
             );
             let f = read(body.as_bytes(), &SPEC).unwrap_or_else(|| panic!("{body}"));
-            assert_eq!(f.items, items, "{body}");
+            let texts: Vec<&[u8]> = items.iter().map(|i| i.as_bytes()).collect();
+            assert_eq!(f.items, texts, "{body}");
             let parsed: Map<String, Value> = serde_json::from_str(&body).unwrap();
             let reparsed: Vec<Value> = f
                 .items
                 .iter()
-                .map(|i| serde_json::from_str(i).unwrap())
+                .map(|i| serde_json::from_slice(i).unwrap())
                 .collect();
             assert_eq!(parsed["messages"], Value::Array(reparsed));
         }

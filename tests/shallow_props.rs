@@ -133,10 +133,10 @@ proptest! {
         let body = json!({"system": system, "model": "m", "messages": messages, "extra": extra});
         let text = written(&body, style);
         let fields = read(text.as_bytes(), &SPEC).expect("a body the full parser reads");
-        let items: Vec<Value> = fields.items.iter().map(|i| serde_json::from_str(i).unwrap()).collect();
+        let items: Vec<Value> = fields.items.iter().map(|i| serde_json::from_slice(i).unwrap()).collect();
         prop_assert_eq!(items, messages);
         prop_assert_eq!(fields.raw.len(), 1);
-        prop_assert_eq!(serde_json::from_str::<Value>(fields.raw[0].1).unwrap(), system);
+        prop_assert_eq!(serde_json::from_slice::<Value>(fields.raw[0].1).unwrap(), system);
         prop_assert_eq!(&fields.parsed, &Map::from_iter([("model".to_string(), json!("m"))]));
     }
 
@@ -157,7 +157,7 @@ proptest! {
         for (members, message) in fields.members.iter().zip(&messages) {
             let read: Map<String, Value> = members
                 .iter()
-                .map(|(k, v)| (k.to_string(), serde_json::from_str(v).unwrap()))
+                .map(|(k, v)| (k.to_string(), serde_json::from_slice(v).unwrap()))
                 .collect();
             prop_assert_eq!(&Value::Object(read), message);
             prop_assert_eq!(members.len(), message.as_object().unwrap().len());

@@ -22,11 +22,12 @@ pub struct RawRequest<'a> {
     /// (model, tool definitions, response format, output limits).
     pub rest: Map<String, Value>,
     /// The pinned top-level fields (`system`, `instructions`), as the
-    /// client wrote them: delimited, read by [`raw_pinned`].
-    pub pinned: Vec<(&'static str, &'a str)>,
+    /// client wrote them: delimited, read (and their UTF-8 checked) by
+    /// [`raw_pinned`].
+    pub pinned: Vec<(&'static str, &'a [u8])>,
     /// The conversation's items, as the client wrote them: delimited,
-    /// read by [`raw_unit`].
-    pub items: Vec<&'a str>,
+    /// read (and their UTF-8 checked) by [`raw_unit`].
+    pub items: Vec<&'a [u8]>,
     /// The items of each engine message, in order (as the decoder groups
     /// them).
     pub units: Vec<Range<usize>>,
@@ -66,7 +67,7 @@ impl<'a> RawRequest<'a> {
         };
         // A field without text makes no message (as the decoder reads it).
         let mut pinned = fields.raw;
-        pinned.retain(|(_, field)| !matches!(*field, "null" | "\"\"" | "[]"));
+        pinned.retain(|(_, field)| !matches!(*field, b"null" | b"\"\"" | b"[]"));
         Some(Self {
             model,
             rest,
@@ -88,7 +89,7 @@ impl RawRequest<'_> {
         &self,
         api: super::Api,
         out: &mut Vec<T>,
-        mut read: impl FnMut(&[&str], bool) -> Option<(T, bool)>,
+        mut read: impl FnMut(&[&[u8]], bool) -> Option<(T, bool)>,
     ) -> Option<()> {
         let positional = api.answers_by_position();
         let mut after_calls = false;
@@ -102,19 +103,19 @@ impl RawRequest<'_> {
 }
 
 /// [`pinned_unit`] of a pinned field given as JSON text (`None` also when
-/// the text is not JSON the decoder reads).
-pub fn raw_pinned(name: &str, field: &str) -> Option<(Value, MessageId)> {
-    pinned_unit(name, &serde_json::from_str(field).ok()?)
+/// the text is not JSON the decoder reads, or not UTF-8).
+pub fn raw_pinned(name: &str, field: &[u8]) -> Option<(Value, MessageId)> {
+    pinned_unit(name, &serde_json::from_slice(field).ok()?)
 }
 
 /// The engine message the wire items of `api` given as JSON text stand
 /// for, and its identity, as the decoder makes them (`None`: an item is
-/// not JSON the decoder reads); `after_calls`: the unit before them makes
-/// tool calls ([`super::Codec::unit_message_after`]).
-pub fn raw_unit(api: super::Api, items: &[&str], after_calls: bool) -> Option<(Value, MessageId)> {
+/// not JSON the decoder reads, or not UTF-8); `after_calls`: the unit
+/// before them makes tool calls ([`super::Codec::unit_message_after`]).
+pub fn raw_unit(api: super::Api, items: &[&[u8]], after_calls: bool) -> Option<(Value, MessageId)> {
     let values = items
         .iter()
-        .map(|i| serde_json::from_str(i))
+        .map(|i| serde_json::from_slice(i))
         .collect::<Result<Vec<Value>, _>>()
         .ok()?;
     Some((

@@ -21,10 +21,17 @@ pub struct FastChat {
 pub fn fast_parse(bytes: &[u8]) -> Option<FastChat> {
     fast_read("chat", bytes)?;
     let chat: super::Api = &super::chat::Chat;
-    chat.shallow(bytes).map(|raw| FastChat {
+    let raw = chat.shallow(bytes)?;
+    // UTF-8 each (`fast_read` read every message, which checks it).
+    let messages = raw
+        .items
+        .iter()
+        .map(|m| String::from_utf8(m.to_vec()).ok())
+        .collect::<Option<_>>()?;
+    Some(FastChat {
         model: raw.model,
         rest: raw.rest,
-        messages: raw.items.iter().map(|m| m.to_string()).collect(),
+        messages,
     })
 }
 

@@ -38,7 +38,9 @@ pub fn endpoint(path: &str, endpoint: &str) -> Option<Claim> {
 /// deployment names the model.
 pub fn deployment(path: &str, endpoint: &str) -> Option<Claim> {
     let before = path.strip_suffix(endpoint)?;
-    let slash = before.rfind('/')?;
+    // A byte search: the part before the endpoint is short (`/v1`), where
+    // `rfind`'s searcher costs more than the walk.
+    let slash = before.bytes().rposition(|b| b == b'/')?;
     let name = &before[slash + 1..];
     let parent = before[..slash].strip_suffix("/deployments")?;
     (!name.is_empty()).then(|| Claim {
@@ -54,9 +56,10 @@ pub fn deployment(path: &str, endpoint: &str) -> Option<Claim> {
 /// and `publishers/{publisher}/` segments, since a Gemini provider's
 /// `base_url` is the bare host; without a version, from `models/`.
 pub fn gemini_model(path: &str, methods: &[&str]) -> Option<Claim> {
-    let slash = path.rfind('/')?;
+    // Byte walks, as in `deployment`: every claimed request asks.
+    let slash = path.bytes().rposition(|b| b == b'/')?;
     let last = &path[slash + 1..];
-    let colon = last.find(':')?;
+    let colon = last.bytes().position(|b| b == b':')?;
     if colon == 0 || !(methods.is_empty() || methods.contains(&&last[colon..])) {
         return None;
     }

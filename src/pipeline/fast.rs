@@ -132,39 +132,41 @@ impl Look {
 /// the unit before it makes calls, which the cache tells for that one.
 fn count(units: &RawUnits<'_>, api: Api, raw: &RawRequest<'_>) -> Option<Vec<RawCount>> {
     let mut out = Vec::with_capacity(raw.pinned.len() + raw.units.len());
+    // The API's seed, hashed once a request (not once a unit).
+    let seed = XxHash3_64::oneshot(api.name().as_bytes());
     for (name, field) in &raw.pinned {
-        let key = unit_key(api, false, [*name, *field]);
+        let key = unit_key(seed, false, [name.as_bytes(), *field]);
         out.push(units.count(key, || raw_pinned(name, field))?);
     }
     raw.read_units(api, &mut out, |items, after_calls| {
-        let key = unit_key(api, after_calls, items.iter().copied());
+        let key = unit_key(seed, after_calls, items.iter().copied());
         let counted = units.count(key, || raw_unit(api, items, after_calls))?;
         Some((counted, counted.calls))
     })?;
     Some(out)
 }
 
-/// The count cache's key for a unit of `api` given by its items' texts
-/// (and whether it follows calls, on an API that answers by position).
-/// A unit of one text (most are) is hashed in one call, seeded by the
-/// API's name (a tenth of the hashing's instructions fewer than the
-/// streaming hasher on long texts); a unit of several texts, by the
-/// streaming hasher over the API's name and the texts, each after a
-/// separator.
-fn unit_key<'t>(api: Api, after_calls: bool, texts: impl IntoIterator<Item = &'t str>) -> u128 {
+/// The count cache's key for a unit of the API whose `seed` (its name's
+/// hash) is given, by its items' texts (and whether it follows calls, on
+/// an API that answers by position). A unit of one text (most are) is
+/// hashed in one call, seeded by the API's name (a tenth of the hashing's
+/// instructions fewer than the streaming hasher on long texts); a unit of
+/// several texts, by the streaming hasher over the API's name and the
+/// texts, each after a separator.
+fn unit_key<'t>(seed: u64, after_calls: bool, texts: impl IntoIterator<Item = &'t [u8]>) -> u128 {
     let mut texts = texts.into_iter().peekable();
     let first = texts.next().unwrap_or_default();
-    let seed = XxHash3_64::oneshot(api.name().as_bytes()) ^ u64::from(after_calls);
+    let seed = seed ^ u64::from(after_calls);
     if texts.peek().is_none() {
-        return XxHash3_128::oneshot_with_seed(seed, first.as_bytes());
+        return XxHash3_128::oneshot_with_seed(seed, first);
     }
     let mut h = XxHash3_128::new();
     h.write(&seed.to_le_bytes());
     h.write(b"\x1e");
-    h.write(first.as_bytes());
+    h.write(first);
     for text in texts {
         h.write(b"\x1e");
-        h.write(text.as_bytes());
+        h.write(text);
     }
     h.finish_128()
 }

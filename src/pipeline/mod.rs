@@ -64,9 +64,8 @@ pub async fn handle(
     let own = own_headers(api, &parts);
     let mut request = ConvRequest::read(app, api, &own, (path, tail), route.model, bytes).await?;
     let conversation = request.conversation_header();
-    let key = request.key().cloned();
-    let tenant_and_id = key
-        .as_ref()
+    let tenant_and_id = request
+        .key()
         .map(|k| (k.tenant.as_str(), k.conversation.as_str()));
     crate::telemetry::record_request(api.name(), api.provider(), &request.model, tenant_and_id);
     let mut prepared = request.prepare(app, &own).await?;
@@ -99,6 +98,7 @@ pub async fn handle(
             }
         };
         if head.status != StatusCode::BAD_REQUEST {
+            let key = request.take_key();
             let mut response = match recall {
                 Some(session) if head.status.is_success() => {
                     let observe = observed(app, &prepared, request.model);
@@ -140,7 +140,13 @@ pub async fn handle(
                             crate::error::fold_failed(&why)
                         ));
                         let mut response = Response::from_parts(head, body::full(error_body));
-                        annotate(app, &mut response, &prepared, conversation, key);
+                        annotate(
+                            app,
+                            &mut response,
+                            &prepared,
+                            conversation,
+                            request.take_key(),
+                        );
                         return Ok(response);
                     }
                     Err(e) => return Err(e),
@@ -155,13 +161,25 @@ pub async fn handle(
                         "{why}; the upstream's context-length error is returned"
                     ));
                     let mut response = Response::from_parts(head, body::full(error_body));
-                    annotate(app, &mut response, &prepared, conversation, key);
+                    annotate(
+                        app,
+                        &mut response,
+                        &prepared,
+                        conversation,
+                        request.take_key(),
+                    );
                     return Ok(response);
                 }
             }
             _ => {
                 let mut response = Response::from_parts(head, body::full(error_body));
-                annotate(app, &mut response, &prepared, conversation, key);
+                annotate(
+                    app,
+                    &mut response,
+                    &prepared,
+                    conversation,
+                    request.take_key(),
+                );
                 return Ok(response);
             }
         }

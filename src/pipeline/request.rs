@@ -318,6 +318,16 @@ impl ConvRequest {
         }
     }
 
+    /// The key, taken once the request is answered (for the turn's
+    /// record): not cloned on the fast path.
+    pub fn take_key(&mut self) -> Option<crate::state::ConvKey> {
+        match &mut self.stage {
+            Stage::Raw { look, .. } => look.key.take(),
+            Stage::Parsed { turn, .. } => turn.data.key.clone(),
+            Stage::Upgrading => None,
+        }
+    }
+
     /// The decoded form, built on first use.
     fn upgrade(
         &mut self,

@@ -142,13 +142,16 @@ pub struct UsageShape {
 impl UsageShape {
     /// The prompt tokens a body or event reports.
     pub fn prompt_tokens(self, data: &[u8]) -> Option<u32> {
+        // One UTF-8 check of the whole answer, then the parser reads text:
+        // reading the bytes checks each key again (640 instructions more on
+        // the chat bench's answer, docs/benchmarks.md).
         let text = std::str::from_utf8(data).ok()?;
         if self.array && text.trim_start().starts_with('[') {
-            let answers = crate::shallow::elements(text)?;
+            let answers = crate::shallow::elements(data)?;
             return answers
                 .into_iter()
                 .rev()
-                .find_map(|answer| self.object_prompt_tokens(answer));
+                .find_map(|answer| self.object_prompt_tokens(std::str::from_utf8(answer).ok()?));
         }
         self.object_prompt_tokens(text)
     }

@@ -46,8 +46,11 @@ pub fn shallow(bytes: &[u8]) -> Option<RawRequest<'_>> {
 /// `parts`, which the decoder pins (`Some(None)`: no text, no pin). Its
 /// other members are checked as the full parser reads them. `None`: a
 /// shape the decoder judges (not an object, `parts` twice).
-fn pinned_parts<'a>(name: &'static str, text: &'a str) -> Option<Option<(&'static str, &'a str)>> {
-    if text == "null" {
+fn pinned_parts<'a>(
+    name: &'static str,
+    text: &'a [u8],
+) -> Option<Option<(&'static str, &'a [u8])>> {
+    if text == b"null" {
         return Some(None);
     }
     let mut parts = None;
@@ -61,6 +64,6 @@ fn pinned_parts<'a>(name: &'static str, text: &'a str) -> Option<Option<(&'stati
         }
     }
     // Parts without text make no message (as the decoder reads them).
-    let parts = parts.filter(|p| !matches!(*p, "null" | "\"\"" | "[]"));
+    let parts = parts.filter(|p| !matches!(*p, b"null" | b"\"\"" | b"[]"));
     Some(parts.map(|p| (name, p)))
 }

@@ -110,11 +110,11 @@ fn raw_shape(members: &shallow::Members<'_>) -> Option<Shape> {
         }
     };
     let kind = match field("type").ok()? {
-        Some(text) => serde_json::from_str::<Option<String>>(text).ok()?,
+        Some(text) => serde_json::from_slice::<Option<String>>(text).ok()?,
         None => None,
     };
     let role = field("role").ok()?.is_some();
-    let string_call_id = field("call_id").ok()?.is_some_and(|c| c.starts_with('"'));
+    let string_call_id = field("call_id").ok()?.is_some_and(|c| c.starts_with(b"\""));
     let kind = match (&kind, role) {
         (Some(kind), _) => kind.as_str(),
         (None, true) => "message",
@@ -244,7 +244,7 @@ mod tests {
 
     /// An item's shape from its text (`None` also when it is not an object).
     fn text_shape(item: &str) -> Option<Shape> {
-        raw_shape(&shallow::members(item)?)
+        raw_shape(&shallow::members(item.as_bytes())?)
     }
 
     #[test]

@@ -31,6 +31,7 @@
 //! - [`estimate`]: `foldgate estimate`: one request body counted as the proxy counts it, and its trigger point.
 //! - [`replay`]: `foldgate replay`: a recorded conversation through the fold engine, offline.
 //! - [`glob`]: model-name patterns.
+//! - [`random`]: per-thread SplitMix64 for request ids and sampling draws.
 //! - [`heap`]: live heap bytes, counted in a `heap-stats` build (for soaks).
 //! - [`log_format`]: the text log's line; [`log_writer`]: log lines to stderr without std's lock, whole.
 
@@ -54,6 +55,7 @@ pub mod message;
 pub mod metrics;
 pub mod pipeline;
 pub mod proxy;
+pub mod random;
 pub mod replay;
 pub mod server;
 pub mod shallow;

@@ -100,31 +100,15 @@ struct RandomIds;
 
 impl MakeRequestId for RandomIds {
     fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
-        thread_local! {
-            static STATE: std::cell::Cell<u64> = std::cell::Cell::new({
-                use std::hash::{BuildHasher, Hasher};
-                std::collections::hash_map::RandomState::new().build_hasher().finish()
-            });
-        }
         let mut bytes = [0u8; 16];
         for half in bytes.chunks_exact_mut(8) {
-            half.copy_from_slice(&STATE.with(splitmix64).to_le_bytes());
+            half.copy_from_slice(&crate::random::next_u64().to_le_bytes());
         }
         let id = uuid::Builder::from_random_bytes(bytes).into_uuid();
         let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
         let text = id.hyphenated().encode_lower(&mut text);
         http::HeaderValue::from_str(text).ok().map(RequestId::new)
     }
-}
-
-/// The next output of the SplitMix64 generator whose state is `state`.
-fn splitmix64(state: &std::cell::Cell<u64>) -> u64 {
-    let s = state.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
-    state.set(s);
-    let mut z = s;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// The span every request runs in. For a request traced

@@ -62,7 +62,7 @@ pub fn traced(headers: &HeaderMap) -> bool {
         .and_then(|v| sampled_flag(v.as_bytes()))
     {
         Some(sampled) => sampled,
-        None => draw() < f64::from_bits(RATIO.load(Ordering::Relaxed)),
+        None => crate::random::unit() < f64::from_bits(RATIO.load(Ordering::Relaxed)),
     }
 }
 
@@ -78,26 +78,6 @@ fn sampled_flag(value: &[u8]) -> Option<bool> {
         return None;
     }
     Some(u8::from_str_radix(flags, 16).ok()? & 1 == 1)
-}
-
-/// A uniform draw in [0, 1) from a generator per thread (SplitMix64,
-/// seeded from the OS once): a sampling decision needs no more.
-fn draw() -> f64 {
-    thread_local! {
-        static STATE: std::cell::Cell<u64> = std::cell::Cell::new({
-            use std::hash::{BuildHasher, Hasher};
-            std::collections::hash_map::RandomState::new().build_hasher().finish()
-        });
-    }
-    let z = STATE.with(|state| {
-        let s = state.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
-        state.set(s);
-        let mut z = s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    });
-    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Whether `span` belongs to a traced request (it is its span, or one
@@ -433,7 +413,7 @@ mod tests {
 
     #[test]
     fn draws_are_spread_over_the_unit_interval() {
-        let draws: Vec<f64> = (0..10_000).map(|_| draw()).collect();
+        let draws: Vec<f64> = (0..10_000).map(|_| crate::random::unit()).collect();
         assert!(draws.iter().all(|d| (0.0..1.0).contains(d)));
         let below = draws.iter().filter(|d| **d < 0.25).count();
         assert!(

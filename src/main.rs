@@ -292,7 +292,9 @@ fn fail(error: &dyn std::fmt::Display) -> ExitCode {
 /// The log, once started: flushed at exit and on a panic.
 static LOG: std::sync::OnceLock<LogWriter> = std::sync::OnceLock::new();
 
-fn init_logging(config: &LogConfig) {
+/// What every way of starting the log shares: the `FOLDGATE_LOG` filter
+/// (`info` when unset), the writer, and a panic hook that flushes it.
+fn log_start(config: &LogConfig) -> (tracing_subscriber::EnvFilter, &'static LogWriter) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FOLDGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let writer = LOG.get_or_init(|| LogWriter::stderr(config.flush_interval));
@@ -301,6 +303,11 @@ fn init_logging(config: &LogConfig) {
         flush_log();
         previous(panic);
     }));
+    (filter, writer)
+}
+
+fn init_logging(config: &LogConfig) {
+    let (filter, writer) = log_start(config);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer.clone());
@@ -335,14 +342,7 @@ fn init_logging_traced(
     use tracing_subscriber::filter::{FilterExt, LevelFilter, Targets};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("FOLDGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let writer = LOG.get_or_init(|| LogWriter::stderr(config.flush_interval));
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |panic| {
-        flush_log();
-        previous(panic);
-    }));
+    let (filter, writer) = log_start(config);
     // Targets, not closures: each callsite is judged once and cached, so
     // the debug and trace events of the crates below (hyper's, on every
     // request) stay off at no cost, as with the log alone.

@@ -135,19 +135,16 @@ pub async fn handle(
                     Ok(smaller) => smaller,
                     // No view fits: the upstream's own answer, and why.
                     Err(ApiError::ContextLength(why)) => {
-                        prepared.warning = Some(format!(
-                            "{}; the upstream's context-length error is returned",
-                            crate::error::fold_failed(&why)
-                        ));
-                        let mut response = Response::from_parts(head, body::full(error_body));
-                        annotate(
+                        prepared.warning =
+                            Some(upstream_error_returned(&crate::error::fold_failed(&why)));
+                        let answer = Response::from_parts(head, body::full(error_body));
+                        return Ok(annotated(
                             app,
-                            &mut response,
+                            answer,
                             &prepared,
                             conversation,
-                            request.take_key(),
-                        );
-                        return Ok(response);
+                            &mut request,
+                        ));
                     }
                     Err(e) => return Err(e),
                 };
@@ -157,30 +154,26 @@ pub async fn handle(
                     let why = prepared.warning.take().unwrap_or_else(|| {
                         crate::error::fold_failed("no smaller view could be made")
                     });
-                    prepared.warning = Some(format!(
-                        "{why}; the upstream's context-length error is returned"
-                    ));
-                    let mut response = Response::from_parts(head, body::full(error_body));
-                    annotate(
+                    prepared.warning = Some(upstream_error_returned(&why));
+                    let answer = Response::from_parts(head, body::full(error_body));
+                    return Ok(annotated(
                         app,
-                        &mut response,
+                        answer,
                         &prepared,
                         conversation,
-                        request.take_key(),
-                    );
-                    return Ok(response);
+                        &mut request,
+                    ));
                 }
             }
             _ => {
-                let mut response = Response::from_parts(head, body::full(error_body));
-                annotate(
+                let answer = Response::from_parts(head, body::full(error_body));
+                return Ok(annotated(
                     app,
-                    &mut response,
+                    answer,
                     &prepared,
                     conversation,
-                    request.take_key(),
-                );
-                return Ok(response);
+                    &mut request,
+                ));
             }
         }
     }
@@ -296,6 +289,23 @@ async fn read_bounded(incoming: hyper::body::Incoming) -> Result<Bytes, ApiError
             provider: "upstream".into(),
             detail: format!("reading an error body: {e}"),
         })
+}
+
+/// The upstream's own error answer, annotated as this turn's.
+fn annotated(
+    app: &App,
+    mut answer: Response<Body>,
+    prepared: &Prepared,
+    conversation: Option<HeaderValue>,
+    request: &mut ConvRequest,
+) -> Response<Body> {
+    annotate(app, &mut answer, prepared, conversation, request.take_key());
+    answer
+}
+
+/// The warning of a turn whose context-length error goes back to the client.
+fn upstream_error_returned(why: &str) -> String {
+    format!("{why}; the upstream's context-length error is returned")
 }
 
 /// Sets the `x-foldgate-*` response headers: the fold label, how many

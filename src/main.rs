@@ -16,7 +16,6 @@ use foldgate::log_writer::LogWriter;
 use foldgate::telemetry::Telemetry;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tracing_subscriber::Layer as _;
 
 /// A transparent OpenAI-compatible proxy that folds long conversations into
 /// a summary before they overflow the model's context window.
@@ -153,20 +152,10 @@ fn load(path: Option<PathBuf>) -> Result<Config, ExitCode> {
 /// Loads the configuration, then starts logging and, when `[telemetry]`
 /// names an endpoint, traces.
 fn load_serving(path: Option<PathBuf>) -> Result<(Config, Option<Telemetry>), ExitCode> {
-    let config = Config::load(path.as_deref()).map_err(|e| fail(&e))?;
-    match foldgate::telemetry::layer::<tracing_subscriber::Registry>(&config.telemetry) {
-        Ok(Some((layer, telemetry))) => {
-            init_logging_traced(&config.log, layer);
-            Ok((config, Some(telemetry)))
-        }
-        Ok(None) => {
-            init_logging(&config.log);
-            Ok((config, None))
-        }
-        Err(e) => {
-            init_logging(&config.log);
-            Err(fail(&e))
-        }
+    let config = load(path)?;
+    match foldgate::telemetry::start(&config.telemetry) {
+        Ok(telemetry) => Ok((config, telemetry)),
+        Err(e) => Err(fail(&e)),
     }
 }
 
@@ -292,9 +281,9 @@ fn fail(error: &dyn std::fmt::Display) -> ExitCode {
 /// The log, once started: flushed at exit and on a panic.
 static LOG: std::sync::OnceLock<LogWriter> = std::sync::OnceLock::new();
 
-/// What every way of starting the log shares: the `FOLDGATE_LOG` filter
-/// (`info` when unset), the writer, and a panic hook that flushes it.
-fn log_start(config: &LogConfig) -> (tracing_subscriber::EnvFilter, &'static LogWriter) {
+/// Starts the log: the `FOLDGATE_LOG` filter (`info` when unset), the
+/// writer in the configured format, and a panic hook that flushes it.
+fn init_logging(config: &LogConfig) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FOLDGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let writer = LOG.get_or_init(|| LogWriter::stderr(config.flush_interval));
@@ -303,11 +292,6 @@ fn log_start(config: &LogConfig) -> (tracing_subscriber::EnvFilter, &'static Log
         flush_log();
         previous(panic);
     }));
-    (filter, writer)
-}
-
-fn init_logging(config: &LogConfig) {
-    let (filter, writer) = log_start(config);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer.clone());
@@ -328,65 +312,6 @@ fn init_logging(config: &LogConfig) {
             .fmt_fields(foldgate::log_format::PlainFields)
             .event_format(foldgate::log_format::PlainText)
             .init(),
-    }
-}
-
-/// Logging as [`init_logging`] starts it, beside the traces' layer: the
-/// log's filter (`FOLDGATE_LOG`) is the log's alone, so traces keep their
-/// spans whatever the log shows, and the log leaves out the spans only
-/// traces have (a line's span stays the request's).
-fn init_logging_traced(
-    config: &LogConfig,
-    traces: impl tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync,
-) {
-    use tracing_subscriber::filter::{FilterExt, LevelFilter, Targets};
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let (filter, writer) = log_start(config);
-    // Targets, not closures: each callsite is judged once and cached, so
-    // the debug and trace events of the crates below (hyper's, on every
-    // request) stay off at no cost, as with the log alone.
-    let traced = Targets::new()
-        .with_target(foldgate::telemetry::TARGET, LevelFilter::TRACE)
-        .with_target(foldgate::telemetry::REQUEST_TARGET, LevelFilter::TRACE);
-    let logged = filter.and(
-        Targets::new()
-            .with_default(LevelFilter::TRACE)
-            .with_target(foldgate::telemetry::TARGET, LevelFilter::OFF),
-    );
-    let log = fmt_layer(config.format, writer.clone()).with_filter(logged);
-    tracing_subscriber::registry()
-        .with(traces.with_filter(traced))
-        .with(log)
-        .init();
-}
-
-/// The log's layer in `format`, as [`init_logging`] lays its lines out.
-fn fmt_layer<S>(
-    format: LogFormat,
-    writer: LogWriter,
-) -> Box<dyn tracing_subscriber::Layer<S> + Send + Sync>
-where
-    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-{
-    let layer = tracing_subscriber::fmt::layer().with_writer(writer);
-    match format {
-        LogFormat::Json => Box::new(
-            layer
-                .json()
-                .flatten_event(true)
-                .with_current_span(true)
-                .with_span_list(false),
-        ),
-        LogFormat::Text if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
-            Box::new(layer.with_ansi(true))
-        }
-        LogFormat::Text => Box::new(
-            layer
-                .with_ansi(false)
-                .fmt_fields(foldgate::log_format::PlainFields)
-                .event_format(foldgate::log_format::PlainText),
-        ),
     }
 }
 

@@ -113,18 +113,16 @@ impl FoldRequest {
     fn background_job(&self) -> Job {
         let turn = self.clone();
         let span = tracing::Span::current();
+        let trace = crate::telemetry::current();
         Box::new(move || {
-            let fold = crate::telemetry::fold(&span, "background");
-            Box::pin(
-                async move {
-                    if let Err(e) = turn.fold_locked(Started::Background, None).await {
-                        let conversation = turn.data.key.as_ref().map(ToString::to_string);
-                        tracing::warn!(conversation, error = %e, "background fold failed");
-                    }
+            let fold = crate::telemetry::fold(trace.as_ref(), "background");
+            let job = async move {
+                if let Err(e) = turn.fold_locked(Started::Background, None).await {
+                    let conversation = turn.data.key.as_ref().map(ToString::to_string);
+                    tracing::warn!(conversation, error = %e, "background fold failed");
                 }
-                .instrument(fold)
-                .instrument(span),
-            )
+            };
+            Box::pin(crate::telemetry::within(fold, job).instrument(span))
         })
     }
 
@@ -147,8 +145,8 @@ impl FoldRequest {
         }
         let turn = self.clone();
         let fold = async move { turn.fold_locked(Started::Inline, wait).await };
-        let span = crate::telemetry::fold(&tracing::Span::current(), "inline");
-        let task = tokio::spawn(fold.instrument(span).in_current_span());
+        let span = crate::telemetry::fold(crate::telemetry::current().as_ref(), "inline");
+        let task = tokio::spawn(crate::telemetry::within(span, fold).in_current_span());
         let started = Instant::now();
         let joined = tokio::time::timeout(left, task).await;
         self.fold_time.spend(started.elapsed());

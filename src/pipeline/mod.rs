@@ -40,7 +40,6 @@ use request::ConvRequest;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
-use tracing::Instrument;
 
 /// Largest upstream 400 body read to look for a context-length error.
 const MAX_ERROR_BODY: usize = 1 << 20;
@@ -217,14 +216,12 @@ pub(super) async fn send(
     req.headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     let span = crate::telemetry::upstream(&provider.name);
-    crate::telemetry::inject(&span, req.headers_mut());
+    crate::telemetry::inject(span.as_ref(), req.headers_mut());
     let started = Instant::now();
     let drop_auth = !app.config.server.api_keys.is_empty();
-    let response = provider
-        .send_tail(req, app.config.server.upstream_timeout, drop_auth)
-        .instrument(span.clone())
-        .await?;
-    crate::telemetry::record_status(&span, response.status());
+    let sent = provider.send_tail(req, app.config.server.upstream_timeout, drop_auth);
+    let response = crate::telemetry::within(span.clone(), sent).await?;
+    crate::telemetry::record_status(span.as_ref(), response.status());
     let latency = started.elapsed();
     let (mut head, incoming) = response.into_parts();
     headers::to_client(&mut head.headers);
@@ -256,10 +253,10 @@ fn observed(app: &App, prepared: &Prepared, model: String) -> tap::OnUsage {
     app.metrics
         .observe_forwarded(prepared.tokens_in, prepared.tokens_out);
     let (tokens, raw) = (app.tokens.clone(), prepared.raw_tokens_out);
-    let span = crate::telemetry::current_if_traced();
+    let span = crate::telemetry::current();
     Box::new(move |actual: u32| {
         if let Some(span) = &span {
-            crate::telemetry::record_input_tokens(span, actual);
+            crate::telemetry::record_usage(span, actual, None);
         }
         tokens.observe_usage(&model, raw, actual)
     })

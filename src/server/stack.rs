@@ -5,6 +5,7 @@ use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
 use crate::proxy;
+use crate::telemetry::RequestSpans;
 use http::header::{HeaderName, PROXY_AUTHORIZATION};
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -35,23 +36,26 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// 4. `TraceLayer` — runs the request inside a `request` span carrying its
 ///    id, method and path, so every event it causes (folds, summarizer
 ///    calls, the access line) can be found from the id; below the request
-///    id layer so the id exists. With `[telemetry]` the span is the
-///    trace's root here, under the client's `traceparent` if any. Its response callback is the access log
+///    id layer so the id exists. Its response callback is the access log
 ///    ([`AccessLog`]: one line per request, from the response extensions
 ///    `UpstreamLatency`, `RouteLabel` and `ErrorLabel`; it feeds the
 ///    overhead and upstream latency histograms); its other events are off.
-/// 5. `SetSensitiveRequestHeadersLayer` — marks `proxy-authorization` and
+/// 5. [`RequestSpans`] — with `[telemetry]`, a traced request's span
+///    (under the client's `traceparent` if any), in force while the
+///    request is handled and open until its body ends; below the request
+///    id layer so the span carries the id.
+/// 6. `SetSensitiveRequestHeadersLayer` — marks `proxy-authorization` and
 ///    every API's key header (`authorization`, `api-key`, `x-api-key`,
 ///    `x-goog-api-key`: [`crate::api::key_headers`]) sensitive so no log
 ///    prints them.
-/// 6. `ShedLayer` — `server.max_concurrent_requests`: a request over the
+/// 7. `ShedLayer` — `server.max_concurrent_requests`: a request over the
 ///    limit gets 503 with `Retry-After` at once; a slot is held until the
 ///    response body ends. Inside the access log so shed requests are
 ///    logged, above auth so an overload costs nothing more.
-/// 7. `AuthLayer` — `server.api_keys` (and the admin token on
+/// 8. `AuthLayer` — `server.api_keys` (and the admin token on
 ///    `/foldgate/*`); inside the access log so rejected
 ///    requests are logged too.
-/// 8. [`proxy::handle`] — admin routes and forwarding; adds the response
+/// 9. [`proxy::handle`] — admin routes and forwarding; adds the response
 ///    extensions above.
 pub fn build(app: Arc<App>) -> AppService {
     let keys = app.config.server.api_keys.clone();
@@ -78,6 +82,7 @@ pub fn build(app: Arc<App>) -> AppService {
                 .on_eos(())
                 .on_failure(()),
         )
+        .layer(RequestSpans)
         .layer(SetSensitiveRequestHeadersLayer::new(
             crate::api::key_headers()
                 .iter()
@@ -111,28 +116,14 @@ impl MakeRequestId for RandomIds {
     }
 }
 
-/// The span every request runs in. For a request traced
-/// ([`crate::telemetry::traced`]) it is the trace's server span, the
-/// child of the client's `traceparent` when it sent one.
+/// The span every request runs in, for the log.
 fn request_span<B>(req: &Request<B>) -> tracing::Span {
     let id = req
         .headers()
         .get(&REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if !crate::telemetry::traced(req.headers()) {
-        return tracing::info_span!("request", request_id = id, method = %req.method(), path = req.uri().path());
-    }
-    let span = tracing::info_span!(
-        target: crate::telemetry::REQUEST_TARGET,
-        "request",
-        request_id = id,
-        method = %req.method(),
-        path = req.uri().path(),
-        otel.kind = "server"
-    );
-    crate::telemetry::set_parent_from(&span, req.headers());
-    span
+    tracing::info_span!("request", request_id = id, method = %req.method(), path = req.uri().path())
 }
 
 #[cfg(test)]

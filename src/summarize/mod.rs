@@ -40,7 +40,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
-use tracing::Instrument;
 
 /// One model to call, with the credentials to call it with.
 #[derive(Debug, Clone)]
@@ -334,7 +333,7 @@ impl Summarizer {
     ) -> Attempt {
         let api = target.provider.api();
         let span = crate::telemetry::summarizer_call(api.name(), api.provider(), &target.model);
-        let call = post(target, credentials, body, self.config.timeout).instrument(span);
+        let call = crate::telemetry::within(span, post(target, credentials, body, self.config.timeout));
         let (status, bytes) = match tokio::time::timeout(self.config.timeout, call).await {
             Err(_) => return Attempt::Retry(CallError::Timeout(self.config.timeout)),
             Ok(Err(e)) => return Attempt::Retry(e),
@@ -426,14 +425,14 @@ async fn post(
     for (name, value) in &credentials.headers {
         req.headers_mut().insert(name, value.clone());
     }
-    let span = tracing::Span::current();
-    crate::telemetry::inject(&span, req.headers_mut());
+    let span = crate::telemetry::current();
+    crate::telemetry::inject(span.as_ref(), req.headers_mut());
     let response = target
         .provider
         .send_tail(req, timeout, credentials.drop_client_auth)
         .await?;
     let status = response.status();
-    crate::telemetry::record_status(&span, status);
+    crate::telemetry::record_status(span.as_ref(), status);
     let bytes = response.into_body().collect().await?.to_bytes();
     Ok((status, bytes))
 }

@@ -1,59 +1,55 @@
-//! OpenTelemetry traces over OTLP (`[telemetry]`, docs/telemetry.md): the
-//! `tracing-opentelemetry` layer `main` installs when an endpoint is set,
-//! the spans the request path opens under its `request` span, and W3C
+//! OpenTelemetry traces over OTLP (`[telemetry]`, docs/telemetry.md):
+//! the spans of a traced request (request, fold, summarizer call, recall
+//! round, upstream call), made with the OpenTelemetry SDK itself, and W3C
 //! `traceparent` in and out.
 //!
-//! Off (no endpoint), no layer is installed and every function here
-//! returns at its first branch: [`enabled`] is one relaxed atomic load.
+//! The log's `tracing` subscriber knows nothing of traces: a traced
+//! request carries its OpenTelemetry [`Context`] beside its future
+//! ([`within`], attached on every poll), its spans find their parent as the
+//! context in force, and an untraced request carries none. Off (no
+//! endpoint), every function here returns at its first branch: [`enabled`]
+//! is one relaxed atomic load. On, an untraced request pays the sampling
+//! draw and a look at the (empty) context in force where a span could
+//! start.
 
 mod export;
+mod layer;
+
+pub use layer::RequestSpans;
 
 use crate::config::TelemetryConfig;
 use http::HeaderMap;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
-use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer, TracerProvider as _};
+use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
+use pin_project_lite::pin_project;
 use prometheus_client::metrics::counter::Counter;
-use std::sync::LazyLock;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use tracing::Span;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
-use tracing_subscriber::registry::LookupSpan;
-
-/// The target of the spans only traces show (fold, summarizer call,
-/// recall round, upstream call): the log's layer leaves them out, so a
-/// log line's span stays the request's (its id).
-pub const TARGET: &str = "foldgate::otel";
-
-/// The target of a traced request's span, which the log shows too; an
-/// untraced request's span has its usual target, which the traces' layer
-/// never sees.
-pub const REQUEST_TARGET: &str = "foldgate::traced";
+use std::sync::{LazyLock, OnceLock};
+use std::task::Poll;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// `telemetry.sampling_ratio`, as `f64` bits.
 static RATIO: AtomicU64 = AtomicU64::new(0);
 
-/// Whether traces are being recorded (a layer is installed).
+/// The tracer every span starts from, once traces are on.
+static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+
+/// Whether traces are being recorded.
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// Whether the traces' layer takes a span of this metadata: a traced
-/// request's and the spans under it, nothing else (no event, no other
-/// crate's span).
-pub fn traces(metadata: &tracing::Metadata<'_>) -> bool {
-    metadata.is_span() && matches!(metadata.target(), TARGET | REQUEST_TARGET)
-}
-
 /// Whether a request with these headers is traced, decided once, as it
 /// arrives (parent-based): a client's `traceparent` by its sampled flag,
-/// else `telemetry.sampling_ratio`. An untraced request makes no span the
-/// traces see, so sampling 0 costs the request path next to nothing.
-pub fn traced(headers: &HeaderMap) -> bool {
+/// else `telemetry.sampling_ratio`.
+fn traced(headers: &HeaderMap) -> bool {
     if !enabled() {
         return false;
     }
@@ -78,12 +74,6 @@ fn sampled_flag(value: &[u8]) -> Option<bool> {
         return None;
     }
     Some(u8::from_str_radix(flags, 16).ok()? & 1 == 1)
-}
-
-/// Whether `span` belongs to a traced request (it is its span, or one
-/// under it).
-fn is_traced(span: &Span) -> bool {
-    span.metadata().is_some_and(traces)
 }
 
 /// Finished spans that never reached the collector: the export queue was
@@ -114,160 +104,209 @@ impl Telemetry {
 #[error("telemetry: {0}")]
 pub struct TelemetryError(String);
 
-/// The layer that turns `tracing` spans into OpenTelemetry spans and
-/// exports them per `config`, or `None` when `config` sets no endpoint.
-/// Starts the export thread; marks telemetry [`enabled`].
-pub fn layer<S>(
-    config: &TelemetryConfig,
-) -> Result<Option<(impl tracing_subscriber::Layer<S>, Telemetry)>, TelemetryError>
-where
-    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
-{
+/// Starts exporting traces per `config` (the export thread, the tracer)
+/// and marks telemetry [`enabled`]; `None` when `config` sets no endpoint.
+/// Once a process: a second start keeps the first tracer.
+pub fn start(config: &TelemetryConfig) -> Result<Option<Telemetry>, TelemetryError> {
     let Some(endpoint) = config.endpoint.as_deref() else {
         return Ok(None);
     };
     let processor = export::HandOff::start(config, endpoint).map_err(TelemetryError)?;
     // Which requests are traced is decided as they arrive ([`traced`]):
-    // every span the layer sees is recorded.
-    let sampler = Sampler::ParentBased(Box::new(Sampler::AlwaysOn));
+    // every span started is recorded.
     let resource = Resource::builder()
         .with_service_name(config.service_name.clone())
         .build();
     let provider = SdkTracerProvider::builder()
-        .with_sampler(sampler)
+        .with_sampler(Sampler::AlwaysOn)
         .with_resource(resource)
         .with_span_processor(processor)
         .build();
-    let tracer = provider.tracer("foldgate");
-    let layer = tracing_opentelemetry::layer()
-        .with_tracer(tracer)
-        .with_location(false)
-        .with_threads(false)
-        .with_target(false)
-        .with_tracked_inactivity(false)
-        .with_context_activation(false);
+    let _first = TRACER.set(provider.tracer("foldgate"));
     RATIO.store(config.sampling_ratio.to_bits(), Ordering::Relaxed);
     ENABLED.store(true, Ordering::Relaxed);
-    Ok(Some((layer, Telemetry { provider })))
+    Ok(Some(Telemetry { provider }))
 }
 
-/// Makes `span` (a traced request's, just made) the child of the
-/// client's `traceparent`, when it sent one; without one the request
-/// starts a trace.
-pub fn set_parent_from(span: &Span, headers: &HeaderMap) {
-    if !enabled() || !headers.contains_key("traceparent") {
-        return;
+/// The context of a traced request's span (or of one under it) in force
+/// on this thread, `None` in an untraced request or with telemetry off.
+pub fn current() -> Option<Context> {
+    if !enabled() {
+        return None;
     }
-    let parent = TraceContextPropagator::new().extract(&Headers(headers));
-    // Only fails when the span is disabled or already started: then it
-    // has no trace to join.
-    let _ = span.set_parent(parent);
+    Context::map_current(|cx| cx.has_active_span().then(|| cx.clone()))
 }
 
-/// Sets `traceparent` (and `tracestate`) on an outgoing request to name
-/// `span` as its parent, replacing the client's; an untraced request's
-/// call keeps the client's as it came.
-pub fn inject(span: &Span, headers: &mut HeaderMap) {
-    if !enabled() || !is_traced(span) {
-        return;
+/// A span `name` of `kind` with `attributes`, under `parent`: the context
+/// to run its work [`within`]. The span ends when the last clone of the
+/// context is dropped.
+fn start_span(
+    parent: &Context,
+    name: &'static str,
+    kind: SpanKind,
+    attributes: Vec<KeyValue>,
+) -> Option<Context> {
+    let tracer = TRACER.get()?;
+    let span = tracer
+        .span_builder(name)
+        .with_kind(kind)
+        .with_attributes(attributes)
+        .start_with_context(tracer, parent);
+    Some(parent.with_span(span))
+}
+
+/// The span of a request that arrives with these headers, `None` when it
+/// is not traced: the server span, the child of the client's
+/// `traceparent` when it sent one (without one the request starts a
+/// trace).
+fn request(headers: &HeaderMap, method: &http::Method, path: &str) -> Option<Context> {
+    if !traced(headers) {
+        return None;
     }
-    TraceContextPropagator::new().inject_context(&span.context(), &mut HeadersMut(headers));
-}
-
-/// A span only traces show, under `parent`, or a disabled one when
-/// `parent` is not a traced request's (or telemetry is off).
-fn child_of(parent: &Span, make: impl FnOnce() -> Span) -> Span {
-    if is_traced(parent) {
-        make()
+    let parent = if headers.contains_key("traceparent") {
+        TraceContextPropagator::new().extract(&Headers(headers))
     } else {
-        Span::none()
+        Context::new()
+    };
+    let id = headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    start_span(
+        &parent,
+        "request",
+        SpanKind::Server,
+        vec![
+            KeyValue::new("request_id", id.to_string()),
+            KeyValue::new("http.request.method", method.to_string()),
+            KeyValue::new("url.path", path.to_string()),
+        ],
+    )
+}
+
+pin_project! {
+    /// A future run with a traced context attached on every poll (or as
+    /// it is, without one).
+    pub struct Within<F> {
+        #[pin]
+        inner: F,
+        cx: Option<Context>,
     }
 }
 
-/// [`child_of`] the current span.
-fn child(make: impl FnOnce() -> Span) -> Span {
-    if enabled() {
-        child_of(&Span::current(), make)
-    } else {
-        Span::none()
+impl<F: Future> Future for Within<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, task: &mut std::task::Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let _attached = this.cx.as_ref().map(|cx| cx.clone().attach());
+        this.inner.poll(task)
     }
 }
 
-/// The span of a fold, a child of `parent` (the request's); `started` is
-/// `inline` (the request waits) or `background`.
-pub fn fold(parent: &Span, started: &'static str) -> Span {
-    child(
-        || tracing::info_span!(target: TARGET, parent: parent, "fold", foldgate.fold.started = started),
+/// Runs `work` with `cx` (a span's context from this module) in force, so
+/// the spans it starts are that span's children; with `None`, as it is.
+pub fn within<F: Future>(cx: Option<Context>, work: F) -> Within<F> {
+    Within { inner: work, cx }
+}
+
+/// A span under the context in force, when it is a traced request's.
+fn child(name: &'static str, kind: SpanKind, attributes: impl FnOnce() -> Vec<KeyValue>) -> Option<Context> {
+    let parent = current()?;
+    start_span(&parent, name, kind, attributes())
+}
+
+/// The span of a fold under `parent` (the request's, from [`current`]);
+/// `started` is `inline` (the request waits) or `background`.
+pub fn fold(parent: Option<&Context>, started: &'static str) -> Option<Context> {
+    start_span(
+        parent?,
+        "fold",
+        SpanKind::Internal,
+        vec![KeyValue::new("foldgate.fold.started", started)],
     )
 }
 
 /// The span of one summarizer call to `model` over an API's wire format
 /// (its name and its provider's, as [`crate::api::WireApi`] gives them).
-pub fn summarizer_call(api: &str, api_provider: &'static str, model: &str) -> Span {
-    child(|| {
-        tracing::info_span!(
-            target: TARGET,
-            "summarizer call",
-            otel.kind = "client",
-            gen_ai.operation.name = operation(api),
-            gen_ai.provider.name = provider(api_provider),
-            gen_ai.request.model = model,
-        )
+pub fn summarizer_call(api: &str, api_provider: &'static str, model: &str) -> Option<Context> {
+    child("summarizer call", SpanKind::Client, || {
+        vec![
+            KeyValue::new("gen_ai.operation.name", operation(api)),
+            KeyValue::new("gen_ai.provider.name", provider(api_provider)),
+            KeyValue::new("gen_ai.request.model", model.to_string()),
+        ]
     })
 }
 
 /// The span of recall round `round` (from 1), answering `calls` calls;
-/// also sets the rounds so far on the current (the request's) span.
-pub fn recall_round(round: u32, calls: usize) -> Span {
-    child(|| {
-        Span::current().set_attribute("foldgate.recall.rounds", i64::from(round));
-        tracing::info_span!(
-            target: TARGET,
-            "recall round",
-            foldgate.recall.round = round,
-            foldgate.recall.calls = calls,
-        )
-    })
-}
-
-/// The span of one call upstream to `provider` (its configured name).
-pub fn upstream(provider: &str) -> Span {
-    child(
-        || tracing::info_span!(target: TARGET, "upstream call", otel.kind = "client", foldgate.provider = provider),
+/// also sets the rounds so far on the request's span (the one in force).
+pub fn recall_round(round: u32, calls: usize) -> Option<Context> {
+    let parent = current()?;
+    parent
+        .span()
+        .set_attribute(KeyValue::new("foldgate.recall.rounds", i64::from(round)));
+    start_span(
+        &parent,
+        "recall round",
+        SpanKind::Internal,
+        vec![
+            KeyValue::new("foldgate.recall.round", i64::from(round)),
+            KeyValue::new("foldgate.recall.calls", calls as i64),
+        ],
     )
 }
 
-/// Records the HTTP status an outgoing call got on its span.
-pub fn record_status(span: &Span, status: http::StatusCode) {
-    if enabled() && is_traced(span) {
-        span.set_attribute("http.response.status_code", i64::from(status.as_u16()));
+/// The span of one call upstream to `provider` (its configured name).
+pub fn upstream(provider: &str) -> Option<Context> {
+    child("upstream call", SpanKind::Client, || {
+        vec![KeyValue::new("foldgate.provider", provider.to_string())]
+    })
+}
+
+/// Sets `traceparent` (and `tracestate`) on an outgoing request to name
+/// `cx`'s span as its parent, replacing the client's; an untraced
+/// request's call keeps the client's as it came.
+pub fn inject(cx: Option<&Context>, headers: &mut HeaderMap) {
+    if let Some(cx) = cx {
+        TraceContextPropagator::new().inject_context(cx, &mut HeadersMut(headers));
+    }
+}
+
+/// Records the HTTP status a call got on `cx`'s span.
+pub fn record_status(cx: Option<&Context>, status: http::StatusCode) {
+    if let Some(cx) = cx {
+        cx.span().set_attribute(KeyValue::new(
+            "http.response.status_code",
+            i64::from(status.as_u16()),
+        ));
     }
 }
 
 /// Sets the GenAI semantic conventions' attributes and foldgate's
-/// conversation on the current (the request's) span: the request's API
-/// and its provider by name (as [`crate::api::WireApi`] gives them), the
-/// model asked for, and the conversation's key (tenant, id), exported only
-/// hashed.
+/// conversation on the request's span (the one in force): the request's
+/// API and its provider by name (as [`crate::api::WireApi`] gives them),
+/// the model asked for, and the conversation's key (tenant, id), exported
+/// only hashed.
 pub fn record_request(
     api: &'static str,
     api_provider: &'static str,
     model: &str,
     conversation: Option<(&str, &str)>,
 ) {
-    if !enabled() {
+    let Some(cx) = current() else {
         return;
-    }
-    let span = Span::current();
-    if !is_traced(&span) {
-        return;
-    }
-    span.set_attribute("gen_ai.operation.name", operation(api));
-    span.set_attribute("gen_ai.provider.name", provider(api_provider));
-    span.set_attribute("gen_ai.request.model", model.to_string());
-    span.set_attribute("foldgate.api", api);
+    };
+    let span = cx.span();
+    span.set_attribute(KeyValue::new("gen_ai.operation.name", operation(api)));
+    span.set_attribute(KeyValue::new("gen_ai.provider.name", provider(api_provider)));
+    span.set_attribute(KeyValue::new("gen_ai.request.model", model.to_string()));
+    span.set_attribute(KeyValue::new("foldgate.api", api));
     if let Some((tenant, id)) = conversation {
-        span.set_attribute("foldgate.conversation", conversation_hash(tenant, id));
+        span.set_attribute(KeyValue::new(
+            "foldgate.conversation",
+            conversation_hash(tenant, id),
+        ));
     }
 }
 
@@ -285,37 +324,32 @@ pub struct View {
     pub injected: usize,
 }
 
-/// Sets what the request forwarded on the current (the request's) span.
+/// Sets what the request forwarded on the request's span (the one in
+/// force).
 pub fn record_view(view: &View) {
-    if !enabled() {
+    let Some(cx) = current() else {
         return;
-    }
-    let span = Span::current();
-    if !is_traced(&span) {
-        return;
-    }
-    span.set_attribute("foldgate.fold", view.fold);
-    span.set_attribute("foldgate.tokens.in", i64::from(view.tokens_in));
-    span.set_attribute("foldgate.tokens.out", i64::from(view.tokens_out));
-    span.set_attribute("foldgate.stubs", view.stubs as i64);
-    span.set_attribute("foldgate.recall.injected", view.injected as i64);
+    };
+    cx.span().set_attributes([
+        KeyValue::new("foldgate.fold", view.fold),
+        KeyValue::new("foldgate.tokens.in", i64::from(view.tokens_in)),
+        KeyValue::new("foldgate.tokens.out", i64::from(view.tokens_out)),
+        KeyValue::new("foldgate.stubs", view.stubs as i64),
+        KeyValue::new("foldgate.recall.injected", view.injected as i64),
+    ]);
 }
 
-/// Records the prompt tokens the upstream reported on `span` (the
-/// request's), once the answer's usage went by.
-pub fn record_input_tokens(span: &Span, tokens: u32) {
-    if enabled() && is_traced(span) {
-        span.set_attribute("gen_ai.usage.input_tokens", i64::from(tokens));
+/// Records the tokens the upstream reported on `cx`'s span (the
+/// request's, kept from [`current`]), once the answer's usage went by.
+pub fn record_usage(cx: &Context, input: u32, output: Option<u32>) {
+    let span = cx.span();
+    span.set_attribute(KeyValue::new("gen_ai.usage.input_tokens", i64::from(input)));
+    if let Some(output) = output {
+        span.set_attribute(KeyValue::new(
+            "gen_ai.usage.output_tokens",
+            i64::from(output),
+        ));
     }
-}
-
-/// The request span to keep for a later [`record_input_tokens`]: the
-/// current one when its request is traced.
-pub fn current_if_traced() -> Option<Span> {
-    if !enabled() {
-        return None;
-    }
-    Some(Span::current()).filter(is_traced)
 }
 
 /// `gen_ai.operation.name` of an API's requests.
@@ -425,7 +459,7 @@ mod tests {
     #[test]
     fn off_nothing_is_injected() {
         let mut headers = HeaderMap::new();
-        inject(&Span::none(), &mut headers);
+        inject(current().as_ref(), &mut headers);
         assert!(headers.is_empty());
     }
 }

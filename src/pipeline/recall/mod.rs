@@ -273,7 +273,7 @@ impl Session {
     /// a huge argument does not ride along in every later request.
     async fn next_round(&mut self, turn: RecallTurn) -> Result<Answer, ApiError> {
         let span = crate::telemetry::recall_round(self.rounds + 1, turn.calls.len());
-        self.round(turn).instrument(span).await
+        crate::telemetry::within(span, self.round(turn)).await
     }
 
     /// [`Self::next_round`], in the round's span.

@@ -263,6 +263,31 @@ async fn model(r: Recorded) -> Response<foldgate::body::Body> {
     } else {
         "stop"
     };
+    if body["stream"] == true {
+        // The same answer as OpenAI streams it: the message as one delta,
+        // the finish, the usage chunk, `[DONE]`.
+        let chunk = |choices: Value, usage: Value| {
+            let c = json!({"id": "chatcmpl-t", "object": "chat.completion.chunk", "model": body["model"],
+                "choices": choices, "usage": usage});
+            format!("data: {c}\n\n")
+        };
+        let events = [
+            chunk(
+                json!([{"index": 0, "delta": message, "finish_reason": null}]),
+                Value::Null,
+            ),
+            chunk(
+                json!([{"index": 0, "delta": {}, "finish_reason": finish}]),
+                Value::Null,
+            ),
+            chunk(json!([]), usage),
+            "data: [DONE]\n\n".to_string(),
+        ];
+        return Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(foldgate::body::full(events.concat()))
+            .unwrap();
+    }
     mock::json(
         StatusCode::OK,
         &json!({"id": "chatcmpl-t", "object": "chat.completion", "model": body["model"],
@@ -348,13 +373,14 @@ impl Drop for Served {
 }
 
 /// A conversation that folds on its first request, its fact folded and
-/// the question last (the model calls the recall tool for it).
-fn conversation() -> Value {
+/// the question last (the model calls the recall tool for it), asked
+/// streamed or not.
+fn conversation(stream: bool) -> Value {
     Convo::fact_then_question(
         "the favourite colour of the customer is teal",
         "what is the favourite colour of the customer?",
     )
-    .body_for("tiny-model", false)
+    .body_for("tiny-model", stream)
 }
 
 /// The one span named `name`.
@@ -382,9 +408,10 @@ fn is_summarizer(r: &Recorded) -> bool {
         == Some(SYSTEM_PROMPT)
 }
 
-/// One folding, recalling request traced: every span, its parent and
-/// attributes, as `receiver` got them, and what the upstream got.
-async fn traced_request(receiver: &Receiver, protocol: &str) {
+/// One folding, recalling request traced (its answer streamed or not):
+/// every span, its parent and attributes, as `receiver` got them, and
+/// what the upstream got.
+async fn traced_request(receiver: &Receiver, protocol: &str, stream: bool) {
     let upstream = Mock::start(model).await;
     let dir = tempfile::tempdir().unwrap();
     let port = common::free_port();
@@ -396,13 +423,19 @@ async fn traced_request(receiver: &Receiver, protocol: &str) {
     let toml = config(&upstream.url, port, &telemetry);
     let fg = Served::start(&dir.path().join("foldgate.toml"), &toml, port).await;
     let client = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
-    let reply = fg.ask(&conversation(), Some(&client)).await;
+    let reply = fg.ask(&conversation(stream), Some(&client)).await;
     reply.assert_ok();
     assert_eq!(reply.header("x-foldgate-fold"), "new");
-    assert_eq!(
-        reply.json()["choices"][0]["message"]["content"],
-        "The favourite colour is teal."
-    );
+    if stream {
+        let text = String::from_utf8_lossy(&reply.body);
+        assert!(text.contains("The favourite colour is teal."), "{text}");
+        assert!(!text.contains("foldgate_recall"), "{text}");
+    } else {
+        assert_eq!(
+            reply.json()["choices"][0]["message"]["content"],
+            "The favourite colour is teal."
+        );
+    }
 
     let names = [
         "request",
@@ -430,6 +463,7 @@ async fn traced_request(receiver: &Receiver, protocol: &str) {
     assert_eq!(attr("gen_ai.provider.name"), "openai");
     assert_eq!(attr("gen_ai.request.model"), "tiny-model");
     assert_eq!(attr("gen_ai.usage.input_tokens"), "321");
+    assert_eq!(attr("gen_ai.usage.output_tokens"), "7");
     assert_eq!(attr("foldgate.fold"), "new");
     assert_eq!(attr("foldgate.recall.rounds"), "1");
     let tokens_in: u64 = attr("foldgate.tokens.in").parse().unwrap();
@@ -488,13 +522,21 @@ async fn traced_request(receiver: &Receiver, protocol: &str) {
 #[tokio::test]
 async fn http_protobuf_spans_arrive_with_their_parents_and_attributes() {
     let receiver = Receiver::http(Behaviour::Answers).await;
-    traced_request(&receiver, "http/protobuf").await;
+    traced_request(&receiver, "http/protobuf", false).await;
+}
+
+/// A streamed answer's recall round runs on a task of its own: its span
+/// and its upstream call's are still the request's.
+#[tokio::test]
+async fn a_streamed_recall_round_is_traced_under_its_request() {
+    let receiver = Receiver::http(Behaviour::Answers).await;
+    traced_request(&receiver, "http/protobuf", true).await;
 }
 
 #[tokio::test]
 async fn grpc_spans_arrive_with_their_parents_and_attributes() {
     let receiver = Receiver::grpc().await;
-    traced_request(&receiver, "grpc").await;
+    traced_request(&receiver, "grpc", false).await;
 }
 
 /// A client without a traceparent starts a trace; the upstream gets it.
@@ -641,7 +683,7 @@ async fn the_log_keeps_the_request_span_with_traces_on() {
         ("x-request-id", "req-traced-42"),
     ];
     let url = format!("{}/v1/chat/completions", fg.url);
-    let reply = post_json(&url, &headers, &conversation()).await;
+    let reply = post_json(&url, &headers, &conversation(false)).await;
     reply.assert_ok();
     assert_eq!(reply.header("x-foldgate-fold"), "new");
     receiver

@@ -335,7 +335,7 @@ fn tokens_usage_scanner_json() {
     for chunk in body.chunks(7) {
         s.feed(&Bytes::copy_from_slice(chunk));
     }
-    assert_eq!(s.finish(), Some(129));
+    assert_eq!(s.finish().prompt, Some(129));
 }
 
 const SSE: &str = "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}],\"usage\":null}\n\n\
@@ -357,7 +357,7 @@ proptest! {
             from = cut;
         }
         s.feed(&Bytes::copy_from_slice(&bytes[from..]));
-        prop_assert_eq!(s.finish(), Some(1234));
+        prop_assert_eq!(s.finish().prompt, Some(1234));
     }
 }
 
@@ -367,7 +367,7 @@ fn tokens_usage_scanner_byte_by_byte() {
     for b in SSE.as_bytes() {
         s.feed(&Bytes::copy_from_slice(std::slice::from_ref(b)));
     }
-    assert_eq!(s.finish(), Some(1234));
+    assert_eq!(s.finish().prompt, Some(1234));
 }
 
 #[test]

@@ -19,11 +19,11 @@ struct Input {
 }
 
 fn scan(sse: bool, chunks: &[&[u8]]) -> Option<u32> {
-    let mut scanner = UsageScanner::new(sse);
+    let mut scanner = UsageScanner::with(sse, foldgate::api::chat::USAGE);
     for chunk in chunks {
         scanner.feed(&bytes::Bytes::copy_from_slice(chunk));
     }
-    scanner.finish()
+    scanner.finish().prompt
 }
 
 fuzz_target!(|input: Input| {

@@ -254,11 +254,13 @@ fn observed(app: &App, prepared: &Prepared, model: String) -> tap::OnUsage {
         .observe_forwarded(prepared.tokens_in, prepared.tokens_out);
     let (tokens, raw) = (app.tokens.clone(), prepared.raw_tokens_out);
     let span = crate::telemetry::current();
-    Box::new(move |actual: u32| {
+    Box::new(move |reported: crate::tokens::Reported| {
         if let Some(span) = &span {
-            crate::telemetry::record_usage(span, actual, None);
+            crate::telemetry::record_usage(span, reported);
         }
-        tokens.observe_usage(&model, raw, actual)
+        if let Some(actual) = reported.prompt {
+            tokens.observe_usage(&model, raw, actual);
+        }
     })
 }
 

@@ -3,14 +3,14 @@
 
 use crate::body::BoxError;
 use crate::sse::Framing;
-use crate::tokens::{UsageReader, UsageScanner};
+use crate::tokens::{Reported, UsageReader, UsageScanner};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-/// Called once with the prompt tokens the upstream reported, if any.
-pub type OnUsage = Box<dyn FnOnce(u32) + Send>;
+/// Called once with the tokens the upstream reported, if it reported any.
+pub type OnUsage = Box<dyn FnOnce(Reported) + Send>;
 
 pin_project_lite::pin_project! {
     /// Passes every frame through unchanged while feeding data to a
@@ -61,7 +61,8 @@ where
             _ => false,
         };
         if ended {
-            let found = this.scanner.take().and_then(UsageScanner::finish);
+            let found = this.scanner.take().map(UsageScanner::finish);
+            let found = found.filter(|found| !found.is_empty());
             if let (Some(tokens), Some(report)) = (found, this.on_usage.take()) {
                 report(tokens);
             }

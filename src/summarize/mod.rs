@@ -333,7 +333,8 @@ impl Summarizer {
     ) -> Attempt {
         let api = target.provider.api();
         let span = crate::telemetry::summarizer_call(api.name(), api.provider(), &target.model);
-        let call = crate::telemetry::within(span, post(target, credentials, body, self.config.timeout));
+        let call =
+            crate::telemetry::within(span, post(target, credentials, body, self.config.timeout));
         let (status, bytes) = match tokio::time::timeout(self.config.timeout, call).await {
             Err(_) => return Attempt::Retry(CallError::Timeout(self.config.timeout)),
             Ok(Err(e)) => return Attempt::Retry(e),

@@ -211,7 +211,11 @@ pub fn within<F: Future>(cx: Option<Context>, work: F) -> Within<F> {
 }
 
 /// A span under the context in force, when it is a traced request's.
-fn child(name: &'static str, kind: SpanKind, attributes: impl FnOnce() -> Vec<KeyValue>) -> Option<Context> {
+fn child(
+    name: &'static str,
+    kind: SpanKind,
+    attributes: impl FnOnce() -> Vec<KeyValue>,
+) -> Option<Context> {
     let parent = current()?;
     start_span(&parent, name, kind, attributes())
 }
@@ -299,7 +303,10 @@ pub fn record_request(
     };
     let span = cx.span();
     span.set_attribute(KeyValue::new("gen_ai.operation.name", operation(api)));
-    span.set_attribute(KeyValue::new("gen_ai.provider.name", provider(api_provider)));
+    span.set_attribute(KeyValue::new(
+        "gen_ai.provider.name",
+        provider(api_provider),
+    ));
     span.set_attribute(KeyValue::new("gen_ai.request.model", model.to_string()));
     span.set_attribute(KeyValue::new("foldgate.api", api));
     if let Some((tenant, id)) = conversation {
@@ -341,10 +348,12 @@ pub fn record_view(view: &View) {
 
 /// Records the tokens the upstream reported on `cx`'s span (the
 /// request's, kept from [`current`]), once the answer's usage went by.
-pub fn record_usage(cx: &Context, input: u32, output: Option<u32>) {
+pub fn record_usage(cx: &Context, reported: crate::tokens::Reported) {
     let span = cx.span();
-    span.set_attribute(KeyValue::new("gen_ai.usage.input_tokens", i64::from(input)));
-    if let Some(output) = output {
+    if let Some(input) = reported.prompt {
+        span.set_attribute(KeyValue::new("gen_ai.usage.input_tokens", i64::from(input)));
+    }
+    if let Some(output) = reported.output {
         span.set_attribute(KeyValue::new(
             "gen_ai.usage.output_tokens",
             i64::from(output),

@@ -37,5 +37,5 @@ pub use discovery::{
 pub use encoding::Encoding;
 pub use estimate::{CacheStats, Estimate, REQUEST_WINDOW};
 pub use registry::{LimitSource, ModelLimits};
-pub use usage::{UsageReader, UsageScanner, UsageShape};
+pub use usage::{Reported, UsageReader, UsageScanner, UsageShape};
 pub use windows::{KnownWindow, MissingWindow};

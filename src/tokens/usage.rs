@@ -1,5 +1,6 @@
-//! Reads the prompt tokens an upstream response reports as it streams by,
-//! without holding the whole body, for calibration. Where an answer
+//! Reads the tokens an upstream response reports as it streams by (its
+//! prompt's, for calibration; its output's, for traces), without holding
+//! the whole body. Where an answer
 //! reports them is its API's to say ([`UsageReader`], from
 //! `crate::api::Provider::usage`, most often reading a [`UsageShape`]);
 //! this module knows no API's shape.
@@ -14,7 +15,7 @@ use std::fmt;
 /// completion this large is rare and one missed observation costs nothing).
 pub const MAX_JSON_BYTES: usize = 4 * 1024 * 1024;
 
-/// Incremental scanner for the prompt-token count an upstream reports.
+/// Incremental scanner for the token counts an upstream reports.
 ///
 /// For a JSON body it buffers up to 4 MiB and parses once at
 /// the end. For an SSE stream it splits events with [`sse::Events`] and
@@ -25,7 +26,34 @@ pub const MAX_JSON_BYTES: usize = 4 * 1024 * 1024;
 pub struct UsageScanner {
     reader: UsageReader,
     body: Body,
-    found: Option<u32>,
+    found: Reported,
+}
+
+/// The tokens an answer reports: its prompt's and its output's, each
+/// when it says (an Anthropic stream says the prompt's in its first event
+/// and the output's in a later one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reported {
+    /// Prompt tokens, cached ones included.
+    pub prompt: Option<u32>,
+    /// Output (completion) tokens.
+    pub output: Option<u32>,
+}
+
+impl Reported {
+    /// Each count of `self`, else `earlier`'s.
+    #[must_use]
+    pub fn or(self, earlier: Self) -> Self {
+        Self {
+            prompt: self.prompt.or(earlier.prompt),
+            output: self.output.or(earlier.output),
+        }
+    }
+
+    /// Whether it reports nothing.
+    pub fn is_empty(self) -> bool {
+        self == Self::default()
+    }
 }
 
 /// What the scanner keeps of the body.
@@ -53,7 +81,7 @@ impl UsageScanner {
         Self {
             reader,
             body,
-            found: None,
+            found: Reported::default(),
         }
     }
 
@@ -85,34 +113,36 @@ impl UsageScanner {
         self.found = read_event(self.reader, event).or(self.found);
     }
 
-    /// The last prompt-token count seen, once the body has ended.
-    pub fn finish(self) -> Option<u32> {
+    /// The last counts seen, once the body has ended.
+    pub fn finish(self) -> Reported {
         match self.body {
             Body::Sse(events) => read_event(self.reader, &events.rest()).or(self.found),
-            Body::Json(buf) => buf.and_then(|b| (self.reader.prompt_tokens)(&b)),
+            Body::Json(buf) => buf.map(|b| (self.reader.tokens)(&b)).unwrap_or_default(),
         }
     }
 }
 
-/// The prompt tokens one event (SSE, or a JSON line) reports, if it has
+/// The tokens one event (SSE, or a JSON line) reports, if it has
 /// `reader`'s key.
-fn read_event(reader: UsageReader, event: &[u8]) -> Option<u32> {
+fn read_event(reader: UsageReader, event: &[u8]) -> Reported {
     let data = sse::payload(event);
-    has_object(&data, reader.key)
-        .then(|| (reader.prompt_tokens)(&data))
-        .flatten()
+    if has_object(&data, reader.key) {
+        (reader.tokens)(&data)
+    } else {
+        Reported::default()
+    }
 }
 
-/// How an API reports the prompt tokens of an answer: the key (quoted)
-/// whose object holds them, so an event without one is not parsed, and the
+/// How an API reports the tokens of an answer: the key (quoted) whose
+/// object holds them, so an event without one is not parsed, and the
 /// reader of a JSON body or event that has one (most often a
 /// [`UsageShape`]'s).
 #[derive(Debug, Clone, Copy)]
 pub struct UsageReader {
     /// The quoted key, e.g. `"usage"`.
     pub key: &'static [u8],
-    /// The prompt tokens a body or event reports.
-    pub prompt_tokens: fn(&[u8]) -> Option<u32>,
+    /// The tokens a body or event reports.
+    pub tokens: fn(&[u8]) -> Reported,
 }
 
 /// Where an API's answers report their prompt tokens, for the common
@@ -131,6 +161,9 @@ pub struct UsageShape {
     pub tokens: &'static str,
     /// Members counted on top of it (Anthropic's cached prompt tokens).
     pub added: &'static [&'static str],
+    /// The usage object's member counting the output tokens
+    /// (`completion_tokens`).
+    pub output: &'static str,
     /// Members of the answer whose object may hold the usage instead
     /// (Responses' `response`, Anthropic's `message_start`'s `message`).
     pub within: &'static [&'static str],
@@ -140,55 +173,61 @@ pub struct UsageShape {
 }
 
 impl UsageShape {
-    /// The prompt tokens a body or event reports.
-    pub fn prompt_tokens(self, data: &[u8]) -> Option<u32> {
+    /// The tokens a body or event reports.
+    pub fn tokens(self, data: &[u8]) -> Reported {
         // One UTF-8 check of the whole answer, then the parser reads text:
         // reading the bytes checks each key again (640 instructions more on
         // the chat bench's answer, docs/benchmarks.md).
-        let text = std::str::from_utf8(data).ok()?;
+        let Ok(text) = std::str::from_utf8(data) else {
+            return Reported::default();
+        };
         if self.array && text.trim_start().starts_with('[') {
-            let answers = crate::shallow::elements(data)?;
+            let answers = crate::shallow::elements(data).unwrap_or_default();
             return answers
                 .into_iter()
                 .rev()
-                .find_map(|answer| self.object_prompt_tokens(std::str::from_utf8(answer).ok()?));
+                .filter_map(|answer| std::str::from_utf8(answer).ok())
+                .map(|answer| self.object_tokens(answer))
+                .find(|found| !found.is_empty())
+                .unwrap_or_default();
         }
-        self.object_prompt_tokens(text)
+        self.object_tokens(text)
     }
 
-    /// [`Self::prompt_tokens`] of one object's text, read in one pass by
+    /// [`Self::tokens`] of one object's text, read in one pass by
     /// the JSON parser: the members the shape names are read, the others
     /// skipped, nothing is built: 5,350 instructions on the chat bench's
     /// answer, where a `Map` of the usage object after the answer's
     /// members were delimited cost 7,700 (docs/benchmarks.md; the
     /// delimiting reader with this typed count may cost less).
-    fn object_prompt_tokens(self, text: &str) -> Option<u32> {
+    fn object_tokens(self, text: &str) -> Reported {
         let mut de = serde_json::Deserializer::from_str(text);
-        let found = de.deserialize_map(Answer(self)).ok()?;
-        de.end().ok()?;
-        found
+        match de.deserialize_map(Answer(self)) {
+            Ok(found) if de.end().is_ok() => found,
+            _ => Reported::default(),
+        }
     }
 }
 
 /// Most [`UsageShape::added`] and [`UsageShape::within`] names read.
 const MAX_NAMES: usize = 4;
 
-/// An answer object: the count of its first [`UsageShape::field`]
+/// An answer object: each count of its first [`UsageShape::field`]
 /// member when that is a usage object with the count, else of its first
 /// [`UsageShape::within`] member that has one (in the shape's order).
 struct Answer(UsageShape);
 
 impl<'de> Visitor<'de> for Answer {
-    type Value = Option<u32>;
+    type Value = Reported;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an answer object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<u32>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Reported, A::Error> {
         let shape = self.0;
-        let mut own: Option<Option<u32>> = None;
-        let mut inner: [Option<Option<u32>>; MAX_NAMES] = [None; MAX_NAMES];
+        let mut own: Option<Reported> = None;
+        let mut inner: [Option<Reported>; MAX_NAMES] = [None; MAX_NAMES];
         while let Some(key) = map.next_key_seed(Named(shape.field, shape.within))? {
             match key {
                 Some(0) if own.is_none() => {
@@ -203,97 +242,103 @@ impl<'de> Visitor<'de> for Answer {
             }
         }
         Ok(own
-            .flatten()
-            .or_else(|| inner.into_iter().flatten().flatten().next()))
+            .into_iter()
+            .chain(inner.into_iter().flatten())
+            .rev()
+            .fold(Reported::default(), |later, found| found.or(later)))
     }
 }
 
 /// A usage object: its [`UsageShape::tokens`] member plus the
-/// [`UsageShape::added`] ones, each read when it is an unsigned number
-/// (the last of a member named twice, as a map keeps it).
+/// [`UsageShape::added`] ones, and its [`UsageShape::output`] member,
+/// each read when it is an unsigned number (the last of a member named
+/// twice, as a map keeps it).
 struct Usage(UsageShape);
 
 impl<'de> Visitor<'de> for Usage {
-    type Value = Option<u32>;
+    type Value = Reported;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a usage object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<u32>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Reported, A::Error> {
         let shape = self.0;
         let mut tokens = None;
+        let mut output = None;
         let mut added: [Option<u64>; MAX_NAMES] = [None; MAX_NAMES];
-        while let Some(key) = map.next_key_seed(Named(shape.tokens, shape.added))? {
+        while let Some(key) = map.next_key_seed(UsageKey(shape))? {
             let slot = match key {
-                Some(0) => &mut tokens,
-                Some(i) => &mut added[i - 1],
-                None => {
+                Member::Prompt => &mut tokens,
+                Member::Added(i) => &mut added[i],
+                Member::Output => &mut output,
+                Member::Other => {
                     map.next_value::<IgnoredAny>()?;
                     continue;
                 }
             };
             *slot = map.next_value::<Value>()?.as_u64();
         }
-        let Some(tokens) = tokens.and_then(|n| u32::try_from(n).ok()) else {
-            return Ok(None);
-        };
-        Ok(Some(added.into_iter().flatten().fold(tokens, |sum, n| {
-            sum.saturating_add(u32::try_from(n).unwrap_or(u32::MAX))
-        })))
+        let output = output.and_then(|n| u32::try_from(n).ok());
+        let prompt = tokens.and_then(|n| u32::try_from(n).ok()).map(|tokens| {
+            added.into_iter().flatten().fold(tokens, |sum, n| {
+                sum.saturating_add(u32::try_from(n).unwrap_or(u32::MAX))
+            })
+        });
+        Ok(Reported { prompt, output })
     }
 }
 
-/// What `V` reads of an object; `None` for any other value, read and
+/// What `V` reads of an object; nothing for any other value, read and
 /// dropped.
 struct IfObject<V>(V);
 
-impl<'de, V: Visitor<'de, Value = Option<u32>>> DeserializeSeed<'de> for IfObject<V> {
-    type Value = Option<u32>;
+impl<'de, V: Visitor<'de, Value = Reported>> DeserializeSeed<'de> for IfObject<V> {
+    type Value = Reported;
 
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Option<u32>, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Reported, D::Error> {
         de.deserialize_any(self)
     }
 }
 
-impl<'de, V: Visitor<'de, Value = Option<u32>>> Visitor<'de> for IfObject<V> {
-    type Value = Option<u32>;
+impl<'de, V: Visitor<'de, Value = Reported>> Visitor<'de> for IfObject<V> {
+    type Value = Reported;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("any JSON value")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Option<u32>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Reported, A::Error> {
         self.0.visit_map(map)
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<u32>, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Reported, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(None)
+        Ok(Reported::default())
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Option<u32>, E> {
-        Ok(None)
+    fn visit_bool<E>(self, _: bool) -> Result<Reported, E> {
+        Ok(Reported::default())
     }
 
-    fn visit_i64<E>(self, _: i64) -> Result<Option<u32>, E> {
-        Ok(None)
+    fn visit_i64<E>(self, _: i64) -> Result<Reported, E> {
+        Ok(Reported::default())
     }
 
-    fn visit_u64<E>(self, _: u64) -> Result<Option<u32>, E> {
-        Ok(None)
+    fn visit_u64<E>(self, _: u64) -> Result<Reported, E> {
+        Ok(Reported::default())
     }
 
-    fn visit_f64<E>(self, _: f64) -> Result<Option<u32>, E> {
-        Ok(None)
+    fn visit_f64<E>(self, _: f64) -> Result<Reported, E> {
+        Ok(Reported::default())
     }
 
-    fn visit_str<E>(self, _: &str) -> Result<Option<u32>, E> {
-        Ok(None)
+    fn visit_str<E>(self, _: &str) -> Result<Reported, E> {
+        Ok(Reported::default())
     }
 
-    fn visit_unit<E>(self) -> Result<Option<u32>, E> {
-        Ok(None)
+    fn visit_unit<E>(self) -> Result<Reported, E> {
+        Ok(Reported::default())
     }
 }
 
@@ -326,6 +371,51 @@ impl Visitor<'_> for Named {
     }
 }
 
+/// A usage object's member, by its key.
+enum Member {
+    /// [`UsageShape::tokens`].
+    Prompt,
+    /// The `i`-th of [`UsageShape::added`] (from 0, at most [`MAX_NAMES`]).
+    Added(usize),
+    /// [`UsageShape::output`].
+    Output,
+    /// Another.
+    Other,
+}
+
+/// A usage object's key, as a [`Member`].
+struct UsageKey(UsageShape);
+
+impl<'de> DeserializeSeed<'de> for UsageKey {
+    type Value = Member;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Member, D::Error> {
+        de.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for UsageKey {
+    type Value = Member;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Member, E> {
+        let shape = self.0;
+        if key == shape.tokens {
+            return Ok(Member::Prompt);
+        }
+        if key == shape.output {
+            return Ok(Member::Output);
+        }
+        let mut added = shape.added.iter().take(MAX_NAMES);
+        Ok(added
+            .position(|name| *name == key)
+            .map_or(Member::Other, Member::Added))
+    }
+}
+
 /// Whether `data` holds `key` followed by `:` and an object (or a
 /// number: a count reported at the top level).
 fn has_object(data: &[u8], key: &[u8]) -> bool {
@@ -349,14 +439,52 @@ fn has_object(data: &[u8], key: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    /// Scans as the API named `api` reads usage.
+    /// Scans as the API named `api` reads usage: the prompt's tokens.
     fn scan_as(api: &str, sse: bool, chunks: &[&[u8]]) -> Option<u32> {
+        scan_both(api, sse, chunks).prompt
+    }
+
+    /// Scans as the API named `api` reads usage: both counts.
+    fn scan_both(api: &str, sse: bool, chunks: &[&[u8]]) -> Reported {
         let reader = crate::api::named(api).map(|api| api.usage());
         let mut s = UsageScanner::with(sse, reader.unwrap_or_else(|| unreachable!("{api}")));
         for c in chunks {
             s.feed(&Bytes::copy_from_slice(c));
         }
         s.finish()
+    }
+
+    /// Each API's output count is read beside its prompt's, from the same
+    /// usage object or, in an Anthropic stream, from the later
+    /// `message_delta`.
+    #[test]
+    fn output_tokens_are_read_beside_the_prompts() {
+        let both = |prompt, output| Reported {
+            prompt: Some(prompt),
+            output: Some(output),
+        };
+        let chat = br#"{"choices":[],"usage":{"prompt_tokens":57,"completion_tokens":3}}"#;
+        assert_eq!(scan_both("chat", false, &[chat]), both(57, 3));
+        let anthropic = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":20,\"cache_read_input_tokens\":5,\"output_tokens\":1}}}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{},\"usage\":{\"output_tokens\":15}}\n\n",
+        );
+        assert_eq!(
+            scan_both("anthropic", true, &[anthropic.as_bytes()]),
+            both(25, 15)
+        );
+        let responses = br#"{"type":"response.completed","response":{"usage":{"input_tokens":8,"output_tokens":4}}}"#;
+        assert_eq!(scan_both("responses", false, &[responses]), both(8, 4));
+        let gemini = br#"[{"candidates":[]},{"usageMetadata":{"promptTokenCount":7,"candidatesTokenCount":2}}]"#;
+        assert_eq!(scan_both("gemini", false, &[gemini]), both(7, 2));
+        let only_output = br#"{"usage":{"completion_tokens":3}}"#;
+        assert_eq!(
+            scan_both("chat", false, &[only_output]),
+            Reported {
+                prompt: None,
+                output: Some(3)
+            }
+        );
     }
 
     /// Scans as chat completions read usage.

@@ -56,18 +56,20 @@ impl Provider for Anthropic {
     }
 
     /// `usage.input_tokens` with the cached prompt tokens Anthropic counts
-    /// apart, of the answer or of `message_start`'s `message`.
+    /// apart, of the answer or of `message_start`'s `message`, and
+    /// `usage.output_tokens` (a stream's last in its `message_delta`).
     fn usage(&self) -> UsageReader {
         const SHAPE: UsageShape = UsageShape {
             field: "usage",
             tokens: "input_tokens",
             added: &["cache_creation_input_tokens", "cache_read_input_tokens"],
+            output: "output_tokens",
             within: &["message"],
             array: false,
         };
         UsageReader {
             key: b"\"usage\"",
-            prompt_tokens: |data| SHAPE.prompt_tokens(data),
+            tokens: |data| SHAPE.tokens(data),
         }
     }
 

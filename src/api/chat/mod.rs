@@ -18,11 +18,11 @@ use serde_json::{Value, json};
 /// OpenAI chat completions.
 pub struct Chat;
 
-/// Chat completions' usage: `usage.prompt_tokens` (every API's by
-/// default, [`Provider::usage`]).
+/// Chat completions' usage: `usage.prompt_tokens` and
+/// `usage.completion_tokens` (every API's by default, [`Provider::usage`]).
 pub const USAGE: UsageReader = UsageReader {
     key: b"\"usage\"",
-    prompt_tokens: |data| USAGE_SHAPE.prompt_tokens(data),
+    tokens: |data| USAGE_SHAPE.tokens(data),
 };
 
 /// Where [`USAGE`] reads.
@@ -30,6 +30,7 @@ const USAGE_SHAPE: UsageShape = UsageShape {
     field: "usage",
     tokens: "prompt_tokens",
     added: &[],
+    output: "completion_tokens",
     within: &[],
     array: false,
 };

@@ -151,19 +151,21 @@ impl Provider for Gemini {
         .any(|marker| error.contains(marker))
     }
 
-    /// `usageMetadata.promptTokenCount`, in each event or the whole
-    /// answer (a JSON array when streamed without `alt=sse`).
+    /// `usageMetadata.promptTokenCount` and `candidatesTokenCount`, in each
+    /// event or the whole answer (a JSON array when streamed without
+    /// `alt=sse`).
     fn usage(&self) -> UsageReader {
         const SHAPE: UsageShape = UsageShape {
             field: recall::USAGE,
             tokens: "promptTokenCount",
             added: &[],
+            output: "candidatesTokenCount",
             within: &[],
             array: true,
         };
         UsageReader {
             key: b"\"usageMetadata\"",
-            prompt_tokens: |data| SHAPE.prompt_tokens(data),
+            tokens: |data| SHAPE.tokens(data),
         }
     }
 
@@ -286,7 +288,7 @@ mod tests {
 
     #[test]
     fn usage_from_usage_metadata() {
-        let prompt_tokens = |data: &[u8]| (Gemini.usage().prompt_tokens)(data);
+        let prompt_tokens = |data: &[u8]| (Gemini.usage().tokens)(data).prompt;
         let one = br#"{"candidates":[],"usageMetadata":{"promptTokenCount":42}}"#;
         assert_eq!(prompt_tokens(one), Some(42));
         let array = br#"[{"candidates":[]},{"usageMetadata":{"promptTokenCount":7}}]"#;

@@ -20,7 +20,7 @@ use super::summary::{Format, SummaryAnswer, SummaryCall};
 use super::{Codec, Endpoint, Fit, Provider};
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
-use crate::tokens::UsageReader;
+use crate::tokens::{Reported, UsageReader};
 use serde_json::{Map, Value, json};
 
 /// Ollama's native chat.
@@ -100,7 +100,7 @@ impl Provider for Ollama {
     fn usage(&self) -> UsageReader {
         UsageReader {
             key: b"\"prompt_eval_count\"",
-            prompt_tokens,
+            tokens,
         }
     }
 
@@ -137,18 +137,29 @@ impl Codec for Ollama {
     }
 }
 
-/// The prompt tokens of an answer, or of the last line of a stream of
-/// them that reports some: `prompt_eval_count`.
-fn prompt_tokens(data: &[u8]) -> Option<u32> {
+/// The tokens of an answer, or of the last line of a stream of them that
+/// reports its prompt's: `prompt_eval_count` and `eval_count`.
+fn tokens(data: &[u8]) -> Reported {
     #[derive(serde::Deserialize)]
     struct Counts {
         prompt_eval_count: Option<u64>,
+        eval_count: Option<u64>,
     }
-    let text = std::str::from_utf8(data).ok()?;
-    text.lines().rev().find_map(|line| {
-        let counts: Counts = serde_json::from_str(line.trim()).ok()?;
-        u32::try_from(counts.prompt_eval_count?).ok()
-    })
+    let count = |n: Option<u64>| n.and_then(|n| u32::try_from(n).ok());
+    let Ok(text) = std::str::from_utf8(data) else {
+        return Reported::default();
+    };
+    text.lines()
+        .rev()
+        .find_map(|line| {
+            let counts: Counts = serde_json::from_str(line.trim()).ok()?;
+            let prompt = Some(count(counts.prompt_eval_count)?);
+            Some(Reported {
+                prompt,
+                output: count(counts.eval_count),
+            })
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -169,7 +180,8 @@ mod tests {
         assert_eq!(fits(json!({"messages": []})), Fit::Field);
         assert!(e["error"].is_string() && e.as_object().map(Map::len) == Some(1));
         let done = br#"{"model":"m","message":{"role":"assistant","content":"hi"},"done":true,"prompt_eval_count":26,"eval_count":3}"#;
-        assert_eq!(prompt_tokens(done), Some(26));
+        assert_eq!(tokens(done).prompt, Some(26));
+        assert_eq!(tokens(done).output, Some(3));
         let stream = [
             &br#"{"message":{"content":"a"},"done":false}"#[..],
             b"\n",
@@ -177,8 +189,8 @@ mod tests {
             b"\n",
         ]
         .concat();
-        assert_eq!(prompt_tokens(&stream), Some(26));
-        assert_eq!(prompt_tokens(br#"{"done":false}"#), None);
+        assert_eq!(tokens(&stream).prompt, Some(26));
+        assert!(tokens(br#"{"done":false}"#).is_empty());
     }
 
     #[test]

@@ -34,19 +34,20 @@ impl Provider for Responses {
         "openai"
     }
 
-    /// `usage.input_tokens`, of the answer or of the `response` an event
-    /// carries.
+    /// `usage.input_tokens` and `usage.output_tokens`, of the answer or of
+    /// the `response` an event carries.
     fn usage(&self) -> UsageReader {
         const SHAPE: UsageShape = UsageShape {
             field: "usage",
             tokens: "input_tokens",
             added: &[],
+            output: "output_tokens",
             within: &["response"],
             array: false,
         };
         UsageReader {
             key: b"\"usage\"",
-            prompt_tokens: |data| SHAPE.prompt_tokens(data),
+            tokens: |data| SHAPE.tokens(data),
         }
     }
 }

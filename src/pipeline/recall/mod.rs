@@ -173,7 +173,10 @@ impl Session {
             head.headers.remove(header::CONTENT_LENGTH);
             let (tx, body) = body::channel(16);
             // In the request's span: its rounds' spans are the request's children.
-            tokio::spawn(stream::run(self, incoming, framing, tx).in_current_span());
+            let run = stream::run(self, incoming, framing, tx);
+            tokio::spawn(
+                crate::telemetry::within(crate::telemetry::current(), run).in_current_span(),
+            );
             return Ok(Response::from_parts(head, body));
         }
         self.whole(head, incoming).await
@@ -204,7 +207,8 @@ impl Session {
             if let Some(observe) = self.observe.take() {
                 let mut scanner = UsageScanner::with(false, self.api.usage());
                 scanner.feed(&bytes);
-                if let Some(tokens) = scanner.finish() {
+                let tokens = scanner.finish();
+                if !tokens.is_empty() {
                     observe(tokens);
                 }
             }

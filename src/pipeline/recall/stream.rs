@@ -126,10 +126,9 @@ async fn stream_round(
     if let Some(scanner) = &mut scanner {
         scanner.event(&rest);
     }
-    if let (Some(tokens), Some(observe)) = (
-        scanner.and_then(UsageScanner::finish),
-        session.observe.take(),
-    ) {
+    let found = scanner.map(UsageScanner::finish);
+    let found = found.filter(|found| !found.is_empty());
+    if let (Some(tokens), Some(observe)) = (found, session.observe.take()) {
         observe(tokens);
     }
     session.observe = None;

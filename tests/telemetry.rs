@@ -573,6 +573,48 @@ async fn a_request_without_traceparent_starts_a_trace() {
     );
 }
 
+/// A background fold is its request's child, and its summarizer call the
+/// fold's, though the request has answered (and its span ended) before.
+#[tokio::test]
+async fn a_background_fold_is_traced_under_the_request_that_started_it() {
+    let receiver = Receiver::http(Behaviour::Answers).await;
+    let upstream = Mock::start(model).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::free_port();
+    let telemetry = format!(
+        "endpoint = \"{}\"\nheaders = {{ \"x-collector-key\" = \"collector-secret\" }}\n",
+        receiver.endpoint
+    );
+    let toml = config(&upstream.url, port, &telemetry)
+        .replace("mode = \"inline\"", "mode = \"background\"");
+    let fg = Served::start(&dir.path().join("foldgate.toml"), &toml, port).await;
+    let client = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+    let reply = fg.ask(&conversation(false), Some(&client)).await;
+    reply.assert_ok();
+    assert_ne!(
+        reply.header("x-foldgate-fold"),
+        "new",
+        "the request did not wait"
+    );
+    let spans = receiver
+        .wait_for("request, fold and summarizer call", |s| {
+            ["request", "fold", "summarizer call"]
+                .iter()
+                .all(|n| s.iter().any(|g| g.name == *n))
+        })
+        .await;
+    let request = one(&spans, "request");
+    let fold = one(&spans, "fold");
+    assert_eq!(fold.attr("foldgate.fold.started"), "background");
+    assert_eq!(fold.parent, request.id, "request -> fold");
+    assert_eq!(
+        one(&spans, "summarizer call").parent,
+        fold.id,
+        "fold -> summarizer call"
+    );
+    assert!(spans.iter().all(|s| s.trace == CLIENT_TRACE), "{spans:#?}");
+}
+
 /// Sampling 0 records no new trace (nor a client's unsampled one); a
 /// client's sampled traceparent is still followed (parent-based), which
 /// shows the exporter was working.

@@ -88,16 +88,31 @@ where
                 span.set_status(Status::error(status.to_string()));
             }
         }
-        Poll::Ready(Ok(response.map(|body| Traced { body, _cx: cx })))
+        Poll::Ready(Ok(response.map(|body| Traced {
+            body,
+            _ends: Ends(cx),
+        })))
     }
 }
 
 pin_project! {
-    /// A response body holding its request's span open until it ends.
+    /// A response body that ends its request's span when it ends.
     pub struct Traced<B> {
         #[pin]
         body: B,
-        _cx: Option<Context>,
+        _ends: Ends,
+    }
+}
+
+/// Ends a request's span when dropped (with its body), whoever else holds
+/// its context: a background fold the request started may outlive it.
+pub struct Ends(Option<Context>);
+
+impl Drop for Ends {
+    fn drop(&mut self) {
+        if let Some(cx) = &self.0 {
+            cx.span().end();
+        }
     }
 }
 

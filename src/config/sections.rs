@@ -48,6 +48,13 @@ pub struct ServerConfig {
     /// long an idle keep-alive connection waits for its next request.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
+    /// Threads that serve requests. 0: one per core (or, when set, the
+    /// `TOKIO_WORKER_THREADS` environment variable's count). Fewer than the
+    /// cores leaves room to processes sharing the machine (a local model
+    /// server, the load generator): a worker switched out while it holds
+    /// requests is what makes their slowest percentile (see
+    /// `docs/benchmarks.md`, "Passthrough overhead").
+    pub worker_threads: usize,
 }
 
 impl Default for ServerConfig {
@@ -65,6 +72,7 @@ impl Default for ServerConfig {
             admin_token: None,
             max_concurrent_requests: 1024,
             header_read_timeout: Duration::from_secs(30),
+            worker_threads: 0,
         }
     }
 }

@@ -181,6 +181,11 @@ async fn workers_at_start(server: &str, env: Option<&str>) -> String {
     }
     let mut child = command.spawn().unwrap();
     common::wait_listening(port).await;
+    // An answer: the accept loop runs, so SIGTERM is handled (and the
+    // buffered log written out) rather than fatal.
+    let health = format!("http://127.0.0.1:{port}/foldgate/health");
+    let reply = common::send(http::Method::GET, &health, &[], "").await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
     let pid = child.id().unwrap().to_string();
     let term = std::process::Command::new("kill")
         .args(["-TERM", &pid])

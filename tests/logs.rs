@@ -227,8 +227,5 @@ async fn server_worker_threads_sets_the_runtime_workers() {
     // Unset in the file, tokio's environment variable still counts; set,
     // the file wins.
     assert_eq!(workers_at_start("", Some("1")).await, "1");
-    assert_eq!(
-        workers_at_start("worker_threads = 3", Some("1")).await,
-        "3"
-    );
+    assert_eq!(workers_at_start("worker_threads = 3", Some("1")).await, "3");
 }

@@ -50,9 +50,9 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     /// Threads that serve requests. 0: one per core (or, when set, the
     /// `TOKIO_WORKER_THREADS` environment variable's count). Fewer than the
-    /// cores leaves room to processes sharing the machine (a local model
-    /// server, the load generator): a worker switched out while it holds
-    /// requests is what makes their slowest percentile (see
+    /// cores leaves a core to processes sharing the machine (a local model
+    /// server, a load generator): on two busy cores, two workers waiting
+    /// behind each other for a core make most of foldgate's p99 (see
     /// `docs/benchmarks.md`, "Passthrough overhead").
     pub worker_threads: usize,
 }

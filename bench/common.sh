@@ -12,11 +12,11 @@ binaries() {
 }
 
 # workdir: WORK, a fresh directory removed at exit (kept with KEEP=1),
-# after the background jobs and the nginx started in it (or in a
-# directory of its own inside it) are stopped.
+# after the background jobs and the nginx started in it (and the one in
+# WORK/own, if any) are stopped.
 workdir() {
   WORK=$(mktemp -d)
-  trap 'kill $(jobs -p) 2>/dev/null || true; for c in "$WORK"/nginx.conf "$WORK"/*/nginx.conf; do [ -f "$c" ] && nginx -p "$(dirname "$c")" -c nginx.conf -s stop 2>/dev/null; done; [ -n "${KEEP:-}" ] || rm -rf "$WORK"' EXIT
+  trap 'kill $(jobs -p) 2>/dev/null || true; for d in "$WORK" "$WORK/own"; do [ -f "$d/nginx.pid" ] && nginx -p "$d" -c nginx.conf -s stop 2>/dev/null; done; [ -n "${KEEP:-}" ] || rm -rf "$WORK"' EXIT
 }
 
 # The answer the upstream nginx gives every request.

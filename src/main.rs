@@ -211,6 +211,9 @@ fn serve_with(config: Config) -> ExitCode {
     if config.server.worker_threads > 0 {
         builder.worker_threads(config.server.worker_threads);
     }
+    if config.server.pin_workers {
+        builder.on_thread_start(foldgate::affinity::pinning());
+    }
     let runtime = match builder.build() {
         Ok(rt) => rt,
         Err(e) => return fail(&e),

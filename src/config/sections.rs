@@ -55,6 +55,13 @@ pub struct ServerConfig {
     /// behind each other for a core make most of foldgate's p99 (see
     /// `docs/benchmarks.md`, "Passthrough overhead").
     pub worker_threads: usize,
+    /// Pin each of the runtime's threads to a core of its own, in turn
+    /// (workers first; Linux only). With as many workers as cores, two
+    /// workers then never wait for the same core while the others are
+    /// busy: for a machine whose few cores foldgate shares with a local
+    /// model server or a load generator, not for one where other
+    /// processes may hold a pinned worker's core for long.
+    pub pin_workers: bool,
 }
 
 impl Default for ServerConfig {
@@ -73,6 +80,7 @@ impl Default for ServerConfig {
             max_concurrent_requests: 1024,
             header_read_timeout: Duration::from_secs(30),
             worker_threads: 0,
+            pin_workers: false,
         }
     }
 }

@@ -12,10 +12,11 @@ binaries() {
 }
 
 # workdir: WORK, a fresh directory removed at exit (kept with KEEP=1),
-# after the background jobs and the nginx started in it are stopped.
+# after the background jobs and the nginx started in it (and the one in
+# WORK/own, if any) are stopped.
 workdir() {
   WORK=$(mktemp -d)
-  trap 'kill $(jobs -p) 2>/dev/null || true; nginx -p "$WORK" -c nginx.conf -s stop 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$WORK"' EXIT
+  trap 'kill $(jobs -p) 2>/dev/null || true; for d in "$WORK" "$WORK/own"; do [ -f "$d/nginx.pid" ] && nginx -p "$d" -c nginx.conf -s stop 2>/dev/null; done; [ -n "${KEEP:-}" ] || rm -rf "$WORK"' EXIT
 }
 
 # The answer the upstream nginx gives every request.
@@ -24,12 +25,12 @@ CANNED='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"
 # The answer it gives Gemini's generateContent.
 CANNED_GEMINI='{"candidates":[{"content":{"role":"model","parts":[{"text":"Hello!"}]},"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":8000,"candidatesTokenCount":2,"totalTokenCount":8002},"modelVersion":"gemini-2.5-flash"}'
 
-# nginx_conf DIR HTTP [MAIN]: writes DIR/nginx.conf — one worker, its pid,
-# logs and temporary files in DIR, MAIN's top-level directives, and HTTP
-# inside `http { }`.
+# nginx_conf DIR HTTP [MAIN] [WORKERS]: writes DIR/nginx.conf — WORKERS
+# worker processes (one by default), its pid, logs and temporary files in
+# DIR, MAIN's top-level directives, and HTTP inside `http { }`.
 nginx_conf() {
   cat > "$1/nginx.conf" <<CONF
-worker_processes 1; ${3:-}
+worker_processes ${4:-1}; ${3:-}
 pid $1/nginx.pid;
 error_log $1/error.log warn;
 events { worker_connections 1024; }

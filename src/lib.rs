@@ -7,7 +7,7 @@
 //! - [`config`]: figment configuration, validation, secrets.
 //! - [`app`]: the shared application state every request uses.
 //! - [`discover`]: context windows read from providers at start-up (`tokens.discover`), and the report of every model's window.
-//! - [`server`]: listener, TLS, the tower stack, graceful shutdown.
+//! - [`server`]: listener, TLS, the tower stack, graceful shutdown; [`affinity`]: runtime threads pinned to cores (`server.pin_workers`).
 //! - [`body`]: the body type that crosses the stack.
 //! - [`proxy`]: the request handler: admin routes, passthrough, the pipeline for API routes.
 //! - [`unclaimed`]: conversation-shaped `POST`s no API claims: counted, warned about once, listed.
@@ -36,6 +36,7 @@
 //! - [`log_format`]: the text log's line; [`log_writer`]: log lines to stderr without std's lock, whole.
 
 pub mod admin;
+pub mod affinity;
 pub mod api;
 pub mod app;
 pub mod archive;

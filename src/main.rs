@@ -194,10 +194,16 @@ fn serve(path: Option<PathBuf>) -> ExitCode {
 }
 
 fn serve_with(config: Config) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    // Unset (0), tokio's own default: `TOKIO_WORKER_THREADS`, else a worker per core.
+    if config.server.worker_threads > 0 {
+        builder.worker_threads(config.server.worker_threads);
+    }
+    if config.server.pin_workers {
+        builder.on_thread_start(foldgate::affinity::pinning());
+    }
+    let runtime = match builder.build() {
         Ok(rt) => rt,
         Err(e) => return fail(&e),
     };

@@ -150,3 +150,82 @@ async fn json_logs_are_one_object_per_line_with_the_request_span() {
     assert_eq!(access["span"]["path"], "/v1/chat/completions", "{access}");
     assert!(access["overhead_ms"].as_f64().unwrap() > 0.0, "{access}");
 }
+
+/// The `workers` field of the start-up line of `foldgate serve` on a
+/// config whose `[server]` section adds `server` (the log read after a
+/// SIGTERM), with `TOKIO_WORKER_THREADS` set to `env` or unset.
+async fn workers_at_start(server: &str, env: Option<&str>) -> String {
+    let port = common::free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("workers.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n{server}\n\
+             [providers.local]\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+             [state]\nbackend = \"memory\"\n"
+        ),
+    )
+    .unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_foldgate"));
+    command
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("FOLDGATE_LOG", "info")
+        .env_remove("TOKIO_WORKER_THREADS")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(n) = env {
+        command.env("TOKIO_WORKER_THREADS", n);
+    }
+    let mut child = command.spawn().unwrap();
+    common::wait_listening(port).await;
+    // An answer: the accept loop runs, so SIGTERM is handled (and the
+    // buffered log written out) rather than fatal.
+    let health = format!("http://127.0.0.1:{port}/foldgate/health");
+    let reply = common::send(http::Method::GET, &health, &[], "").await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let pid = child.id().unwrap().to_string();
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .await
+        .unwrap();
+    let start = log
+        .lines()
+        .find(|l| l.contains("foldgate starting"))
+        .unwrap_or_else(|| panic!("no start-up line in:\n{log}"));
+    start
+        .split("workers=")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("no workers field: {start}"))
+        .to_string()
+}
+
+#[tokio::test]
+async fn server_worker_threads_sets_the_runtime_workers() {
+    // 1 and 3: neither is this machine's default (a worker per core)
+    // unless it has exactly that many cores, which the unset case shows.
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(workers_at_start("worker_threads = 1", None).await, "1");
+    assert_eq!(workers_at_start("worker_threads = 3", None).await, "3");
+    assert_eq!(
+        workers_at_start("", None).await,
+        cores.to_string(),
+        "unset: a worker per core"
+    );
+    // Unset in the file, tokio's environment variable still counts; set,
+    // the file wins.
+    assert_eq!(workers_at_start("", Some("1")).await, "1");
+    assert_eq!(workers_at_start("worker_threads = 3", Some("1")).await, "3");
+}

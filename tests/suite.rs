@@ -62,6 +62,7 @@ mod recall_meaning;
 mod recall_room;
 mod redis_failover;
 mod redis_round_trips;
+mod runtime;
 mod shallow_props;
 mod soak_short;
 mod state_redis;

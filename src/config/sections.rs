@@ -48,6 +48,20 @@ pub struct ServerConfig {
     /// long an idle keep-alive connection waits for its next request.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
+    /// Threads that serve requests. 0: one per core (or, when set, the
+    /// `TOKIO_WORKER_THREADS` environment variable's count). Fewer than the
+    /// cores leaves a core to processes sharing the machine (a local model
+    /// server, a load generator): on two busy cores, two workers waiting
+    /// behind each other for a core make most of foldgate's p99 (see
+    /// `docs/benchmarks.md`, "Passthrough overhead").
+    pub worker_threads: usize,
+    /// Pin each of the runtime's threads to a core of its own, in turn
+    /// (workers first; Linux only). With as many workers as cores, two
+    /// workers then never wait for the same core while the others are
+    /// busy: for a machine whose few cores foldgate shares with a local
+    /// model server or a load generator, not for one where other
+    /// processes may hold a pinned worker's core for long.
+    pub pin_workers: bool,
 }
 
 impl Default for ServerConfig {
@@ -65,6 +79,8 @@ impl Default for ServerConfig {
             admin_token: None,
             max_concurrent_requests: 1024,
             header_read_timeout: Duration::from_secs(30),
+            worker_threads: 0,
+            pin_workers: false,
         }
     }
 }

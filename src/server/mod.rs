@@ -35,6 +35,7 @@ pub async fn serve(
         config = %config.source_name(),
         providers = %config.describe_providers(),
         summarizer = %config.describe_summarizer(),
+        workers = tokio::runtime::Handle::current().metrics().num_workers(),
         "foldgate starting"
     );
     for warning in config

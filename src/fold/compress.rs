@@ -30,9 +30,11 @@
 //! - **Only when it pays** ([`Room`]): every batch rewrites the prompt from
 //!   its first stub on, a prompt-cache miss. A batch is shown on its own
 //!   when the tokens it saves over the expected remaining requests (as
-//!   many as there have been steps) outweigh the miss under the strictest
-//!   published cache prices ([`CACHE_WRITE`], [`CACHE_READ`]): `saved ×
-//!   steps × read > rewritten × (write − read)`. Whether a batch pays is
+//!   many as there have been steps, but no more than the steps left until
+//!   the raw history reaches the fold trigger, where the fold plan stubs
+//!   it anyway) outweigh the miss under the strictest published cache
+//!   prices ([`CACHE_WRITE`], [`CACHE_READ`]): `saved × requests × read >
+//!   rewritten × (write − read)`. Whether a batch pays is
 //!   judged on the request as it was when the batch formed (a prefix every
 //!   later request repeats), so a batch once shown stays. When the window
 //!   is at risk the fold trigger fires, and the fold plan stubs every
@@ -145,6 +147,7 @@ fn shown(
     tokens: &[u32],
     batch: &[(usize, u32)],
     (settings, preserve_recent): (&Compress, usize),
+    room: Room,
 ) -> bool {
     let (Some(&(first, _)), Some(&(last, _))) = (batch.first(), batch.last()) else {
         return false;
@@ -164,13 +167,35 @@ fn shown(
     let formed = formed
         .max(last + preserve_recent.max(1) + 1)
         .min(roles.len());
-    let steps = roles[..formed]
-        .iter()
-        .filter(|r| **r == Some(Role::Assistant))
-        .count() as f64;
+    let starts: Vec<usize> = (0..formed)
+        .filter(|&i| roles[i] == Some(Role::Assistant))
+        .collect();
+    let steps = starts.len() as u64;
+    // The requests the stubs save on: as many more as there have been
+    // steps, but only until the raw history reaches the fold trigger,
+    // where a restub or a fold stubs the batch anyway in a rewrite that
+    // happens regardless (the raw history bounds the view from above, so
+    // this is the fewest steps until then).
+    let sum = |from: usize| {
+        tokens[from..formed]
+            .iter()
+            .map(|&t| u64::from(t))
+            .sum::<u64>()
+    };
+    let recent = super::trigger::RECENT_STEPS.min(starts.len());
+    let per_step = match starts
+        .len()
+        .checked_sub(recent)
+        .and_then(|at| starts.get(at))
+    {
+        Some(&from) => sum(from) / recent as u64,
+        None => 0,
+    };
+    let until_trigger = room.trigger.saturating_sub(sum(0)) / per_step.max(1);
+    let requests = steps.min(until_trigger) as f64;
     let saved: f64 = batch.iter().map(|&(_, s)| f64::from(s)).sum();
-    let rewritten: f64 = tokens[first..formed].iter().map(|&t| f64::from(t)).sum();
-    saved * steps * CACHE_READ > rewritten * (CACHE_WRITE - CACHE_READ)
+    let rewritten = sum(first) as f64;
+    saved * requests * CACHE_READ > rewritten * (CACHE_WRITE - CACHE_READ)
 }
 
 fn starts_turn(roles: &[Option<Role>], i: usize) -> bool {
@@ -371,7 +396,7 @@ impl Compression {
                 .chunks(size)
                 .filter(|batch| {
                     let batch: Vec<(usize, u32)> = batch.iter().map(|&i| (i, saved(i))).collect();
-                    shown(&roles, raw, &batch, (settings, preserve_recent))
+                    shown(&roles, raw, &batch, (settings, preserve_recent), room)
                 })
                 .flatten()
                 .copied()

@@ -182,6 +182,11 @@ fn a_batch_is_shown_on_its_own_only_when_it_pays() {
     counts.extend(&tail_tokens[2..]);
     let shown = shown_in(&long, &counts, &pays, Room::of(0.8, 200_000));
     assert_eq!(shown.len(), 6, "{shown:?}");
+    // The same conversation in a 12k window is past the 9,600-token
+    // trigger: the fold plan stubs the batch at its next rewrite anyway,
+    // so there are no requests left for it to save on by itself.
+    let shown = shown_in(&long, &counts, &pays, Room::of(0.8, 12_000));
+    assert!(shown.is_empty(), "{shown:?}");
 }
 
 #[test]

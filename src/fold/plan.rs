@@ -83,7 +83,8 @@ pub enum Decision {
     /// No trigger fired: send the view of `base` (the messages as they are
     /// when `base` is `None`).
     NoFold(ViewInfo),
-    /// Summarize [`FoldPlan::to_fold`], then [`FoldState::after`].
+    /// Summarize [`FoldPlan::to_fold`], then [`FoldState::after`]; for a
+    /// restub ([`FoldPlan::restub`]) only [`FoldState::restubbed`].
     Fold(FoldPlan),
     /// The view overflows the window (an emergency) and no valid cut makes
     /// it fit, e.g. one giant message. Nothing was dropped; the caller
@@ -327,7 +328,7 @@ pub fn plan<C: CountTokens + ?Sized>(
     };
     // A token trigger on a folded view: stubbing the tool results before
     // the newest exchange, without a summarizer call, when that leaves
-    // nearly the room the fold would (see [`restub_limit`]).
+    // at most one step less room than the fold would (see [`restub_limit`]).
     let deeper = base_mark.max(last_exchange(messages));
     let fold_view = match &chosen {
         (Ok(c), _) => Some(c.expected),

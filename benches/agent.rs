@@ -24,9 +24,11 @@
 //! folding, not the model's choice to look something up).
 //!
 //! Modes: *economy* (the defaults: a rewrite brings the view down to the
-//! reset target, stubs ride on folds) and *every trigger* (the behaviour
-//! before: `reset_ratio = 0.7`, compression batches on their own, no stubs
-//! in the tail at a fold).
+//! reset target, stubs ride on folds, a restub stubs the older steps
+//! without a summarizer call when that leaves nearly the fold's room) and
+//! *every trigger* (the behaviour before: `reset_ratio = 0.7`, compression
+//! batches on their own, no stubs in the tail at a fold). A restub answers
+//! `x-foldgate-fold: reused`, so it counts as a compression rewrite.
 //!
 //! The mocks report each request's prompt tokens as a tokenizer counts the
 //! body's text (see `agents::text_tokens`), so foldgate calibrates its

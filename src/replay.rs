@@ -50,7 +50,8 @@ pub struct Row {
     /// The model's context window.
     pub window: u32,
     /// `x-foldgate-fold` as the proxy would answer: `none`, `reused`,
-    /// `new`, or `cannot-fit` (the proxy refuses the request).
+    /// `new`, or `cannot-fit` (the proxy refuses the request); `restub`
+    /// where only the stub mark moved (the proxy answers `reused`).
     pub fold: &'static str,
     /// The trigger of a new fold (or of a request that cannot fit).
     pub reason: Option<&'static str>,
@@ -158,8 +159,11 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
         };
         let decision = turn.plan(&chain);
         if let Decision::Fold(plan) = &decision {
-            let state = turn.mock_fold(plan);
-            row.fold = "new";
+            let state = match FoldState::restubbed(plan, budget.now_unix) {
+                Some(state) if plan.restub => state,
+                _ => turn.mock_fold(plan),
+            };
+            row.fold = if plan.restub { "restub" } else { "new" };
             row.reason = Some(plan.reason.as_str());
             row.folded = plan.fold.len();
             chain.push(state);

@@ -10,9 +10,14 @@ use foldgate::fold::{
 };
 use serde_json::{Value, json};
 
+use crate::common;
 use crate::fold_support;
+use common::llm::Llm;
+use common::tooloop::ToolLoop;
+use common::{Foldgate, post_json};
 use fold_support::invariants::count;
 use fold_support::{decide_stubbed, expect_fold};
+use std::collections::BTreeSet;
 
 /// A system prompt, one task and `steps` tool calls with ~500-token outputs.
 fn agent_loop(steps: usize) -> Vec<Value> {
@@ -190,5 +195,184 @@ fn a_fold_leaves_four_steps_of_room_sized_by_the_tokens_per_step() {
     assert!(
         (2_000..=2_500).contains(&fold.tokens_after),
         "the ratio's target, not deeper: {fold:?}"
+    );
+}
+
+/// Compression as the proxy makes it by default (`min_tokens` 500, no
+/// batch due on its own within these loops: only folds and restubs stub).
+fn step_sized(ms: &[Value]) -> Compression {
+    let raw: Vec<u32> = ms.iter().map(count).collect();
+    let settings = Compress {
+        after_turns: 100,
+        ..Compress::default()
+    };
+    Compression::of(ms, &raw, &settings, 6, true, &count)
+}
+
+fn plan_step_sized(ms: &[Value], chain: &FoldChain) -> (Decision, Compression) {
+    let c = step_sized(ms);
+    let raw: Vec<u32> = ms.iter().map(count).collect();
+    let counts = c.counts(&raw, |t| t);
+    let stubbed = c.stubbed(&counts, |t| t);
+    let policy = Policy {
+        reset_ratio: 0.5,
+        ..policy()
+    };
+    let d = decide_stubbed(
+        ms,
+        (&counts, &stubbed),
+        chain,
+        &policy,
+        &budget(),
+        Placement::System,
+        count,
+    );
+    (d, c)
+}
+
+/// Indices of `ms` whose stub the view shows.
+fn stubbed_in(ms: &[Value], view: &[Value]) -> Vec<usize> {
+    view.iter()
+        .filter(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|t| t.starts_with(STUB_PREFIX))
+        })
+        .filter_map(|m| {
+            ms.iter().position(|o| {
+                o.get("tool_call_id").is_some() && o["tool_call_id"] == m["tool_call_id"]
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_restub_makes_room_without_the_summarizer_and_its_stubs_stay() {
+    // Steps of three ~300-token results: each under `min_tokens` (500)
+    // alone, ~900 together, so they are stubbed as a step. The 5,000-token
+    // window's trigger is at 4,000: five steps fold (no fold to restub yet).
+    let mut steps = 5;
+    let mut chain = FoldChain::new();
+    let ms = parallel_loop(steps, 3, 300);
+    let (d, _) = plan_step_sized(&ms, &chain);
+    let fold = expect_fold(d);
+    assert!(!fold.restub && !fold.fold.is_empty(), "{fold:?}");
+    let base = FoldState::after(&fold, Summary::default(), Ledger::default(), 0);
+    chain.push(base.clone());
+    // The next trigger: the steps since the fold, before the newest one,
+    // become stubs; nothing is folded, no summarizer call.
+    let plan = loop {
+        steps += 1;
+        let ms = parallel_loop(steps, 3, 300);
+        match plan_step_sized(&ms, &chain).0 {
+            Decision::NoFold(info) => assert_eq!(info.base.as_ref(), Some(&base)),
+            Decision::Fold(plan) => break plan,
+            other => panic!("{other:?}"),
+        }
+    };
+    let ms = parallel_loop(steps, 3, 300);
+    let n = ms.len();
+    assert!(plan.restub, "a restub, not a fold: {plan:?}");
+    assert!(
+        plan.fold.is_empty() && plan.covered == base.covered,
+        "{plan:?}"
+    );
+    assert_eq!(
+        plan.retained.stubs_before,
+        n - 4,
+        "up to the newest exchange"
+    );
+    assert!(plan.tokens_after < plan.tokens_before, "{plan:?}");
+    // At least one step of room below the trigger, as the rule asks.
+    let per_step = u64::from(plan.retained.step_tokens);
+    assert!(u64::from(plan.tokens_after) + per_step < 4_000, "{plan:?}");
+    let state = FoldState::restubbed(&plan, 1).unwrap();
+    assert_ne!(state.id, base.id);
+    assert_eq!(state.summary, base.summary);
+    chain.push(state.clone());
+    let c = step_sized(&ms);
+    let view = build_view_with(&ms, Some(&state), Placement::System, &c).unwrap();
+    let shown = stubbed_in(&ms, &view);
+    let unfolded_results: Vec<usize> = (fold.pinned + base.covered..n - 4)
+        .filter(|&i| ms[i]["role"] == "tool")
+        .collect();
+    assert_eq!(
+        shown, unfolded_results,
+        "every result before the newest step"
+    );
+    assert_eq!(
+        view[view.len() - 4..],
+        ms[n - 4..],
+        "the newest step verbatim"
+    );
+    // The next request keeps the restub: the same stubs, the same prefix.
+    let next = parallel_loop(steps + 1, 3, 300);
+    let (d, c) = plan_step_sized(&next, &chain);
+    let Decision::NoFold(info) = d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(info.base.as_ref().map(|s| &s.id), Some(&state.id));
+    let again = build_view_with(&next, info.base.as_ref(), Placement::System, &c).unwrap();
+    assert_eq!(again[..view.len()], view[..], "a shown stub stays");
+}
+
+/// Through the real server, a 6k-window agent loop of 2–3 parallel calls
+/// per step (results of 1–3 KB, as in `cargo bench --bench agent`): room
+/// is made by restubs as well as folds, so the summarizer is called at
+/// most once per four steps (issue 38: at most 10 calls in 40 steps), and
+/// a tool result once shown as its stub is never shown in full again.
+#[tokio::test]
+async fn a_parallel_loop_restubs_in_a_small_window_and_a_shown_stub_never_reverts() {
+    const STEPS: usize = 24;
+    let llm = Llm::start().await;
+    let fg = Foldgate::start(&format!(
+        "{}[models.\"agent-*\"]\ncontext_window = 6000\n\
+         [policy]\nmode = \"inline\"\n[summarizer]\ntimeout = \"5s\"\n",
+        common::providers(llm.url())
+    ))
+    .await;
+    let mut l = ToolLoop::new("port the billing service to the new queue");
+    let mut shown: BTreeSet<String> = BTreeSet::new();
+    let (mut restubs, mut folds) = (0, 0);
+    for k in 0..STEPS {
+        let sizes: Vec<usize> = (0..2 + k % 2).map(|j| 12 + (3 * k + j) * 7 % 25).collect();
+        l.parallel_step(&sizes);
+        let before = llm.chat_requests().len();
+        let reply = post_json(
+            &format!("{}/v1/chat/completions", fg.url),
+            &[
+                ("x-conversation-id", "restub"),
+                ("authorization", "Bearer sk-a"),
+            ],
+            &l.body("agent-model"),
+        )
+        .await;
+        reply.assert_ok();
+        let folded = reply.header("x-foldgate-fold") == "new";
+        folds += usize::from(folded);
+        let sent = llm.chat_requests()[before]["messages"].clone();
+        let mut new_stubs = false;
+        for m in sent.as_array().unwrap() {
+            let Some(id) = m["tool_call_id"].as_str() else {
+                continue;
+            };
+            let stub = m["content"]
+                .as_str()
+                .is_some_and(|t| t.starts_with(STUB_PREFIX));
+            assert!(
+                stub || !shown.contains(id),
+                "step {k}: {id} was shown as its stub, now in full"
+            );
+            if stub {
+                new_stubs |= shown.insert(id.to_string());
+            }
+        }
+        restubs += usize::from(new_stubs && !folded);
+    }
+    let calls = llm.summarizer_calls();
+    assert!(restubs > 0, "no restub: {folds} folds, {calls} calls");
+    assert!(
+        calls <= STEPS / 4,
+        "{calls} summarizer calls in {STEPS} steps ({folds} folds, {restubs} restubs)"
     );
 }

@@ -407,7 +407,15 @@ fn simulate(pinned: u8, turns: &[Turn], s: &Setup) -> usize {
                     fold.tokens_after
                 );
                 assert!(used <= window_limit, "fold leaves {used} > {window_limit}");
-                if smallest.is_some_and(|t| t <= reset_limit) {
+                if fold.restub {
+                    // Only the stub mark moved: no summarizer call, room
+                    // made below the trigger instead of down to the reset
+                    // target (docs/folding.md, "Restubs").
+                    let trigger = (s.policy.trigger_ratio * window as f64).ceil() as u64;
+                    assert!(fold.base.is_some() && fold.fold.is_empty(), "{fold:?}");
+                    assert!(fold.tokens_after < fold.tokens_before, "{fold:?}");
+                    assert!(used < trigger, "restub leaves {used} ≥ trigger {trigger}");
+                } else if smallest.is_some_and(|t| t <= reset_limit) {
                     assert!(
                         u64::from(fold.tokens_after) <= reset_limit,
                         "reset target missed"

@@ -28,17 +28,22 @@
 //!   (every field but `content`); an assistant stub keeps its `tool_calls`.
 //!
 //! - **Only when it pays** ([`Room`]): every batch rewrites the prompt from
-//!   its first stub on, a prompt-cache miss. A batch is shown when the
-//!   window is at risk (the request's tokens plus [`AT_RISK_STEPS`] steps
-//!   of the tokens it adds per step reach the fold trigger), or when the
-//!   tokens it saves over the expected remaining requests (as many as
-//!   there have been steps) outweigh the miss under the strictest
-//!   published cache prices ([`CACHE_WRITE`], [`CACHE_READ`]): `saved ×
-//!   steps × read > rewritten × (write − read)`. Whether a batch pays is
+//!   its first stub on, a prompt-cache miss. A batch is shown on its own
+//!   when the tokens it saves over the expected remaining requests (as
+//!   many as there have been steps, but no more than the steps left until
+//!   the raw history reaches the fold trigger, where the fold plan stubs
+//!   it anyway) outweigh the miss under the strictest published cache
+//!   prices ([`CACHE_WRITE`], [`CACHE_READ`]): `saved × requests × read >
+//!   rewritten × (write − read)`. Whether a batch pays is
 //!   judged on the request as it was when the batch formed (a prefix every
-//!   later request repeats), and the risk only grows with the
-//!   conversation, so a batch once shown stays. Batches not shown are
-//!   still stubbed by the next fold (`compress.with_fold`).
+//!   later request repeats), so a batch once shown stays. When the window
+//!   is at risk the fold trigger fires, and the fold plan stubs every
+//!   batch not shown, in one rewrite that buys several steps of room (a
+//!   restub, no summarizer call, or a fold: [`super::plan`]); a batch
+//!   shown as soon as it formed would rewrite the prompt every step and a
+//!   half of a loop with 2–3 parallel calls per step (docs/folding.md).
+//!   Batches not shown are stubbed by the next fold or restub
+//!   (`compress.with_fold`).
 //!
 //! Compression decides from the message counts alone, so it runs before
 //! the fold triggers: [`Compression::counts`] is what [`super::plan`] sees,
@@ -96,7 +101,7 @@ pub fn select(
             && i >= pinned
             && i < tail
             && later >= settings.after_turns
-            && tokens[i] >= settings.min_tokens
+            && long_enough(roles, tokens, i, settings.min_tokens)
         {
             out.push(i);
         }
@@ -109,8 +114,6 @@ pub fn select(
     out
 }
 
-/// Steps ahead at which the window counts as at risk for a batch.
-pub const AT_RISK_STEPS: u64 = 2;
 /// Cache writes and reads as a share of the input price: Anthropic's (the
 /// strictest published sheet: writes at 1.25×, reads at 0.1×; OpenAI's
 /// cached input is 0.25–0.5× with writes at 1×), so a batch that pays
@@ -123,7 +126,8 @@ pub const CACHE_READ: f64 = 0.1;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Room {
     /// Prompt tokens (in the request's raw count) at which the token
-    /// trigger folds; 0: every batch is shown (no economy).
+    /// trigger folds; 0: every batch is shown (no economy, as without a
+    /// window to judge by).
     pub trigger: u64,
 }
 
@@ -136,21 +140,18 @@ impl Room {
     }
 }
 
-/// Whether a batch is shown: see [`Room`]. `batch` holds the batch's
+/// Whether a batch pays on its own: see [`Room`]. `batch` holds the batch's
 /// messages (ascending) and each one's saved tokens (raw minus stub).
 fn shown(
     roles: &[Option<Role>],
     tokens: &[u32],
     batch: &[(usize, u32)],
     (settings, preserve_recent): (&Compress, usize),
-    at_risk: bool,
+    room: Room,
 ) -> bool {
     let (Some(&(first, _)), Some(&(last, _))) = (batch.first(), batch.last()) else {
         return false;
     };
-    if at_risk {
-        return true;
-    }
     // The request at which the batch formed: its last message followed by
     // `after_turns` turns and outside the preserved tail.
     let mut turns = 0;
@@ -166,13 +167,35 @@ fn shown(
     let formed = formed
         .max(last + preserve_recent.max(1) + 1)
         .min(roles.len());
-    let steps = roles[..formed]
-        .iter()
-        .filter(|r| **r == Some(Role::Assistant))
-        .count() as f64;
+    let starts: Vec<usize> = (0..formed)
+        .filter(|&i| roles[i] == Some(Role::Assistant))
+        .collect();
+    let steps = starts.len() as u64;
+    // The requests the stubs save on: as many more as there have been
+    // steps, but only until the raw history reaches the fold trigger,
+    // where a restub or a fold stubs the batch anyway in a rewrite that
+    // happens regardless (the raw history bounds the view from above, so
+    // this is the fewest steps until then).
+    let sum = |from: usize| {
+        tokens[from..formed]
+            .iter()
+            .map(|&t| u64::from(t))
+            .sum::<u64>()
+    };
+    let recent = super::trigger::RECENT_STEPS.min(starts.len());
+    let per_step = match starts
+        .len()
+        .checked_sub(recent)
+        .and_then(|at| starts.get(at))
+    {
+        Some(&from) => sum(from) / recent as u64,
+        None => 0,
+    };
+    let until_trigger = room.trigger.saturating_sub(sum(0)) / per_step.max(1);
+    let requests = steps.min(until_trigger) as f64;
     let saved: f64 = batch.iter().map(|&(_, s)| f64::from(s)).sum();
-    let rewritten: f64 = tokens[first..formed].iter().map(|&t| f64::from(t)).sum();
-    saved * steps * CACHE_READ > rewritten * (CACHE_WRITE - CACHE_READ)
+    let rewritten = sum(first) as f64;
+    saved * requests * CACHE_READ > rewritten * (CACHE_WRITE - CACHE_READ)
 }
 
 fn starts_turn(roles: &[Option<Role>], i: usize) -> bool {
@@ -199,8 +222,30 @@ fn eligible<'r>(
             Some(Role::Assistant) => settings.assistant,
             _ => false,
         };
-        kind && tokens[i] >= settings.min_tokens
+        kind && long_enough(roles, tokens, i, settings.min_tokens)
     })
+}
+
+/// Whether message `i` is long enough to stub: `min_tokens` on its own,
+/// or, for a tool result, the results of its step together (the run of
+/// tool results it belongs to): a step of 2–3 parallel calls whose results
+/// are each under `min_tokens` weighs as much in the window as one long
+/// result (docs/folding.md, "Sized by the step").
+fn long_enough(roles: &[Option<Role>], tokens: &[u32], i: usize, min_tokens: u32) -> bool {
+    if tokens[i] >= min_tokens {
+        return true;
+    }
+    if roles[i] != Some(Role::Tool) {
+        return false;
+    }
+    let is_tool = |j: &usize| roles.get(*j) == Some(&Some(Role::Tool));
+    let first = (0..i).rev().take_while(is_tool).last().unwrap_or(i);
+    let end = (i..roles.len().min(tokens.len()))
+        .take_while(is_tool)
+        .last()
+        .map_or(i + 1, |j| j + 1);
+    let step: u64 = tokens[first..end].iter().map(|&t| u64::from(t)).sum();
+    step >= u64::from(min_tokens)
 }
 
 /// The specifics a stub of `message` lists: the artifacts of its text (an
@@ -339,9 +384,6 @@ impl Compression {
         let mut stubs: Vec<(usize, Value, u32)> =
             selected.iter().filter_map(|&i| render(i)).collect();
         if settings.when_it_pays && room.trigger > 0 && !stubs.is_empty() {
-            let total: u64 = raw.iter().map(|&t| u64::from(t)).sum();
-            let per_step = super::trigger::step_tokens(messages, raw, 0).unwrap_or(0);
-            let at_risk = total + AT_RISK_STEPS * per_step >= room.trigger;
             // A message whose stub saves nothing is not shown either way.
             let saved = |i: usize| {
                 stubs
@@ -354,7 +396,7 @@ impl Compression {
                 .chunks(size)
                 .filter(|batch| {
                     let batch: Vec<(usize, u32)> = batch.iter().map(|&i| (i, saved(i))).collect();
-                    shown(&roles, raw, &batch, (settings, preserve_recent), at_risk)
+                    shown(&roles, raw, &batch, (settings, preserve_recent), room)
                 })
                 .flatten()
                 .copied()
@@ -469,21 +511,27 @@ impl Compression {
         if self.is_empty() && (mark == 0 || self.spare.is_empty()) {
             return items;
         }
-        let stub = |i: usize| match self.find(i) {
-            Some(found) => Some(found),
-            None if i < mark => self.any(i),
-            None => None,
-        };
         items
             .into_iter()
             .map(|item| match item {
-                Item::Original(i) => match stub(i) {
-                    Some((_, v, _)) => Item::Stub(i, v.clone()),
+                Item::Original(i) => match self.shown_stub(i, mark) {
+                    Some(v) => Item::Stub(i, v.clone()),
                     None => Item::Original(i),
                 },
                 other => other,
             })
             .collect()
+    }
+
+    /// The stub a view with stub mark `mark` shows for message `i`, if it
+    /// shows one: a compressed message's, or before `mark` one a fold may
+    /// add.
+    pub fn shown_stub(&self, i: usize, mark: usize) -> Option<&Value> {
+        match self.find(i) {
+            Some(found) => Some(&found.1),
+            None if i < mark => self.any(i).map(|(_, v, _)| v),
+            None => None,
+        }
     }
 }
 

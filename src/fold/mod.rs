@@ -39,7 +39,9 @@
 //!    - [`Decision::Fold`]: summarize `plan.base`'s summary plus
 //!      [`FoldPlan::to_fold`], then [`FoldState::after`] gives the new state;
 //!      store it in the chain ([`FoldChain::push`]) and forward
-//!      `build_view(messages, Some(&state))`;
+//!      `build_view(messages, Some(&state))`; a restub plan
+//!      ([`FoldPlan::restub`]) summarizes nothing: [`FoldState::restubbed`]
+//!      gives the new state;
 //!    - [`Decision::CannotFit`]: an emergency no cut can solve (one giant
 //!      message); nothing was dropped, the caller refuses or forwards as is.
 //! 2. [`build_view`] renders the view (re-checking the state's hash chain);

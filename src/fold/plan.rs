@@ -45,6 +45,35 @@ fn reset_limit(policy: &Policy, window: u64, window_limit: u64, step: Option<(u6
     }
 }
 
+/// The largest view a restub may leave ([`FoldPlan::restub`]): one step
+/// (`per_step` tokens) more than the view the fold would leave
+/// (`fold_view`), and one step below the trigger (and the window's room).
+/// A restub costs no summarizer call but leaves more in the view than a
+/// fold (the stubs of the steps a fold would summarize); beyond one step
+/// of room lost, the fold is worth its call. `0` (no restub) without a
+/// step measure or a fold to compare with.
+fn restub_limit(
+    policy: &Policy,
+    (window, window_limit): (u64, u64),
+    per_step: Option<u64>,
+    fold_view: Option<u64>,
+) -> u64 {
+    let (Some(per_step), Some(fold_view)) = (per_step.filter(|&s| s > 0), fold_view) else {
+        return 0;
+    };
+    let at = trigger::token_at(
+        policy.trigger_ratio,
+        u32::try_from(window).unwrap_or(u32::MAX),
+    )
+    .min(window_limit);
+    (fold_view + RESTUB_STEPS_LOST * per_step)
+        .min(at.saturating_sub(per_step + 1))
+        .min(window_limit)
+}
+
+/// Steps of room a restub may leave fewer than the fold would.
+pub const RESTUB_STEPS_LOST: u64 = 1;
+
 /// Steps of room an agent loop's fold leaves below the trigger.
 pub const ROOM_STEPS: u64 = 4;
 
@@ -54,7 +83,8 @@ pub enum Decision {
     /// No trigger fired: send the view of `base` (the messages as they are
     /// when `base` is `None`).
     NoFold(ViewInfo),
-    /// Summarize [`FoldPlan::to_fold`], then [`FoldState::after`].
+    /// Summarize [`FoldPlan::to_fold`], then [`FoldState::after`]; for a
+    /// restub ([`FoldPlan::restub`]) only [`FoldState::restubbed`].
     Fold(FoldPlan),
     /// The view overflows the window (an emergency) and no valid cut makes
     /// it fit, e.g. one giant message. Nothing was dropped; the caller
@@ -296,6 +326,46 @@ pub fn plan<C: CountTokens + ?Sized>(
             }
         }
     };
+    // A token trigger on a folded view: stubbing the tool results before
+    // the newest exchange, without a summarizer call, when that leaves
+    // at most one step less room than the fold would (see [`restub_limit`]).
+    let deeper = base_mark.max(last_exchange(messages));
+    let fold_view = match &chosen {
+        (Ok(c), _) => Some(c.expected),
+        _ => None,
+    };
+    let restub = match base {
+        Some(b) if matches!(reason, Reason::Token | Reason::Emergency) && deeper > base_mark => {
+            let marked = with_stubs(counts, request.stubbed, deeper);
+            let tokens =
+                overhead + layout_tokens(&layout(messages, base, placement), &marked, counter);
+            let limit = restub_limit(policy, (window, window_limit), per_step, fold_view);
+            (tokens < view_tokens && tokens <= limit).then_some((b, tokens))
+        }
+        _ => None,
+    };
+    if let Some((b, tokens)) = restub {
+        return Decision::Fold(FoldPlan {
+            base: view.base,
+            reason,
+            fold: Vec::new(),
+            pinned: p,
+            covered: b.covered,
+            kept_user: b.kept_user,
+            chain: b.chain,
+            tokens_before: view.tokens,
+            tokens_after: clamp(tokens),
+            messages: n,
+            user_turns,
+            rebuild: false,
+            retained: Retained {
+                stubs_before: deeper,
+                step_tokens: per_step.map_or(0, clamp),
+                ..b.retained.clone()
+            },
+            restub: true,
+        });
+    }
     match chosen {
         (Ok(c), mark) => {
             let rebuild = policy.max_depth > 0 && base.is_some_and(|b| b.depth >= policy.max_depth);
@@ -348,6 +418,7 @@ pub fn plan<C: CountTokens + ?Sized>(
                 user_turns,
                 rebuild,
                 retained,
+                restub: false,
             })
         }
         (Err(_), _) if reason != Reason::Emergency => Decision::NoFold(ViewInfo {

@@ -139,6 +139,11 @@ pub struct FoldPlan {
     pub rebuild: bool,
     /// What the new state keeps in the view besides the summary.
     pub retained: Retained,
+    /// Only the stub mark moves (`retained.stubs_before`): the base's
+    /// summary stands, nothing is folded and no summarizer is called; the
+    /// messages newly shown as stubs are archived as they are forwarded
+    /// ([`FoldState::restubbed`]).
+    pub restub: bool,
 }
 
 impl FoldPlan {
@@ -181,6 +186,37 @@ impl FoldState {
             retained: plan.retained.clone(),
             background: false,
         }
+    }
+
+    /// The state of a restub plan ([`FoldPlan::restub`]): its base with the
+    /// plan's stub mark and step measure, made `now_unix`. The summary,
+    /// ledger, depth and span are the base's; the id also hashes the stub
+    /// mark, so the restubbed state is told apart from its base (and is
+    /// preferred to it, being newer at the same span and depth). `None`
+    /// when the plan has no base.
+    pub fn restubbed(plan: &FoldPlan, now_unix: u64) -> Option<Self> {
+        let base = plan.base.as_ref()?;
+        let mut h = Sha256::new();
+        h.update(base.id.as_bytes());
+        h.update((plan.retained.stubs_before as u64).to_le_bytes());
+        Some(Self {
+            id: ChainHash(h.finalize().into()).to_hex()[..16].to_string(),
+            parent: Some(base.id.clone()),
+            messages: plan.messages,
+            user_turns: plan.user_turns,
+            created_at: now_unix,
+            tokens_before: plan.tokens_before,
+            tokens_after: plan.tokens_after,
+            reason: plan.reason,
+            summarizer: None,
+            background: false,
+            retained: Retained {
+                stubs_before: plan.retained.stubs_before,
+                step_tokens: plan.retained.step_tokens,
+                ..base.retained.clone()
+            },
+            ..base.clone()
+        })
     }
 
     /// This state with the summarizer's model, latency and calls recorded.

@@ -207,8 +207,41 @@ impl FoldRequest {
             {
                 self.postpone(plan.base.as_ref())
             }
+            Decision::Fold(plan) if plan.restub => self.restub(&plan, chain, started).await,
             Decision::Fold(plan) => self.run_fold(plan, chain, started).await,
         }
+    }
+
+    /// Carries out a restub ([`FoldPlan::restub`]): the base state with
+    /// its stub mark moved, stored without a summarizer call. The messages
+    /// it newly shows as stubs are archived before the view is forwarded
+    /// ([`Self::prepare`]), as every stub is.
+    async fn restub(
+        &self,
+        plan: &FoldPlan,
+        chain: Option<Arc<FoldChain>>,
+        started: Started,
+    ) -> Result<Prepared, ApiError> {
+        let Some(state) = FoldState::restubbed(plan, now_unix()) else {
+            return self.reuse(None, None);
+        };
+        let state = FoldState {
+            background: started == Started::Background,
+            ..state
+        };
+        let prepared = self.prepared(Some(&state), TurnFold::Reused, None);
+        let conversation = self.data.key.as_ref().map(ToString::to_string);
+        tracing::info!(
+            target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
+            stubs_before = plan.retained.stubs_before, tokens_before = plan.tokens_before,
+            tokens_after = prepared.tokens_out, outcome = "restub",
+        );
+        if let Some(key) = &self.data.key {
+            let mut next = chain.map(|c| (*c).clone()).unwrap_or_default();
+            next.push(state);
+            self.app.store.save(key, Arc::new(next)).await;
+        }
+        Ok(prepared)
     }
 
     /// Summarizes the plan's messages, adds the ledger and stores the new
@@ -228,7 +261,16 @@ impl FoldRequest {
                 return self.vetoed(&plan, started, &full);
             }
         }
-        let to_fold = plan.to_fold(messages);
+        // A message the view showed as its stub (archived when shown) is
+        // summarized as that stub: its specifics are in it, and the
+        // summarizer's input stays near the view's size (one call).
+        let mark = plan.base.as_ref().map_or(0, |b| b.retained.stubs_before);
+        let compression = &self.data.compression;
+        let to_fold: Vec<&Value> = plan
+            .fold
+            .iter()
+            .filter_map(|&i| compression.shown_stub(i, mark).or_else(|| messages.get(i)))
+            .collect();
         let raw = |m: &Value| app.tokens.message_tokens(&self.data.model, m);
         // A rebuild summarizes the raw messages, not the base summary.
         let current = plan

@@ -57,6 +57,11 @@ pub fn record_fold(
     folds: &mut HashMap<String, BTreeSet<usize>>,
     made_at: u64,
 ) -> FoldState {
+    if fold.restub {
+        // Only the stub mark moves: nothing is folded, the summary stands.
+        assert!(fold.fold.is_empty(), "a restub folds nothing");
+        return FoldState::restubbed(fold, made_at).expect("a restub has a base");
+    }
     let mut set = fold
         .base
         .as_ref()

@@ -26,19 +26,21 @@ fn candidates_are_old_long_tool_results_in_batches() {
     .collect();
     let tokens = [50, 500, 500, 500, 10, 50, 500, 10, 500, 500, 10, 500, 10];
     // Turns start at 1, 3, 5, 8, 9, 11; index 8 has two after it, 11 none.
-    assert_eq!(select(&roles, &tokens, &settings(1), 2), [3, 6, 8]);
-    assert_eq!(select(&roles, &tokens, &settings(2), 2), [3, 6]);
+    // The 50-token result 5 is long enough with its step's other result (6).
+    assert_eq!(select(&roles, &tokens, &settings(1), 2), [3, 5, 6, 8]);
+    assert_eq!(select(&roles, &tokens, &settings(2), 2), [3, 5, 6, 8]);
+    assert_eq!(select(&roles, &tokens, &settings(3), 2), [3, 5, 6]);
     assert_eq!(
-        select(&roles, &tokens, &settings(4), 2),
+        select(&roles, &tokens, &settings(5), 2),
         Vec::<usize>::new()
     );
     // The preserved tail is never compressed.
-    assert_eq!(select(&roles, &tokens, &settings(1), 6), [3, 6]);
+    assert_eq!(select(&roles, &tokens, &settings(1), 6), [3, 5, 6]);
     let assistant = Compress {
         assistant: true,
         ..settings(1)
     };
-    assert_eq!(select(&roles, &tokens, &assistant, 2), [2, 3, 6, 8]);
+    assert_eq!(select(&roles, &tokens, &assistant, 2), [2, 3, 5, 6, 8]);
 }
 
 #[test]
@@ -143,7 +145,7 @@ fn shown_in(ms: &[Value], tokens: &[u32], settings: &Compress, room: Room) -> Ve
 }
 
 #[test]
-fn a_batch_is_shown_only_when_it_pays_or_the_window_is_at_risk() {
+fn a_batch_is_shown_on_its_own_only_when_it_pays() {
     let pays = Compress {
         when_it_pays: true,
         ..settings(2)
@@ -162,8 +164,11 @@ fn a_batch_is_shown_only_when_it_pays_or_the_window_is_at_risk() {
     );
     assert_eq!(shown_in(&ms, &tokens, &pays, Room::default()), due);
     // A 12k window: 8 steps of ~1,020 tokens plus two more reach the
-    // 9,600-token trigger, so the window is at risk: the batches show.
-    assert_eq!(shown_in(&ms, &tokens, &pays, Room::of(0.8, 12_000)), due);
+    // 9,600-token trigger. The window at risk is the fold plan's to judge
+    // (a restub or a fold stubs every batch in one rewrite): batch by
+    // batch, each shown as it forms, it would rewrite the prompt every
+    // few steps.
+    assert!(shown_in(&ms, &tokens, &pays, Room::of(0.8, 12_000)).is_empty());
     // A batch that saves a lot over a long conversation pays at once: the
     // same first batch after 200 short steps.
     let (mut long, mut counts) = (ms[..2].to_vec(), tokens[..2].to_vec());
@@ -177,4 +182,32 @@ fn a_batch_is_shown_only_when_it_pays_or_the_window_is_at_risk() {
     counts.extend(&tail_tokens[2..]);
     let shown = shown_in(&long, &counts, &pays, Room::of(0.8, 200_000));
     assert_eq!(shown.len(), 6, "{shown:?}");
+    // The same conversation in a 12k window is past the 9,600-token
+    // trigger: the fold plan stubs the batch at its next rewrite anyway,
+    // so there are no requests left for it to save on by itself.
+    let shown = shown_in(&long, &counts, &pays, Room::of(0.8, 12_000));
+    assert!(shown.is_empty(), "{shown:?}");
+}
+
+#[test]
+fn the_results_of_one_step_are_long_enough_together() {
+    use Role::*;
+    // A step of three 300-token results, then one of a single 300-token
+    // result; `min_tokens` 500, two turns after.
+    let roles: Vec<Option<Role>> = [
+        Pinned, User, Assistant, Tool, Tool, Tool, Assistant, Tool, User, Assistant, Tool, User,
+    ]
+    .into_iter()
+    .map(Some)
+    .collect();
+    let tokens = [10, 10, 20, 300, 300, 300, 20, 300, 10, 20, 300, 10];
+    let s = Compress {
+        min_tokens: 500,
+        ..settings(1)
+    };
+    // The parallel step's results are stubbed (900 together); the lone
+    // 300-token result is not.
+    assert_eq!(select(&roles, &tokens, &s, 1), [3, 4, 5]);
+    let lone: Vec<usize> = eligible(&roles, &tokens, &s).collect();
+    assert_eq!(lone, [3, 4, 5]);
 }

@@ -11,7 +11,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use std::convert::Infallible;
 use std::sync::Arc;
-use tower::util::BoxCloneService;
+use tower::util::{BoxCloneService, Either};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{
@@ -40,21 +40,21 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 ///    ([`AccessLog`]: one line per request, from the response extensions
 ///    `UpstreamLatency`, `RouteLabel` and `ErrorLabel`; it feeds the
 ///    overhead and upstream latency histograms); its other events are off.
-/// 5. [`RequestSpans`] — with `[telemetry]`, a traced request's span
-///    (under the client's `traceparent` if any), in force while the
-///    request is handled and open until its body ends; below the request
-///    id layer so the span carries the id.
-/// 6. `SetSensitiveRequestHeadersLayer` — marks `proxy-authorization` and
+/// 5. `SetSensitiveRequestHeadersLayer` — marks `proxy-authorization` and
 ///    every API's key header (`authorization`, `api-key`, `x-api-key`,
 ///    `x-goog-api-key`: [`crate::api::key_headers`]) sensitive so no log
 ///    prints them.
-/// 7. `ShedLayer` — `server.max_concurrent_requests`: a request over the
+/// 6. `ShedLayer` — `server.max_concurrent_requests`: a request over the
 ///    limit gets 503 with `Retry-After` at once; a slot is held until the
 ///    response body ends. Inside the access log so shed requests are
 ///    logged, above auth so an overload costs nothing more.
-/// 8. `AuthLayer` — `server.api_keys` (and the admin token on
+/// 7. `AuthLayer` — `server.api_keys` (and the admin token on
 ///    `/foldgate/*`); inside the access log so rejected
 ///    requests are logged too.
+/// 8. [`RequestSpans`], only with `[telemetry]` — a traced request's span
+///    (under the client's `traceparent` if any), in force while the
+///    request is handled and open until its body ends. Requests shed or
+///    refused above are not traced.
 /// 9. [`proxy::handle`] — admin routes and forwarding; adds the response
 ///    extensions above.
 pub fn build(app: Arc<App>) -> AppService {
@@ -66,6 +66,18 @@ pub fn build(app: Arc<App>) -> AppService {
         let app = app.clone();
         async move { Ok::<_, Infallible>(proxy::handle(app, req).await) }
     });
+    // Traces' layer only when traces are on: off, the stack is as it was
+    // without them.
+    let handler = if crate::telemetry::enabled() {
+        Either::Left(
+            ServiceBuilder::new()
+                .layer(RequestSpans)
+                .service(handler)
+                .map_response(|r: Response<_>| r.map(body::boxed)),
+        )
+    } else {
+        Either::Right(handler)
+    };
     let service = ServiceBuilder::new()
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::Internal("the request handler panicked".into())
@@ -82,7 +94,6 @@ pub fn build(app: Arc<App>) -> AppService {
                 .on_eos(())
                 .on_failure(()),
         )
-        .layer(RequestSpans)
         .layer(SetSensitiveRequestHeadersLayer::new(
             crate::api::key_headers()
                 .iter()

@@ -21,12 +21,13 @@ pub const MAX_TURNS: usize = 120;
 /// Bytes a conversation's record holds at most, its key's text aside:
 /// the turns' buffer at its largest (a `VecDeque` grows by doubling, so
 /// [`MAX_TURNS`] rounded up to a power of two, of 16-byte turns), the
-/// record, its `Arc` and `Mutex`, and about 160 bytes of the cache's own
-/// entry: 2,320 bytes (3,336 when a turn took 24).
+/// record, its `Arc` and `Mutex`, and about 260 bytes of the cache's own
+/// entry: 2,420 bytes (was 3,336 charged, 3,467 held, when a turn took 24
+/// bytes; `examples/cache_bytes` counts what a record holds).
 pub const CONVERSATION_BYTES: u64 = (MAX_TURNS.next_power_of_two() * std::mem::size_of::<Turn>()
     + std::mem::size_of::<Record>()
     + 32
-    + 160) as u64;
+    + 260) as u64;
 
 /// How a turn's view came about (`x-foldgate-fold`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -262,7 +263,7 @@ mod tests {
         assert_eq!((kept[0].tokens_in, kept[0].tokens_out), (1005, 405));
         assert_eq!(kept[0].fold, TurnFold::Reused);
         assert_eq!(std::mem::size_of::<Turn>(), 16, "the bound's arithmetic");
-        assert_eq!(CONVERSATION_BYTES, 2_320);
+        assert_eq!(CONVERSATION_BYTES, 2_420);
     }
 
     /// However many conversations and turns, the charge stays within the
@@ -286,7 +287,7 @@ mod tests {
         assert_eq!(turns.of(&conv(199)).len(), MAX_TURNS);
         let full = turns.series.get(&conv(199)).unwrap();
         let held = full.lock().unwrap().turns.capacity() * std::mem::size_of::<Turn>();
-        assert!(held as u64 + 160 <= CONVERSATION_BYTES, "{held}");
+        assert!(held as u64 + 260 <= CONVERSATION_BYTES, "{held}");
     }
 
     #[test]

@@ -446,11 +446,11 @@ pub struct StateConfig {
     /// Memory bound of the in-process state cache, in bytes.
     pub cache_bytes: u64,
     /// Memory bound of the dashboard's turn recorder, in bytes: about
-    /// 3.3 KB a conversation (its last 120 turns); the least recently used
+    /// 2.4 KB a conversation (its last 120 turns); the least recently used
     /// conversations go first.
     pub turns_bytes: u64,
     /// Memory bound of the cache of rendered compression stubs, in bytes
-    /// (about 2 KB a stub); a stub unused for 10 minutes leaves it.
+    /// (its text and 288 bytes a stub); a stub unused for 2 minutes leaves it.
     pub stubs_bytes: u64,
     /// Redis: the longest a replica serves a cached state without asking
     /// Redis whether another replica superseded it, while it cannot be told

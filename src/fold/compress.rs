@@ -312,11 +312,27 @@ pub fn stub(messages: &[Value], i: usize, tokens: u32, recall: bool) -> Option<V
     } else {
         out.push_str("\nThe full text is archived.");
     }
-    let mut stubbed = message.clone();
-    stubbed
-        .as_object_mut()?
-        .insert("content".into(), Value::String(out));
-    Some(stubbed)
+    with_content(message, out)
+}
+
+/// `message` with its `content` replaced by `text` (in place, or last
+/// where it had none), its other fields copied: the message's old content
+/// (a tool result's kilobytes) is not copied only to be dropped.
+fn with_content(message: &Value, text: String) -> Option<Value> {
+    let fields = message.as_object()?;
+    let mut out = serde_json::Map::with_capacity(fields.len() + 1);
+    let mut text = Some(text);
+    for (key, value) in fields {
+        let value = match key.as_str() {
+            "content" => Value::String(text.take().unwrap_or_default()),
+            _ => value.clone(),
+        };
+        out.insert(key.clone(), value);
+    }
+    if let Some(text) = text {
+        out.insert("content".into(), Value::String(text));
+    }
+    Some(Value::Object(out))
 }
 
 /// The stubs of one request's view, and the message counts planning sees.
@@ -538,15 +554,25 @@ impl Compression {
 /// Stubs already rendered, with their tokens. A stub is a pure function
 /// of its message, the call it answers, its token count, the recall line
 /// and the model that counts it, so a conversation's stubs, shown on every
-/// later request, are rendered once per process. Bounded by bytes, and a
-/// stub unused for [`STUB_IDLE`] goes: its conversation is over or away
-/// (it is rendered again if the conversation comes back), so the cache
-/// holds what live conversations show rather than filling to its bound
-/// with ended ones.
-pub struct StubCache(moka::sync::Cache<u128, Arc<(Value, u32)>>);
+/// later request, are rendered once per process. An entry keeps only the
+/// stub's text and tokens; the stub is the message it stands for (same
+/// identity, so the same fields) with that text as its content. Bounded by
+/// the bytes entries hold ([`STUB_ENTRY_BYTES`] and the text), and a stub
+/// unused for [`STUB_IDLE`] goes: its conversation is over or away (it is
+/// rendered again, the same bytes, if the conversation comes back), so the
+/// cache holds what live conversations show rather than filling to its
+/// bound with ended ones.
+pub struct StubCache(moka::sync::Cache<u128, Arc<(Box<str>, u32)>>);
 
-/// How long a stub no request showed is kept.
-pub const STUB_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
+/// How long a stub no request showed is kept: a live conversation shows
+/// its stubs on each request; rendering one again costs microseconds.
+pub const STUB_IDLE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Bytes an entry holds beside its text: moka's entry with its 128-bit
+/// key and the `Arc`'s block (two counts, the text's pointer and length,
+/// the tokens). `examples/cache_bytes` counted 288 on the heap (542 for
+/// a 254-byte text).
+pub const STUB_ENTRY_BYTES: u32 = 288;
 
 impl std::fmt::Debug for StubCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -568,12 +594,10 @@ impl StubCache {
         Self(
             moka::sync::Cache::builder()
                 .max_capacity(bytes)
-                .weigher(|_, v: &Arc<(Value, u32)>| {
-                    // A stub is small; its JSON text (content blocks of
-                    // Anthropic and Responses stubs included) stands for
-                    // its size, with a tree's overhead on top.
-                    let text = serde_json::to_vec(&v.0).map_or(0, |t| t.len());
-                    u32::try_from(2 * text + 128).unwrap_or(u32::MAX)
+                .weigher(|_, v: &Arc<(Box<str>, u32)>| {
+                    u32::try_from(v.0.len())
+                        .unwrap_or(u32::MAX)
+                        .saturating_add(STUB_ENTRY_BYTES)
                 })
                 .time_to_idle(idle)
                 .build(),
@@ -581,7 +605,7 @@ impl StubCache {
     }
 
     /// The stub of `messages[i]` (identity `id`, `tokens` tokens), counted
-    /// by `count` for `model`: from the cache, else made and kept.
+    /// by `count` for `model`: its text from the cache, else made and kept.
     pub fn get(
         &self,
         messages: &[Value],
@@ -600,11 +624,13 @@ impl StubCache {
         }
         let key = h.finish_128();
         if let Some(hit) = self.0.get(&key) {
-            return Some(hit.as_ref().clone());
+            let (text, counted) = hit.as_ref();
+            return Some((with_content(messages.get(i)?, text.to_string())?, *counted));
         }
         let stub = stub(messages, i, tokens, recall)?;
         let counted = count(&stub);
-        self.0.insert(key, Arc::new((stub.clone(), counted)));
+        let text = stub.get("content").and_then(Value::as_str)?;
+        self.0.insert(key, Arc::new((text.into(), counted)));
         Some((stub, counted))
     }
 }

@@ -1,7 +1,7 @@
 //! Recent chat turns of each conversation as foldgate forwarded them: the
 //! client's full-history tokens against the forwarded view's, for the
 //! dashboard's chart. In memory only and bounded in bytes (a chart, not a
-//! record): at most [`MAX_TURNS`] turns of 24 bytes per conversation, and
+//! record): at most [`MAX_TURNS`] turns of 16 bytes per conversation, and
 //! conversations, the most recently used, up to `state.turns_bytes`, each
 //! charged what it holds at most ([`CONVERSATION_BYTES`] and its key), so
 //! the bound holds however long each one gets; forgotten after
@@ -20,13 +20,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub const MAX_TURNS: usize = 120;
 /// Bytes a conversation's record holds at most, its key's text aside:
 /// the turns' buffer at its largest (a `VecDeque` grows by doubling, so
-/// [`MAX_TURNS`] rounded up to a power of two), the record, its `Arc` and
-/// `Mutex`, and about 160 bytes of the cache's own entry.
-pub const CONVERSATION_BYTES: u64 = (MAX_TURNS.next_power_of_two()
-    * std::mem::size_of::<TurnRecord>()
+/// [`MAX_TURNS`] rounded up to a power of two, of 16-byte turns), the
+/// record, its `Arc` and `Mutex`, and about 260 bytes of the cache's own
+/// entry: 2,420 bytes (was 3,336 charged, 3,467 held, when a turn took 24
+/// bytes; `examples/cache_bytes` counts what a record holds).
+pub const CONVERSATION_BYTES: u64 = (MAX_TURNS.next_power_of_two() * std::mem::size_of::<Turn>()
     + std::mem::size_of::<Record>()
     + 32
-    + 160) as u64;
+    + 260) as u64;
 
 /// How a turn's view came about (`x-foldgate-fold`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -67,10 +68,23 @@ pub struct TurnRecord {
     pub stable: Option<bool>,
 }
 
+/// A [`TurnRecord`] as kept: its time in milliseconds after the record's
+/// `since`, so a turn takes 16 bytes, not 24.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    after: u32,
+    tokens_in: u32,
+    tokens_out: u32,
+    fold: TurnFold,
+    stable: Option<bool>,
+}
+
 /// A conversation's requests as far as they are recorded.
 #[derive(Debug, Default)]
 struct Record {
-    turns: VecDeque<TurnRecord>,
+    /// Unix milliseconds the turns' times count from.
+    since: u64,
+    turns: VecDeque<Turn>,
     /// The previous request's message count and the hash of its identities.
     last: Option<(usize, u64)>,
     /// Requests compared with the previous one, and how many were stable.
@@ -79,6 +93,49 @@ struct Record {
 }
 
 type Series = Arc<Mutex<Record>>;
+
+impl Record {
+    /// Keeps `turn`, dropping the oldest past [`MAX_TURNS`].
+    fn push(&mut self, turn: TurnRecord) {
+        if self.turns.len() == MAX_TURNS {
+            self.turns.pop_front();
+        }
+        if self.turns.is_empty() {
+            self.since = turn.at;
+        }
+        if turn.at.saturating_sub(self.since) > u64::from(u32::MAX) {
+            // 49 days after `since`: count from 24 days before this turn
+            // (older turns kept show as that time).
+            let since = turn.at - u64::from(u32::MAX / 2);
+            for kept in &mut self.turns {
+                let at = self.since + u64::from(kept.after);
+                kept.after = u32::try_from(at.saturating_sub(since)).unwrap_or(0);
+            }
+            self.since = since;
+        }
+        self.turns.push_back(Turn {
+            after: u32::try_from(turn.at.saturating_sub(self.since)).unwrap_or(u32::MAX),
+            tokens_in: turn.tokens_in,
+            tokens_out: turn.tokens_out,
+            fold: turn.fold,
+            stable: turn.stable,
+        });
+    }
+
+    /// The turns kept, oldest first.
+    fn turns(&self) -> Vec<TurnRecord> {
+        self.turns
+            .iter()
+            .map(|t| TurnRecord {
+                at: self.since + u64::from(t.after),
+                tokens_in: t.tokens_in,
+                tokens_out: t.tokens_out,
+                fold: t.fold,
+                stable: t.stable,
+            })
+            .collect()
+    }
+}
 
 /// The hashes of `ids`' first `len` identities (`None` when there are
 /// fewer) and of all of them, in one pass and without copying them out:
@@ -155,10 +212,7 @@ impl Turns {
                 record.stable += u64::from(stable);
             }
             record.last = Some((view.len(), hash));
-            if record.turns.len() == MAX_TURNS {
-                record.turns.pop_front();
-            }
-            record.turns.push_back(TurnRecord {
+            record.push(TurnRecord {
                 at,
                 tokens_in,
                 tokens_out,
@@ -181,7 +235,7 @@ impl Turns {
     pub fn of(&self, key: &ConvKey) -> Vec<TurnRecord> {
         self.series
             .get(key)
-            .and_then(|s| s.lock().ok().map(|r| r.turns.iter().copied().collect()))
+            .and_then(|s| s.lock().ok().map(|r| r.turns()))
             .unwrap_or_default()
     }
 }
@@ -208,11 +262,8 @@ mod tests {
         assert_eq!(kept.len(), MAX_TURNS);
         assert_eq!((kept[0].tokens_in, kept[0].tokens_out), (1005, 405));
         assert_eq!(kept[0].fold, TurnFold::Reused);
-        assert_eq!(
-            std::mem::size_of::<TurnRecord>(),
-            24,
-            "the bound's arithmetic"
-        );
+        assert_eq!(std::mem::size_of::<Turn>(), 16, "the bound's arithmetic");
+        assert_eq!(CONVERSATION_BYTES, 2_420);
     }
 
     /// However many conversations and turns, the charge stays within the
@@ -235,8 +286,8 @@ mod tests {
         assert!((5..=10).contains(&turns.conversations()));
         assert_eq!(turns.of(&conv(199)).len(), MAX_TURNS);
         let full = turns.series.get(&conv(199)).unwrap();
-        let held = full.lock().unwrap().turns.capacity() * std::mem::size_of::<TurnRecord>();
-        assert!(held as u64 + 160 <= CONVERSATION_BYTES, "{held}");
+        let held = full.lock().unwrap().turns.capacity() * std::mem::size_of::<Turn>();
+        assert!(held as u64 + 260 <= CONVERSATION_BYTES, "{held}");
     }
 
     #[test]
@@ -259,6 +310,35 @@ mod tests {
         let stable: Vec<Option<bool>> = turns.of(&key()).iter().map(|t| t.stable).collect();
         let (yes, no) = (Some(true), Some(false));
         assert_eq!(stable, [None, yes, no, yes, yes, no, no, yes]);
+    }
+
+    /// A turn's time comes back to the millisecond, also past the 49 days
+    /// a turn's 32-bit offset spans.
+    #[test]
+    fn times_come_back_exact() {
+        let mut record = Record::default();
+        let day = 86_400_000u64;
+        let times = [
+            1_700_000_000_123,
+            1_700_000_000_456,
+            1_700_000_000_456 + 60 * day,
+            1_700_000_000_999 + 60 * day,
+        ];
+        for at in times {
+            record.push(TurnRecord {
+                at,
+                tokens_in: 1,
+                tokens_out: 2,
+                fold: TurnFold::New,
+                stable: Some(false),
+            });
+        }
+        let back: Vec<u64> = record.turns().iter().map(|t| t.at).collect();
+        // The two turns 60 days back are older than the offset reaches.
+        assert_eq!(back[2..], times[2..]);
+        let reach = times[2] - u64::from(u32::MAX / 2);
+        assert_eq!(back[..2], [reach, reach]);
+        assert_eq!(record.turns()[3].fold, TurnFold::New);
     }
 
     /// The header's labels are the dashboard's (serde's) names.

@@ -117,6 +117,43 @@ fn a_stub_unused_for_the_idle_time_leaves_the_cache_and_is_made_again() {
     assert_eq!(made.get(), 2);
 }
 
+/// A cache hit gives the stub a fresh render gives, byte for byte, for
+/// messages with fields around the content, after it, and without one;
+/// an entry keeps the stub's text only and is charged its bytes.
+#[test]
+fn a_cached_stub_is_the_rendered_one_and_charged_its_text() {
+    let ms = vec![
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}),
+        json!({"role": "tool", "tool_call_id": "call_1", "content": "a.txt\n".repeat(300), "name": "ls"}),
+        json!({"role": "assistant", "tool_calls": [], "reasoning": {"x": [1, 2]}}),
+        json!({"content": [{"type": "text", "text": "answer ".repeat(200)}], "role": "assistant", "z": 1}),
+    ];
+    let cache = StubCache::new(1 << 20, std::time::Duration::from_secs(60));
+    let count = |v: &Value| u32::try_from(v.to_string().len() / 4).unwrap_or(0);
+    for i in 1..ms.len() {
+        let id = crate::message::message_id(&ms[i]);
+        let made = cache.get(&ms, i, (id, 500), ("m", true), &count);
+        let hit = cache.get(&ms, i, (id, 500), ("m", true), &count);
+        let fresh = stub(&ms, i, 500, true);
+        assert!(fresh.is_some(), "{i}");
+        assert_eq!(made.as_ref().map(|m| &m.0), fresh.as_ref(), "{i}");
+        assert_eq!(hit, made, "{i}");
+        assert_eq!(
+            hit.map(|h| h.0.to_string()),
+            fresh.map(|f| f.to_string()),
+            "{i}: key order"
+        );
+    }
+    cache.0.run_pending_tasks();
+    let texts: u64 = (1..ms.len())
+        .filter_map(|i| stub(&ms, i, 500, true)?["content"].as_str().map(str::len))
+        .map(|n| n as u64 + u64::from(STUB_ENTRY_BYTES))
+        .sum();
+    assert_eq!(cache.0.entry_count(), 3);
+    assert_eq!(cache.bytes(), texts);
+}
+
 /// An agent loop of `steps` steps, each one call and a 1,000-token result.
 fn tool_loop(steps: usize) -> (Vec<Value>, Vec<u32>) {
     let mut ms = vec![

@@ -175,6 +175,15 @@ impl Receiver {
         }
     }
 
+    /// The `[telemetry]` keys exporting to this receiver with its
+    /// credential.
+    fn keys(&self) -> String {
+        format!(
+            "endpoint = \"{}\"\nheaders = {{ \"x-collector-key\" = \"collector-secret\" }}\n",
+            self.endpoint
+        )
+    }
+
     fn spans(&self) -> Vec<Got> {
         self.spans.lock().unwrap().clone()
     }
@@ -546,10 +555,7 @@ async fn a_request_without_traceparent_starts_a_trace() {
     let upstream = Mock::start(model).await;
     let dir = tempfile::tempdir().unwrap();
     let port = common::free_port();
-    let telemetry = format!(
-        "endpoint = \"{}\"\nheaders = {{ \"x-collector-key\" = \"collector-secret\" }}\n",
-        receiver.endpoint
-    );
+    let telemetry = receiver.keys();
     let toml = config(&upstream.url, port, &telemetry);
     let fg = Served::start(&dir.path().join("foldgate.toml"), &toml, port).await;
     let body = Convo::with_turns(2).body_for("tiny-model", false);
@@ -581,10 +587,7 @@ async fn a_background_fold_is_traced_under_the_request_that_started_it() {
     let upstream = Mock::start(model).await;
     let dir = tempfile::tempdir().unwrap();
     let port = common::free_port();
-    let telemetry = format!(
-        "endpoint = \"{}\"\nheaders = {{ \"x-collector-key\" = \"collector-secret\" }}\n",
-        receiver.endpoint
-    );
+    let telemetry = receiver.keys();
     let toml = config(&upstream.url, port, &telemetry)
         .replace("mode = \"inline\"", "mode = \"background\"");
     let fg = Served::start(&dir.path().join("foldgate.toml"), &toml, port).await;
@@ -624,10 +627,7 @@ async fn sampling_zero_sends_nothing_but_a_sampled_parent_is_followed() {
     let upstream = Mock::start(model).await;
     let dir = tempfile::tempdir().unwrap();
     let port = common::free_port();
-    let telemetry = format!(
-        "endpoint = \"{}\"\nsampling_ratio = 0.0\nheaders = {{ \"x-collector-key\" = \"collector-secret\" }}\n",
-        receiver.endpoint
-    );
+    let telemetry = format!("{}sampling_ratio = 0.0\n", receiver.keys());
     let toml = config(&upstream.url, port, &telemetry);
     let fg = Served::start(&dir.path().join("foldgate.toml"), &toml, port).await;
     let body = Convo::with_turns(2).body_for("tiny-model", false);
@@ -708,10 +708,7 @@ async fn the_log_keeps_the_request_span_with_traces_on() {
     let upstream = Mock::start(model).await;
     let dir = tempfile::tempdir().unwrap();
     let port = common::free_port();
-    let telemetry = format!(
-        "endpoint = \"{}\"\nheaders = {{ \"x-collector-key\" = \"collector-secret\" }}\n[log]\nformat = \"json\"\n",
-        receiver.endpoint
-    );
+    let telemetry = format!("{}[log]\nformat = \"json\"\n", receiver.keys());
     let toml = config(&upstream.url, port, &telemetry);
     let mut fg = Served::start_logging(
         &dir.path().join("foldgate.toml"),

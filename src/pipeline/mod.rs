@@ -111,70 +111,57 @@ pub async fn handle(
             return Ok(response);
         }
         let error_body = read_bounded(incoming).await?;
-        match request.api.context_error(&error_body) {
-            Some(err) if !retried => {
-                retried = true;
-                tracing::info!(
-                    model = %request.model,
-                    window = err.window,
-                    "upstream rejected the prompt as too long; folding and retrying once"
-                );
-                app.metrics.reactive_folds.inc();
-                if let Some(window) = err.window {
-                    app.learn_window(&request.model, window).await;
+        if let Some(err) = request.api.context_error(&error_body).filter(|_| !retried) {
+            retried = true;
+            tracing::info!(
+                model = %request.model,
+                window = err.window,
+                "upstream rejected the prompt as too long; folding and retrying once"
+            );
+            app.metrics.reactive_folds.inc();
+            if let Some(window) = err.window {
+                app.learn_window(&request.model, window).await;
+            }
+            // The rejected prompt is over the window in the upstream's
+            // count, whatever foldgate's estimate of it was.
+            let window = err.window.unwrap_or(u32::MAX).min(prepared.tokens_out);
+            let rejected = prepared.tokens_out;
+            let smaller = request
+                .prepare_smaller(app, &own, (window, err.window))
+                .await;
+            match smaller {
+                Ok(smaller) if smaller.fold == TurnFold::New || smaller.tokens_out < rejected => {
+                    prepared = smaller;
+                    continue;
                 }
-                // The rejected prompt is over the window in the upstream's
-                // count, whatever foldgate's estimate of it was.
-                let window = err.window.unwrap_or(u32::MAX).min(prepared.tokens_out);
-                let rejected = prepared.tokens_out;
-                let smaller = request
-                    .prepare_smaller(app, &own, (window, err.window))
-                    .await;
-                prepared = match smaller {
-                    Ok(smaller) => smaller,
-                    // No view fits: the upstream's own answer, and why.
-                    Err(ApiError::ContextLength(why)) => {
-                        prepared.warning =
-                            Some(upstream_error_returned(&crate::error::fold_failed(&why)));
-                        let answer = Response::from_parts(head, body::full(error_body));
-                        return Ok(annotated(
-                            app,
-                            answer,
-                            &prepared,
-                            conversation,
-                            &mut request,
-                        ));
-                    }
-                    Err(e) => return Err(e),
-                };
-                if prepared.fold != TurnFold::New && prepared.tokens_out >= rejected {
-                    // No smaller view: sending it again would only be
-                    // rejected again. The upstream's answer, and why.
+                // No smaller view: sending it again would only be
+                // rejected again. The upstream's answer, and why.
+                Ok(smaller) => {
+                    prepared = smaller;
                     let why = prepared.warning.take().unwrap_or_else(|| {
                         crate::error::fold_failed("no smaller view could be made")
                     });
                     prepared.warning = Some(upstream_error_returned(&why));
-                    let answer = Response::from_parts(head, body::full(error_body));
-                    return Ok(annotated(
-                        app,
-                        answer,
-                        &prepared,
-                        conversation,
-                        &mut request,
-                    ));
                 }
-            }
-            _ => {
-                let answer = Response::from_parts(head, body::full(error_body));
-                return Ok(annotated(
-                    app,
-                    answer,
-                    &prepared,
-                    conversation,
-                    &mut request,
-                ));
+                // No view fits: the upstream's own answer, and why.
+                Err(ApiError::ContextLength(why)) => {
+                    prepared.warning =
+                        Some(upstream_error_returned(&crate::error::fold_failed(&why)));
+                }
+                Err(e) => return Err(e),
             }
         }
+        // Not a context-length error, or not one a smaller view answers:
+        // the upstream's own answer goes back, annotated as this turn's.
+        let mut answer = Response::from_parts(head, body::full(error_body));
+        annotate(
+            app,
+            &mut answer,
+            &prepared,
+            conversation,
+            request.take_key(),
+        );
+        return Ok(answer);
     }
 }
 
@@ -288,18 +275,6 @@ async fn read_bounded(incoming: hyper::body::Incoming) -> Result<Bytes, ApiError
             provider: "upstream".into(),
             detail: format!("reading an error body: {e}"),
         })
-}
-
-/// The upstream's own error answer, annotated as this turn's.
-fn annotated(
-    app: &App,
-    mut answer: Response<Body>,
-    prepared: &Prepared,
-    conversation: Option<HeaderValue>,
-    request: &mut ConvRequest,
-) -> Response<Body> {
-    annotate(app, &mut answer, prepared, conversation, request.take_key());
-    answer
 }
 
 /// The warning of a turn whose context-length error goes back to the client.

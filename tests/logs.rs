@@ -155,37 +155,14 @@ async fn json_logs_are_one_object_per_line_with_the_request_span() {
 /// config whose `[server]` section adds `server` (the log read after a
 /// SIGTERM), with `TOKIO_WORKER_THREADS` set to `env` or unset.
 async fn workers_at_start(server: &str, env: Option<&str>) -> String {
-    let port = common::free_port();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("workers.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n{server}\n\
-             [providers.local]\nbase_url = \"http://127.0.0.1:9/v1\"\n\
-             [state]\nbackend = \"memory\"\n"
-        ),
-    )
-    .unwrap();
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_foldgate"));
-    command
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env("FOLDGATE_LOG", "info")
-        .env_remove("TOKIO_WORKER_THREADS")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    if let Some(n) = env {
-        command.env("TOKIO_WORKER_THREADS", n);
-    }
-    let mut child = command.spawn().unwrap();
-    common::wait_listening(port).await;
-    // An answer: the accept loop runs, so SIGTERM is handled (and the
-    // buffered log written out) rather than fatal.
-    let health = format!("http://127.0.0.1:{port}/foldgate/health");
-    let reply = common::send(http::Method::GET, &health, &[], "").await;
-    assert_eq!(reply.status, 200, "{}", reply.text());
+    let mut served = common::serve_minimal(server, |command| {
+        command.env("FOLDGATE_LOG", "info").stderr(Stdio::piped());
+        if let Some(n) = env {
+            command.env("TOKIO_WORKER_THREADS", n);
+        }
+    })
+    .await;
+    let child = &mut served.child;
     let pid = child.id().unwrap().to_string();
     let term = std::process::Command::new("kill")
         .args(["-TERM", &pid])

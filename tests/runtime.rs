@@ -4,37 +4,12 @@
 
 use crate::common;
 
-use std::process::Stdio;
-
 /// Starts `foldgate serve` with `server` added to its `[server]` section,
 /// waits until it answers, and returns the cores each of its runtime
 /// threads may run on (`Cpus_allowed_list` of every `tokio-rt-worker`).
 async fn runtime_thread_cores(server: &str) -> Vec<String> {
-    let port = common::free_port();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runtime.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n{server}\n\
-             [providers.local]\nbase_url = \"http://127.0.0.1:9/v1\"\n\
-             [state]\nbackend = \"memory\"\n"
-        ),
-    )
-    .unwrap();
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_foldgate"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env_remove("TOKIO_WORKER_THREADS")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    common::wait_listening(port).await;
-    let health = format!("http://127.0.0.1:{port}/foldgate/health");
-    let reply = common::send(http::Method::GET, &health, &[], "").await;
-    assert_eq!(reply.status, 200, "{}", reply.text());
+    let served = common::serve_minimal(server, |_| {}).await;
+    let child = &served.child;
     let pid = child.id().unwrap();
     let mut cores = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {

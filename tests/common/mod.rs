@@ -283,3 +283,48 @@ pub fn providers(upstream: &str) -> String {
          [providers.mock-anthropic]\nbase_url = \"{upstream}/v1\"\napi = \"anthropic\"\n"
     )
 }
+
+/// `foldgate serve` (the real binary) on a minimal config — memory state,
+/// one provider nobody listens on — whose `[server]` section adds
+/// `server`; `adjust` sets the command's environment and output before it
+/// starts. Returns once `/foldgate/health` answers 200 (its accept loop
+/// runs, so a SIGTERM is handled rather than fatal). Stopped on drop.
+pub async fn serve_minimal(
+    server: &str,
+    adjust: impl FnOnce(&mut tokio::process::Command),
+) -> Minimal {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("minimal.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n{server}\n\
+             [providers.local]\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+             [state]\nbackend = \"memory\"\n"
+        ),
+    )
+    .unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_foldgate"));
+    command
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env_remove("TOKIO_WORKER_THREADS")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    adjust(&mut command);
+    let child = command.spawn().unwrap();
+    wait_listening(port).await;
+    let health = format!("http://127.0.0.1:{port}/foldgate/health");
+    let reply = send(Method::GET, &health, &[], "").await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    Minimal { child, _dir: dir }
+}
+
+/// A binary [`serve_minimal`] started, and its config's directory.
+pub struct Minimal {
+    /// The running `foldgate serve`.
+    pub child: tokio::process::Child,
+    _dir: tempfile::TempDir,
+}

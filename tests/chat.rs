@@ -495,7 +495,10 @@ async fn the_inline_and_the_reactive_fold_share_one_deadline() {
     let started = std::time::Instant::now();
     let reply = chat(&fg, "c", &body).await;
     let waited = started.elapsed();
-    assert!(waited < Duration::from_millis(1800), "{waited:?}");
+    // Bounded (the summarizer would take ten minutes); that the two folds
+    // share one allowance is the count of deadlines below, not the wall
+    // clock, which a loaded machine stretches past two allowances.
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
     assert_eq!(reply.status, 400);
     assert_eq!(
         reply.header("x-foldgate-warning"),

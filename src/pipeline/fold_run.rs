@@ -497,8 +497,9 @@ impl FoldRequest {
             .chain(cfg.fallback_models.iter().map(String::as_str))
             .map(|model| {
                 let window = self.app.tokens.limits(model).context_window;
-                // Room for the answer: the output limit, doubled on a retry.
-                let answer = self.narrative_tokens().saturating_mul(2);
+                // Room for the answer's limit; a retry after a cut-off
+                // answer doubles it only as far as the window has room.
+                let answer = self.narrative_tokens();
                 Target {
                     provider: provider.clone(),
                     conversation: own.clone(),
@@ -506,6 +507,7 @@ impl FoldRequest {
                     input_budget: window
                         .saturating_sub(answer + SUMMARIZER_PROMPT_TOKENS)
                         .max(256),
+                    window,
                 }
             })
             .collect()

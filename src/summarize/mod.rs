@@ -49,8 +49,11 @@ pub struct Target {
     /// The model name.
     pub model: String,
     /// Input budget of one call in tokens (the model's window less the
-    /// summary's own room).
+    /// instructions and the answer's limit).
     pub input_budget: u32,
+    /// The model's context window: a retry after a cut-off answer raises
+    /// the limit only as far as the prompt leaves room in it.
+    pub window: u32,
     /// The folded conversation's route tail, when the call goes to its
     /// own provider (see [`crate::api::Provider::summary_path`]).
     pub conversation: Option<Arc<str>>,
@@ -219,8 +222,8 @@ impl Summarizer {
 
     /// Calls one model until it yields a valid summary or attempts run out.
     /// A retry after unusable output says what was wrong; one after output
-    /// cut off at the limit also doubles the limit (once: the
-    /// target's input budget leaves room for twice the limit).
+    /// cut off at the limit also doubles the limit (once, and only as far
+    /// as the model's window has room: [`retry_limit`]).
     async fn call_model(
         &self,
         job: &Job<'_>,
@@ -270,9 +273,7 @@ impl Summarizer {
                     unusable += 1;
                     hint = Some(prompt::retry_hint(&error, truncated, unusable));
                     if truncated {
-                        limit = limit
-                            .saturating_mul(2)
-                            .min(job.output_tokens.saturating_mul(2));
+                        limit = retry_limit(limit, job.output_tokens, target.window, user);
                     }
                     (CallError::Unusable(error), false)
                 }
@@ -494,6 +495,19 @@ fn snippet(bytes: &[u8]) -> String {
     text.replace('\n', " ")
 }
 
+/// The answer's limit on a retry after a cut-off answer: twice the last
+/// (at most twice the first), as far as the window leaves room beside the
+/// prompt (counted at three bytes a token, more than a tokenizer counts),
+/// and never below the last.
+fn retry_limit(last: u32, first: u32, window: u32, user: &str) -> u32 {
+    let prompt = (prompt::SYSTEM_PROMPT.len() + user.len()) / 3;
+    let room = window.saturating_sub(u32::try_from(prompt).unwrap_or(u32::MAX));
+    last.saturating_mul(2)
+        .min(first.saturating_mul(2))
+        .min(room)
+        .max(last)
+}
+
 /// Rough tokens of a summary as the prompt carries it.
 fn summary_tokens(summary: Option<&Summary>) -> u32 {
     summary.map_or(0, |s| {
@@ -532,6 +546,21 @@ fn chunks<'m, 'v>(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_retry_raises_the_limit_only_as_far_as_the_window_has_room() {
+        // Room to spare: twice the last limit, at most twice the first.
+        assert_eq!(retry_limit(600, 600, 128_000, "short"), 1_200);
+        assert_eq!(retry_limit(1_200, 600, 128_000, "short"), 1_200);
+        // A prompt filling most of a 6k window: what is left of it.
+        let user = "x".repeat(3 * 4_500);
+        let prompt = (prompt::SYSTEM_PROMPT.len() + user.len()) / 3;
+        let room = 6_000 - u32::try_from(prompt).unwrap();
+        assert!(room > 600 && room < 1_200, "{room}");
+        assert_eq!(retry_limit(600, 600, 6_000, &user), room);
+        // Never below the limit that was cut off.
+        assert_eq!(retry_limit(600, 600, 1_000, &user), 600);
+    }
 
     #[test]
     fn chunks_respect_the_budget_and_keep_order() {

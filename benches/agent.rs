@@ -233,13 +233,27 @@ impl Upstream {
     }
 }
 
+/// The windows to replay: `AGENT_WINDOWS=6000,32000` runs fewer.
+fn windows() -> Vec<u32> {
+    std::env::var("AGENT_WINDOWS").map_or(WINDOWS.to_vec(), |v| {
+        v.split(',').map(|w| w.trim().parse().unwrap()).collect()
+    })
+}
+
+/// `AGENT_TRACE=1`: each request's fold outcome, tokens and stability on
+/// standard error.
+fn trace() -> bool {
+    std::env::var_os("AGENT_TRACE").is_some()
+}
+
 async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
     let up = Upstream::start(lp.wire).await;
     let toml = format!(
         "{}[models.\"agent-*\"]\ncontext_window = {window}\n\
-         [summarizer]\ntimeout = \"10s\"\n[policy]\nmode = \"inline\"\n{}{}",
+         [summarizer]\ntimeout = \"10s\"\n[policy]\nmode = \"inline\"\n{}{}{}",
         lp.wire.provider(up.url()),
         mode.policy,
+        std::env::var("AGENT_POLICY").map_or(String::new(), |p| format!("{p}\n")),
         mode.toml,
     );
     let fg = Foldgate::start(&toml).await;
@@ -308,6 +322,16 @@ async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
             cached: (u64::from(tokens) as f64 * common_bytes as f64 / total as f64) as u64,
             summarizer: summarized,
         });
+        if trace() {
+            eprintln!(
+                "{} {window} {} step {step:2}: {} tokens in {} -> {} out, stubs {stubs}, summarizer {summarizer_seen}, stable {stable}",
+                lp.name(),
+                mode.name,
+                reply.header("x-foldgate-fold"),
+                reply.header("x-foldgate-tokens-in"),
+                tokens,
+            );
+        }
         previous = Some(units);
     }
     f.summarizer_calls = summarizer_seen;
@@ -501,7 +525,7 @@ fn main() {
             println!("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|");
             let direct = replay(lp, &DIRECT, DIRECT_WINDOW).await;
             let mut economy = Vec::new();
-            for window in WINDOWS {
+            for window in windows() {
                 if direct.largest + MAX_TOKENS <= window {
                     row(window, DIRECT.name, &direct);
                 } else {
@@ -549,16 +573,19 @@ fn main() {
         );
         println!("|---|---:|---:|---:|---:|---:|---:|");
         for (lp, direct, economy) in &summary {
-            let at = |w: u32| &economy.iter().find(|(window, _)| *window == w).unwrap().1;
+            let at = |w: u32| economy.iter().find(|(window, _)| *window == w).map(|e| &e.1);
+            let calls = |w| at(w).map_or("–".into(), |f| f.summarizer_calls.to_string());
+            let stable = |w| at(w).map_or("–".into(), share);
+            let cost = |w| at(w).map_or("–".into(), |f| versus(f, direct, w));
             println!(
                 "| {} | {} | {} | {} | {} | {} | {} |",
                 lp.name(),
-                at(6_000).summarizer_calls,
-                share(at(6_000)),
-                at(32_000).summarizer_calls,
-                share(at(32_000)),
-                versus(at(16_000), direct, 16_000),
-                versus(at(32_000), direct, 32_000),
+                calls(6_000),
+                stable(6_000),
+                calls(32_000),
+                stable(32_000),
+                cost(16_000),
+                cost(32_000),
             );
         }
         println!(

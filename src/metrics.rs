@@ -55,6 +55,9 @@ pub struct Metrics {
     pub folds_reused: Counter,
     /// New folds by reason: emergency, token, overflow, safety, idle.
     pub folds_new: [Counter; 5],
+    /// Restubs: older tool results newly shown as stubs under the fold a
+    /// conversation has, without a summarizer call.
+    pub restubs: Counter,
     /// Folds whose summarizer failed (then handled by `on_failure`).
     pub fold_failures: Counter,
     /// Emergency folds after an upstream context-length error.
@@ -215,6 +218,10 @@ impl Metrics {
             "Prompt tokens compression stubs saved, summed over requests.",
         );
         let fold_failures = counter("foldgate_fold_failures", "Folds whose summarizer failed.");
+        let restubs = counter(
+            "foldgate_restubs",
+            "Restubs: older tool results newly stubbed under the fold a conversation has, no summarizer call.",
+        );
         let reactive_folds = counter(
             "foldgate_reactive_folds",
             "Folds after an upstream context-length error.",
@@ -356,6 +363,7 @@ impl Metrics {
             chat_requests,
             folds_reused,
             folds_new: array(folds_new),
+            restubs,
             fold_failures,
             reactive_folds,
             cannot_fit,

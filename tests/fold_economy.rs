@@ -14,7 +14,7 @@ use crate::common;
 use crate::fold_support;
 use common::llm::Llm;
 use common::tooloop::ToolLoop;
-use common::{Foldgate, post_json};
+use common::{Foldgate, metric, post_json};
 use fold_support::invariants::count;
 use fold_support::{decide_stubbed, expect_fold};
 use std::collections::BTreeSet;
@@ -317,24 +317,21 @@ fn a_restub_makes_room_without_the_summarizer_and_its_stubs_stay() {
 }
 
 /// Through the real server, a 6k-window agent loop of 2–3 parallel calls
-/// per step (results of 1–3 KB, as in `cargo bench --bench agent`): room
-/// is made by restubs as well as folds, so the summarizer is called at
-/// most once per four steps (issue 38: at most 10 calls in 40 steps), and
-/// a tool result once shown as its stub is never shown in full again.
-#[tokio::test]
-async fn a_parallel_loop_restubs_in_a_small_window_and_a_shown_stub_never_reverts() {
-    const STEPS: usize = 24;
+/// per step (results of 1–3 KB, as in `cargo bench --bench agent`) in
+/// `mode`: asserts that a tool result once shown as its stub is never
+/// shown in full again, and returns what it counted.
+async fn parallel_loop_in_6k(mode: &str, steps: usize) -> Looped {
     let llm = Llm::start().await;
     let fg = Foldgate::start(&format!(
         "{}[models.\"agent-*\"]\ncontext_window = 6000\n\
-         [policy]\nmode = \"inline\"\n[summarizer]\ntimeout = \"5s\"\n",
+         [policy]\nmode = \"{mode}\"\n[summarizer]\ntimeout = \"5s\"\n",
         common::providers(llm.url())
     ))
     .await;
     let mut l = ToolLoop::new("port the billing service to the new queue");
     let mut shown: BTreeSet<String> = BTreeSet::new();
-    let (mut restubs, mut folds) = (0, 0);
-    for k in 0..STEPS {
+    let (mut new_stubs_without_fold, mut folds) = (0, 0);
+    for k in 0..steps {
         let sizes: Vec<usize> = (0..2 + k % 2).map(|j| 12 + (3 * k + j) * 7 % 25).collect();
         l.parallel_step(&sizes);
         let before = llm.chat_requests().len();
@@ -361,18 +358,59 @@ async fn a_parallel_loop_restubs_in_a_small_window_and_a_shown_stub_never_revert
                 .is_some_and(|t| t.starts_with(STUB_PREFIX));
             assert!(
                 stub || !shown.contains(id),
-                "step {k}: {id} was shown as its stub, now in full"
+                "{mode}, step {k}: {id} was shown as its stub, now in full"
             );
             if stub {
                 new_stubs |= shown.insert(id.to_string());
             }
         }
-        restubs += usize::from(new_stubs && !folded);
+        new_stubs_without_fold += usize::from(new_stubs && !folded);
     }
-    let calls = llm.summarizer_calls();
-    assert!(restubs > 0, "no restub: {folds} folds, {calls} calls");
+    let restubs = metric(&fg.metrics().await, "foldgate_restubs_total") as usize;
+    Looped {
+        restubs,
+        new_stubs_without_fold,
+        folds,
+        calls: llm.summarizer_calls(),
+    }
+}
+
+/// What [`parallel_loop_in_6k`] counted.
+#[derive(Debug)]
+struct Looped {
+    /// Restubs made (`foldgate_restubs_total`).
+    restubs: usize,
+    /// Requests that showed new stubs without a new fold.
+    new_stubs_without_fold: usize,
+    /// Requests answered `x-foldgate-fold: new`.
+    folds: usize,
+    /// Summarizer calls.
+    calls: usize,
+}
+
+/// Inline: room is made by restubs as well as folds, so the summarizer is
+/// called at most once per four steps (issue 38: at most 10 calls in 40
+/// steps).
+#[tokio::test]
+async fn a_parallel_loop_restubs_in_a_small_window_and_a_shown_stub_never_reverts() {
+    const STEPS: usize = 24;
+    let looped = parallel_loop_in_6k("inline", STEPS).await;
+    assert!(looped.restubs > 0, "no restub: {looped:?}");
     assert!(
-        calls <= STEPS / 4,
-        "{calls} summarizer calls in {STEPS} steps ({folds} folds, {restubs} restubs)"
+        looped.new_stubs_without_fold >= looped.restubs,
+        "{looped:?}"
     );
+    assert!(looped.folds > 0 && looped.folds <= looped.calls, "{looped:?}");
+    assert!(looped.calls <= STEPS / 4, "{looped:?}");
+}
+
+/// Background mode (the default): a restub is planned off the request
+/// path as a fold is and shown from the next request on; shown stubs stay.
+#[tokio::test]
+async fn a_background_loop_restubs_too_and_a_shown_stub_never_reverts() {
+    const STEPS: usize = 24;
+    let looped = parallel_loop_in_6k("background", STEPS).await;
+    assert!(looped.restubs > 0, "no restub: {looped:?}");
+    assert!(looped.new_stubs_without_fold > 0, "{looped:?}");
+    assert!(looped.calls <= STEPS / 4, "{looped:?}");
 }

@@ -230,6 +230,7 @@ impl FoldRequest {
             ..state
         };
         let prepared = self.prepared(Some(&state), TurnFold::Reused, None);
+        self.app.metrics.restubs.inc();
         let conversation = self.data.key.as_ref().map(ToString::to_string);
         tracing::info!(
             target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),

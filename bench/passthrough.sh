@@ -18,6 +18,8 @@
 # The hyper-bare row is examples/bare_proxy.rs: the same runtime, server
 # and client as foldgate doing nothing but forwarding (the stack's floor);
 # BARE_BIN=path runs a prebuilt one.
+# PIN=1 sets foldgate's server.pin_workers (each runtime thread on a core
+# of its own; a BASELINE_BIN without the key refuses to start).
 # SCHED=1 (needs Linux perf): in the first round, 2 s of each row's run
 # are recorded with `perf sched` and bench/runqueue.py says where its
 # threads waited for a core and behind whom.
@@ -52,6 +54,7 @@ nginx -p "$WORK/own" -c nginx.conf
 cat > "$WORK/template.toml" <<CONF
 [server]
 listen = "127.0.0.1:$FG"
+$( [ -n "${PIN:-}" ] && echo "pin_workers = true" || true )
 [providers.bench]
 base_url = "http://127.0.0.1:$UP/v1"
 [providers.bench-anthropic]

@@ -400,7 +400,10 @@ async fn a_parallel_loop_restubs_in_a_small_window_and_a_shown_stub_never_revert
         looped.new_stubs_without_fold >= looped.restubs,
         "{looped:?}"
     );
-    assert!(looped.folds > 0 && looped.folds <= looped.calls, "{looped:?}");
+    assert!(
+        looped.folds > 0 && looped.folds <= looped.calls,
+        "{looped:?}"
+    );
     assert!(looped.calls <= STEPS / 4, "{looped:?}");
 }
 

@@ -409,11 +409,12 @@ async fn a_parallel_loop_restubs_in_a_small_window_and_a_shown_stub_never_revert
 
 /// Background mode (the default): a restub is planned off the request
 /// path as a fold is and shown from the next request on; shown stubs stay.
+/// (How many summarizer calls depends on when each background fold ends
+/// against the next request, so the inline test above bounds them.)
 #[tokio::test]
 async fn a_background_loop_restubs_too_and_a_shown_stub_never_reverts() {
     const STEPS: usize = 24;
     let looped = parallel_loop_in_6k("background", STEPS).await;
     assert!(looped.restubs > 0, "no restub: {looped:?}");
     assert!(looped.new_stubs_without_fold > 0, "{looped:?}");
-    assert!(looped.calls <= STEPS / 4, "{looped:?}");
 }

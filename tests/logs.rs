@@ -10,7 +10,6 @@ use common::post_json;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Stdio;
-use tokio::io::AsyncReadExt;
 
 /// Runs `foldgate serve` on a config in front of `llm` (plus `extra`
 /// sections) written to `path`, sends one folding request with id
@@ -41,22 +40,7 @@ async fn serve_one_fold(llm: &Llm, path: &Path, extra: &str, request_id: &str) -
     let reply = post_json(&url, &headers, &Convo::with_turns(55).body()).await;
     reply.assert_ok();
     assert_eq!(label(&reply), "new");
-    // SIGTERM: the server drains and exits, writing out the buffered lines.
-    let pid = child.id().unwrap().to_string();
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    let mut log = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .await
-        .unwrap();
-    log
+    common::terminate_and_read_log(&mut child).await
 }
 
 #[tokio::test]
@@ -162,21 +146,7 @@ async fn workers_at_start(server: &str, env: Option<&str>) -> String {
         }
     })
     .await;
-    let child = &mut served.child;
-    let pid = child.id().unwrap().to_string();
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    let mut log = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .await
-        .unwrap();
+    let log = common::terminate_and_read_log(&mut served.child).await;
     let start = log
         .lines()
         .find(|l| l.contains("foldgate starting"))

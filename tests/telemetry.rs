@@ -730,16 +730,7 @@ async fn the_log_keeps_the_request_span_with_traces_on() {
             s.iter().any(|g| g.name == "summarizer call")
         })
         .await;
-    let pid = fg.child.id().unwrap().to_string();
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    let mut log = String::new();
-    tokio::io::AsyncReadExt::read_to_string(&mut fg.child.stderr.take().unwrap(), &mut log)
-        .await
-        .unwrap();
+    let log = common::terminate_and_read_log(&mut fg.child).await;
     let fold: Value = log
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())

@@ -322,6 +322,28 @@ pub async fn serve_minimal(
     Minimal { child, _dir: dir }
 }
 
+/// Stops a running `foldgate serve` with SIGTERM (it drains and exits,
+/// writing out its buffered log) and returns what it wrote to its piped
+/// standard error.
+pub async fn terminate_and_read_log(child: &mut tokio::process::Child) -> String {
+    use tokio::io::AsyncReadExt;
+    let pid = child.id().unwrap().to_string();
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .expect("standard error piped")
+        .read_to_string(&mut log)
+        .await
+        .unwrap();
+    log
+}
+
 /// A binary [`serve_minimal`] started, and its config's directory.
 pub struct Minimal {
     /// The running `foldgate serve`.

@@ -153,7 +153,16 @@ fn parallel_loop(steps: usize, calls: usize, tokens: u32) -> Vec<Value> {
 /// The fold `ms` gets with `reset_ratio` 0.5 (a 2,500-token target in the
 /// 5,000-token window, trigger at 4,000), stubs riding on it.
 fn fold_of(ms: &[Value]) -> foldgate::fold::FoldPlan {
-    let c = compression(ms, true);
+    expect_fold(decide_at_half(
+        ms,
+        &compression(ms, true),
+        &FoldChain::new(),
+    ))
+}
+
+/// The decision on `ms` under compression `c` and `chain`, with
+/// `reset_ratio` 0.5.
+fn decide_at_half(ms: &[Value], c: &Compression, chain: &FoldChain) -> Decision {
     let raw: Vec<u32> = ms.iter().map(count).collect();
     let counts = c.counts(&raw, |t| t);
     let stubbed = c.stubbed(&counts, |t| t);
@@ -161,17 +170,15 @@ fn fold_of(ms: &[Value]) -> foldgate::fold::FoldPlan {
         reset_ratio: 0.5,
         ..policy()
     };
-    let chain = FoldChain::new();
-    let d = decide_stubbed(
+    decide_stubbed(
         ms,
         (&counts, &stubbed),
-        &chain,
+        chain,
         &policy,
         &budget(),
         Placement::System,
         count,
-    );
-    expect_fold(d)
+    )
 }
 
 #[test]
@@ -211,23 +218,7 @@ fn step_sized(ms: &[Value]) -> Compression {
 
 fn plan_step_sized(ms: &[Value], chain: &FoldChain) -> (Decision, Compression) {
     let c = step_sized(ms);
-    let raw: Vec<u32> = ms.iter().map(count).collect();
-    let counts = c.counts(&raw, |t| t);
-    let stubbed = c.stubbed(&counts, |t| t);
-    let policy = Policy {
-        reset_ratio: 0.5,
-        ..policy()
-    };
-    let d = decide_stubbed(
-        ms,
-        (&counts, &stubbed),
-        chain,
-        &policy,
-        &budget(),
-        Placement::System,
-        count,
-    );
-    (d, c)
+    (decide_at_half(ms, &c, chain), c)
 }
 
 /// Indices of `ms` whose stub the view shows.
@@ -332,8 +323,7 @@ async fn parallel_loop_in_6k(mode: &str, steps: usize) -> Looped {
     let mut shown: BTreeSet<String> = BTreeSet::new();
     let (mut new_stubs_without_fold, mut folds) = (0, 0);
     for k in 0..steps {
-        let sizes: Vec<usize> = (0..2 + k % 2).map(|j| 12 + (3 * k + j) * 7 % 25).collect();
-        l.parallel_step(&sizes);
+        l.bench_parallel_step(k);
         let before = llm.chat_requests().len();
         let reply = post_json(
             &format!("{}/v1/chat/completions", fg.url),

@@ -57,7 +57,7 @@ mod wire;
 
 use common::gemini::GeminiMock;
 use common::llm::Llm;
-use common::tooloop::ToolLoop;
+use common::tooloop::{ToolLoop, output_lines};
 use common::{Foldgate, metric, post_json};
 use foldgate::fold::compress::STUB_PREFIX;
 use prices::{Request, SHEETS};
@@ -74,11 +74,6 @@ const MAX_TOKENS: u32 = 200;
 /// The mock model calls `foldgate_recall` on every this-many requests.
 const RECALL_EVERY: usize = 5;
 const MODEL: &str = "agent-model";
-
-/// Lines of output `k`: 12 to 36 lines of 85 bytes, 1–3 KB.
-fn lines(k: usize) -> usize {
-    12 + (k * 7) % 25
-}
 
 /// One loop: an API, and one call per step or 2–3 parallel calls.
 #[derive(Clone, Copy)]
@@ -100,11 +95,9 @@ impl Loop {
     /// Step `k` of the loop.
     fn step(&self, l: &mut ToolLoop, k: usize) {
         if self.parallel {
-            let calls = 2 + k % 2;
-            let sizes: Vec<usize> = (0..calls).map(|j| lines(3 * k + j)).collect();
-            l.parallel_step(&sizes);
+            l.bench_parallel_step(k);
         } else {
-            l.step(lines(k));
+            l.step(output_lines(k));
         }
     }
 }

@@ -28,8 +28,7 @@ async fn replay(window: u32, compress: &str) -> Vec<(usize, bool)> {
     let mut l = ToolLoop::new("port the billing service");
     let mut out = Vec::new();
     for k in 0..STEPS {
-        let sizes: Vec<usize> = (0..2 + k % 2).map(|j| 12 + (3 * k + j) * 7 % 25).collect();
-        l.parallel_step(&sizes);
+        l.bench_parallel_step(k);
         let before = llm.chat_requests().len();
         let reply = post_json(
             &format!("{}/v1/chat/completions", fg.url),

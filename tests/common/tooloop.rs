@@ -75,6 +75,14 @@ impl ToolLoop {
         out
     }
 
+    /// Step `k` of the agent bench's parallel loops (`cargo bench --bench
+    /// agent`): 2 or 3 calls (alternating), outputs of
+    /// [`output_lines`]`(3k + j)` lines, 1–3 KB each.
+    pub fn bench_parallel_step(&mut self, k: usize) -> &mut Self {
+        let sizes: Vec<usize> = (0..2 + k % 2).map(|j| output_lines(3 * k + j)).collect();
+        self.parallel_step(&sizes)
+    }
+
     /// One step of parallel calls: an assistant message calling `bash`
     /// once per entry of `lines` (`call_K_J`), then each call's output of
     /// that many lines, shaped as [`ToolLoop::step`]'s.
@@ -110,4 +118,10 @@ impl ToolLoop {
     pub fn body(&self, model: &str) -> Value {
         json!({"model": model, "messages": self.messages, "max_tokens": 200})
     }
+}
+
+/// Lines of the agent bench's output `n`: 12 to 36 lines of 85 bytes,
+/// 1–3 KB.
+pub fn output_lines(n: usize) -> usize {
+    12 + (n * 7) % 25
 }

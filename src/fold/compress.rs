@@ -182,15 +182,9 @@ fn shown(
             .map(|&t| u64::from(t))
             .sum::<u64>()
     };
-    let recent = super::trigger::RECENT_STEPS.min(starts.len());
-    let per_step = match starts
-        .len()
-        .checked_sub(recent)
-        .and_then(|at| starts.get(at))
-    {
-        Some(&from) => sum(from) / recent as u64,
-        None => 0,
-    };
+    let per_step =
+        super::trigger::tokens_per_step(&starts, &tokens[..formed], super::trigger::RECENT_STEPS)
+            .unwrap_or(0);
     let until_trigger = room.trigger.saturating_sub(sum(0)) / per_step.max(1);
     let requests = steps.min(until_trigger) as f64;
     let saved: f64 = batch.iter().map(|&(_, s)| f64::from(s)).sum();

@@ -98,6 +98,12 @@ pub fn step_tokens(messages: &[Value], counts: &[u32], recent: usize) -> Option<
         .filter(|(_, m)| is_role(m, Role::Assistant))
         .map(|(i, _)| i)
         .collect();
+    tokens_per_step(&starts, counts, recent)
+}
+
+/// [`step_tokens`] from where the steps start (the assistant messages'
+/// indices, ascending) and each message's tokens.
+pub fn tokens_per_step(starts: &[usize], counts: &[u32], recent: usize) -> Option<u64> {
     let steps = if recent == 0 {
         starts.len()
     } else {

@@ -86,6 +86,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    foldgate::heap::purge_promptly();
     let code = run(Cli::parse());
     flush_log();
     code

@@ -1,5 +1,4 @@
-//! The allocator's purge setting, and live heap bytes, for finding where
-//! memory goes. A build with the
+//! Live heap bytes, for finding where memory goes. A build with the
 //! `heap-stats` feature wraps the allocator in [`Counting`], which counts
 //! the bytes live allocations hold; `/foldgate/metrics` then exports them
 //! as `foldgate_heap_live_bytes`, beside the caches' own sizes, so a soak
@@ -54,22 +53,6 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
     }
 }
 
-/// mimalloc's `purge_delay` option: its index in `mi_option_t` (the same
-/// in mimalloc v2 and v3; `tests::the_index_is_the_purge_delay` checks it).
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-
-/// Has mimalloc give memory it no longer uses back to the OS when it frees
-/// it, not a second later (mimalloc v3's default, 1,000 ms). Under the soak
-/// that kept RSS 4–5 MiB lower and flatter at the same request rate, and
-/// the passthrough bench saw no difference (docs/benchmarks.md, "Freed
-/// memory given back at once"). `MIMALLOC_PURGE_DELAY` in the environment
-/// still decides when set. Call it first thing in `main`.
-pub fn purge_promptly() {
-    // SAFETY: sets one integer option, which mimalloc allows at any time;
-    // called before any other thread starts.
-    unsafe { libmimalloc_sys::mi_option_set_default(MI_OPTION_PURGE_DELAY, 0) }
-}
-
 /// Bytes live allocations hold, when this build counts them (the
 /// `heap-stats` feature).
 pub fn live_bytes() -> Option<u64> {
@@ -80,21 +63,6 @@ pub fn live_bytes() -> Option<u64> {
 mod tests {
     use super::*;
     use std::alloc::System;
-
-    #[test]
-    fn the_index_is_the_purge_delay() {
-        // Unset in the environment, the option keeps mimalloc v3's default
-        // purge delay: another option at this index, or mimalloc v2 (10 ms),
-        // reads differently.
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-            // SAFETY: reads one option.
-            let delay = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
-            assert_eq!(
-                delay, 1000,
-                "mimalloc's option {MI_OPTION_PURGE_DELAY} is not its purge delay"
-            );
-        }
-    }
 
     #[test]
     fn counts_what_is_live() {

@@ -32,7 +32,7 @@
 //! - [`replay`]: `foldgate replay`: a recorded conversation through the fold engine, offline.
 //! - [`glob`]: model-name patterns.
 //! - [`random`]: per-thread SplitMix64 for request ids and sampling draws.
-//! - [`heap`]: the allocator's purge setting; live heap bytes, counted in a `heap-stats` build (for soaks).
+//! - [`heap`]: live heap bytes, counted in a `heap-stats` build (for soaks).
 //! - [`log_format`]: the text log's line; [`log_writer`]: log lines to stderr without std's lock, whole.
 
 pub mod admin;

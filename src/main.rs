@@ -86,7 +86,6 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    foldgate::heap::purge_promptly();
     let code = run(Cli::parse());
     flush_log();
     code

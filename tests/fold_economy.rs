@@ -14,9 +14,10 @@ use crate::common;
 use crate::fold_support;
 use common::llm::Llm;
 use common::tooloop::ToolLoop;
-use common::{Foldgate, metric, post_json};
+use common::{Foldgate, metric, post_json, send};
 use fold_support::invariants::count;
 use fold_support::{decide_stubbed, expect_fold};
+use http::Method;
 use std::collections::BTreeSet;
 
 /// A system prompt, one task and `steps` tool calls with ~500-token outputs.
@@ -356,12 +357,23 @@ async fn parallel_loop_in_6k(mode: &str, steps: usize) -> Looped {
         }
         new_stubs_without_fold += usize::from(new_stubs && !folded);
     }
-    let restubs = metric(&fg.metrics().await, "foldgate_restubs_total") as usize;
+    let metrics = fg.metrics().await;
+    let history = send(
+        Method::GET,
+        &format!("{}/foldgate/conversations/restub", fg.url),
+        &[("authorization", "Bearer sk-a")],
+        "",
+    )
+    .await
+    .json();
+    let made = |field: &str| history["states"][0][field].as_u64().unwrap() as usize;
     Looped {
-        restubs,
+        restubs: metric(&metrics, "foldgate_restubs_total") as usize,
         new_stubs_without_fold,
         folds,
         calls: llm.summarizer_calls(),
+        folds_counted: common::folds_counted(&metrics) as usize,
+        history: (made("folds_made"), made("restubs_made")),
     }
 }
 
@@ -376,6 +388,11 @@ struct Looped {
     folds: usize,
     /// Summarizer calls.
     calls: usize,
+    /// Folds made (`foldgate_folds_total`).
+    folds_counted: usize,
+    /// The conversation's `folds_made` and `restubs_made`
+    /// (`GET /foldgate/conversations/{id}`).
+    history: (usize, usize),
 }
 
 /// Inline: room is made by restubs as well as folds, so the summarizer is
@@ -395,6 +412,11 @@ async fn a_parallel_loop_restubs_in_a_small_window_and_a_shown_stub_never_revert
         "{looped:?}"
     );
     assert!(looped.calls <= STEPS / 4, "{looped:?}");
+    assert_eq!(
+        looped.history,
+        (looped.folds, looped.restubs),
+        "the history tells folds from restubs: {looped:?}"
+    );
 }
 
 /// Background mode (the default): a restub is planned off the request
@@ -407,4 +429,9 @@ async fn a_background_loop_restubs_too_and_a_shown_stub_never_reverts() {
     let looped = parallel_loop_in_6k("background", STEPS).await;
     assert!(looped.restubs > 0, "no restub: {looped:?}");
     assert!(looped.new_stubs_without_fold > 0, "{looped:?}");
+    assert_eq!(
+        looped.history,
+        (looped.folds_counted, looped.restubs),
+        "the history tells folds from restubs: {looped:?}"
+    );
 }

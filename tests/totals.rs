@@ -7,7 +7,7 @@ use crate::common;
 
 use common::convo::{Convo, config, label};
 use common::llm::Llm;
-use common::{Foldgate, Reply, metric, post_json, send};
+use common::{Foldgate, Reply, folds_counted, post_json, send};
 use http::Method;
 use serde_json::Value;
 
@@ -56,14 +56,6 @@ async fn listed_folds(fg: &Foldgate, key: &str) -> u64 {
         .unwrap()
         .iter()
         .map(|c| c["folds"].as_u64().unwrap())
-        .sum()
-}
-
-/// `foldgate_folds_total`, every reason summed.
-fn folds_counted(metrics: &str) -> f64 {
-    ["emergency", "token", "overflow", "safety", "idle"]
-        .iter()
-        .map(|r| metric(metrics, &format!("foldgate_folds_total{{reason=\"{r}\"}}")))
         .sum()
 }
 

@@ -23,6 +23,8 @@ pub struct Totals {
     pub conversations: u64,
     /// Folds made, every one counted (as the listing's `folds`).
     pub folds: u64,
+    /// Restubs made, every one counted (as the listing's `restubs`).
+    pub restubs: u64,
     /// Folds tried and not made (as the listing's `failed_folds`).
     pub failed_folds: u64,
     /// Folds whose summarizer run is on record.
@@ -39,6 +41,7 @@ impl Totals {
     pub fn add(&mut self, chain: &FoldChain) {
         self.conversations += 1;
         self.folds += chain.folds_made();
+        self.restubs += chain.restubs_made();
         self.failed_folds += chain.failed_folds();
         let older = chain.older().iter().map(|r| r.summarizer.as_ref());
         let held = chain.states().iter().map(|s| s.summarizer.as_ref());
@@ -76,6 +79,7 @@ pub async fn of(app: &App, access: &Access) -> Result<Value, ApiError> {
     Ok(json!({
         "conversations": totals.conversations,
         "folds": totals.folds,
+        "restubs": totals.restubs,
         "failed_folds": totals.failed_folds,
         "summarizer": {
             "folds": totals.summarized,

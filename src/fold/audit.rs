@@ -81,6 +81,8 @@ pub struct FoldRecord {
     pub summarizer: Option<SummarizerRun>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub background: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restub: bool,
 }
 
 /// A fold that was tried and not made: when, why it was tried, and what
@@ -123,8 +125,12 @@ impl FailureRecord {
 /// A conversation's fold records, oldest first, and how many folds it made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Audit {
-    /// Folds made, every one counted (also those whose record was dropped).
+    /// Folds and restubs made, every one counted (also those whose
+    /// record was dropped).
     pub total: u64,
+    /// Restubs among them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restubs: u64,
     /// The newest records, oldest first, at most [`Audit::MAX`].
     pub records: Vec<FoldRecord>,
     /// Failed folds, every one counted.
@@ -155,6 +161,7 @@ impl Audit {
     pub fn of(records: Vec<FoldRecord>) -> Self {
         Self {
             total: records.len() as u64,
+            restubs: records.iter().filter(|r| r.restub).count() as u64,
             records,
             ..Self::default()
         }
@@ -170,9 +177,10 @@ impl Audit {
         }
     }
 
-    /// Records one more fold, dropping the oldest record beyond the cap.
+    /// Records one more fold or restub, dropping the oldest record beyond the cap.
     pub fn push(&mut self, record: FoldRecord) {
         self.total = self.total.saturating_add(1);
+        self.restubs = self.restubs.saturating_add(u64::from(record.restub));
         self.records.push(record);
         if self.records.len() > Self::MAX {
             let excess = self.records.len() - Self::MAX;

@@ -70,6 +70,10 @@ pub struct FoldState {
     /// Whether the fold ran in the background (else a request waited for it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub background: bool,
+    /// Whether this state is a restub of its parent (the same summary,
+    /// more stubs, no summarizer call) rather than a fold.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restub: bool,
 }
 
 /// What a fold keeps in the view besides its summary and kept user message.
@@ -185,6 +189,7 @@ impl FoldState {
             recall: false,
             retained: plan.retained.clone(),
             background: false,
+            restub: false,
         }
     }
 
@@ -210,6 +215,7 @@ impl FoldState {
             reason: plan.reason,
             summarizer: None,
             background: false,
+            restub: true,
             retained: Retained {
                 stubs_before: plan.retained.stubs_before,
                 step_tokens: plan.retained.step_tokens,
@@ -350,9 +356,17 @@ impl FoldChain {
         &self.states
     }
 
-    /// Folds made in this conversation, all of them.
+    /// Folds made in this conversation, all of them (restubs not counted).
     pub fn folds_made(&self) -> u64 {
-        self.audit.total.max(self.states.len() as u64)
+        self.audit
+            .total
+            .max(self.states.len() as u64)
+            .saturating_sub(self.audit.restubs)
+    }
+
+    /// Restubs made in this conversation, all of them.
+    pub fn restubs_made(&self) -> u64 {
+        self.audit.restubs
     }
 
     /// The audit records of the folds no longer held as states, oldest
@@ -447,6 +461,7 @@ impl From<&FoldState> for FoldRecord {
             api: s.api.clone(),
             summarizer: s.summarizer.clone(),
             background: s.background,
+            restub: s.restub,
         }
     }
 }
@@ -477,6 +492,7 @@ mod tests {
             summarizer: None,
             retained: Retained::default(),
             background: false,
+            restub: false,
         }
     }
 
@@ -502,6 +518,31 @@ mod tests {
         assert_eq!(back.states(), states.as_slice());
         assert_eq!(back.folds_made(), 2);
         assert!(back.older().is_empty());
+    }
+
+    #[test]
+    fn restubs_are_counted_apart_from_folds_after_their_records_are_dropped() {
+        let ms: Vec<Value> = (0..4)
+            .map(|i| json!({"role": "user", "content": i}))
+            .collect();
+        let mut chain = FoldChain::new();
+        for i in 0..Audit::MAX + 6 {
+            let restub = i % 3 == 2;
+            chain.push(FoldState {
+                restub,
+                ..state(&ms, 2, 1)
+            });
+        }
+        let restubs = (Audit::MAX as u64 + 6) / 3;
+        assert_eq!(chain.restubs_made(), restubs);
+        assert_eq!(chain.folds_made(), Audit::MAX as u64 + 6 - restubs);
+        let json = serde_json::to_string(&chain).unwrap_or_default();
+        let back: FoldChain = serde_json::from_str(&json).unwrap_or_default();
+        assert_eq!(back.restubs_made(), restubs, "the count is stored");
+        assert!(
+            back.older().iter().any(|r| r.restub),
+            "and each record says"
+        );
     }
 
     #[test]

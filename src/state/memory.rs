@@ -151,6 +151,7 @@ mod tests {
             recall: false,
             retained: Default::default(),
             background: false,
+            restub: false,
         });
         chain
     }

@@ -247,6 +247,15 @@ pub fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
 }
 
+/// `foldgate_folds_total`, every reason summed: the folds made (restubs
+/// are counted apart, in `foldgate_restubs_total`).
+pub fn folds_counted(metrics: &str) -> f64 {
+    foldgate::metrics::REASONS
+        .iter()
+        .map(|r| metric(metrics, &format!("foldgate_folds_total{{reason=\"{r}\"}}")))
+        .sum()
+}
+
 /// Runs a client script from tests/e2e against `base`; returns its log.
 pub async fn drive(script: &str, base: &str) -> Vec<serde_json::Value> {
     serde_json::from_value(drive_value(script, base).await).unwrap()

@@ -208,6 +208,7 @@ pub fn state_for(
         recall: false,
         retained: Default::default(),
         background: false,
+        restub: false,
     }
 }
 

@@ -38,6 +38,7 @@ fn chain(depth: u32, created_at: u64) -> FoldChain {
         recall: false,
         retained: Default::default(),
         background: false,
+        restub: false,
     });
     chain
 }

@@ -237,8 +237,10 @@ async function loadDetail(tenant, conversation) {
   $('economy').className = state.pins_folded ? 'failed' : '';
   const body = $('timeline').tBodies[0];
   body.replaceChildren();
-  // The audit keeps the newest records; number them among all folds made.
-  const first = (state.folds_made || state.folds.length) - state.folds.length;
+  // The audit keeps the newest records (restubs among them); number them
+  // among all made.
+  const made = (state.folds_made || 0) + (state.restubs_made || 0);
+  const first = Math.max(made, state.folds.length) - state.folds.length;
   // Folds and failed folds, in the order they happened.
   const events = state.folds.map((s, i) => ({ at: s.created_at, fold: s, n: first + i + 1 }))
     .concat(failed.map((x) => ({ at: x.at, failure: x })))
@@ -250,7 +252,7 @@ async function loadDetail(tenant, conversation) {
     if (s) {
       const run = s.summarizer;
       body.append(row([
-        String(e.n), when(s.created_at), s.reason + (s.background ? ' · background' : ''), fmt(s.depth), fmt(s.covered),
+        String(e.n), when(s.created_at), s.reason + (s.restub ? ' · restub' : '') + (s.background ? ' · background' : ''), fmt(s.depth), fmt(s.covered),
         fmt(s.tokens_before) + ' → ' + fmt(s.tokens_after),
         run ? run.model + (run.calls > 1 ? ' (' + run.calls + ' calls)' : '') : '—',
         run ? fmt(run.latency_ms) + ' ms' : '—',

@@ -357,23 +357,34 @@ async fn parallel_loop_in_6k(mode: &str, steps: usize) -> Looped {
         }
         new_stubs_without_fold += usize::from(new_stubs && !folded);
     }
-    let metrics = fg.metrics().await;
-    let history = send(
-        Method::GET,
-        &format!("{}/foldgate/conversations/restub", fg.url),
-        &[("authorization", "Bearer sk-a")],
-        "",
-    )
-    .await
-    .json();
-    let made = |field: &str| history["states"][0][field].as_u64().unwrap() as usize;
-    Looped {
-        restubs: metric(&metrics, "foldgate_restubs_total") as usize,
-        new_stubs_without_fold,
-        folds,
-        calls: llm.summarizer_calls(),
-        folds_counted: common::folds_counted(&metrics) as usize,
-        history: (made("folds_made"), made("restubs_made")),
+    // A background fold or restub counts itself before its state is
+    // stored: read both once they agree, or after 5 s as they are.
+    let started = std::time::Instant::now();
+    loop {
+        let metrics = fg.metrics().await;
+        let history = send(
+            Method::GET,
+            &format!("{}/foldgate/conversations/restub", fg.url),
+            &[("authorization", "Bearer sk-a")],
+            "",
+        )
+        .await
+        .json();
+        let made = |field: &str| history["states"][0][field].as_u64().unwrap() as usize;
+        let looped = Looped {
+            restubs: metric(&metrics, "foldgate_restubs_total") as usize,
+            new_stubs_without_fold,
+            folds,
+            calls: llm.summarizer_calls(),
+            folds_counted: common::folds_counted(&metrics) as usize,
+            history: (made("folds_made"), made("restubs_made")),
+        };
+        if looped.history == (looped.folds_counted, looped.restubs)
+            || started.elapsed() > std::time::Duration::from_secs(5)
+        {
+            return looped;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
 

@@ -471,6 +471,13 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// `n` user messages, numbered.
+    fn users(n: usize) -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"role": "user", "content": i}))
+            .collect()
+    }
+
     fn state(ms: &[Value], covered: usize, depth: u32) -> FoldState {
         FoldState {
             id: state_id(&super::super::hash::chain_of(&ms[..covered]), covered, None),
@@ -498,9 +505,7 @@ mod tests {
 
     #[test]
     fn the_audit_is_bounded_and_chains_stored_before_it_still_load() {
-        let ms: Vec<Value> = (0..4)
-            .map(|i| json!({"role": "user", "content": i}))
-            .collect();
+        let ms = users(4);
         let mut chain = FoldChain::new();
         for _ in 0..Audit::MAX + 5 {
             chain.push(state(&ms, 2, 1));
@@ -522,9 +527,7 @@ mod tests {
 
     #[test]
     fn restubs_are_counted_apart_from_folds_after_their_records_are_dropped() {
-        let ms: Vec<Value> = (0..4)
-            .map(|i| json!({"role": "user", "content": i}))
-            .collect();
+        let ms = users(4);
         let mut chain = FoldChain::new();
         for i in 0..Audit::MAX + 6 {
             let restub = i % 3 == 2;
@@ -547,9 +550,7 @@ mod tests {
 
     #[test]
     fn chain_is_bounded_and_prefers_the_longest_match() {
-        let ms: Vec<Value> = (0..20)
-            .map(|i| json!({"role": "user", "content": i}))
-            .collect();
+        let ms = users(20);
         let mut chain = FoldChain::new();
         for covered in 1..=10 {
             chain.push(state(&ms, covered, covered as u32));

@@ -196,9 +196,30 @@ fn metrics(app: &App) -> Response<Body> {
         help: "Bytes held by live heap allocations (a heap-stats build only).",
         samples: vec![(Vec::new(), bytes as f64)],
     });
+    let by_size = crate::heap::live_by_size().map(|classes| {
+        let label = |bound: Option<usize>| vec![("up_to", bound.map_or("+Inf".into(), |b| b.to_string()))];
+        let gauge = |name, help, pick: fn(&(Option<usize>, u64, u64)) -> u64| Gauge {
+            name,
+            help,
+            samples: classes.iter().map(|c| (label(c.0), pick(c) as f64)).collect(),
+        };
+        [
+            gauge(
+                "foldgate_heap_live_bytes_by_size",
+                "Live heap bytes in allocations of at most up_to bytes and more than the class below (a heap-stats build only).",
+                |c| c.1,
+            ),
+            gauge(
+                "foldgate_heap_live_allocations_by_size",
+                "Live heap allocations of at most up_to bytes and more than the class below (a heap-stats build only).",
+                |c| c.2,
+            ),
+        ]
+    });
     let gauges: Vec<Gauge> = [stored, calibration, spool, spool_bytes, caches, remembered]
         .into_iter()
         .chain(heap)
+        .chain(by_size.into_iter().flatten())
         .collect();
     let text = app.metrics.render(&gauges);
     let mut response = Response::new(body::full(text));

@@ -177,13 +177,19 @@ fn end_of_event(buf: &[u8], from: usize, max: usize, lines: bool) -> Option<usiz
     }
 }
 
-/// The JSON an event carries: a JSON line as it is (it starts with `{`,
-/// which no SSE field does), else the event's [`data`].
+/// The JSON an event carries: a JSON line as it is (it starts with `{`),
+/// else the event's [`data`]. An SSE event whose first line starts with
+/// `{` is a field SSE ignores, so an event of several lines that has
+/// `data` lines is read by them (a JSON line is one line; a JSON text of
+/// several lines has no line starting with `data`).
 pub fn payload(event: &[u8]) -> Cow<'_, [u8]> {
     let text = event.trim_ascii();
-    match text.first() {
-        Some(b'{') => Cow::Borrowed(text),
-        _ => data(event),
+    if text.first() != Some(&b'{') {
+        return data(event);
+    }
+    match memchr::memchr(b'\n', text).map(|_| data(event)) {
+        Some(data) if !data.is_empty() => data,
+        _ => Cow::Borrowed(text),
     }
 }
 
@@ -252,6 +258,16 @@ mod tests {
             ["abcd", "efgh", "ij\n\n"]
         );
         assert_eq!(e.rest(), "xy");
+    }
+
+    // Found by the `sse_usage` fuzz target: a usage event after such a
+    // line was read as one broken JSON text, and its usage was lost.
+    #[test]
+    fn an_event_whose_first_line_starts_with_a_brace_is_read_by_its_data() {
+        // A first line SSE ignores (a field named `{x`) before the data.
+        assert_eq!(&*payload(b"{x\ndata: {\"y\":2}\n"), b"{\"y\":2}");
+        // A JSON text of several lines is still read whole.
+        assert_eq!(&*payload(b"{\n  \"z\": 3\n}\n"), b"{\n  \"z\": 3\n}");
     }
 
     #[test]

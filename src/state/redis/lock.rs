@@ -32,25 +32,50 @@ pub(super) fn token() -> String {
     format!("{seed:016x}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-/// Held while this replica folds the conversation.
-struct Guard {
+/// The conversation in this replica's `held` set, from its creation until
+/// it is dropped: also when the wait for the Redis lock is cancelled (a
+/// client that hangs up), which would otherwise leave the conversation
+/// marked held, every load of it a Redis read, for the life of the process.
+struct Held {
     store: Arc<Inner>,
     key: ConvKey,
+}
+
+impl Held {
+    fn new(store: Arc<Inner>, key: &ConvKey) -> Self {
+        if let Ok(mut held) = store.held.lock() {
+            held.insert(key.clone());
+        }
+        Self {
+            store,
+            key: key.clone(),
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Ok(mut held) = self.store.held.lock() {
+            held.remove(&self.key);
+        }
+    }
+}
+
+/// Held while this replica folds the conversation.
+struct Guard {
+    held: Held,
     remote: Option<(String, JoinHandle<()>)>,
     _local: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if let Ok(mut held) = self.store.held.lock() {
-            held.remove(&self.key);
-        }
         let Some((token, renewer)) = self.remote.take() else {
             return;
         };
         renewer.abort();
-        let store = self.store.clone();
-        let lock = lock_key(&self.key);
+        let store = self.held.store.clone();
+        let lock = lock_key(&self.held.key);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let mut conn = store.conn();
@@ -67,13 +92,10 @@ impl Drop for Guard {
 /// Redis lock, waiting up to `state.lock_wait` for another replica's fold.
 pub(super) async fn acquire(store: Arc<Inner>, key: &ConvKey) -> FoldGuard {
     let local = store.flights.lock(key).await;
-    if let Ok(mut held) = store.held.lock() {
-        held.insert(key.clone());
-    }
+    let held = Held::new(store.clone(), key);
     let remote = take(&store, key).await;
     Box::new(Guard {
-        store,
-        key: key.clone(),
+        held,
         remote,
         _local: local,
     })
@@ -129,5 +151,45 @@ async fn renew(store: Arc<Inner>, lock: String, token: String, ttl_ms: u64) {
             tracing::warn!(target: "foldgate::state", lock, "lost a fold lock while folding (it expired); another replica may fold too");
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Secret, StateConfig};
+    use crate::state::redis::RedisStore;
+
+    // A Redis that takes connections and never answers keeps the wait for
+    // the lock's `SET` pending until the test gives up on it, as a request
+    // whose client hung up gives up.
+    #[tokio::test]
+    async fn a_cancelled_wait_for_the_lock_leaves_the_conversation_unheld() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("redis://{}", silent.local_addr().unwrap());
+        let accept = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((socket, _)) = silent.accept().await {
+                open.push(socket);
+            }
+        });
+        let config = StateConfig {
+            url: Some(Secret::new(url)),
+            timeout: Duration::from_secs(30),
+            ..StateConfig::default()
+        };
+        let store = RedisStore::open(&config).unwrap();
+        let key = ConvKey {
+            tenant: "tenant".into(),
+            conversation: "conversation".into(),
+        };
+        let wait = acquire(store.inner.clone(), &key);
+        let gave_up = tokio::time::timeout(Duration::from_millis(200), wait).await;
+        assert!(gave_up.is_err(), "the lock's SET had no answer to return");
+        assert!(
+            !store.inner.is_held(&key),
+            "a cancelled wait left the conversation held"
+        );
+        accept.abort();
     }
 }

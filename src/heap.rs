@@ -3,21 +3,19 @@
 //! the bytes live allocations hold; `/foldgate/metrics` then exports them
 //! as `foldgate_heap_live_bytes`, beside the caches' own sizes, so a soak
 //! tells memory the program holds from memory the allocator keeps. Off by
-//! default: the count is an atomic add on every allocation and free, on
-//! one counter all threads share. The same bytes are also counted by the
-//! size of the allocation ([`live_by_size`]), so a slow rise can be told
-//! apart as many small entries or a few growing buffers.
+//! default: the count is two atomic adds on every allocation and free,
+//! on counters all threads share. The bytes are counted by the size of the
+//! allocation ([`live_by_size`]), so a slow rise can be told apart as many
+//! small entries or a few growing buffers; their sum is the live total.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Bytes held by live allocations made through [`Counting`].
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
 /// The upper bounds of the size classes [`live_by_size`] reports, in bytes.
 const SIZES: [usize; 6] = [64, 512, 4096, 32 * 1024, 256 * 1024, usize::MAX];
 
-/// Live bytes and live allocations in each class of [`SIZES`].
+/// Live bytes and live allocations made through [`Counting`], in each
+/// class of [`SIZES`].
 static BYTES_BY_SIZE: [AtomicUsize; SIZES.len()] = [const { AtomicUsize::new(0) }; SIZES.len()];
 static COUNT_BY_SIZE: [AtomicUsize; SIZES.len()] = [const { AtomicUsize::new(0) }; SIZES.len()];
 
@@ -29,14 +27,12 @@ fn class(size: usize) -> usize {
 }
 
 fn allocated(size: usize) {
-    LIVE.fetch_add(size, Ordering::Relaxed);
     let c = class(size);
     BYTES_BY_SIZE[c].fetch_add(size, Ordering::Relaxed);
     COUNT_BY_SIZE[c].fetch_add(1, Ordering::Relaxed);
 }
 
 fn freed(size: usize) {
-    LIVE.fetch_sub(size, Ordering::Relaxed);
     let c = class(size);
     BYTES_BY_SIZE[c].fetch_sub(size, Ordering::Relaxed);
     COUNT_BY_SIZE[c].fetch_sub(1, Ordering::Relaxed);
@@ -86,7 +82,14 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
 /// Bytes live allocations hold, when this build counts them (the
 /// `heap-stats` feature).
 pub fn live_bytes() -> Option<u64> {
-    cfg!(feature = "heap-stats").then(|| LIVE.load(Ordering::Relaxed) as u64)
+    cfg!(feature = "heap-stats").then(|| live() as u64)
+}
+
+fn live() -> usize {
+    BYTES_BY_SIZE
+        .iter()
+        .map(|n| n.load(Ordering::Relaxed))
+        .sum()
 }
 
 /// Live bytes and live allocations by allocation size, when this build
@@ -118,7 +121,7 @@ mod tests {
         let a = Counting(System);
         let (small, large) = (class(1000), class(100_000));
         let at = |c: usize| BYTES_BY_SIZE[c].load(Ordering::Relaxed);
-        let before = LIVE.load(Ordering::Relaxed);
+        let before = live();
         let (small_before, large_before) = (at(small), at(large));
         let layout = Layout::from_size_align(1000, 8).unwrap_or_else(|_| Layout::new::<u8>());
         // SAFETY: a non-zero layout; the pointers are freed with theirs.
@@ -126,14 +129,14 @@ mod tests {
             let p = a.alloc(layout);
             assert_eq!(at(small) - small_before, 1000);
             let q = a.realloc(p, layout, 100_000);
-            assert_eq!(LIVE.load(Ordering::Relaxed) - before, 100_000);
+            assert_eq!(live() - before, 100_000);
             assert_eq!(
                 (at(small), at(large) - large_before),
                 (small_before, 100_000)
             );
             a.dealloc(q, Layout::from_size_align_unchecked(100_000, 8));
         }
-        assert_eq!(LIVE.load(Ordering::Relaxed), before);
+        assert_eq!(live(), before);
         assert_eq!(at(large), large_before);
         assert_eq!(
             (class(64), class(65), class(usize::MAX)),

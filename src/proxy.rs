@@ -8,8 +8,9 @@ use crate::error::ApiError;
 use crate::metrics::RouteLabel;
 use crate::pipeline;
 use crate::upstream::{UpstreamLatency, headers};
+use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, header};
-use http_body_util::Limited;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,10 +21,50 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     if path == "/foldgate" || path.starts_with("/foldgate/") {
         return crate::admin::handle(&app, req).await;
     }
+    if crate::server::websocket::claims(&req) {
+        return crate::server::websocket::accept(app, req);
+    }
     let shape = crate::api::error_shape(req.method(), path);
     forward(&app, req)
         .await
         .unwrap_or_else(|e| e.into_response_as(shape))
+}
+
+/// Handles the `POST` a Responses WebSocket frame became
+/// ([`crate::server::websocket`]): a conversation request whose body is
+/// read already, through the pipeline as [`handle`] sends one.
+pub async fn handle_frame(app: Arc<App>, req: Request<Full<Bytes>>) -> Response<Body> {
+    let shape = crate::api::error_shape(req.method(), req.uri().path());
+    let (parts, body) = req.into_parts();
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(never) => match never {},
+    };
+    let limit = app.config.server.max_body_bytes;
+    let answer = async {
+        pipeline::key::check_header(&parts.headers, &app.config.conversation)?;
+        if bytes.len() > limit {
+            return Err(ApiError::BodyTooLarge { limit });
+        }
+        let route = crate::api::route(&parts.method, &parts.uri)
+            .ok_or_else(|| ApiError::NotFound(parts.uri.path().to_string()))?;
+        conversation(&app, route, parts, bytes).await
+    };
+    answer.await.unwrap_or_else(|e| e.into_response_as(shape))
+}
+
+/// A conversation request an API claims, its body read: through the
+/// pipeline, labelled with its API for the access log and metrics.
+async fn conversation(
+    app: &Arc<App>,
+    route: crate::api::Route,
+    parts: http::request::Parts,
+    bytes: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let label = RouteLabel(route.api.name());
+    let mut response = pipeline::handle(app, route, parts, bytes).await?;
+    response.extensions_mut().insert(label);
+    Ok(response)
 }
 
 /// Forwards a request upstream and streams the answer back.
@@ -36,10 +77,7 @@ async fn forward(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body
     }
     if let Some(route) = crate::api::route(&parts.method, &parts.uri) {
         let bytes = pipeline::read_body(incoming, limit).await?;
-        let label = RouteLabel(route.api.name());
-        let mut response = pipeline::handle(app, route, parts, bytes).await?;
-        response.extensions_mut().insert(label);
-        return Ok(response);
+        return conversation(app, route, parts, bytes).await;
     }
     let sibling = crate::api::sibling(&parts.uri);
     let (provider, body) = if is_json_post(&parts.method, &parts.headers) {

@@ -62,6 +62,7 @@ mod recall_meaning;
 mod recall_room;
 mod redis_failover;
 mod redis_round_trips;
+mod responses_websocket;
 mod runtime;
 mod shallow_props;
 mod soak_short;

@@ -3,6 +3,7 @@
 
 mod layers;
 pub mod stack;
+pub mod websocket;
 
 pub use layers::{AccessLog, AuthLayer};
 

@@ -6,8 +6,10 @@ use crate::body::{self, Body};
 use crate::error::ApiError;
 use crate::proxy;
 use crate::telemetry::RequestSpans;
+use bytes::Bytes;
 use http::header::{HeaderName, PROXY_AUTHORIZATION};
 use http::{Request, Response};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -22,6 +24,11 @@ use tower_http::trace::TraceLayer;
 
 /// The service the listener runs for every request.
 pub type AppService = BoxCloneService<Request<Incoming>, Response<Body>, Infallible>;
+
+/// The service each `response.create` frame of a Responses WebSocket runs
+/// through as a `POST` ([`super::websocket`]): the same layers as
+/// [`AppService`], over a body read already.
+pub type FrameService = BoxCloneService<Request<Full<Bytes>>, Response<Body>, Infallible>;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -58,14 +65,44 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// 9. [`proxy::handle`] — admin routes and forwarding; adds the response
 ///    extensions above.
 pub fn build(app: Arc<App>) -> AppService {
+    let handler = {
+        let app = app.clone();
+        tower::service_fn(move |req: Request<Incoming>| {
+            let app = app.clone();
+            async move { Ok::<_, Infallible>(proxy::handle(app, req).await) }
+        })
+    };
+    layered(&app, handler)
+}
+
+/// The stack of [`build`] over [`proxy::handle_frame`]: what a WebSocket
+/// frame's request meets (request id, span and access line, shed, auth,
+/// traces) is what an HTTP request meets.
+pub fn frames(app: Arc<App>) -> FrameService {
+    let handler = {
+        let app = app.clone();
+        tower::service_fn(move |req: Request<Full<Bytes>>| {
+            let app = app.clone();
+            async move { Ok::<_, Infallible>(proxy::handle_frame(app, req).await) }
+        })
+    };
+    layered(&app, handler)
+}
+
+/// The layers of [`build`] around `handler`.
+fn layered<B, H>(app: &App, handler: H) -> BoxCloneService<Request<B>, Response<Body>, Infallible>
+where
+    B: http_body::Body + Send + 'static,
+    H: tower::Service<Request<B>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    H::Future: Send + 'static,
+{
     let keys = app.config.server.api_keys.clone();
     let admin = app.config.server.admin_token.clone();
     let shed = app.config.server.max_concurrent_requests;
     let access_log = AccessLog::new(app.metrics.clone());
-    let handler = tower::service_fn(move |req: Request<Incoming>| {
-        let app = app.clone();
-        async move { Ok::<_, Infallible>(proxy::handle(app, req).await) }
-    });
     // Traces' layer only when traces are on: off, the stack is as it was
     // without them.
     let handler = if crate::telemetry::enabled() {

@@ -9,6 +9,59 @@ use twox_hash::XxHash3_128;
 /// (foldgate's own: it answers the calls and hides them from the client).
 pub const RECALL_TOOL: &str = "foldgate_recall";
 
+/// The member a codec sets on an engine message whose wire items hold a
+/// type the codec does not read (an unknown item, part or block), or an
+/// opaque history item (a provider's compaction): its value names the
+/// type. Such a message is never summarized from placeholders: the fold
+/// keeps it verbatim ([`is_opaque`]). Chat messages are their own wire
+/// items and never carry it; their unknown part types say it instead.
+pub const OPAQUE: &str = "foldgate_opaque";
+
+/// Content part types some codec reads (their text, or what they stand
+/// for: an image, a file): chat completions', Responses', Anthropic's,
+/// and those the Gemini codec maps its parts to.
+pub const KNOWN_PARTS: [&str; 13] = [
+    "text",
+    "image_url",
+    "input_audio",
+    "file",
+    "refusal",
+    "input_text",
+    "output_text",
+    "input_image",
+    "input_file",
+    "image",
+    "document",
+    "tool_result",
+    "search_result",
+];
+
+/// Whether a message stands for something foldgate does not understand:
+/// a codec marked it [`OPAQUE`], or its content has a part of a type no
+/// codec reads. The fold never summarizes it: it stays in the view, in
+/// the pinned head, as a pin, or by a cut that stops before it
+/// (docs/folding.md, "What foldgate does not understand").
+pub fn is_opaque(message: &Value) -> bool {
+    message.get(OPAQUE).is_some()
+        || message
+            .get("content")
+            .and_then(Value::as_array)
+            .is_some_and(|parts| parts.iter().any(|p| !known_part(p)))
+}
+
+/// Whether a content part is of a type some codec reads (a bare string
+/// is text).
+fn known_part(part: &Value) -> bool {
+    match part {
+        Value::String(_) => true,
+        Value::Object(fields) => fields
+            .get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| KNOWN_PARTS.contains(&t)),
+        _ => false,
+    }
+}
+
 /// A message's role, as far as folding cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -164,6 +217,21 @@ mod tests {
             pinned_count([Some(Role::Pinned), None, Some(Role::Pinned)]),
             1
         );
+    }
+
+    #[test]
+    fn opaque_messages() {
+        let known = json!({"role": "user", "content": [{"type": "input_text", "text": "a"}, "b"]});
+        assert!(!is_opaque(&known));
+        assert!(!is_opaque(&json!({"role": "user", "content": "plain"})));
+        let part = json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "hologram"}]});
+        assert!(is_opaque(&part));
+        assert!(is_opaque(
+            &json!({"role": "user", "content": [{"text": "no type"}]})
+        ));
+        assert!(is_opaque(
+            &json!({"role": "developer", "content": "", OPAQUE: "compaction"})
+        ));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! array, or an `input` array holding an item with a `role` (embeddings
 //! and moderations take `input` too, as strings or typed parts). Known
 //! non-conversation endpoints that carry one (token counting, batches,
-//! embeddings) are not reported.
+//! embeddings, an agent's own compaction on `…/responses/compact`, which
+//! the upstream summarizes) are not reported.
 
 use memchr::memmem;
 use prometheus_client::metrics::counter::Counter;
@@ -24,7 +25,8 @@ const MAX_PATHS: usize = 64;
 pub const OTHER: &str = "other";
 
 /// Endpoints whose bodies look like conversations but are not ones.
-const NOT_CONVERSATIONS: [&str; 6] = [
+const NOT_CONVERSATIONS: [&str; 7] = [
+    "/responses/compact",
     "/count_tokens",
     ":countTokens",
     "/input_tokens",

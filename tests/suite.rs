@@ -72,4 +72,5 @@ mod telemetry;
 mod tls;
 mod tokens;
 mod totals;
+mod unknown_props;
 mod upstream_retry;

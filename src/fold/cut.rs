@@ -16,6 +16,11 @@
 //!   `x = L + 1` is skipped when `x = L` is itself a cut: both show the same
 //!   messages, and the plain one needs no kept message.
 //!
+//! - it folds no message foldgate does not understand
+//!   ([`crate::message::is_opaque`]) unless that message is a pin shown
+//!   ahead of the summary or the kept last user message: an opaque tool
+//!   call or result stops every cut after it (docs/folding.md).
+//!
 //! Each valid cut has an expected view size: pinned head, pins before the
 //! cut, summary reserve, overhead, kept user and tail (and the `User`
 //! placement's acknowledgement). Pins are never folded, so a cut must fold
@@ -37,7 +42,7 @@
 //!    any other trigger is reported as skipped ([`super::ViewInfo::skipped`]).
 
 use super::state::Reason;
-use crate::message::{Role, is_role, tool_call_id, tool_call_ids};
+use crate::message::{Role, is_opaque, is_role, tool_call_id, tool_call_ids};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -141,6 +146,10 @@ pub(crate) fn candidates(input: &CutInput<'_>) -> Vec<Candidate> {
         suffix[i] = suffix[i + 1] + u64::from(input.counts[i]);
     }
     let pin = |i: usize| input.pinned.get(i).copied().unwrap_or(false);
+    // No cut folds an opaque message that is neither a pin nor kept.
+    let barrier = (input.start..n)
+        .find(|&i| Some(i) != last_user && !pin(i) && is_opaque(&ms[i]))
+        .unwrap_or(n);
     // pins_before[x]: tokens of the pins before x, how many of them are
     // unfolded (at or after `start`), and how many in all.
     let mut pins_before = vec![(0u64, 0usize, 0u64); n + 1];
@@ -158,7 +167,7 @@ pub(crate) fn candidates(input: &CutInput<'_>) -> Vec<Candidate> {
     }
     let last = n.saturating_sub(MIN_TAIL);
     (input.start..=last)
-        .filter(|&x| x < n && !blocked[x])
+        .filter(|&x| x < n && x <= barrier && !blocked[x])
         .filter_map(|x| {
             let kept = guard.filter(|&l| x > l);
             if guard.is_some_and(|l| x == l + 1 && l > input.start && !blocked[l]) {
@@ -243,6 +252,49 @@ pub(crate) fn blocked_cuts(messages: &[Value]) -> Vec<bool> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn no_cut_folds_an_opaque_call() {
+        let ms = vec![
+            json!({"role":"user","content":"go"}),
+            json!({"role":"assistant","content":"a"}),
+            json!({"role":"assistant","foldgate_opaque":"x","tool_calls":[{"id":"a"}]}),
+            json!({"role":"tool","tool_call_id":"a","content":"1"}),
+            json!({"role":"assistant","content":"b"}),
+            json!({"role":"user","content":"more"}),
+            json!({"role":"assistant","content":"c"}),
+        ];
+        let input = CutInput {
+            messages: &ms,
+            counts: &[10; 7],
+            pinned: &[],
+            start: 0,
+            old_kept: None,
+            fixed: 0,
+            ack: 0,
+            reset_limit: 1000,
+            window_limit: 1000,
+            preserve_recent: 2,
+            overflow_buffer: 0,
+            reason: Reason::Token,
+        };
+        let cuts: Vec<usize> = candidates(&input).iter().map(|c| c.cut).collect();
+        assert_eq!(cuts, vec![1, 2]);
+        let plain = ms.iter().map(|m| {
+            let mut m = m.clone();
+            m.as_object_mut().unwrap().remove("foldgate_opaque");
+            m
+        });
+        let plain: Vec<Value> = plain.collect();
+        let cuts: Vec<usize> = candidates(&CutInput {
+            messages: &plain,
+            ..input
+        })
+        .iter()
+        .map(|c| c.cut)
+        .collect();
+        assert_eq!(cuts, vec![1, 2, 4, 5]);
+    }
 
     #[test]
     fn parallel_tool_calls_block_every_inner_cut() {

@@ -127,26 +127,52 @@ pub fn render_message(out: &mut String, message: &Value) {
     out.push('\n');
 }
 
-/// Text of a message's content: a string, or the text of its parts with a
-/// marker for each non-text part.
+/// Text of a message's content: a string, or the text of each part. A
+/// part that carries text gives it whatever its type (`text`,
+/// `input_text`, `output_text`, `refusal`, a tool result's content, a
+/// plain-text document); one that carries none (an image, audio, a file)
+/// is named in brackets, the only marker the summarizer sees.
 fn content_text(content: Option<&Value>) -> String {
     match content {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Array(parts)) => parts
             .iter()
-            .map(|part| match part.get("type").and_then(Value::as_str) {
-                Some("text") => part
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-                Some(other) => format!("[{other}]"),
-                None => part.to_string(),
-            })
+            .map(part_text)
+            .filter(|t| !t.is_empty())
             .collect::<Vec<_>>()
             .join("\n"),
         Some(Value::Null) | None => String::new(),
         Some(other) => other.to_string(),
+    }
+}
+
+/// The text of one content part, or its kind in brackets when it has none.
+fn part_text(part: &Value) -> String {
+    let Value::Object(fields) = part else {
+        return part
+            .as_str()
+            .map_or_else(|| part.to_string(), str::to_string);
+    };
+    let text = ["text", "refusal", "thinking"]
+        .iter()
+        .find_map(|k| fields.get(*k).and_then(Value::as_str));
+    if let Some(text) = text {
+        return text.to_string();
+    }
+    if let Some(inner) = fields.get("content") {
+        return content_text(Some(inner));
+    }
+    if let Some(data) = fields
+        .get("source")
+        .filter(|s| s.get("type").and_then(Value::as_str) == Some("text"))
+        .and_then(|s| s.get("data"))
+        .and_then(Value::as_str)
+    {
+        return data.to_string();
+    }
+    match fields.get("type").and_then(Value::as_str) {
+        Some(kind) => format!("[{kind}]"),
+        None => part.to_string(),
     }
 }
 
@@ -169,5 +195,22 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("### tool [result of c1]\nfn main() {}"), "{t}");
+    }
+
+    #[test]
+    fn every_part_that_carries_text_gives_it() {
+        let content = json!([
+            {"type": "input_text", "text": "asked"},
+            {"type": "output_text", "text": "answered", "annotations": []},
+            {"type": "refusal", "refusal": "declined"},
+            {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": "inner"}]},
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "doc text"}},
+            {"type": "input_image", "image_url": "x"},
+        ]);
+        let text = content_text(Some(&content));
+        assert_eq!(
+            text,
+            "asked\nanswered\ndeclined\ninner\ndoc text\n[input_image]"
+        );
     }
 }

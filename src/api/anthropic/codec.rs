@@ -10,6 +10,11 @@
 //!   `cache_control` breakpoint after it when the request uses prompt
 //!   caching and fewer than 4 breakpoints remain. Other blocks
 //!   (`cache_control` markers, `thinking`) pass through untouched.
+//! - What the summarizer reads of an assistant turn: its text, its calls,
+//!   and the server tools' blocks as JSON; thinking is the model's own
+//!   and folds with its turn. A block of a type this codec does not know
+//!   makes the message opaque ([`crate::message::OPAQUE`]): never
+//!   summarized, kept as it came.
 
 use crate::api::Fit;
 use crate::api::codec::{
@@ -18,6 +23,7 @@ use crate::api::codec::{
 };
 use crate::error::ApiError;
 use crate::fold::view::Item;
+use crate::message::OPAQUE;
 use crate::shallow::Spec;
 use serde_json::{Map, Value, json};
 
@@ -124,10 +130,18 @@ pub fn engine_message(message: &Value) -> Value {
                 tool_call(id, name, input)
             })
             .collect();
+        let mut unknown = None;
         let text: Vec<Value> = blocks
             .iter()
-            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-            .cloned()
+            .filter_map(|b| match AssistantBlock::of(b) {
+                AssistantBlock::Text => Some(b.clone()),
+                AssistantBlock::Server => Some(json!({"type": "text", "text": b.to_string()})),
+                AssistantBlock::Own => None,
+                AssistantBlock::Unknown(kind) => {
+                    unknown.get_or_insert(kind);
+                    Some(json!({"type": "text", "text": b.to_string()}))
+                }
+            })
             .collect();
         let content = if blocks.is_empty() {
             content
@@ -137,6 +151,9 @@ pub fn engine_message(message: &Value) -> Value {
         let mut out = json!({"role": "assistant", "content": content});
         if !calls.is_empty() {
             out["tool_calls"] = Value::Array(calls);
+        }
+        if let Some(kind) = unknown {
+            out[OPAQUE] = Value::String(kind);
         }
         return out;
     }
@@ -148,6 +165,34 @@ pub fn engine_message(message: &Value) -> Value {
         Some(id) => json!({"role": "tool", "tool_call_id": id, "content": flatten(blocks)}),
         None => {
             json!({"role": message.get("role").cloned().unwrap_or(Value::Null), "content": content})
+        }
+    }
+}
+
+/// What the engine message of an assistant turn takes of one block.
+enum AssistantBlock {
+    /// `text`: as it is.
+    Text,
+    /// A server tool's call or result (`server_tool_use`,
+    /// `web_search_tool_result`, `mcp_tool_use`, …): its JSON, as text.
+    Server,
+    /// `tool_use` (a call) and the model's thinking: not content.
+    Own,
+    /// A type this codec does not know (named): its JSON, and the
+    /// message is opaque.
+    Unknown(String),
+}
+
+impl AssistantBlock {
+    fn of(block: &Value) -> Self {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => Self::Text,
+            Some("tool_use" | "thinking" | "redacted_thinking") => Self::Own,
+            Some("server_tool_use" | "mcp_tool_use" | "mcp_tool_result" | "container_upload") => {
+                Self::Server
+            }
+            Some(kind) if kind.ends_with("_tool_result") => Self::Server,
+            other => Self::Unknown(other.unwrap_or("").to_string()),
         }
     }
 }

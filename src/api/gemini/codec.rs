@@ -11,12 +11,16 @@
 //!   turn's position, stable across turns.
 //! - The summary is appended to `systemInstruction` as a text part. Other
 //!   parts (`inlineData`, `fileData`, `thought`, signatures) pass through.
+//! - The summarizer reads text, function responses and code parts
+//!   (`executableCode`, `codeExecutionResult`) as text. A part of a kind
+//!   this codec does not know makes its content opaque
+//!   ([`crate::message::OPAQUE`]): never summarized, kept as it came.
 //! - The model is in the path (`/v1beta/models/{model}:generateContent`).
 
 use crate::api::codec::{Decoded, Units, Wire, bad, text_of, tool_call};
 use crate::error::ApiError;
 use crate::fold::view::Item;
-use crate::message::makes_calls;
+use crate::message::{OPAQUE, makes_calls};
 use serde_json::{Map, Value, json};
 
 /// The user turn put first when a folded view would start with a model
@@ -121,17 +125,46 @@ fn engine_message(index: usize, content: &Value, answers: Option<usize>) -> Valu
         if !tool_calls.is_empty() {
             out["tool_calls"] = Value::Array(tool_calls);
         }
-        return out;
+        return opaque_if_unknown(out, parts);
     }
     let responds = parts.iter().any(|p| p.get("functionResponse").is_some());
-    match answers {
+    let out = match answers {
         Some(at) if responds => json!({
             "role": "tool",
             "tool_call_id": call_id(at, 0),
             "content": engine_parts(parts),
         }),
         _ => json!({"role": "user", "content": engine_parts(parts)}),
+    };
+    opaque_if_unknown(out, parts)
+}
+
+/// The members of a part this codec reads (a part is one of them, with
+/// a signature or a `thought` flag beside it).
+const KNOWN_PART_FIELDS: [&str; 9] = [
+    "text",
+    "functionCall",
+    "functionResponse",
+    "inlineData",
+    "fileData",
+    "executableCode",
+    "codeExecutionResult",
+    "thought",
+    "thoughtSignature",
+];
+
+/// `message`, marked opaque when a part is of a kind this codec does not
+/// read (a part with none of [`KNOWN_PART_FIELDS`]).
+fn opaque_if_unknown(mut message: Value, parts: &[Value]) -> Value {
+    let unknown = parts.iter().find_map(|p| match p {
+        Value::Object(part) if part.keys().any(|k| KNOWN_PART_FIELDS.contains(&k.as_str())) => None,
+        Value::Object(part) => Some(part.keys().next().cloned().unwrap_or_default()),
+        _ => Some(String::new()),
+    });
+    if let Some(kind) = unknown {
+        message[OPAQUE] = Value::String(kind);
     }
+    message
 }
 
 /// Parts as chat-completions content parts: text as text, a function
@@ -149,6 +182,15 @@ fn engine_parts(parts: &[Value]) -> Value {
                 let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
                 let result = r.get("response").map(Value::to_string).unwrap_or_default();
                 json!({"type": "text", "text": format!("{name}: {result}")})
+            } else if let Some(code) = p
+                .get("executableCode")
+                .or_else(|| p.get("codeExecutionResult"))
+            {
+                let text = ["code", "output"]
+                    .iter()
+                    .find_map(|k| code.get(*k).and_then(Value::as_str))
+                    .unwrap_or_default();
+                json!({"type": "text", "text": text})
             } else if let Some(media) = p.get("inlineData").or_else(|| p.get("fileData")) {
                 let mime = media.get("mimeType").and_then(Value::as_str).unwrap_or("");
                 let kind = match mime.split('/').next() {
@@ -158,7 +200,11 @@ fn engine_parts(parts: &[Value]) -> Value {
                 };
                 json!({"type": kind})
             } else {
-                p.clone()
+                // A signature alone is the model's own; anything else is
+                // carried as text (and the message is opaque).
+                let known = p.get("thoughtSignature").is_some() || p.get("thought").is_some();
+                let text = if known { String::new() } else { p.to_string() };
+                json!({"type": "text", "text": text})
             }
         })
         .collect();

@@ -3,11 +3,14 @@
 //! text), while the view is laid out from the messages as the client sent
 //! them: `images`, `thinking`, `tool_name` and the calls' argument objects
 //! go back untouched. The fields around `messages` (`format`, `options`,
-//! `keep_alive`, `think`, `tools`) are never changed.
+//! `keep_alive`, `think`, `tools`) are never changed. A message with a
+//! member this codec does not read is opaque ([`crate::message::OPAQUE`]):
+//! never summarized, kept as it came.
 
 use crate::api::codec::{Decoded, Units, Wire, model, take_array, text_of, tool_call};
 use crate::error::ApiError;
 use crate::fold::view::Item;
+use crate::message::OPAQUE;
 use crate::tokens::REQUEST_WINDOW;
 use serde_json::{Map, Value, json};
 
@@ -58,8 +61,26 @@ pub fn engine_message(item: &Value, index: usize) -> Value {
             message[name] = value.clone();
         }
     }
+    let unknown = item
+        .as_object()
+        .and_then(|fields| fields.keys().find(|k| !KNOWN_FIELDS.contains(&k.as_str())));
+    if let Some(name) = unknown {
+        message[OPAQUE] = Value::String(name.clone());
+    }
     message
 }
+
+/// The members of a message this codec reads.
+const KNOWN_FIELDS: [&str; 8] = [
+    "role",
+    "content",
+    "images",
+    "thinking",
+    "tool_calls",
+    "tool_name",
+    "tool_call_id",
+    "name",
+];
 
 /// A call's id, or one made from `made` when it has none.
 pub fn call_id(call: &Value, made: &str) -> String {

@@ -10,13 +10,18 @@
 //!   history upstream, and a string `input` is a single message: both go
 //!   upstream untouched.
 //! - The summary is a message item of its own, after the pinned items.
+//! - An item of a type this codec does not read (Codex's
+//!   `additional_tools` and `configuration_update`, a `compaction`, an
+//!   `item_reference`, whatever comes next) is an opaque developer
+//!   message: pinned when it leads, a pin later, never summarized
+//!   ([`crate::message::OPAQUE`]); its bytes go upstream unchanged.
 
 use crate::api::codec::{
     Decoded, RawRequest, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call,
 };
 use crate::error::ApiError;
 use crate::fold::view::Item;
-use crate::message::role;
+use crate::message::{OPAQUE, role};
 use crate::shallow::{self, Spec};
 use serde_json::{Map, Value, json};
 
@@ -179,8 +184,31 @@ fn unit_ranges(shapes: &[Shape]) -> Vec<std::ops::Range<usize>> {
     ranges
 }
 
+/// Whether this codec reads an item of this kind: messages, reasoning,
+/// calls and their outputs, and the built-in tools' items.
+fn is_known(kind: &str) -> bool {
+    matches!(
+        kind,
+        "message"
+            | "reasoning"
+            | "mcp_list_tools"
+            | "mcp_approval_request"
+            | "mcp_approval_response"
+    ) || kind.ends_with("_call")
+        || kind.ends_with("_call_output")
+}
+
 /// One unit as a chat-completions message.
 pub fn engine_message(unit: &[Value]) -> Value {
+    if let Some(unknown) = unit.iter().map(kind).find(|k| !is_known(k)) {
+        // Its JSON is its text, so that it is counted as sent.
+        let text = unit
+            .iter()
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\n");
+        return json!({"role": "developer", "content": text, OPAQUE: unknown});
+    }
     let calls: Vec<Value> = unit
         .iter()
         .filter(|item| is_call(item))
@@ -223,7 +251,7 @@ pub fn engine_message(unit: &[Value]) -> Value {
             let content = last.get("content").cloned().unwrap_or(Value::Null);
             json!({"role": r, "content": content})
         }
-        // Built-in tool calls, references and reasoning: the model's side.
+        // Built-in tool calls and reasoning: the model's side.
         _ => json!({"role": "assistant", "content": text}),
     }
 }
@@ -275,6 +303,25 @@ mod tests {
         assert_eq!(Role::of_message(&out), Some(Role::Tool));
         assert_eq!(tool_call_id(&out), Some("a"));
         assert_eq!(engine_message(&items[6..7])["content"][0]["text"], "done");
+    }
+
+    #[test]
+    fn unknown_items_are_opaque_developer_messages() {
+        for item in [
+            json!({"type": "additional_tools", "role": "developer", "tools": [{"type": "function", "name": "shell"}]}),
+            json!({"type": "configuration_update", "model": "m"}),
+            json!({"type": "compaction", "encrypted_content": "gAAA"}),
+            json!({"type": "compaction_trigger"}),
+            json!({"type": "item_reference", "id": "msg_1"}),
+            json!({"foo": 1}),
+        ] {
+            let m = engine_message(std::slice::from_ref(&item));
+            assert_eq!(Role::of_message(&m), Some(Role::Pinned), "{item}");
+            assert!(crate::message::is_opaque(&m), "{item}");
+            assert_eq!(m["content"], item.to_string());
+        }
+        let known = json!({"type": "web_search_call", "id": "ws_1", "status": "completed"});
+        assert!(!crate::message::is_opaque(&engine_message(&[known])));
     }
 
     #[test]

@@ -25,6 +25,7 @@ mod chat;
 mod chat_malformed;
 mod clause_props;
 mod cli;
+mod codex_cli;
 mod compose_example;
 mod compress;
 mod compress_pays;

@@ -7,6 +7,8 @@
 //! without its call, a first message that is not the user's, and a prompt
 //! over the window (with the API's own "too long" error).
 
+pub mod cli;
+
 use super::llm::LlmState;
 use super::mock;
 use bytes::Bytes;

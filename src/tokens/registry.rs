@@ -8,6 +8,13 @@
 //! (`llama3.1:8b`). Where a family ships with several windows the table
 //! takes the one common providers serve by default, erring small: a window
 //! too small folds early, one too large lets requests overflow.
+//!
+//! Besides the models themselves the table holds *families*: a generic
+//! pattern per vendor line (`gpt-6*`, `o4*`, `*claude*`, `*gemini*`,
+//! `*grok*`, `*qwen*`, …) whose window every current member has, so a new
+//! name in a known family gets its family's window rather than none. A
+//! specific entry always wins over its family (it has more literal
+//! characters, see [`built_in`]).
 
 use crate::glob;
 
@@ -23,9 +30,19 @@ pub enum LimitSource {
     Learned,
     /// foldgate's built-in table of well-known models.
     BuiltIn,
-    /// `tokens.default_context_window`: nothing named the model.
+    /// `tokens.default_context_window` (set): nothing named the model.
     Default,
+    /// Nothing named the model and `tokens.default_context_window` is
+    /// unset: the window is not known, so no proactive fold is made (the
+    /// window is [`UNKNOWN_WINDOW`]) until the upstream's first
+    /// context-length error names it.
+    Unknown,
 }
+
+/// The `context_window` of a model whose window is not known
+/// ([`LimitSource::Unknown`]): so large that no token trigger fires. Never
+/// shown as a number; [`ModelLimits::known`] tells it apart.
+pub const UNKNOWN_WINDOW: u32 = u32::MAX;
 
 impl LimitSource {
     /// Lowercase label for reports and logs.
@@ -36,6 +53,7 @@ impl LimitSource {
             Self::Learned => "learned",
             Self::BuiltIn => "built-in",
             Self::Default => "default",
+            Self::Unknown => "unknown",
         }
     }
 }
@@ -49,6 +67,13 @@ pub struct ModelLimits {
     pub max_output_tokens: Option<u32>,
     /// Where `context_window` came from.
     pub source: LimitSource,
+}
+
+impl ModelLimits {
+    /// Whether the window is known (anything but [`LimitSource::Unknown`]).
+    pub fn known(&self) -> bool {
+        self.source != LimitSource::Unknown
+    }
 }
 
 /// (pattern, context window, largest completion when published).
@@ -69,12 +94,17 @@ pub(crate) const BUILT_IN: &[Entry] = &[
     ("gpt-4.5*", K128, Some(16_384)),
     ("gpt-5*", 400_000, Some(128_000)),
     ("gpt-5-chat*", K128, Some(16_384)),
+    ("gpt-5.?-chat*", K128, Some(16_384)),
+    // The generation after gpt-5: its family's window until one is published.
+    ("gpt-6*", 400_000, Some(128_000)),
     ("gpt-oss*", K131, Some(K131)),
     ("o1*", K200, Some(100_000)),
     ("o1-mini*", K128, Some(65_536)),
     ("o1-preview*", K128, Some(32_768)),
     ("o3*", K200, Some(100_000)),
+    ("o4*", K200, Some(100_000)),
     ("o4-mini*", K200, Some(100_000)),
+    ("codex-mini*", K200, Some(100_000)),
     ("gpt-4*", 8_192, Some(8_192)),
     ("gpt-4-32k*", 32_768, Some(32_768)),
     ("gpt-4-turbo*", K128, Some(4_096)),
@@ -104,6 +134,7 @@ pub(crate) const BUILT_IN: &[Entry] = &[
     ("*gemini-1.5-flash*", M1, Some(8_192)),
     ("*gemini-2.0*", M1, Some(8_192)),
     ("*gemini-2.5*", M1, Some(65_536)),
+    ("*gemini-3*", M1, Some(65_536)),
     ("*gemma2*", 8_192, None),
     ("*gemma-2*", 8_192, None),
     ("*gemma3*", K131, None),
@@ -121,6 +152,7 @@ pub(crate) const BUILT_IN: &[Entry] = &[
     ("*llama4*", K131, None),
     ("*llama-4*", K131, None),
     // Qwen: open weights ship 32k (128k only with YaRN enabled).
+    ("*qwen*", 32_768, None),
     ("*qwen2.5*", 32_768, Some(8_192)),
     ("*qwen-2.5*", 32_768, Some(8_192)),
     ("*qwen2.5*128k*", K131, Some(8_192)),
@@ -148,6 +180,15 @@ pub(crate) const BUILT_IN: &[Entry] = &[
     ("deepseek-reasoner*", 65_536, Some(32_768)),
     ("*deepseek-v3*", K128, None),
     ("*deepseek-r1*", K128, None),
+    // xAI: Grok 3 serves 131k, Grok 4 and the code models 256k.
+    ("*grok*", K131, None),
+    ("*grok-4*", 256_000, None),
+    ("*grok-code*", 256_000, None),
+    // Moonshot, Zhipu: the first releases' windows (later ones are larger).
+    ("*kimi*", K131, None),
+    ("*glm-4*", K128, None),
+    ("*glm-4.6*", K200, None),
+    ("*devstral*", K128, None),
     // Others
     ("*command-r*", K128, Some(4_096)),
     ("*phi-3*", 4_096, None),
@@ -241,7 +282,39 @@ mod tests {
     }
 
     #[test]
+    fn families_catch_new_names_and_specific_entries_win() {
+        // New names in known families.
+        assert_eq!(built_in("gpt-6.2-sol"), Some((400_000, Some(128_000))));
+        assert_eq!(window("gpt-5.2-codex"), Some(400_000));
+        assert_eq!(window("gpt-5.1-chat-latest"), Some(128_000));
+        assert_eq!(window("o4-preview"), Some(200_000));
+        assert_eq!(window("o3-pro-2026-01-01"), Some(200_000));
+        assert_eq!(window("codex-mini-latest"), Some(200_000));
+        assert_eq!(window("claude-zeta-9"), Some(200_000));
+        assert_eq!(window("anthropic/claude-opus-5.1"), Some(200_000));
+        assert_eq!(window("gemini-3-pro-preview"), Some(1_048_576));
+        assert_eq!(window("google/gemini-9-ultra"), Some(1_048_576));
+        assert_eq!(window("x-ai/grok-4-fast"), Some(256_000));
+        assert_eq!(window("grok-3-mini"), Some(131_072));
+        assert_eq!(window("moonshotai/kimi-k2-instruct"), Some(131_072));
+        assert_eq!(window("z-ai/glm-4.6"), Some(200_000));
+        assert_eq!(window("qwq-32b"), None);
+        assert_eq!(window("Qwen/Qwen-7B-Chat"), Some(32_768));
+        // Specific entries still beat their family.
+        assert_eq!(window("o4-mini"), Some(200_000));
+        assert_eq!(window("gpt-5-chat-latest"), Some(128_000));
+        assert_eq!(window("qwen3-coder:30b"), Some(262_144));
+        assert_eq!(window("gemini-1.5-pro"), Some(2_097_152));
+        assert_eq!(window("gpt-4"), Some(8_192));
+        assert_eq!(
+            built_in("claude-3-opus-20240229").and_then(|e| e.1),
+            Some(4_096)
+        );
+    }
+
+    #[test]
     fn unknown() {
         assert_eq!(window("my-finetune"), None);
+        assert_eq!(window("sol-large-2"), None);
     }
 }

@@ -23,6 +23,7 @@ mod audit;
 mod background;
 mod chat;
 mod chat_malformed;
+mod claude_code;
 mod clause_props;
 mod cli;
 mod codex_cli;

@@ -52,6 +52,7 @@ mod local_servers;
 mod logs;
 mod observability;
 mod ollama;
+mod opencode;
 mod pins;
 mod plan_props;
 mod plans;

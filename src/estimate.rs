@@ -82,7 +82,9 @@ pub struct Given<'a> {
 ///
 /// `trigger_at` is the fewest prompt tokens at which the proxy folds this
 /// request: the token trigger or, when the output reserve leaves less
-/// room, the emergency one. A fresh counter is used (with the learned
+/// room, the emergency one. For a model whose window is not known,
+/// `context_window: unknown (…)` and `trigger_at: none (…)` say so, with
+/// no ratio, `prefold_at` or `headroom`. A fresh counter is used (with the learned
 /// windows), so calibration is always 1.000 here.
 pub fn report(config: &Config, given: &Given<'_>, body: &[u8]) -> Result<String, EstimateError> {
     let Value::Object(mut request) = serde_json::from_slice::<Value>(body)? else {
@@ -132,9 +134,14 @@ pub fn report(config: &Config, given: &Given<'_>, body: &[u8]) -> Result<String,
         counter.record_window(learned, *window, LimitSource::Learned, "");
     }
     let estimate = counter.estimate_messages(&model, &read.messages, &read.fields);
-    let limits = counter.limits(&model);
+    let limits = counter.limits_quiet(&model);
     let window = estimate.context_window;
     let ratio = 100.0 * f64::from(estimate.input_tokens) / f64::from(window.max(1));
+    let source = match limits.source {
+        // A window the request sets for itself (Ollama's `options.num_ctx`).
+        LimitSource::Unknown if estimate.window_known => "the request's",
+        source => source.as_str(),
+    };
 
     let mut out = String::new();
     // Writing to a String cannot fail.
@@ -147,16 +154,34 @@ pub fn report(config: &Config, given: &Given<'_>, body: &[u8]) -> Result<String,
     }
     let _ = writeln!(out, "messages: {}", read.messages.len());
     let _ = writeln!(out, "input_tokens: {}", estimate.input_tokens);
-    let _ = writeln!(out, "context_window: {window} ({})", limits.source.as_str());
-    let _ = writeln!(out, "ratio: {ratio:.2}%");
+    if estimate.window_known {
+        let _ = writeln!(out, "context_window: {window} ({source})");
+        let _ = writeln!(out, "ratio: {ratio:.2}%");
+    } else {
+        let _ = writeln!(
+            out,
+            "context_window: unknown (no [models] entry, discovered or learned window, \
+             built-in model or family names it, and tokens.default_context_window is unset)"
+        );
+    }
     let _ = writeln!(out, "output_reserve: {}", estimate.output_reserve);
     let _ = writeln!(out, "calibration: {:.3}", estimate.factor);
-    out.push_str(&trigger_lines(
-        config,
-        &model,
-        estimate.input_tokens,
-        (window, estimate.output_reserve),
-    ));
+    if estimate.window_known {
+        out.push_str(&trigger_lines(
+            config,
+            &model,
+            estimate.input_tokens,
+            (window, estimate.output_reserve),
+        ));
+    } else {
+        let line = crate::tokens::MissingWindow::new("", &model).config;
+        let _ = write!(
+            out,
+            "trigger_at: none (the window is not known: the proxy forwards this request \
+             unfolded until the upstream's first context-length error names the window, \
+             then folds within it; or set {line})"
+        );
+    }
     if let Some(why) = read.untouched {
         let _ = write!(
             out,
@@ -331,5 +356,37 @@ prefold_at: 89600 (background mode: folded off the request path from here)\nhead
             text.contains("\ncontext_window: 50000 (config)\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_unknown_window_is_said_to_be_unknown_not_a_default() {
+        let body = br#"{"model":"sol-large-2","messages":[{"role":"user","content":"hi"}]}"#;
+        let text = report(&Config::default(), &Given::default(), body).unwrap();
+        assert!(text.contains("\ncontext_window: unknown ("), "{text}");
+        assert!(
+            text.contains("\ntrigger_at: none (the window is not known"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("ratio:") && !text.contains("headroom:"),
+            "{text}"
+        );
+        assert!(!text.contains("8192"), "{text}");
+        // A family names a new model's window.
+        let body = br#"{"model":"gpt-6.2-sol","messages":[{"role":"user","content":"hi"}]}"#;
+        let text = report(&Config::default(), &Given::default(), body).unwrap();
+        assert!(
+            text.contains("\ncontext_window: 400000 (built-in)\n"),
+            "{text}"
+        );
+        // The opt-in default behaves as the default did.
+        let config = Config::from_toml("[tokens]\ndefault_context_window = 8192\n").unwrap();
+        let body = br#"{"model":"sol-large-2","messages":[{"role":"user","content":"hi"}]}"#;
+        let text = report(&config, &Given::default(), body).unwrap();
+        assert!(
+            text.contains("\ncontext_window: 8192 (default)\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nheadroom: "), "{text}");
     }
 }

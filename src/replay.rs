@@ -110,6 +110,14 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
             .map_or("-", |(name, _)| name);
         let policy = config.policy_for(provider, model);
         let estimate = counter.estimate(model, &request);
+        if !estimate.window_known {
+            let line = crate::tokens::MissingWindow::new("", model).config;
+            return Err(bad(&format!(
+                "the window of model {model:?} is not known (the proxy forwards its requests \
+                 unfolded until the upstream's first context-length error names it): \
+                 set {line} in the --config file"
+            )));
+        }
         let budget = Budget::for_request(config, &policy, &estimate, now_unix());
         // Compression as the proxy makes it for a keyed conversation.
         let compression = if config.archive.enabled {

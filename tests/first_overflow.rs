@@ -1,6 +1,6 @@
-//! The first overflow folds, on every API: an unknown model (foldgate
-//! assumes the default window) behind an upstream whose window is 3,000
-//! tokens. The upstream's context-length 400 teaches the window, the same
+//! The first overflow folds, on every API: an unknown model (its window
+//! not known, so its requests go up unfolded) behind an upstream whose
+//! window is 3,000 tokens. The upstream's context-length 400 teaches the window, the same
 //! request is planned again against it — summary budget, output reserve
 //! and tail target all from the learned window — and folded; no turn of a
 //! conversation growing far past the window fails.

@@ -270,7 +270,7 @@ async fn errors_come_back_as_error_frames() {
     .await;
     let fg = Foldgate::start(&common::config_for(
         &upstream.url,
-        "[server]\napi_keys = [\"sk-good\"]\n",
+        "[server]\napi_keys = [\"sk-good\"]\nmax_body_bytes = 65536\n",
     ))
     .await;
     assert_eq!(open(&fg, "/v1/responses", &[]).await.err(), Some(401));
@@ -326,6 +326,10 @@ async fn errors_come_back_as_error_frames() {
             json!("[m3] and then?")
         ]
     );
-    socket.close(None).await.unwrap();
+    // A frame over server.max_body_bytes: said, then the socket ends.
+    let big = json!({"type": "response.create", "model": "gpt-x",
+                     "input": [{"role": "user", "content": "x".repeat(70_000)}]});
+    let events = create(&mut socket, big).await;
+    assert_eq!(events[0]["status"], 413, "{}", events[0]);
     assert_eq!(calls.load(Ordering::SeqCst), 4);
 }

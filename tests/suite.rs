@@ -43,6 +43,7 @@ mod fold_cases;
 mod fold_economy;
 mod fold_history;
 mod fold_props;
+mod found_windows;
 mod gemini;
 mod gemini_cli;
 mod imports;

@@ -119,8 +119,11 @@ fn unclaimed(app: &App) -> serde_json::Value {
 }
 
 /// Model windows: configured (by glob), read from providers or learned
-/// (by model id), and the local models foldgate knows no window for. Open
-/// like the metrics: model names and windows, no conversation.
+/// (by model id), and the models foldgate knows no window for (local
+/// providers' at start-up, any model a request named since), with
+/// `tokens.default_context_window` (`null`: unset, those go upstream
+/// unfolded). Open like the metrics: model names and windows, no
+/// conversation.
 fn windows(app: &App) -> serde_json::Value {
     let configured = app.config.models.iter().filter_map(|(glob, m)| {
         let window = m.context_window?;

@@ -269,6 +269,9 @@ impl Config {
         self.state.validate()?;
         self.telemetry.validate()?;
         self.archive.validate(self.state.ttl)?;
+        if self.tokens.default_context_window == Some(0) {
+            return Err("tokens.default_context_window must be above 0 (or unset)".into());
+        }
         for (pattern, m) in &self.models {
             m.policy.validate(&format!("models.\"{pattern}\""))?;
             m.compress

@@ -343,8 +343,12 @@ pub struct TokensConfig {
     /// Output reserve when a request sets neither `max_completion_tokens`
     /// nor `max_tokens`.
     pub default_output_reserve: u32,
-    /// Window assumed for a model nothing else names (a warning is logged).
-    pub default_context_window: u32,
+    /// Window assumed for a model nothing else names (config, discovery,
+    /// a learned window, the built-in table): an opt-in for local servers
+    /// that state none. Unset (the default), such a model's requests go
+    /// upstream unfolded until its first context-length error names the
+    /// window (a warning is logged once per model either way).
+    pub default_context_window: Option<u32>,
     /// Tokens counted for an image part with `detail = "low"`.
     pub image_tokens_low: u32,
     /// Tokens counted for an image part with `detail = "high"` or `"auto"`.
@@ -373,7 +377,7 @@ impl Default for TokensConfig {
     fn default() -> Self {
         Self {
             default_output_reserve: 4096,
-            default_context_window: 8192,
+            default_context_window: None,
             image_tokens_low: 85,
             image_tokens_high: 765,
             cache_bytes: 64 * 1024 * 1024,

@@ -1,7 +1,8 @@
 //! Start-up discovery of context windows (`tokens.discover`): asks each
 //! provider what its models' windows are, in the shapes servers answer:
 //! `GET /v1/models` (OpenRouter's `context_length`, vLLM's
-//! `max_model_len`, …), llama.cpp's `GET /props` (the context it runs
+//! `max_model_len`, …), LiteLLM's `GET /model/info`
+//! (`model_info.max_input_tokens`), llama.cpp's `GET /props` (the context it runs
 //! with, for the models it lists), Ollama's `GET /api/tags` +
 //! `POST /api/show` per model, and for llama-cpp-python's server, which
 //! states its window nowhere, a one-token probe ([`probe`]). What a server
@@ -76,6 +77,14 @@ async fn provider_windows(provider: &Provider) -> Found {
             .map(tokens::parse_model_ids)
             .unwrap_or_default(),
     };
+    // LiteLLM's proxy lists no windows in `/v1/models`; its model info does.
+    let info = fetch(provider, Call::Api(Method::GET, "/v1/model/info", None)).await;
+    let info = info
+        .as_deref()
+        .map(tokens::parse_litellm_model_info)
+        .unwrap_or_default();
+    let info = info.into_iter().map(|(id, w)| (id, w, "GET /model/info"));
+    found.windows.extend(info);
     let props = fetch(provider, Call::Server(Method::GET, "/props", None)).await;
     if let Some(n_ctx) = props.as_deref().and_then(tokens::parse_llamacpp_props) {
         let ids = found.ids.iter().map(|id| (id.clone(), n_ctx, "GET /props"));

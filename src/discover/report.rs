@@ -24,10 +24,13 @@ pub(super) fn log(app: &App, listed: &BTreeMap<String, Vec<String>>) {
         );
     }
     let missing = missing(app, listed);
-    let default = app.config.tokens.default_context_window;
+    let assumed = match app.config.tokens.default_context_window {
+        Some(default) => format!("foldgate assumes tokens.default_context_window = {default}"),
+        None => "its requests go upstream unfolded".into(),
+    };
     for m in &missing {
         tracing::warn!(
-            "no context window known for model \"{}\" of local provider {}: foldgate assumes tokens.default_context_window = {default} and learns the real one only from a context-length error. Add to the config: {} (N: the context the server gives each request, e.g. llama_cpp.server --n_ctx, llama-server --ctx-size / --parallel, Ollama num_ctx)",
+            "no context window known for model \"{}\" of local provider {}: {assumed} until the upstream's first context-length error names the window. Add to the config: {} (N: the context the server gives each request, e.g. llama_cpp.server --n_ctx, llama-server --ctx-size / --parallel, Ollama num_ctx)",
             m.model,
             m.provider,
             m.config
@@ -37,7 +40,8 @@ pub(super) fn log(app: &App, listed: &BTreeMap<String, Vec<String>>) {
 }
 
 /// The models of local providers (this machine, a private network) whose
-/// window would be the default: the ids each listed, else its model globs
+/// window would be the default or is not known: the ids each listed, else
+/// its model globs
 /// (the catch-all `*` only while no `[models."…"]` window is configured).
 fn missing(app: &App, listed: &BTreeMap<String, Vec<String>>) -> Vec<MissingWindow> {
     let mut missing = Vec::new();
@@ -55,7 +59,8 @@ fn missing(app: &App, listed: &BTreeMap<String, Vec<String>>) -> Vec<MissingWind
             if model == "*" && !app.config.models.is_empty() {
                 continue;
             }
-            if app.tokens.limits_quiet(model).source == LimitSource::Default {
+            let source = app.tokens.limits_quiet(model).source;
+            if matches!(source, LimitSource::Default | LimitSource::Unknown) {
                 missing.push(MissingWindow::new(name, model));
             }
         }

@@ -34,9 +34,10 @@ pub(super) struct Look {
     pub untouched: Option<Prepared>,
 }
 
-/// The conversation key, and where the request goes: untouched when no
-/// fold of the conversation is stored, no trigger fires, and (in background
-/// mode) the prompt is below the prefold ratio. `None` when a unit cannot
+/// The conversation key, and where the request goes: untouched when the
+/// model's window is not known, or when no fold of the conversation is
+/// stored, no trigger fires, and (in background mode) the prompt is below
+/// the prefold ratio. `None` when a unit cannot
 /// be read from its text: the decoder then reads the body and says why.
 pub(super) async fn route(
     app: &App,
@@ -57,6 +58,12 @@ pub(super) async fn route(
     }
     let fingerprint = || key::fingerprint(&roles, &ids);
     let key = key::conversation_key(headers, fingerprint, &app.config.conversation);
+    if !estimate.window_known {
+        // No trigger can be judged without the window: untouched until the
+        // upstream's first context-length error names it (a reactive fold).
+        app.tokens.window_unknown(provider, &raw.model);
+        return Some(Look::unknown_window(key, estimate, ids, roles));
+    }
     let chain = match &key {
         Some(k) => app.store.load(k).await.filter(|chain| !chain.is_empty()),
         None => None,
@@ -110,6 +117,25 @@ pub(super) async fn route(
 }
 
 impl Look {
+    /// A request whose model's window is not known: keyed (for the
+    /// response's conversation header and the dashboard's turns) but
+    /// forwarded untouched, no fold looked up or planned.
+    pub fn unknown_window(
+        key: Option<ConvKey>,
+        estimate: Estimate,
+        ids: Vec<MessageId>,
+        roles: Vec<Role>,
+    ) -> Self {
+        Self {
+            key,
+            untouched: Some(Prepared::untouched(&estimate, &ids)),
+            ids,
+            roles,
+            estimate,
+            chain: None,
+        }
+    }
+
     /// A request that goes upstream untouched whatever its size (its
     /// history is held upstream, or it has none to fold): no key, no chain.
     pub fn opaque(estimate: Estimate, ids: Vec<MessageId>, roles: Vec<Role>) -> Self {

@@ -497,7 +497,13 @@ impl FoldRequest {
         std::iter::once(first)
             .chain(cfg.fallback_models.iter().map(String::as_str))
             .map(|model| {
-                let window = self.app.tokens.limits(model).context_window;
+                // A summarizer model whose window is not known gets the
+                // conversation's (known by now: an unknown one never folds).
+                let limits = self.app.tokens.limits(model);
+                let window = match limits.known() {
+                    true => limits.context_window,
+                    false => self.budget.context_window,
+                };
                 // Room for the answer's limit; a retry after a cut-off
                 // answer doubles it only as far as the window has room.
                 let answer = self.narrative_tokens();

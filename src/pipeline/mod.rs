@@ -121,6 +121,15 @@ pub async fn handle(
             app.metrics.reactive_folds.inc();
             if let Some(window) = err.window {
                 app.learn_window(&request.model, window).await;
+            } else {
+                // An error that names no window, for a model whose window
+                // nothing named (or was bounded so): the rejected prompt's
+                // size bounds it from above; each later rejection tightens it.
+                let limits = app.tokens.limits_quiet(&request.model);
+                let bounded = limits.source == crate::tokens::LimitSource::Learned;
+                if !limits.known() || (bounded && prepared.tokens_out < limits.context_window) {
+                    app.learn_window(&request.model, prepared.tokens_out).await;
+                }
             }
             // The rejected prompt is over the window in the upstream's
             // count, whatever foldgate's estimate of it was.

@@ -116,6 +116,22 @@ impl ConvRequest {
                 let roles = roles_of(&decoded.messages);
                 let fingerprint = || key::fingerprint(&roles, &ids);
                 let key = key::conversation_key(headers, fingerprint, &app.config.conversation);
+                if !estimate.window_known {
+                    // As on the fast path: untouched until the window is known.
+                    app.tokens.window_unknown(&provider.name, &model);
+                    return Ok(Self {
+                        api,
+                        bytes,
+                        path,
+                        tail,
+                        model,
+                        provider,
+                        stage: Stage::Raw {
+                            look: Look::unknown_window(key, estimate, ids, roles),
+                            decoded: Some(Box::new(decoded)),
+                        },
+                    });
+                }
                 let chain = match &key {
                     Some(k) => app.store.load(k).await,
                     None => None,

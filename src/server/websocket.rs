@@ -304,22 +304,23 @@ impl Session {
         let _ = socket.close(None).await;
     }
 
-    /// A read that failed (a frame over the size limit, a broken peer):
-    /// said in an error frame if the socket still takes one.
+    /// A read that failed: a frame over the size limit is said in an
+    /// error frame; a peer gone (Codex drops the connection when done) or
+    /// broken ends the socket quietly.
     async fn broken(&mut self, socket: &mut Socket, e: WsError) {
         tracing::debug!(error = %e, "WebSocket read failed");
-        let (status, message) = match &e {
-            WsError::Capacity(_) => (
+        if let WsError::Capacity(_) = e {
+            let message = format!(
+                "the frame exceeds the limit of {} bytes (server.max_body_bytes)",
+                self.limit
+            );
+            let error = error_event(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "the frame exceeds the limit of {} bytes (server.max_body_bytes)",
-                    self.limit
-                ),
-            ),
-            _ => (StatusCode::BAD_REQUEST, e.to_string()),
-        };
-        let error = error_event(status, "invalid_request_error", &message);
-        let _ = socket.send(Message::text(error)).await;
+                "invalid_request_error",
+                &message,
+            );
+            let _ = socket.send(Message::text(error)).await;
+        }
     }
 
     /// Answers one text frame; `false` once the socket is closed.
@@ -373,6 +374,11 @@ impl Session {
         };
         let input = match self.last.take() {
             Some(last) if continues => {
+                tracing::debug!(
+                    previous = %last.id,
+                    items = input.len(),
+                    "the frame continues the socket's last answer"
+                );
                 fields.shift_remove("previous_response_id");
                 let mut whole = last.input;
                 whole.reserve(last.output.len() + input.len());
@@ -383,6 +389,10 @@ impl Session {
             _ => input,
         };
         if warmup {
+            tracing::debug!(
+                items = input.len(),
+                "a warm-up (generate: false), answered here"
+            );
             self.pending = input;
             return Create::Warmup(fields.get("model").cloned().unwrap_or(Value::Null));
         }

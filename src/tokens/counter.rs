@@ -7,7 +7,7 @@ use super::encoding::{Encoding, base_name};
 use super::estimate::{CacheStats, Estimate, apply, saturate};
 use super::hash::{hash_value, hash_values};
 use super::message::{REPLY_PRIMING, Rules};
-use super::registry::{self, LimitSource, ModelLimits};
+use super::registry::{self, LimitSource, ModelLimits, UNKNOWN_WINDOW};
 use super::tools::definitions_tokens;
 use super::windows::{KnownWindow, MissingWindow, Windows};
 use crate::config::default_reserve;
@@ -272,8 +272,10 @@ impl TokenCounter {
         let raw = messages.iter().map(|&n| u64::from(n)).sum::<u64>() + u64::from(overhead);
         let factor = self.calibration_factor(model);
         let mut limits = self.limits(model);
+        let mut window_known = limits.known();
         if let Some(window) = request_window(request) {
             limits.context_window = window;
+            window_known = true;
         }
         Estimate {
             raw_input_tokens: saturate(raw),
@@ -283,14 +285,17 @@ impl TokenCounter {
             overhead,
             output_reserve: self.output_reserve(request, &limits),
             context_window: limits.context_window,
+            window_known,
         }
     }
 
     /// `model`'s limits. The window comes from, in order: the most specific
     /// `[models."glob"]` entry that sets `context_window`, a window read
     /// from the provider or learned from its error ([`TokenCounter::record_window`]),
-    /// the built-in table, and `tokens.default_context_window` (warned
-    /// about once per model). The output limit comes from config, else the
+    /// the built-in table (a model or its family), and
+    /// `tokens.default_context_window` when set (warned about once per
+    /// model); else it is not known ([`LimitSource::Unknown`], the window
+    /// [`UNKNOWN_WINDOW`]). The output limit comes from config, else the
     /// built-in table.
     pub fn limits(&self, model: &str) -> ModelLimits {
         let limits = self.limits_quiet(model);
@@ -313,8 +318,10 @@ impl TokenCounter {
             found
         } else if let Some((w, _)) = built_in {
             (w, LimitSource::BuiltIn)
+        } else if let Some(w) = self.settings.default_context_window {
+            (w, LimitSource::Default)
         } else {
-            (self.settings.default_context_window, LimitSource::Default)
+            (UNKNOWN_WINDOW, LimitSource::Unknown)
         };
         ModelLimits {
             context_window,
@@ -374,14 +381,47 @@ impl TokenCounter {
         self.windows.all()
     }
 
-    /// Replaces the list of local providers' models without a known window.
+    /// Replaces the list of models without a known window (start-up's
+    /// report, which has warned about each: they are not warned about
+    /// again).
     pub fn set_missing_windows(&self, missing: Vec<MissingWindow>) {
+        {
+            let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+            for m in &missing {
+                if warned.len() < MAX_WARNED {
+                    warned.insert(m.model.clone());
+                }
+            }
+        }
         self.windows.set_missing(missing);
     }
 
-    /// Local providers' models without a known window (start-up's report).
+    /// Models without a known window: local providers' at start-up, and
+    /// every model a request named whose window nothing names
+    /// ([`TokenCounter::window_unknown`]), until a window is found.
     pub fn missing_windows(&self) -> Vec<MissingWindow> {
         self.windows.missing()
+    }
+
+    /// A request for `model` (routed to `provider`) goes upstream unfolded
+    /// because its window is not known: the first time (per model) a WARN
+    /// says so and the model joins [`TokenCounter::missing_windows`] (the
+    /// dashboard and `GET /foldgate/windows` show it) until its window is
+    /// recorded. Later calls for the same model cost a lock and a lookup.
+    pub fn window_unknown(&self, provider: &str, model: &str) {
+        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+        if warned.len() >= MAX_WARNED || !warned.insert(model.to_owned()) {
+            return;
+        }
+        drop(warned);
+        let missing = MissingWindow::new(provider, model);
+        tracing::warn!(
+            model,
+            provider,
+            "no context window known for model \"{model}\": its requests go upstream unfolded until the upstream's first context-length error names the window; set it with {}",
+            missing.config
+        );
+        self.windows.add_missing(missing);
     }
 
     /// Hits and misses of the count cache.

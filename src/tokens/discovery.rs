@@ -1,5 +1,5 @@
 //! Context windows from what providers answer: the `GET /models` listing
-//! (OpenRouter, vLLM, …), llama.cpp's `GET /props`, Ollama's
+//! (OpenRouter, vLLM, …), LiteLLM's `GET /model/info`, llama.cpp's `GET /props`, Ollama's
 //! `GET /api/tags` + `POST /api/show`, and the `GET /openapi.json` title
 //! that tells llama-cpp-python's server apart. Parsers only; the calls are in
 //! [`crate::discover`].
@@ -35,6 +35,31 @@ pub fn parse_model_ids(body: &[u8]) -> Vec<String> {
         .iter()
         .filter_map(|item| entry_id(item).map(str::to_owned))
         .collect()
+}
+
+/// LiteLLM proxy's `GET /model/info`: `(model_name, window)` for every
+/// deployment whose `model_info` states `max_input_tokens` (the prompt's
+/// limit; LiteLLM's `max_tokens` is often the output's, so it is not
+/// read). A name served by several deployments gets the smallest window
+/// among them, since a request may go to any. Anything else yields nothing.
+pub fn parse_litellm_model_info(body: &[u8]) -> Vec<(String, u32)> {
+    let mut found: Vec<(String, u32)> = Vec::new();
+    for item in listing_entries(body) {
+        let Some(name) = item.get("model_name").and_then(Value::as_str) else {
+            continue;
+        };
+        let Some(window) = item
+            .pointer("/model_info/max_input_tokens")
+            .and_then(as_window)
+        else {
+            continue;
+        };
+        match found.iter_mut().find(|(n, _)| n == name) {
+            Some((_, w)) => *w = (*w).min(window),
+            None => found.push((name.to_owned(), window)),
+        }
+    }
+    found
 }
 
 /// llama.cpp server's `GET /props`: the context each request gets,
@@ -196,6 +221,29 @@ mod tests {
         assert_eq!(
             parse_models_listing(br#"{"data":[{"id":"l","meta":{"n_ctx_train":8192}}]}"#),
             vec![("l".into(), 8192)]
+        );
+    }
+
+    #[test]
+    fn litellm_model_info() {
+        let body = br#"{"data":[
+            {"model_name":"gpt-4o","litellm_params":{"model":"openai/gpt-4o"},
+             "model_info":{"id":"a1","max_tokens":16384,"max_input_tokens":128000,"max_output_tokens":16384}},
+            {"model_name":"team-sol","litellm_params":{"model":"azure/sol"},
+             "model_info":{"id":"b1","max_input_tokens":400000}},
+            {"model_name":"team-sol","litellm_params":{"model":"openai/sol-mini"},
+             "model_info":{"id":"b2","max_input_tokens":"272000"}},
+            {"model_name":"local","litellm_params":{"model":"ollama/x"},
+             "model_info":{"id":"c1","max_tokens":8192,"max_input_tokens":null}}
+        ]}"#;
+        assert_eq!(
+            parse_litellm_model_info(body),
+            vec![("gpt-4o".into(), 128_000), ("team-sol".into(), 272_000)]
+        );
+        assert!(parse_litellm_model_info(b"<html>").is_empty());
+        assert!(
+            parse_litellm_model_info(br#"{"data":[{"id":"gpt-4o","context_length":1}]}"#)
+                .is_empty()
         );
     }
 

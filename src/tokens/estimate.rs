@@ -27,8 +27,14 @@ pub struct Estimate {
     /// `max_tokens`, else [`crate::config::default_reserve`], capped by the model's
     /// `max_output_tokens` when known. The proxy plans with exactly this.
     pub output_reserve: u32,
-    /// The model's context window.
+    /// The model's context window (the request's own when it sets one);
+    /// [`super::UNKNOWN_WINDOW`] when not known.
     pub context_window: u32,
+    /// Whether `context_window` is known: from config, the provider, a
+    /// context-length error, the built-in table, the request itself or
+    /// `tokens.default_context_window`. A request whose window is not
+    /// known is forwarded unfolded (no trigger can be judged).
+    pub window_known: bool,
 }
 
 impl Estimate {

@@ -11,7 +11,7 @@
 //! - `counter`: [`TokenCounter`], which ties these together.
 //! - `estimate`: [`Estimate`], its result.
 //! - `usage`: [`UsageScanner`], reading `usage` out of responses.
-//! - `discovery`: parsers of providers' `/models`, llama.cpp's `/props`, Ollama's `/api/show`.
+//! - `discovery`: parsers of providers' `/models`, LiteLLM's `/model/info`, llama.cpp's `/props`, Ollama's `/api/show`.
 //! - `windows`: windows read from providers or learned, and the ones missing.
 
 mod cache;
@@ -31,11 +31,11 @@ pub use crate::config::default_reserve;
 pub use calibration::{ALPHA as CALIBRATION_ALPHA, MAX_FACTOR, MIN_FACTOR};
 pub use counter::{RawCount, RawUnits, TokenCounter};
 pub use discovery::{
-    parse_llamacpp_props, parse_model_ids, parse_models_listing, parse_ollama_show,
-    parse_ollama_tags, parse_openapi_title,
+    parse_litellm_model_info, parse_llamacpp_props, parse_model_ids, parse_models_listing,
+    parse_ollama_show, parse_ollama_tags, parse_openapi_title,
 };
 pub use encoding::Encoding;
 pub use estimate::{CacheStats, Estimate, REQUEST_WINDOW};
-pub use registry::{LimitSource, ModelLimits};
+pub use registry::{LimitSource, ModelLimits, UNKNOWN_WINDOW};
 pub use usage::{Reported, UsageReader, UsageScanner, UsageShape};
 pub use windows::{KnownWindow, MissingWindow};

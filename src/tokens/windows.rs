@@ -38,8 +38,10 @@ impl KnownWindow {
     }
 }
 
-/// A local provider's model whose window nothing names: foldgate assumes
-/// `tokens.default_context_window` for it.
+/// A model whose window nothing names (a local provider's at start-up, any
+/// model at its first request): its requests go upstream unfolded until an
+/// upstream's context-length error names the window, or foldgate assumes
+/// `tokens.default_context_window` when that is set.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MissingWindow {
     /// The provider's name in the config.
@@ -75,12 +77,17 @@ impl Windows {
         if known.context_window == 0 {
             return;
         }
+        // Known first, then no longer missing: [`Windows::add_missing`]
+        // checks the known ones under the missing list's lock.
+        let model = known.model.clone();
+        self.known
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(model.to_ascii_lowercase(), known);
         self.missing
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .retain(|m| !m.model.eq_ignore_ascii_case(&known.model));
-        let mut map = self.known.write().unwrap_or_else(PoisonError::into_inner);
-        map.insert(known.model.to_ascii_lowercase(), known);
+            .retain(|m| !m.model.eq_ignore_ascii_case(&model));
     }
 
     /// The window recorded for `model` (matched case-insensitively).
@@ -103,6 +110,19 @@ impl Windows {
 
     pub(super) fn set_missing(&self, missing: Vec<MissingWindow>) {
         *self.missing.write().unwrap_or_else(PoisonError::into_inner) = missing;
+    }
+
+    /// Adds `missing` unless its model is listed already (or a window for
+    /// it was recorded meanwhile).
+    pub(super) fn add_missing(&self, missing: MissingWindow) {
+        let mut list = self.missing.write().unwrap_or_else(PoisonError::into_inner);
+        if self.get(&missing.model).is_none()
+            && !list
+                .iter()
+                .any(|m| m.model.eq_ignore_ascii_case(&missing.model))
+        {
+            list.push(missing);
+        }
     }
 
     pub(super) fn missing(&self) -> Vec<MissingWindow> {

@@ -110,18 +110,22 @@ async function loadTotals() {
 
 // ---- model windows, from /foldgate/windows --------------------------------
 
-// Local models without a known window fold too late (or never): say which,
-// and the config line that fixes it, as the start-up WARN does.
+// Models without a known window go upstream unfolded until their first
+// context-length error (or get tokens.default_context_window when it is
+// set): say which, and the config line that fixes it, as the WARN does.
 async function loadWindows() {
   const w = await (await api('/foldgate/windows')).json();
   const box = $('windows');
   box.replaceChildren();
   box.hidden = !w.missing.length;
   if (!w.missing.length) return;
-  box.append(el('p', 'No context window known for ' + w.missing.length + ' local model(s): foldgate assumes '
-    + fmt(w.default_context_window) + ' tokens and learns the real window only from a context-length error. Add to the config:'));
+  const assumed = w.default_context_window
+    ? 'foldgate assumes ' + fmt(w.default_context_window) + ' tokens (tokens.default_context_window)'
+    : 'their requests go upstream unfolded';
+  box.append(el('p', 'No context window known for ' + w.missing.length + ' model(s): ' + assumed
+    + ' until the upstream\'s first context-length error names the window. Add to the config:'));
   for (const m of w.missing) {
-    box.append(el('pre', m.config + '   # provider ' + m.provider + '; N = the context the server gives each request'));
+    box.append(el('pre', m.config + '   # provider ' + m.provider + '; N = the model\'s context window'));
   }
 }
 

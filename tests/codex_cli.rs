@@ -29,7 +29,8 @@
 //! if it sent them), its developer messages and `configuration_update`
 //! item, and the AGENTS.md marker; every call has its output; the
 //! `compaction` item is in every request after it; no summarizer prompt
-//! shows `[input_text]`-like placeholders; one WebSocket attempt, no retry
+//! shows `[input_text]`-like placeholders; exactly one WebSocket upgrade
+//! request reaches foldgate (counted by a relay in front of it), no retry
 //! loop.
 
 use crate::common;
@@ -305,6 +306,9 @@ async fn codex_runs_25_shell_steps_folding_through_foldgate() {
     ))
     .await;
 
+    // Codex talks to foldgate through a relay that counts its WebSocket
+    // upgrade requests.
+    let tap = cli::Tap::start(fg.addr).await;
     let home = tempfile::tempdir().unwrap();
     let codex_home = home.path().join("codex");
     std::fs::create_dir_all(&codex_home).unwrap();
@@ -317,7 +321,7 @@ async fn codex_runs_25_shell_steps_folding_through_foldgate() {
              model_auto_compact_token_limit = {COMPACT_LIMIT}\n\
              check_for_update_on_startup = false\n\
              [analytics]\nenabled = false\n",
-            fg.url
+            tap.url
         ),
     )
     .unwrap();
@@ -355,7 +359,10 @@ async fn codex_runs_25_shell_steps_folding_through_foldgate() {
         failures.assert_none("Codex");
     }
 
-    // The WebSocket transport: one attempt, then HTTP; no retry loop.
+    // The WebSocket transport: exactly one upgrade request at foldgate,
+    // no retry loop (any attempt the upstream saw is one foldgate passed
+    // on, stripped or not).
+    let ws_at_foldgate = tap.upgrades();
     let ws_at_mock = seen.websocket.load(Ordering::SeqCst);
     let ws_failed = run
         .stderr
@@ -363,12 +370,13 @@ async fn codex_runs_25_shell_steps_folding_through_foldgate() {
         .count();
     let reconnects = run.stderr.matches("Reconnecting...").count();
     failures.check(
-        "one WebSocket attempt",
-        ws_at_mock <= 1 && ws_failed <= 1 && reconnects == 0,
+        "one WebSocket attempt, no retry",
+        ws_at_foldgate == 1 && ws_failed <= 1 && reconnects == 0,
         || {
             format!(
-                "{ws_at_mock} attempts reached the upstream ({} without their Upgrade header), \
-                 {ws_failed} failed connections and {reconnects} reconnects in Codex's log: {:?}",
+                "{ws_at_foldgate} upgrade requests reached foldgate, {ws_at_mock} GETs reached \
+                 the upstream ({} without their Upgrade header), {ws_failed} failed connections \
+                 and {reconnects} reconnects in Codex's log: {:?}",
                 seen.stripped.load(Ordering::SeqCst),
                 cli::lines_with(&run.stderr, &["WebSocket", "Reconnecting", "ERROR"])
             )
@@ -497,7 +505,7 @@ async fn codex_runs_25_shell_steps_folding_through_foldgate() {
     );
     eprintln!(
         "Codex: {} requests, {} distinct summaries, {} summarizer calls, {folds} folds, \
-         compactions {compactions:?}, {ws_at_mock} WebSocket attempts at the upstream",
+         compactions {compactions:?}, {ws_at_foldgate} WebSocket attempts at foldgate",
         turns.len(),
         summaries.len(),
         calls.len()

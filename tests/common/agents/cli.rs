@@ -390,3 +390,61 @@ pub fn lines_with<'a>(log: &'a str, needles: &[&str]) -> Vec<&'a str> {
         .take(20)
         .collect()
 }
+
+/// A loopback TCP relay in front of foldgate that counts the WebSocket
+/// upgrade requests an agent makes (each comes on a connection of its
+/// own: the first bytes a connection carries are read for a `GET` with
+/// `Upgrade: websocket`), then passes every byte both ways untouched.
+pub struct Tap {
+    pub url: String,
+    upgrades: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Tap {
+    /// Starts a relay to `target` (`host:port`).
+    pub async fn start(target: std::net::SocketAddr) -> Self {
+        use std::sync::atomic::Ordering;
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let upgrades = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counted = upgrades.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    let mut head = vec![0u8; 16 * 1024];
+                    let Ok(n) = client.peek(&mut head).await else {
+                        return;
+                    };
+                    let head = String::from_utf8_lossy(&head[..n]).to_ascii_lowercase();
+                    if head.starts_with("get ") && head.contains("upgrade: websocket") {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    let _ = upstream.shutdown().await;
+                });
+            }
+        });
+        Self {
+            url,
+            upgrades,
+            task,
+        }
+    }
+
+    /// WebSocket upgrade requests seen so far.
+    pub fn upgrades(&self) -> u32 {
+        self.upgrades.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}

@@ -21,9 +21,6 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     if path == "/foldgate" || path.starts_with("/foldgate/") {
         return crate::admin::handle(&app, req).await;
     }
-    if crate::server::websocket::claims(&req) {
-        return crate::server::websocket::accept(app, req);
-    }
     let shape = crate::api::error_shape(req.method(), path);
     forward(&app, req)
         .await
@@ -31,7 +28,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
 }
 
 /// Handles the `POST` a Responses WebSocket frame became
-/// ([`crate::server::websocket`]): a conversation request whose body is
+/// (a Responses WebSocket's): a conversation request whose body is
 /// read already, through the pipeline as [`handle`] sends one.
 pub async fn handle_frame(app: Arc<App>, req: Request<Full<Bytes>>) -> Response<Body> {
     let shape = crate::api::error_shape(req.method(), req.uri().path());

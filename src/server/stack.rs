@@ -1,6 +1,7 @@
 //! The tower stack, built in one place.
 
 use super::layers::{AccessLog, AuthLayer, ShedLayer};
+use super::websocket::{self, FrameService};
 use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::ApiError;
@@ -24,11 +25,6 @@ use tower_http::trace::TraceLayer;
 
 /// The service the listener runs for every request.
 pub type AppService = BoxCloneService<Request<Incoming>, Response<Body>, Infallible>;
-
-/// The service each `response.create` frame of a Responses WebSocket runs
-/// through as a `POST` ([`super::websocket`]): the same layers as
-/// [`AppService`], over a body read already.
-pub type FrameService = BoxCloneService<Request<Full<Bytes>>, Response<Body>, Infallible>;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -62,14 +58,22 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 ///    (under the client's `traceparent` if any), in force while the
 ///    request is handled and open until its body ends. Requests shed or
 ///    refused above are not traced.
-/// 9. [`proxy::handle`] — admin routes and forwarding; adds the response
-///    extensions above.
+/// 9. [`websocket::accept`] for a Responses WebSocket upgrade (its frames
+///    then run through [`frames`]), else [`proxy::handle`] — admin routes
+///    and forwarding; adds the response extensions above.
 pub fn build(app: Arc<App>) -> AppService {
     let handler = {
         let app = app.clone();
         tower::service_fn(move |req: Request<Incoming>| {
             let app = app.clone();
-            async move { Ok::<_, Infallible>(proxy::handle(app, req).await) }
+            async move {
+                let response = if websocket::claims(&req) {
+                    websocket::accept(app.clone(), req, frames(app))
+                } else {
+                    proxy::handle(app, req).await
+                };
+                Ok::<_, Infallible>(response)
+            }
         })
     };
     layered(&app, handler)

@@ -6,7 +6,7 @@
 //! Responses body; it becomes a `POST` to the same path with the upgrade
 //! request's headers (its key, its conversation header) and runs through
 //! the same stack and pipeline as one sent over HTTP
-//! ([`super::stack::frames`]): routing, keys, folds, recall, metrics,
+//! ([`super::stack::frames`], handed to [`accept`]): routing, keys, folds, recall, metrics,
 //! traces. The upstream is asked over HTTP with `stream: true`; each event
 //! of its stream goes back as one text frame, and a failure as one
 //! `{"type": "error", "status": …, "error": {…}}` frame. Frames are
@@ -29,7 +29,6 @@ use crate::app::App;
 use crate::body::{self, Body};
 use crate::error::{ApiError, ErrorShape};
 use crate::pipeline::key::{self, PeerAddr};
-use crate::server::stack::{self, FrameService};
 use crate::sse::{self, Events, Framing};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -41,12 +40,14 @@ use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::sync::Arc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tower::ServiceExt;
+use tower::util::BoxCloneService;
 use tracing::Instrument;
 
 /// The socket once upgraded.
@@ -54,6 +55,10 @@ type Socket = WebSocketStream<TokioIo<Upgraded>>;
 
 /// Largest error body read to put in an error frame.
 const MAX_ERROR_BODY: usize = 1 << 20;
+
+/// The service each `response.create` frame runs through as a `POST`:
+/// the stack's layers over a body read already ([`super::stack::frames`]).
+pub type FrameService = BoxCloneService<Request<Full<Bytes>>, Response<Body>, Infallible>;
 
 /// Whether `req` asks to open a Responses WebSocket: an HTTP/1.1 `GET`
 /// with `Upgrade: websocket` on a path the Responses API claims for its
@@ -68,7 +73,7 @@ pub fn claims<B>(req: &Request<B>) -> bool {
 /// Answers an upgrade [`claims`] took: `101 Switching Protocols` at once
 /// (the socket is served by a task of its own once hyper hands it over),
 /// or the refusal in the Responses error shape.
-pub fn accept(app: Arc<App>, mut req: Request<Incoming>) -> Response<Body> {
+pub fn accept(app: Arc<App>, mut req: Request<Incoming>, frames: FrameService) -> Response<Body> {
     let shape = crate::api::error_shape(&Method::POST, req.uri().path());
     let version = req.headers().get(header::SEC_WEBSOCKET_VERSION);
     if version.is_none_or(|v| v != "13") {
@@ -104,7 +109,7 @@ pub fn accept(app: Arc<App>, mut req: Request<Incoming>) -> Response<Body> {
         .to_string();
     let span = tracing::info_span!("websocket", socket = %request_id, path = parts.uri.path());
     let session = Session {
-        frames: stack::frames(app),
+        frames,
         uri: parts.uri,
         headers: frame_headers(parts.headers),
         peer: parts.extensions.get::<PeerAddr>().copied(),

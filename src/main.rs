@@ -242,10 +242,23 @@ fn check_config(path: Option<PathBuf>) -> ExitCode {
             for warning in config.key_warnings() {
                 head.push_str(&format!("# warning: {warning}\n"));
             }
+            if let Some(line) = archive_eviction(&config) {
+                head.push_str(&format!("# {line}\n"));
+            }
             out(&format!("{head}{text}"))
         }
         Err(e) => fail(&e),
     }
+}
+
+/// Whether the archive's Redis may evict archive rows (a `warning: …`),
+/// or could not be asked (a `note: …`); nothing without a Redis archive.
+fn archive_eviction(config: &foldgate::config::Config) -> Option<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    runtime.block_on(foldgate::archive::check_redis_eviction(config))
 }
 
 fn prune(config: Option<PathBuf>, older_than: std::time::Duration) -> ExitCode {
@@ -301,24 +314,66 @@ fn init_logging(config: &LogConfig) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer.clone());
-    match config.format {
+    // A second start (none in the binary) keeps the first subscriber.
+    let _first = match config.format {
         // One object per line; the request span's fields (its id) included.
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
-            .init(),
+        LogFormat::Json => tracing::subscriber::set_global_default(
+            builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .with_span_list(false)
+                .finish(),
+        ),
         // Colour codes only on a terminal, never in a file or a pipe.
         LogFormat::Text if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
-            builder.with_ansi(true).init();
+            tracing::subscriber::set_global_default(builder.with_ansi(true).finish())
         }
-        LogFormat::Text => builder
-            .with_ansi(false)
-            .fmt_fields(foldgate::log_format::PlainFields)
-            .event_format(foldgate::log_format::PlainText)
-            .init(),
+        LogFormat::Text => tracing::subscriber::set_global_default(
+            builder
+                .with_ansi(false)
+                .fmt_fields(foldgate::log_format::PlainFields)
+                .event_format(foldgate::log_format::PlainText)
+                .finish(),
+        ),
+    };
+    if log::set_logger(&LogBridge).is_ok() {
+        use tracing_log::AsLog;
+        let max = tracing::level_filters::LevelFilter::current().as_log();
+        log::set_max_level(max.max(log::LevelFilter::Warn));
     }
+}
+
+/// Dependencies' `log` records, as tracing events. The Redis client's
+/// warnings and errors (`Failed to connect to node`, a score of them a
+/// second while a cluster fails over) go to DEBUG: foldgate tells each
+/// outage once itself, at WARN, when it starts and when it ends.
+struct LogBridge;
+
+impl log::Log for LogBridge {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        let level = if record.target().starts_with("redis") && record.level() <= log::Level::Warn {
+            log::Level::Debug
+        } else {
+            record.level()
+        };
+        let record = log::Record::builder()
+            .args(*record.args())
+            .level(level)
+            .target(record.target())
+            .module_path(record.module_path())
+            .file(record.file())
+            .line(record.line())
+            .build();
+        // An event no subscriber takes has nowhere to go.
+        let _dropped = tracing_log::format_trace(&record);
+    }
+
+    fn flush(&self) {}
 }
 
 /// Writes out the log's buffered lines, if logging has started.

@@ -15,8 +15,10 @@ mod fold_support;
 mod props_support;
 
 mod admin;
+mod admin_docs;
 mod apis;
 mod archive;
+mod archive_eviction;
 mod archive_failover;
 mod archive_outage;
 mod audit;
@@ -65,6 +67,7 @@ mod recall_inject;
 mod recall_meaning;
 mod recall_room;
 mod redis_failover;
+mod redis_quiet;
 mod redis_round_trips;
 mod responses_websocket;
 mod runtime;

@@ -20,6 +20,8 @@
 mod memory;
 pub mod query;
 mod redis;
+
+pub use redis::policy::check as check_redis_eviction;
 mod remembered;
 pub mod spool;
 pub mod sqlite;

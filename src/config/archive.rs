@@ -1,7 +1,7 @@
 //! `[archive]`: where the messages a fold removes from the view are kept,
 //! verbatim and searchable, and for how long.
 
-use super::StateConfig;
+use super::{Secret, StateBackend, StateConfig};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -29,6 +29,16 @@ pub struct ArchiveConfig {
     /// (`./foldgate.archive.db`). A file of its own, so archive writes
     /// never hold the state database's write lock.
     pub path: Option<PathBuf>,
+    /// Redis URL of the archive (`state.backend = "redis"`), in any of
+    /// `state.url`'s forms; unset: the archive lives in `state.url`'s
+    /// Redis. The archive is the only verbatim copy of folded messages
+    /// and its keys carry an expiry (`ttl`), so any eviction policy but
+    /// `noeviction` can drop them under memory pressure: point this at a
+    /// Redis with `maxmemory-policy noeviction` when the states' Redis
+    /// evicts (a full archive Redis refuses writes, which wait in the
+    /// spool; nothing is dropped). Printed with its password masked.
+    #[serde(serialize_with = "super::secret::serialize_masked_url")]
+    pub url: Option<Secret>,
     /// How a conversation whose view hides archived messages gets them
     /// back. `tool`: the model is offered the `foldgate_recall` tool and
     /// foldgate answers its calls itself; `inject`: foldgate searches the
@@ -104,6 +114,7 @@ impl Default for ArchiveConfig {
             ttl: Duration::from_secs(7 * 24 * 3600),
             max_messages: 10_000,
             path: None,
+            url: None,
             recall: RecallMode::Auto,
             inject_with_tool: false,
             recall_rounds: 3,
@@ -141,6 +152,33 @@ impl ArchiveConfig {
             RecallMode::Auto if calls_tools => tool,
             RecallMode::Auto => Recall::Inject,
         }
+    }
+
+    /// The Redis URL the archive uses (`state.backend = "redis"`):
+    /// `archive.url`, else `state.url`.
+    pub fn redis_url<'a>(&'a self, state: &'a StateConfig) -> &'a str {
+        self.url
+            .as_ref()
+            .or(state.url.as_ref())
+            .map(Secret::expose)
+            .unwrap_or_default()
+    }
+
+    /// Checks `url` against the state backend: only Redis has one, and it
+    /// must parse as `state.url` does.
+    pub fn validate_url(&self, state: &StateConfig) -> Result<(), String> {
+        let Some(url) = &self.url else {
+            return Ok(());
+        };
+        if state.backend != StateBackend::Redis {
+            return Err(
+                "archive.url is only used with state.backend = \"redis\" (the archive follows the state backend)"
+                    .into(),
+            );
+        }
+        super::RedisTarget::parse(url.expose())
+            .map(|_| ())
+            .map_err(|e| format!("archive.url {e}"))
     }
 
     /// Checks the section against the state's expiry; errors name the key.

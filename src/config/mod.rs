@@ -18,7 +18,7 @@ pub use describe::read_key;
 pub use pins::{DEFAULT_PINS, Patterns};
 pub use policy::{Mode, Policy, PolicyOverrides, resolve as resolve_policy};
 pub use redis_url::{CLUSTER_SCHEME, RedisTarget, SENTINEL_SCHEME};
-pub use secret::Secret;
+pub use secret::{Secret, masked_url};
 pub use sections::*;
 pub use telemetry::{OtlpProtocol, TelemetryConfig};
 
@@ -269,6 +269,7 @@ impl Config {
         self.state.validate()?;
         self.telemetry.validate()?;
         self.archive.validate(self.state.ttl)?;
+        self.archive.validate_url(&self.state)?;
         if self.tokens.default_context_window == Some(0) {
             return Err("tokens.default_context_window must be above 0 (or unset)".into());
         }

@@ -441,7 +441,9 @@ pub struct StateConfig {
     /// `redis+cluster://[user:password@]h1:p1,h2:p2`; or the primary of a
     /// Sentinel service, `redis+sentinel://[user:password@]s1:p1,s2:p2/service[/db]`
     /// (the credentials are the data nodes', the sentinels are asked
-    /// without). See docs/architecture.md, "Scaling out".
+    /// without). See docs/architecture.md, "Scaling out". Printed with
+    /// its password masked, hosts shown.
+    #[serde(serialize_with = "super::secret::serialize_masked_url")]
     pub url: Option<Secret>,
     /// A conversation idle this long is forgotten (its next long request
     /// folds again from scratch; no message is lost).

@@ -8,17 +8,29 @@ use std::time::{Duration, Instant};
 pub struct Redis {
     pub port: u16,
     child: Option<Child>,
+    /// More `redis-server` flags (`--maxmemory`, …), kept for restarts.
+    extra: Vec<String>,
 }
 
 impl Redis {
     /// Starts redis-server on a free port; panics clearly when it is missing.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// [`Redis::start`] with more `redis-server` flags.
+    pub fn start_with(extra: &[&str]) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let mut redis = Self { port, child: None };
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let mut redis = Self {
+            port,
+            child: None,
+            extra,
+        };
         redis.restart();
         redis
     }
@@ -49,6 +61,7 @@ impl Redis {
                 "--appendonly",
                 "no",
             ])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -1,4 +1,5 @@
-//! The Redis archive (`state.backend = "redis"`), shared by replicas: one
+//! The Redis archive (`state.backend = "redis"`, in `archive.url`'s Redis,
+//! else `state.url`'s), shared by replicas: one
 //! list per conversation (`foldgate:archive:{tenant:conversation}`, hash
 //! tagged like the conversation's other keys) of
 //! JSON rows, trimmed to `archive.max_messages` and expiring
@@ -6,12 +7,19 @@
 //! index here: a search reads the newest [`SCAN_ROWS`] rows and scores
 //! them with BM25 over the query's words ([`query::rank`]). Every command
 //! is bounded by `state.timeout`; a failed search answers from the spool
-//! alone, never fails a request.
+//! alone, never fails a request. An outage is told once ([`Outage`]): while
+//! Redis is known down a search does not wait for it (it is tried again
+//! every half second) and answers from the spool without a log line.
+//!
+//! The archive's keys carry an expiry (`archive.ttl`), so a Redis that
+//! evicts anything (`maxmemory-policy` other than `noeviction`) may drop
+//! them: [`policy`] asks at start-up and warns.
 //!
 //! Writes go through the [`Spool`]: one [`writer`] task hands its oldest
 //! batches to Redis in order, and while Redis is unreachable keeps them,
 //! retrying with backoff. Searches read Redis and the spool, merged.
 
+pub mod policy;
 mod writer;
 
 use super::query::{self, Query};
@@ -21,7 +29,7 @@ use crate::config::{ArchiveConfig, StateConfig};
 use crate::metrics::Metrics;
 use crate::state::ConvKey;
 use crate::state::StoreError;
-use crate::state::redis::{Conn as Client, glob_escape, keys, scan_keys};
+use crate::state::redis::{Conn as Client, Outage, glob_escape, keys, scan_keys};
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
@@ -43,21 +51,41 @@ pub struct RedisArchive {
 #[derive(Clone)]
 struct Conn {
     conn: Client,
+    /// This Redis' outages, told once (shared with the state store when
+    /// they share a Redis).
+    outage: Arc<Outage>,
     ttl_ms: u64,
     max_messages: isize,
     timeout: Duration,
 }
 
 impl Conn {
-    /// Runs one command under the timeout; `None` (and a warning) on failure.
+    /// Runs one command under the timeout; `None` on failure (told once
+    /// per outage, see [`Outage`]).
     async fn op<T>(&self, what: &str, f: impl Future<Output = redis::RedisResult<T>>) -> Option<T> {
         let error = match tokio::time::timeout(self.timeout, f).await {
-            Ok(Ok(v)) => return Some(v),
+            Ok(Ok(v)) => {
+                self.outage.answered();
+                return Some(v);
+            }
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {:?}", self.timeout),
         };
-        tracing::warn!(target: "foldgate::archive", op = what, error, "Redis archive unavailable");
+        self.outage.failed("archive", what, &error);
         None
+    }
+
+    /// A read: [`Self::op`], unless Redis is known down and was tried
+    /// within the last half second (then `None` at once, no log line).
+    async fn read<T>(
+        &self,
+        what: &str,
+        f: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Option<T> {
+        if !self.outage.should_try() {
+            return None;
+        }
+        self.op(what, f).await
     }
 }
 
@@ -72,18 +100,26 @@ fn list_key(key: &ConvKey) -> String {
 }
 
 impl RedisArchive {
-    /// Connects lazily to `state.url` (a Redis that is down is no error)
-    /// and starts the writer.
+    /// Connects lazily to `archive.url`, else `state.url` (a Redis that is
+    /// down is no error), starts the writer and asks the Redis for its
+    /// eviction policy (a warning if it may evict archive keys).
     pub fn open(
         state: &StateConfig,
         config: &ArchiveConfig,
         metrics: Arc<Metrics>,
     ) -> Result<Self, StoreError> {
-        let url = state.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+        let url = config.redis_url(state);
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| StoreError::NoRuntime("the Redis archive"))?;
         let conn = Client::open(url, state.timeout)?;
+        let key = if config.url.is_some() {
+            "archive.url"
+        } else {
+            "state.url"
+        };
+        runtime.spawn(policy::warn_if_evicting(conn.clone(), state.timeout, key));
         let conn = Conn {
+            outage: Outage::shared(url),
             conn,
             ttl_ms: u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX),
             max_messages: isize::try_from(config.max_messages).unwrap_or(isize::MAX),
@@ -147,7 +183,7 @@ impl RedisArchive {
             .arg(-1)
             .clone();
         let raw: Vec<String> = c
-            .op("LRANGE", cmd.query_async(&mut conn))
+            .read("LRANGE", cmd.query_async(&mut conn))
             .await
             .unwrap_or_default();
         let mut seen = HashSet::new();
@@ -166,7 +202,10 @@ impl RedisArchive {
         let c = &self.conn;
         let mut conn = c.conn.clone();
         let cmd = redis::cmd("LLEN").arg(list_key(key)).clone();
-        let stored: u64 = c.op("LLEN", cmd.query_async(&mut conn)).await.unwrap_or(0);
+        let stored: u64 = c
+            .read("LLEN", cmd.query_async(&mut conn))
+            .await
+            .unwrap_or(0);
         stored + self.spool.rows(key).len() as u64
     }
 
@@ -175,7 +214,7 @@ impl RedisArchive {
         let c = &self.conn;
         let mut conn = c.conn.clone();
         let keys = c
-            .op("SCAN", scan_keys(&mut conn, keys::ARCHIVE, &pattern))
+            .read("SCAN", scan_keys(&mut conn, keys::ARCHIVE, &pattern))
             .await
             .unwrap_or_default();
         let mut tenants: Vec<String> = keys

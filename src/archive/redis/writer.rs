@@ -54,7 +54,8 @@ async fn write_forever(conn: Conn, spool: Arc<Spool>) {
         } else {
             if !outage {
                 let (rows, bytes) = spool.depth();
-                tracing::warn!(target: "foldgate::archive", rows, bytes, "archive writes spooled until Redis answers");
+                // The outage itself is told once, by `Outage`.
+                tracing::debug!(target: "foldgate::archive", rows, bytes, "archive writes spooled until Redis answers");
                 outage = true;
             }
             spool.refused();

@@ -120,6 +120,32 @@ impl Conn {
         Ok(found)
     }
 
+    /// `CONFIG GET param` of every master (one node unless a cluster):
+    /// the values they report, one per node that answered with one.
+    pub(crate) async fn config_get(&mut self, param: &str) -> RedisResult<Vec<String>> {
+        let cmd = redis::cmd("CONFIG").arg("GET").arg(param).clone();
+        let answers: Vec<Value> = match self {
+            Self::Cluster(cluster) => {
+                let mut answers = Vec::new();
+                for (host, port) in masters(cluster).await? {
+                    let routing =
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+                    answers.push(cluster.route_command(cmd.clone(), routing).await?);
+                }
+                answers
+            }
+            _ => vec![cmd.query_async(self).await?],
+        };
+        Ok(answers
+            .into_iter()
+            .filter_map(|v| {
+                let found: std::collections::HashMap<String, String> =
+                    redis::from_redis_value(v).ok()?;
+                found.get(param).cloned()
+            })
+            .collect())
+    }
+
     /// Whether a pipeline may hold keys of different slots (not on a cluster).
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))

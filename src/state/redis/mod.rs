@@ -7,16 +7,20 @@
 //! Redis while it holds the fold lock.
 //!
 //! Redis is never allowed to fail a request: every command is bounded by
-//! `state.timeout`; the first failure marks Redis down (one warning), after
-//! which the replica runs on its own memory and a probe pings Redis in the
-//! background until it answers (one info line), when sharing resumes.
+//! `state.timeout`; the first failure marks Redis down (one warning for
+//! the outage, shared with the archive on the same Redis: [`outage`]),
+//! after which the replica runs on its own memory and a probe pings Redis
+//! in the background until it answers (one warning with the outage's
+//! counts), when sharing resumes.
 
 mod conn;
 pub(crate) mod keys;
 mod lock;
+pub(crate) mod outage;
 mod watch;
 
 pub(crate) use conn::Conn;
+pub(crate) use outage::Outage;
 
 use super::hot::Hot;
 use super::{BoxFuture, ConvKey, Flights, FoldGuard, ListQuery, Page, Store};
@@ -50,6 +54,8 @@ struct Inner {
     flights: Flights,
     conn: Conn,
     healthy: AtomicBool,
+    /// This Redis' outages, told once (shared with the archive).
+    outage: Arc<Outage>,
     /// Conversations whose fold lock this replica holds: their loads go to
     /// Redis, because another replica may have folded while we waited.
     held: Mutex<HashSet<ConvKey>>,
@@ -102,6 +108,7 @@ impl RedisStore {
             flights: Flights::default(),
             conn,
             healthy: AtomicBool::new(true),
+            outage: Outage::shared(url),
             held: Mutex::new(HashSet::new()),
             watch: watch::Watch::new(lock::token()),
             ttl_ms: u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX),
@@ -137,16 +144,19 @@ impl Inner {
         f: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, Unavailable> {
         if !self.healthy.load(Ordering::Relaxed) {
+            self.outage.skipped();
             return Err(Unavailable::Down);
         }
         let error = match tokio::time::timeout(self.timeout, f).await {
-            Ok(Ok(v)) => return Ok(v),
+            Ok(Ok(v)) => {
+                self.outage.answered();
+                return Ok(v);
+            }
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {:?}", self.timeout),
         };
-        if self.healthy.swap(false, Ordering::Relaxed) {
-            tracing::warn!(target: "foldgate::state", op = what, error, "Redis unavailable; this replica runs on its own memory until it answers");
-        }
+        self.healthy.store(false, Ordering::Relaxed);
+        self.outage.failed("state", what, &error);
         Err(Unavailable::Failed)
     }
 
@@ -364,7 +374,8 @@ async fn probe(inner: Weak<Inner>) {
         .await;
         if matches!(ping, Ok(Ok(_))) {
             store.healthy.store(true, Ordering::Relaxed);
-            tracing::info!(target: "foldgate::state", "Redis answers again; fold states are shared again");
+            store.outage.answered();
+            tracing::debug!(target: "foldgate::state", "Redis answers again; fold states are shared again");
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Fold economy: a scripted 40-step coding-agent loop (tool outputs of
 //! 1–3 KB) replayed through a real foldgate (mock upstream and mock
-//! summarizer, inline folds) in a 32k, a 16k and a 6k window, beside the
+//! summarizer) in a 32k, a 16k and a 6k window, beside the
 //! full history sent directly (where it fits the window). Eight loops: each
 //! of chat completions, Anthropic Messages, Responses and Gemini, with one
 //! tool call per step and with 2–3 parallel calls per step (one assistant
@@ -23,12 +23,20 @@
 //! round's second upstream request is not billed here (the costs compare
 //! folding, not the model's choice to look something up).
 //!
-//! Modes: *economy* (the defaults: a rewrite brings the view down to the
-//! reset target, stubs ride on folds, a restub stubs the older steps
-//! without a summarizer call when that leaves nearly the fold's room) and
-//! *every trigger* (the behaviour before: `reset_ratio = 0.7`, compression
-//! batches on their own, no stubs in the tail at a fold). A restub answers
-//! `x-foldgate-fold: reused`, so it counts as a compression rewrite.
+//! Modes: *defaults* (the shipped configuration: background folding — a
+//! fold runs after the answer that triggered it and the next request
+//! reuses it — a rewrite brings the view down to the reset target, stubs
+//! ride on folds, a restub stubs the older steps without a summarizer
+//! call when that leaves nearly the fold's room); *inline* (the same with
+//! `mode = "inline"`: the request that triggers a fold waits for it); and
+//! *every trigger* (inline, the behaviour before the economy work:
+//! `reset_ratio = 0.7`, compression batches on their own, no stubs in the
+//! tail at a fold). In background mode the loop waits `AGENT_THINK_MS`
+//! (default 300 ms) after each answer, as a real model's next turn would
+//! take seconds: the fold the answer started lands before the next
+//! request. Folds are counted from `foldgate_folds_total`; a restub
+//! answers `x-foldgate-fold: reused`, so it counts as a compression
+//! rewrite.
 //!
 //! The mocks report each request's prompt tokens as a tokenizer counts the
 //! body's text (see `agents::text_tokens`), so foldgate calibrates its
@@ -125,23 +133,42 @@ const DIRECT: Mode = Mode {
 
 const MODES: [Mode; 3] = [
     Mode {
-        name: "every trigger (before)",
-        policy: "reset_ratio = 0.7\n",
-        toml: "[compress]\nwith_fold = false\n",
-    },
-    Mode {
-        name: "economy (defaults)",
+        name: "defaults (background)",
         policy: "",
         toml: "",
     },
-    // What injected recall would cost a loop (`recall = "auto"` injects
-    // only for requests without tools of their own).
     Mode {
-        name: "economy, `inject_with_tool = true`",
-        policy: "",
-        toml: "[archive]\ninject_with_tool = true\n",
+        name: "defaults, `mode = \"inline\"`",
+        policy: "mode = \"inline\"\n",
+        toml: "",
+    },
+    Mode {
+        name: "every trigger (before), inline",
+        policy: "mode = \"inline\"\nreset_ratio = 0.7\n",
+        toml: "[compress]\nwith_fold = false\n",
     },
 ];
+
+/// Whether a mode folds in the background (the shipped default).
+fn background(mode: &Mode) -> bool {
+    !mode.policy.contains("mode = \"inline\"") && mode.name != DIRECT.name
+}
+
+/// How long a background-mode loop waits after each answer
+/// (`AGENT_THINK_MS`, default 300 ms): a real model's next turn.
+fn think() -> std::time::Duration {
+    let ms = std::env::var("AGENT_THINK_MS").map_or(300, |v| v.parse().unwrap());
+    std::time::Duration::from_millis(ms)
+}
+
+/// New folds so far, by the metrics (every trigger, both modes).
+fn folds_total(metrics: &str) -> usize {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("foldgate_folds_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as usize
+}
 
 #[derive(Default)]
 struct Figures {
@@ -243,7 +270,7 @@ async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
     let up = Upstream::start(lp.wire).await;
     let toml = format!(
         "{}[models.\"agent-*\"]\ncontext_window = {window}\n\
-         [summarizer]\ntimeout = \"10s\"\n[policy]\nmode = \"inline\"\n{}{}{}",
+         [summarizer]\ntimeout = \"10s\"\n[policy]\n{}{}{}",
         lp.wire.provider(up.url()),
         mode.policy,
         std::env::var("AGENT_POLICY").map_or(String::new(), |p| format!("{p}\n")),
@@ -255,10 +282,12 @@ async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
     let mut previous: Option<Vec<Value>> = None;
     let mut previous_stubs = 0;
     let mut summarizer_seen = 0;
+    let mut previous_at_send = 0;
     for step in 0..STEPS {
         lp.step(&mut l, step);
         let body = lp.wire.body(MODEL, &l.messages, MAX_TOKENS);
         let before = up.requests().len();
+        let at_send = up.summarizer().len();
         let reply = post_json(
             &format!("{}{}", fg.url, lp.wire.path(MODEL)),
             &[
@@ -278,8 +307,11 @@ async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
             reply.text(),
             up.violations()
         );
-        let folded = reply.header("x-foldgate-fold") == "new";
-        f.folds += usize::from(folded);
+        // A fold changed this view: inline, this request made it; in
+        // the background, one landed since the request before was sent.
+        let folded = reply.header("x-foldgate-fold") == "new"
+            || (background(mode) && at_send > previous_at_send);
+        previous_at_send = at_send;
         let tokens = reply.tokens_out();
         f.largest = f.largest.max(tokens);
         // The step's first upstream request (a recall round's follow-up
@@ -326,9 +358,22 @@ async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
             );
         }
         previous = Some(units);
+        if background(mode) {
+            tokio::time::sleep(think()).await;
+        }
     }
-    f.summarizer_calls = summarizer_seen;
+    // Summarizer calls after the last answer (a background fold) are
+    // billed with the last request.
+    let summarizer = up.summarizer();
+    if let Some(last) = f.requests.last_mut() {
+        last.summarizer += summarizer[summarizer_seen..]
+            .iter()
+            .map(|r| (r.to_string().len() / 4) as u64)
+            .sum::<u64>();
+    }
+    f.summarizer_calls = summarizer.len();
     let metrics = fg.metrics().await;
+    f.folds = folds_total(&metrics);
     f.recalls = [
         "foldgate_recall_calls_total",
         "foldgate_recall_shortened_total",
@@ -413,12 +458,14 @@ struct Verbatim {
     measured: usize,
 }
 
-async fn verbatim(window: u32) -> Verbatim {
+async fn verbatim(window: u32, mode: &Mode) -> Verbatim {
     let llm = Llm::start().await;
     let toml = format!(
         "{}[models.\"agent-*\"]\ncontext_window = {window}\n\
-         [summarizer]\ntimeout = \"10s\"\n[policy]\nmode = \"inline\"\n",
+         [summarizer]\ntimeout = \"10s\"\n[policy]\n{}{}",
         Wire::Chat.provider(llm.url()),
+        mode.policy,
+        mode.toml,
     );
     let fg = Foldgate::start(&toml).await;
     let mut messages =
@@ -458,7 +505,6 @@ async fn verbatim(window: u32) -> Verbatim {
         .await;
         reply.assert_ok();
         let folded = reply.header("x-foldgate-fold") == "new";
-        out.folds += usize::from(folded);
         let sent = Wire::Chat.prefix(&llm.chat_requests()[before]);
         if let Some(p) = &previous {
             out.stable += usize::from(sent.len() >= p.len() && sent[..p.len()] == p[..]);
@@ -488,8 +534,12 @@ async fn verbatim(window: u32) -> Verbatim {
             out.measured += 1;
         }
         previous = Some(sent);
+        if background(mode) {
+            tokio::time::sleep(think()).await;
+        }
     }
     out.summarizer_calls = llm.summarizer_calls();
+    out.folds = folds_total(&fg.metrics().await);
     let n = out.measured.max(1) as f64;
     out.folded /= n;
     out.trimmed /= n;
@@ -518,6 +568,7 @@ fn main() {
             println!("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|");
             let direct = replay(lp, &DIRECT, DIRECT_WINDOW).await;
             let mut economy = Vec::new();
+            let mut inline = Vec::new();
             for window in windows() {
                 if direct.largest + MAX_TOKENS <= window {
                     row(window, DIRECT.name, &direct);
@@ -530,24 +581,27 @@ fn main() {
                 for mode in &MODES {
                     let f = replay(lp, mode, window).await;
                     row(window, mode.name, &f);
-                    if std::ptr::eq(mode, &MODES[1]) {
+                    if std::ptr::eq(mode, &MODES[0]) {
                         economy.push((window, f));
+                    } else if std::ptr::eq(mode, &MODES[1]) {
+                        inline.push((window, f));
                     }
                 }
             }
             println!();
-            summary.push((lp, direct, economy));
+            summary.push((lp, direct, economy, inline));
         }
         if only.is_empty() || only == "without tools" {
             println!("## A {CHAT_TURNS}-turn conversation without tools: verbatim history in view\n");
             println!(
-                "| window | summarizer calls | cache-stable | messages verbatim in view (mean, from the first fold) | trimming to the window keeps | requests at or above trimming |"
+                "| window | mode | summarizer calls | cache-stable | messages verbatim in view (mean, from the first fold) | trimming to the window keeps | requests at or above trimming |"
             );
-            println!("|---:|---:|---:|---:|---:|---:|");
-            for window in [6_000, 16_000] {
-                let v = verbatim(window).await;
+            println!("|---:|---|---:|---:|---:|---:|---:|");
+            for (window, mode) in [6_000, 16_000].into_iter().flat_map(|w| [(w, &MODES[0]), (w, &MODES[1])]) {
+                let v = verbatim(window, mode).await;
                 println!(
-                    "| {window} | {} | {}/{} | {:.1} | {:.1} | {}/{} |",
+                    "| {window} | {} | {} | {}/{} | {:.1} | {:.1} | {}/{} |",
+                    mode.name,
                     v.summarizer_calls,
                     v.stable,
                     CHAT_TURNS - 1,
@@ -559,27 +613,29 @@ fn main() {
             }
             println!();
         }
-        println!("## Economy (defaults), all loops\n");
+        println!("## Economy, all loops: the defaults (background), inline beside them\n");
         println!(
-            "| loop | 6k: summarizer calls | 6k: cache-stable | 32k: summarizer calls | 32k: cache-stable | 16k: cost vs direct ({}) | 32k: cost vs direct |",
+            "| loop | mode | 6k: summarizer calls | 6k: cache-stable | 32k: summarizer calls | 32k: cache-stable | 16k: cost vs direct ({}) | 32k: cost vs direct |",
             sheets.join(" / ")
         );
-        println!("|---|---:|---:|---:|---:|---:|---:|");
-        for (lp, direct, economy) in &summary {
-            let at = |w: u32| economy.iter().find(|(window, _)| *window == w).map(|e| &e.1);
-            let calls = |w| at(w).map_or("–".into(), |f| f.summarizer_calls.to_string());
-            let stable = |w| at(w).map_or("–".into(), share);
-            let cost = |w| at(w).map_or("–".into(), |f| versus(f, direct, w));
-            println!(
-                "| {} | {} | {} | {} | {} | {} | {} |",
-                lp.name(),
-                calls(6_000),
-                stable(6_000),
-                calls(32_000),
-                stable(32_000),
-                cost(16_000),
-                cost(32_000),
-            );
+        println!("|---|---|---:|---:|---:|---:|---:|---:|");
+        for (lp, direct, economy, inline) in &summary {
+            for (name, figures) in [("defaults", economy), ("inline", inline)] {
+                let at = |w: u32| figures.iter().find(|(window, _)| *window == w).map(|e| &e.1);
+                let calls = |w| at(w).map_or("–".into(), |f| f.summarizer_calls.to_string());
+                let stable = |w| at(w).map_or("–".into(), share);
+                let cost = |w| at(w).map_or("–".into(), |f| versus(f, direct, w));
+                println!(
+                    "| {} | {name} | {} | {} | {} | {} | {} | {} |",
+                    lp.name(),
+                    calls(6_000),
+                    stable(6_000),
+                    calls(32_000),
+                    stable(32_000),
+                    cost(16_000),
+                    cost(32_000),
+                );
+            }
         }
         println!(
             "\nCost vs direct in parentheses: direct does not fit that window (it is billed as if a larger one held it)."

@@ -260,7 +260,12 @@ async fn model(r: Recorded) -> Response<foldgate::body::Body> {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let offered = body["tools"].to_string().contains("foldgate_recall");
     let answered = messages.iter().any(|m| m["role"] == "tool");
-    let usage = json!({"prompt_tokens": 321, "completion_tokens": 7, "total_tokens": 328});
+    // Each round its own usage, so the request's sum tells them apart.
+    let usage = if answered {
+        json!({"prompt_tokens": 400, "completion_tokens": 11, "total_tokens": 411})
+    } else {
+        json!({"prompt_tokens": 321, "completion_tokens": 7, "total_tokens": 328})
+    };
     let message = if offered && !answered {
         json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_r", "type": "function",
             "function": {"name": "foldgate_recall", "arguments": "{\"query\": \"favourite colour\"}"}}]})
@@ -471,8 +476,10 @@ async fn traced_request(receiver: &Receiver, protocol: &str, stream: bool) {
     assert_eq!(attr("gen_ai.operation.name"), "chat");
     assert_eq!(attr("gen_ai.provider.name"), "openai");
     assert_eq!(attr("gen_ai.request.model"), "tiny-model");
-    assert_eq!(attr("gen_ai.usage.input_tokens"), "321");
-    assert_eq!(attr("gen_ai.usage.output_tokens"), "7");
+    // The sum over the request's two upstream calls (the recall round's
+    // included), as the client's usage says.
+    assert_eq!(attr("gen_ai.usage.input_tokens"), "721");
+    assert_eq!(attr("gen_ai.usage.output_tokens"), "18");
     assert_eq!(attr("foldgate.fold"), "new");
     assert_eq!(attr("foldgate.recall.rounds"), "1");
     let tokens_in: u64 = attr("foldgate.tokens.in").parse().unwrap();
@@ -508,6 +515,17 @@ async fn traced_request(receiver: &Receiver, protocol: &str, stream: bool) {
         again.expect("recall round -> upstream call"),
     );
     assert_eq!(first.attr("foldgate.provider"), "mock");
+    // Each upstream call carries its own answer's usage.
+    assert_eq!(first.attr("gen_ai.usage.input_tokens"), "321");
+    assert_eq!(first.attr("gen_ai.usage.output_tokens"), "7");
+    assert_eq!(again.attr("gen_ai.usage.input_tokens"), "400");
+    assert_eq!(again.attr("gen_ai.usage.output_tokens"), "11");
+    if stream {
+        let text = String::from_utf8_lossy(&reply.body);
+        assert!(text.contains("\"prompt_tokens\":721"), "{text}");
+    } else {
+        assert_eq!(reply.json()["usage"]["prompt_tokens"], 721);
+    }
 
     // The upstream got foldgate's span as the parent, in the client's trace.
     let received = upstream.received();
@@ -577,6 +595,42 @@ async fn a_request_without_traceparent_starts_a_trace() {
         traceparent(&received[0]),
         (request.trace.clone(), call.id.clone(), "01".into())
     );
+}
+
+/// Health checks and metric scrapes make no trace unless
+/// `telemetry.trace_probes` asks for them; other requests still do.
+#[tokio::test]
+async fn probes_are_traced_only_when_asked() {
+    for asked in [false, true] {
+        let receiver = Receiver::http(Behaviour::Answers).await;
+        let upstream = Mock::start(model).await;
+        let dir = tempfile::tempdir().unwrap();
+        let port = common::free_port();
+        let telemetry = format!("{}trace_probes = {asked}\n", receiver.keys());
+        let toml = config(&upstream.url, port, &telemetry);
+        let fg = Served::start(&dir.path().join("foldgate.toml"), &toml, port).await;
+        for _ in 0..3 {
+            for path in ["/foldgate/health", "/foldgate/metrics"] {
+                let reply =
+                    common::send(http::Method::GET, &format!("{}{path}", fg.url), &[], "").await;
+                assert_eq!(reply.status, 200);
+            }
+        }
+        let body = Convo::with_turns(2).body_for("tiny-model", false);
+        fg.ask(&body, None).await.assert_ok();
+        let spans = receiver
+            .wait_for("the chat request's span", |s| {
+                s.iter()
+                    .any(|g| g.name == "request" && g.attr("url.path") == "/v1/chat/completions")
+                    && (!asked || s.iter().filter(|g| g.name == "request").count() == 7)
+            })
+            .await;
+        let probes = spans
+            .iter()
+            .filter(|g| g.attr("url.path").starts_with("/foldgate/"))
+            .count();
+        assert_eq!(probes, if asked { 6 } else { 0 }, "{spans:#?}");
+    }
 }
 
 /// A background fold is its request's child, and its summarizer call the

@@ -33,6 +33,10 @@ pub struct TelemetryConfig {
     /// Longest one export may take before its spans count as dropped.
     #[serde(with = "humantime_serde")]
     pub export_timeout: Duration,
+    /// Trace `/foldgate/health` and `/foldgate/metrics` requests too. Off
+    /// (default): behind a liveness probe or a scraper they would be most
+    /// of the traces, and say nothing about conversations.
+    pub trace_probes: bool,
 }
 
 impl Default for TelemetryConfig {
@@ -45,6 +49,7 @@ impl Default for TelemetryConfig {
             service_name: "foldgate".into(),
             queue: 2048,
             export_timeout: Duration::from_secs(10),
+            trace_probes: false,
         }
     }
 }

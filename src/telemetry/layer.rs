@@ -1,7 +1,7 @@
 //! The tower layer that starts a traced request's span and keeps its
 //! context in force while the request is handled and its body streams.
 
-use super::{Within, request, within};
+use super::{Within, request, request_ended, within};
 use http::{Request, Response};
 use opentelemetry::trace::{Status, TraceContextExt};
 use opentelemetry::{Context, KeyValue};
@@ -65,6 +65,15 @@ pin_project! {
         inner: Within<F>,
         cx: Option<Context>,
     }
+
+    impl<F> PinnedDrop for Responding<F> {
+        // Dropped before its response (the client went): the request ends.
+        fn drop(this: Pin<&mut Self>) {
+            if let Some(cx) = this.project().cx.take() {
+                request_ended(&cx);
+            }
+        }
+    }
 }
 
 impl<F, R, E> Future for Responding<F>
@@ -112,6 +121,7 @@ impl Drop for Ends {
     fn drop(&mut self) {
         if let Some(cx) = &self.0 {
             cx.span().end();
+            request_ended(cx);
         }
     }
 }

@@ -30,7 +30,7 @@ use prometheus_client::metrics::counter::Counter;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::task::Poll;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -40,6 +40,12 @@ static RATIO: AtomicU64 = AtomicU64::new(0);
 
 /// The tracer every span starts from, once traces are on.
 static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+
+/// `telemetry.trace_probes`: whether health and metrics requests are traced.
+static TRACE_PROBES: AtomicBool = AtomicBool::new(false);
+
+/// Paths probes and scrapers call: untraced unless `telemetry.trace_probes`.
+const PROBES: [&str; 2] = ["/foldgate/health", "/foldgate/metrics"];
 
 /// Whether traces are being recorded.
 pub fn enabled() -> bool {
@@ -124,6 +130,7 @@ pub fn start(config: &TelemetryConfig) -> Result<Option<Telemetry>, TelemetryErr
         .build();
     let _first = TRACER.set(provider.tracer("foldgate"));
     RATIO.store(config.sampling_ratio.to_bits(), Ordering::Relaxed);
+    TRACE_PROBES.store(config.trace_probes, Ordering::Relaxed);
     ENABLED.store(true, Ordering::Relaxed);
     Ok(Some(Telemetry { provider }))
 }
@@ -160,6 +167,9 @@ fn start_span(
 /// `traceparent` when it sent one (without one the request starts a
 /// trace).
 fn request(headers: &HeaderMap, method: &http::Method, path: &str) -> Option<Context> {
+    if !TRACE_PROBES.load(Ordering::Relaxed) && PROBES.contains(&path) {
+        return None;
+    }
     if !traced(headers) {
         return None;
     }
@@ -172,7 +182,7 @@ fn request(headers: &HeaderMap, method: &http::Method, path: &str) -> Option<Con
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    start_span(
+    let cx = start_span(
         &parent,
         "request",
         SpanKind::Server,
@@ -181,7 +191,64 @@ fn request(headers: &HeaderMap, method: &http::Method, path: &str) -> Option<Con
             KeyValue::new("http.request.method", method.to_string()),
             KeyValue::new("url.path", path.to_string()),
         ],
-    )
+    )?;
+    let usage = RequestUsage::default();
+    let cx = cx.with_value(usage.clone());
+    usage.with(|u| u.request = Some(cx.clone()));
+    Some(cx)
+}
+
+/// A traced request's usage: what the upstream reported, summed over the
+/// request's upstream calls (the first and each recall round's), set on
+/// the request's span as it grows; and the upstream call whose answer is
+/// being read, kept until its usage goes on its own span. A value of the
+/// request's context (so every child context carries it); it holds the
+/// request's context in turn, a cycle the request's end breaks
+/// ([`RequestUsage::clear`]).
+#[derive(Clone, Default)]
+struct RequestUsage(Arc<Mutex<Usage>>);
+
+#[derive(Default)]
+struct Usage {
+    input: Option<u64>,
+    output: Option<u64>,
+    request: Option<Context>,
+    upstream: Option<Context>,
+}
+
+impl RequestUsage {
+    fn with<T>(&self, f: impl FnOnce(&mut Usage) -> T) -> Option<T> {
+        self.0.lock().ok().map(|mut u| f(&mut u))
+    }
+
+    /// At the request's end: lets go of the contexts it holds.
+    fn clear(&self) {
+        let held = self.with(|u| (u.request.take(), u.upstream.take()));
+        drop(held);
+    }
+}
+
+/// Ends the usage bookkeeping of the request `cx` is the context of.
+fn request_ended(cx: &Context) {
+    if let Some(usage) = cx.get::<RequestUsage>() {
+        usage.clear();
+    }
+}
+
+/// Sets `reported` as the usage attributes of `span`.
+fn set_usage(span: &opentelemetry::trace::SpanRef<'_>, input: Option<u64>, output: Option<u64>) {
+    if let Some(input) = input {
+        span.set_attribute(KeyValue::new(
+            "gen_ai.usage.input_tokens",
+            i64::try_from(input).unwrap_or(i64::MAX),
+        ));
+    }
+    if let Some(output) = output {
+        span.set_attribute(KeyValue::new(
+            "gen_ai.usage.output_tokens",
+            i64::try_from(output).unwrap_or(i64::MAX),
+        ));
+    }
 }
 
 pin_project! {
@@ -261,11 +328,19 @@ pub fn recall_round(round: u32, calls: usize) -> Option<Context> {
     )
 }
 
-/// The span of one call upstream to `provider` (its configured name).
+/// The span of one call upstream to `provider` (its configured name). It
+/// stays open until the usage of its answer is recorded
+/// ([`record_usage`]), or the next upstream call of the request starts, or
+/// the request ends.
 pub fn upstream(provider: &str) -> Option<Context> {
-    child("upstream call", SpanKind::Client, || {
+    let cx = child("upstream call", SpanKind::Client, || {
         vec![KeyValue::new("foldgate.provider", provider.to_string())]
-    })
+    })?;
+    if let Some(usage) = cx.get::<RequestUsage>() {
+        let previous = usage.with(|u| u.upstream.replace(cx.clone()));
+        drop(previous);
+    }
+    Some(cx)
 }
 
 /// Sets `traceparent` (and `tracestate`) on an outgoing request to name
@@ -346,18 +421,43 @@ pub fn record_view(view: &View) {
     ]);
 }
 
-/// Records the tokens the upstream reported on `cx`'s span (the
-/// request's, kept from [`current`]), once the answer's usage went by.
+/// Records the tokens the upstream reported for one answer, once its
+/// usage went by, under `cx` (the request's context, or any of its
+/// children's): on the span of the upstream call that answered, and added
+/// to the request's span, which says the sum over the request's upstream
+/// calls (recall rounds included). Under a context without a request
+/// (none in foldgate), on `cx`'s span.
 pub fn record_usage(cx: &Context, reported: crate::tokens::Reported) {
-    let span = cx.span();
-    if let Some(input) = reported.prompt {
-        span.set_attribute(KeyValue::new("gen_ai.usage.input_tokens", i64::from(input)));
+    let (input, output) = (
+        reported.prompt.map(u64::from),
+        reported.output.map(u64::from),
+    );
+    let Some(usage) = cx.get::<RequestUsage>() else {
+        set_usage(&cx.span(), input, output);
+        return;
+    };
+    let held = usage.with(|u| {
+        let add = |sum: Option<u64>, more: Option<u64>| match (sum, more) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            (a, b) => a.or(b),
+        };
+        u.input = add(u.input, input);
+        u.output = add(u.output, output);
+        if let Some(request) = &u.request {
+            set_usage(&request.span(), u.input, u.output);
+        }
+        u.upstream.take()
+    });
+    // The upstream call's span ends here (its answer was read).
+    if let Some(upstream) = held.flatten() {
+        set_usage(&upstream.span(), input, output);
     }
-    if let Some(output) = reported.output {
-        span.set_attribute(KeyValue::new(
-            "gen_ai.usage.output_tokens",
-            i64::from(output),
-        ));
+}
+
+/// [`record_usage`] under the context in force: a recall round's answer.
+pub fn record_round_usage(reported: crate::tokens::Reported) {
+    if let Some(cx) = current() {
+        record_usage(&cx, reported);
     }
 }
 

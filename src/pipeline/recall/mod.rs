@@ -204,12 +204,18 @@ impl Session {
                     continue;
                 }
             };
-            if let Some(observe) = self.observe.take() {
+            // The first answer calibrates (and goes on the trace); a recall
+            // round's answer goes on the trace only.
+            let observe = self.observe.take();
+            if observe.is_some() || crate::telemetry::enabled() {
                 let mut scanner = UsageScanner::with(false, self.api.usage());
                 scanner.feed(&bytes);
                 let tokens = scanner.finish();
                 if !tokens.is_empty() {
-                    observe(tokens);
+                    match observe {
+                        Some(observe) => observe(tokens),
+                        None => crate::telemetry::record_round_usage(tokens),
+                    }
                 }
             }
             let Some(mut answer) = input::parse(&bytes).filter(Value::is_object) else {

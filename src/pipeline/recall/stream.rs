@@ -87,9 +87,7 @@ async fn stream_round(
     tx: &Tx,
 ) -> Ended {
     let reader = session.api.usage();
-    let mut scanner = session
-        .observe
-        .is_some()
+    let mut scanner = (session.observe.is_some() || crate::telemetry::enabled())
         .then(|| UsageScanner::framed(Some(framing), reader));
     let mut events = Events::framed(framing);
     while let Some(frame) = incoming.frame().await {
@@ -128,10 +126,13 @@ async fn stream_round(
     }
     let found = scanner.map(UsageScanner::finish);
     let found = found.filter(|found| !found.is_empty());
-    if let (Some(tokens), Some(observe)) = (found, session.observe.take()) {
-        observe(tokens);
+    // The first answer calibrates (and goes on the trace); a recall
+    // round's answer goes on the trace only.
+    match (found, session.observe.take()) {
+        (Some(tokens), Some(observe)) => observe(tokens),
+        (Some(tokens), None) => crate::telemetry::record_round_usage(tokens),
+        _ => {}
     }
-    session.observe = None;
     if !rest.is_empty() {
         for bytes in round.event(rest, &session.usage) {
             if tx.send(Ok(bytes)).await.is_err() {

@@ -1,5 +1,7 @@
 //! Property test for the meaning a ledger item keeps: sentences shaped
-//! "<subject phrase> is <identifier>." (subjects of one to four words from a
+//! "<subject phrase> is <identifier>." or tied through another verb and its
+//! preposition ("<subject phrase> [on node-N] listens on|runs on|was moved
+//! to|is owned by… <identifier>.") (subjects of one to four words from a
 //! vocabulary, with or without a determiner and an adjective; identifiers of
 //! every kind: ports, hosts, versions, paths, ids, names), said by a user or
 //! a tool among filler, folded under a tight ledger budget. Every ledger
@@ -34,6 +36,22 @@ const HEADS: &[&str] = &[
     "ticket",
     "directory",
     "lead",
+];
+/// How a sentence ties its subject to its value: the copula, or a verb
+/// with its preposition.
+const VERBS: &[&str] = &[
+    "is",
+    "listens on",
+    "runs on",
+    "was moved to",
+    "is owned by",
+    "points to",
+    "now lives at",
+    "has been moved to",
+    "is served from",
+    "depends on",
+    "was renamed to",
+    "sits behind",
 ];
 const FIRST: &[&str] = &["Ana", "Dana", "Marek", "Priya", "Tomas", "Keiko"];
 const LAST: &[&str] = &["Ortiz", "Whitfield", "Novak", "Raman", "Lindqvist", "Sato"];
@@ -99,17 +117,26 @@ fn conversation() -> impl Strategy<Value = (Vec<(String, &'static str)>, Vec<Val
         any::<u32>(),
         any::<bool>(),
         0..FILLER.len(),
+        (prop::sample::select(VERBS), any::<bool>()),
     );
     prop::collection::vec(planted, 1..9).prop_map(|parts| {
         let mut facts = Vec::new();
         let mut messages = Vec::new();
-        for (i, ((phrase, head), kind, n, tool, filler)) in parts.into_iter().enumerate() {
+        for (i, ((phrase, head), kind, n, tool, filler, (verb, placed))) in
+            parts.into_iter().enumerate()
+        {
             // Names repeat across `i`; each value is planted once.
             let value = identifier(kind, i, n);
             if facts.iter().any(|(v, _)| *v == value) {
                 continue;
             }
-            let text = format!("{} {phrase} is {value}.", FILLER[filler]);
+            // A verb other than the copula may follow the subject's place.
+            let place = if placed && verb != "is" {
+                format!(" on node-{i}")
+            } else {
+                String::new()
+            };
+            let text = format!("{} {phrase}{place} {verb} {value}.", FILLER[filler]);
             messages.push(if tool {
                 json!({"role": "tool", "tool_call_id": "call_1", "content": text})
             } else {

@@ -6,9 +6,13 @@
 //! Tried in order, the first that finds words wins:
 //! 1. a subject linked to the value: `<subject> is|are|was|were [now|still|
 //!    currently|set to] <value>`, or `<subject>: <value>`, `<subject>=<value>`;
-//! 2. a noun phrase right before the value, after a determiner:
+//! 2. a subject tied to the value through a verb and its preposition:
+//!    `<subject> [on <x>] [was|is|has been…] <verb> <prep> <value>` ("the
+//!    service on node-3 listens on port 5003" → `service`; "runs on", "was
+//!    moved to", "is owned by");
+//! 3. a noun phrase right before the value, after a determiner:
 //!    `the build host falcon.corp`, `our metrics 9187`;
-//! 3. after the value: `<value> (<phrase>)`, `<value>, <det> <phrase>`,
+//! 4. after the value: `<value> (<phrase>)`, `<value>, <det> <phrase>`,
 //!    `<value> is <det> <phrase>` (`Ana Ortiz is the release manager`).
 //!
 //! A phrase is at most [`MAX_WORDS`] words of letters (`-`, `_` inside),
@@ -37,6 +41,47 @@ const DETERMINERS: &[&str] = &[
 /// Prepositions that may join two parts of a subject before its value.
 const JOINS: &[&str] = &["for", "of"];
 
+/// Prepositions between a verb and its value (sorted).
+const PREPOSITIONS: &[&str] = &[
+    "as", "at", "behind", "by", "for", "from", "in", "inside", "into", "on", "onto", "over",
+    "through", "to", "toward", "towards", "under", "via", "with", "within",
+];
+
+/// Auxiliaries and adverbs between a subject and its verb (sorted).
+const AUXILIARIES: &[&str] = &[
+    "already",
+    "also",
+    "always",
+    "are",
+    "be",
+    "been",
+    "being",
+    "currently",
+    "gets",
+    "got",
+    "had",
+    "has",
+    "have",
+    "is",
+    "now",
+    "still",
+    "was",
+    "were",
+];
+
+/// Verbs in their base form that take a value through a preposition
+/// (`the workers listen on 5003`); other verbs are known by their ending.
+const BASE_VERBS: &[&str] = &[
+    "belong", "bind", "connect", "depend", "forward", "go", "hang", "listen", "live", "map",
+    "move", "point", "redirect", "report", "resolve", "route", "run", "send", "serve", "sit",
+    "talk", "went", "write",
+];
+
+/// Irregular past forms of such verbs.
+const IRREGULAR: &[&str] = &[
+    "bound", "built", "gone", "kept", "put", "ran", "sat", "sent", "set",
+];
+
 /// The clause of `line[start..end]`, a specific of `kind`; empty when none
 /// is found. Commands describe themselves and get none.
 pub(super) fn clause(line: &str, start: usize, end: usize, kind: Kind) -> String {
@@ -45,6 +90,7 @@ pub(super) fn clause(line: &str, start: usize, end: usize, kind: Kind) -> String
     }
     let (before, after) = (&line[..start], &line[end..]);
     let words = linked_before(before)
+        .or_else(|| verb_before(before))
         .or_else(|| determined_before(before))
         .or_else(|| after_value(after))
         .unwrap_or_default();
@@ -86,6 +132,65 @@ fn linked_before(before: &str) -> Option<Vec<&str>> {
     }
     let (words, _) = phrase_back(s, true);
     (!words.is_empty()).then_some(words)
+}
+
+/// `<subject> [<prep> <x>] [<aux>…] <verb> <prep>… <value>`: the subject
+/// of the verb whose preposition takes the value ("the service on node-3
+/// listens on port 5003" → `service`). At least one preposition: a verb
+/// without one ("We deploy falcon.corp") gives no clause.
+fn verb_before(before: &str) -> Option<Vec<&str>> {
+    if !before.ends_with(' ') {
+        return None;
+    }
+    let mut s = before;
+    let mut preps = 0;
+    while let Some((rest, word)) = last_word(s) {
+        if preps == 2 || !is_in(PREPOSITIONS, word) {
+            break;
+        }
+        preps += 1;
+        s = rest;
+    }
+    if preps == 0 {
+        return None;
+    }
+    let (rest, verb) = last_word(s)?;
+    if !is_verb(verb) {
+        return None;
+    }
+    s = rest;
+    while let Some((rest, _)) = last_word(s).filter(|(_, w)| is_in(AUXILIARIES, w)) {
+        s = rest;
+    }
+    let (words, _) = phrase_back(s, true);
+    if !words.is_empty() {
+        return Some(words);
+    }
+    // The subject's own place: "the service on node-3", "the job in ci-7".
+    let (rest, _place) = last_word(s.trim_end_matches(['.', ',']))?;
+    let (rest, prep) = last_word(rest)?;
+    if !is_in(PREPOSITIONS, prep) {
+        return None;
+    }
+    let (words, _) = phrase_back(rest, true);
+    (!words.is_empty()).then_some(words)
+}
+
+/// Whether `word` reads as a verb that takes a preposition: a known base
+/// or irregular form, or an ending (`listens`, `moved`, `running`, `owned`).
+fn is_verb(word: &str) -> bool {
+    if !word.chars().all(|c| c.is_ascii_alphabetic()) || word.len() < 2 {
+        return false;
+    }
+    let lower = word.to_ascii_lowercase();
+    if is_in(STOP, &lower) || is_in(DETERMINERS, &lower) {
+        return false;
+    }
+    is_in(BASE_VERBS, &lower)
+        || is_in(IRREGULAR, &lower)
+        || lower.ends_with("ed")
+        || lower.ends_with("ing")
+        || (lower.ends_with('s') && !lower.ends_with("ss") && lower.len() > 3)
 }
 
 /// `<det> <phrase> <value>`: a noun phrase opened by a determiner.
@@ -262,7 +367,60 @@ mod tests {
     }
 
     #[test]
+    fn the_subject_of_a_verb_and_its_preposition() {
+        assert_eq!(
+            of("the service on node-3 listens on port 5003", "port 5003"),
+            "service"
+        );
+        assert_eq!(
+            of("The billing worker runs on falcon.corp.", "falcon.corp"),
+            "billing worker"
+        );
+        assert_eq!(
+            of(
+                "The backup directory was moved to /srv/backup",
+                "/srv/backup"
+            ),
+            "backup directory"
+        );
+        assert_eq!(
+            of("The metrics server is owned by Ana Ortiz.", "Ana Ortiz"),
+            "metrics server"
+        );
+        assert_eq!(
+            of(
+                "our cache has already been moved over to cache-2.internal",
+                "cache-2.internal"
+            ),
+            "cache"
+        );
+        assert_eq!(of("the workers listen on 5003", "5003"), "workers");
+        for verb in ["moved", "deployed", "running", "points", "sat", "went"] {
+            assert!(is_verb(verb), "{verb}");
+        }
+        for word in ["the", "host", "of", "class", "v1"] {
+            assert!(!is_verb(word), "{word}");
+        }
+    }
+
+    #[test]
+    fn word_lists_are_sorted() {
+        for list in [
+            PREPOSITIONS,
+            AUXILIARIES,
+            BASE_VERBS,
+            IRREGULAR,
+            DETERMINERS,
+        ] {
+            assert!(list.windows(2).all(|w| w[0] < w[1]), "{list:?}");
+        }
+    }
+
+    #[test]
     fn no_clause_from_verbs_pronouns_or_lists() {
+        assert_eq!(of("We moved to falcon.corp", "falcon.corp"), "");
+        assert_eq!(of("It runs on falcon.corp", "falcon.corp"), "");
+        assert_eq!(of("deploy to falcon.corp", "falcon.corp"), "");
         assert_eq!(of("It is 9187.", "9187"), "");
         assert_eq!(of("We deploy falcon.corp today", "falcon.corp"), "");
         assert_eq!(of("Check falcon.corp first", "falcon.corp"), "");

@@ -153,18 +153,19 @@ pub(super) const STRONG_NOUNS: &[&str] = &[
 /// Words before a number that carry no meaning ("in 2024", "of 12").
 #[rustfmt::skip]
 pub(super) const STOP: &[&str] = &[
-    "a", "about", "above", "after", "again", "against", "all", "almost", "also", "among", "an",
-    "and", "another", "any", "approx", "approximately", "are", "around", "as", "at", "be", "been",
-    "before", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "down",
-    "during", "each", "either", "every", "few", "for", "from", "get", "got", "had", "has", "have",
-    "he", "her", "here", "his", "how", "i", "if", "in", "into", "is", "it", "its", "just", "less",
-    "like", "made", "make", "many", "may", "me", "might", "more", "most", "much", "must", "my",
-    "nearly", "no", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "out",
-    "over", "per", "same", "shall", "she", "should", "since", "so", "some", "such", "take", "takes",
+    "a", "about", "above", "across", "after", "again", "against", "all", "almost", "along", "also",
+    "among", "an", "and", "another", "any", "approx", "approximately", "are", "around", "as", "at",
+    "be", "been", "before", "behind", "below", "beside", "between", "beyond", "both", "but", "by",
+    "can", "could", "did", "do", "does", "down", "during", "each", "either", "every", "few", "for",
+    "from", "get", "got", "had", "has", "have", "he", "her", "here", "his", "how", "i", "if", "in",
+    "inside", "into", "is", "it", "its", "just", "less", "like", "made", "make", "many", "may",
+    "me", "might", "more", "most", "much", "must", "my", "near", "nearly", "no", "not", "now",
+    "of", "off", "on", "once", "only", "onto", "or", "other", "our", "out", "outside", "over",
+    "per", "same", "shall", "she", "should", "since", "so", "some", "such", "take", "takes",
     "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those",
-    "through", "till", "to", "today", "too", "took", "under", "until", "up", "us", "very", "via",
-    "vs", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why",
-    "will", "with", "within", "without", "would", "yet", "you", "your",
+    "through", "till", "to", "today", "too", "took", "toward", "towards", "under", "until", "up",
+    "us", "very", "via", "vs", "was", "we", "were", "what", "when", "where", "which", "while",
+    "who", "whom", "why", "will", "with", "within", "without", "would", "yet", "you", "your",
 ];
 
 /// Lower-case words that name a product before its version ("python 3.11").

@@ -5,7 +5,10 @@
 //! again logs one WARN with the outage's counts (how long, commands
 //! failed, commands not sent). The state store and the archive of one
 //! process share the tracker of a URL, so an outage of the Redis they
-//! share is told once, not once by each.
+//! share is told once, not once by each. An outage ends once Redis has
+//! answered and nothing failed for [`SETTLED`]: on a cluster a master's
+//! failover makes some commands fail while others succeed, and that is one
+//! outage, not one per success between failures.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,6 +18,9 @@ use std::time::{Duration, Instant};
 /// How often a reader tries a Redis known to be down (between, it answers
 /// from this replica's memory without waiting for a timeout).
 pub(crate) const RETRY_EVERY: Duration = Duration::from_millis(500);
+
+/// How long Redis must answer without a failure for an outage to end.
+pub(crate) const SETTLED: Duration = Duration::from_secs(2);
 
 /// Trackers by Redis URL, shared by every user of the URL in this process.
 static SHARED: LazyLock<Mutex<HashMap<String, Weak<Outage>>>> =
@@ -36,6 +42,9 @@ struct Down {
     since: Instant,
     failed: u64,
     last_try: Instant,
+    last_failure: Instant,
+    /// Whether a command succeeded since the last failure.
+    answered: bool,
 }
 
 impl Outage {
@@ -60,7 +69,7 @@ impl Outage {
 
     /// A command `op` of `who` (`state`, `archive`) failed with `error`:
     /// the first of an outage is a WARN, the rest DEBUG.
-    pub(crate) fn failed(&self, who: &'static str, op: &str, error: &str) {
+    pub(crate) fn failed(self: &Arc<Self>, who: &'static str, op: &str, error: &str) {
         let Ok(mut current) = self.current.lock() else {
             return;
         };
@@ -68,6 +77,8 @@ impl Outage {
             Some(down) => {
                 down.failed += 1;
                 down.last_try = Instant::now();
+                down.last_failure = down.last_try;
+                down.answered = false;
                 tracing::debug!(target: "foldgate::redis", who, op, error, "Redis still unavailable");
             }
             None => {
@@ -76,7 +87,12 @@ impl Outage {
                     since: now,
                     failed: 1,
                     last_try: now,
+                    last_failure: now,
+                    answered: false,
                 });
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(settle(Arc::downgrade(self)));
+                }
                 self.skipped.store(0, Ordering::Relaxed);
                 self.down.store(true, Ordering::Relaxed);
                 tracing::warn!(target: "foldgate::redis", who, op, error,
@@ -100,7 +116,10 @@ impl Outage {
             .current
             .lock()
             .ok()
-            .and_then(|c| c.as_ref().map(|d| d.last_try.elapsed() >= RETRY_EVERY))
+            .and_then(|c| {
+                c.as_ref()
+                    .map(|d| d.answered || d.last_try.elapsed() >= RETRY_EVERY)
+            })
             .unwrap_or(true);
         if !due {
             self.skipped();
@@ -108,15 +127,33 @@ impl Outage {
         due
     }
 
-    /// A command succeeded: ends an outage under way with one WARN that
-    /// says how long it lasted and what it cost.
+    /// A command succeeded: an outage under way ends once nothing failed
+    /// for [`SETTLED`] (now, or when [`settle`] sees it).
     pub(crate) fn answered(&self) {
         if !self.down.load(Ordering::Relaxed) {
             return;
         }
+        if let Ok(mut current) = self.current.lock() {
+            if let Some(down) = current.as_mut() {
+                down.answered = true;
+            }
+        }
+        self.end_if_settled();
+    }
+
+    /// Ends the outage under way, with one WARN that says how long it
+    /// lasted and what it cost, if Redis answered and nothing failed for
+    /// [`SETTLED`]; true when no outage is under way any more.
+    fn end_if_settled(&self) -> bool {
         let Ok(mut current) = self.current.lock() else {
-            return;
+            return true;
         };
+        let settled = current
+            .as_ref()
+            .is_none_or(|d| d.answered && d.last_failure.elapsed() >= SETTLED);
+        if !settled {
+            return false;
+        }
         if let Some(down) = current.take() {
             self.down.store(false, Ordering::Relaxed);
             let skipped = self.skipped.swap(0, Ordering::Relaxed);
@@ -125,6 +162,20 @@ impl Outage {
                 failed_commands = down.failed,
                 skipped_commands = skipped,
                 "Redis answers again: outage over; fold states shared and spooled archive writes replayed");
+        }
+        true
+    }
+}
+
+/// Ends an outage once it has settled, though no command follows.
+async fn settle(outage: Weak<Outage>) {
+    loop {
+        tokio::time::sleep(RETRY_EVERY).await;
+        let Some(outage) = outage.upgrade() else {
+            return;
+        };
+        if outage.end_if_settled() {
+            return;
         }
     }
 }
@@ -144,6 +195,13 @@ mod tests {
         assert!(b.is_down() && !c.is_down());
         b.failed("archive", "LRANGE", "refused");
         assert!(!a.should_try(), "retried at once");
+        a.answered();
+        assert!(b.is_down(), "ended before it settled");
+        assert!(a.should_try(), "Redis answered: reads go to it");
+        if let Ok(mut current) = a.current.lock() {
+            let down = current.as_mut().unwrap();
+            down.last_failure = down.last_failure.checked_sub(SETTLED).unwrap();
+        }
         a.answered();
         assert!(!b.is_down());
     }

@@ -74,9 +74,9 @@ pub struct Metrics {
     pub summary_inventions: Counter,
     /// Summarizer answers cut off at their token limit.
     pub summary_truncations: Counter,
-    /// Summary items dropped, by reason: `[invented, unsupported]`
-    /// ([`DROP_REASONS`]).
-    pub summary_items_dropped: [Counter; 2],
+    /// Summary items dropped, by reason: `[invented, unsupported, swap,
+    /// unconfirmed]` ([`DROP_REASONS`]).
+    pub summary_items_dropped: [Counter; 4],
     /// Items that entered a ledger (specifics the summary lacked).
     pub ledger_items: Counter,
     /// Ledger items that left it for lack of budget.
@@ -178,9 +178,10 @@ pub const RECALL_CAUSES: [&str; 5] = [
 pub const ARCHIVE_SOURCES: [&str; 2] = ["fold", "compress"];
 
 /// Reason label order of [`Metrics::summary_items_dropped`]: an item
-/// naming an identifier the summarizer was not shown, and one its source
-/// does not support.
-pub const DROP_REASONS: [&str; 2] = ["invented", "unsupported"];
+/// naming an identifier the summarizer was not shown, one its source does
+/// not support, one tying a value to a subject it was never said with,
+/// and a completed item or decision no sentence confirms.
+pub const DROP_REASONS: [&str; 4] = ["invented", "unsupported", "swap", "unconfirmed"];
 
 /// Reason label order of [`Metrics::folds_new`].
 pub const REASONS: [&str; 5] = ["emergency", "token", "overflow", "safety", "idle"];
@@ -315,7 +316,7 @@ impl Metrics {
         let folds_new = by_label("foldgate_folds", "New folds by trigger", "reason", &REASONS);
         let summary_items_dropped = by_label(
             "foldgate_summary_items_dropped",
-            "Summary items dropped, by reason: invented identifiers, or unsupported by the folded text",
+            "Summary items dropped, by reason: invented identifiers, unsupported by the folded text, a value swapped to another subject, or completed work or a decision nothing confirms",
             "reason",
             &DROP_REASONS,
         );

@@ -636,7 +636,7 @@ async fn an_unsupported_item_is_dropped_and_counted() {
 async fn a_cut_off_answer_that_can_be_closed_keeps_its_complete_items() {
     let llm = Llm::start().await;
     llm.script([Sum::Cut(
-        r#"{"summary":"The user is fixing the parser.","facts":["the tokenizer was reviewed","the cache layer was discussed","the parser sti"#
+        r#"{"summary":"The user is fixing the parser.","facts":["the tokenizer was looked at","the cache layer was discussed","the parser sti"#
             .to_string(),
     )]);
     let fg = Foldgate::start(&convo::config(&llm, "")).await;
@@ -654,7 +654,7 @@ async fn a_cut_off_answer_that_can_be_closed_keeps_its_complete_items() {
         "{summary}"
     );
     assert!(
-        narrative.contains("- the tokenizer was reviewed"),
+        narrative.contains("- the tokenizer was looked at"),
         "{summary}"
     );
     assert!(
@@ -1269,4 +1269,168 @@ async fn the_keys_of_a_flattened_object_are_not_inventions() {
         0.0,
         "nothing was invented"
     );
+}
+
+// ------------------------------------------------ statements kept true
+
+/// What an inventing summarizer was shown: a short infrastructure chat.
+const CLAIMS_SOURCE: &str = "Current summary:\n(none yet)\n\nNew messages to fold into it:\n\
+### user\nPostgres listens on port 5433 on db-03.internal.example.\n\
+### tool [result of call_1]\nThe metrics port is 9187. The admin port is 7311.\n\
+### user\nDana Whitfield is the database admin. Ana Ortiz is the release manager.\n\
+### assistant\nThe cache holds 512 MB and evicts with LRU.\n\
+### user\nWe should migrate the billing service to Kubernetes next quarter.\n\
+### assistant\nI fixed the flaky parser tests; they pass now.\n\
+### user\nCan you rotate the staging API keys?\n### assistant\nDone.\n\
+### user\nLet's use Redis for the session store instead of Memcached.\n\
+### assistant\nThe deploy runs from the build host falcon.corp every night.\n\
+### tool [result of call_2]\nThe search cluster runs Elasticsearch 8.11 on three nodes.\n\
+### user\nWe still need to write the runbook for failover.\n";
+
+/// True facts, paraphrased modestly, by the list they come under.
+const TRUE_CLAIMS: &[(&str, &str)] = &[
+    ("facts", "Postgres listens on port 5433"),
+    ("facts", "metrics port: 9187"),
+    ("facts", "The admin port is 7311."),
+    ("facts", "Dana Whitfield is the database admin"),
+    ("facts", "the release manager is Ana Ortiz"),
+    ("facts", "The cache holds 512 MB with LRU eviction"),
+    (
+        "facts",
+        "deploys run nightly from the build host falcon.corp",
+    ),
+    ("facts", "the search cluster runs Elasticsearch 8.11"),
+    ("facts", "Postgres is on db-03.internal.example"),
+    (
+        "facts",
+        "Postgres listens on 5433 and the metrics port is 9187",
+    ),
+    ("completed", "Fixed the flaky parser tests"),
+    ("completed", "Rotated the staging API keys"),
+    ("decisions", "Use Redis for the session store"),
+    ("open_items", "Write the failover runbook"),
+    ("goals", "Migrate the billing service to Kubernetes"),
+];
+
+/// What the summarizer made up, by the list it comes under: prose the
+/// chat never said, values moved to another subject, and two facts merged
+/// into a false one.
+const FALSE_CLAIMS: &[(&str, &str)] = &[
+    ("completed", "Migrated the billing service to Kubernetes."),
+    ("completed", "Wrote the failover runbook"),
+    ("completed", "Rotated the production TLS certificates"),
+    ("facts", "The team rewrote the frontend in Svelte"),
+    ("decisions", "Switch the message queue to Kafka"),
+    ("open_items", "Audit the payment logs for fraud"),
+    ("goals", "Cut cloud costs with spot instances"),
+    ("decisions", "The parser tests pass"),
+    ("facts", "The metrics port is 5433."),
+    ("facts", "Postgres listens on port 9187"),
+    ("facts", "The admin port is 9187"),
+    ("facts", "Ana Ortiz is the database admin"),
+    ("facts", "The release manager is Dana Whitfield"),
+    ("facts", "The build host is db-03.internal.example"),
+    ("facts", "the billing service runs Elasticsearch 8.11"),
+    ("facts", "the search cluster holds 512 MB"),
+];
+
+fn list_of<'a>(s: &'a mut foldgate::fold::Summary, name: &str) -> &'a mut Vec<String> {
+    match name {
+        "facts" => &mut s.facts,
+        "completed" => &mut s.completed,
+        "decisions" => &mut s.decisions,
+        "open_items" => &mut s.open_items,
+        _ => &mut s.goals,
+    }
+}
+
+#[test]
+fn claims_are_grounded_true_ones_kept_invented_ones_dropped() {
+    let mut summary = foldgate::fold::Summary {
+        summary: "Postgres listens on 5433. The metrics port is 5433.".into(),
+        ..Default::default()
+    };
+    for (list, claim) in TRUE_CLAIMS.iter().chain(FALSE_CLAIMS) {
+        list_of(&mut summary, list).push((*claim).to_owned());
+    }
+    let invented = foldgate::summarize::drop_inventions(&mut summary, CLAIMS_SOURCE);
+    let drops = foldgate::summarize::drop_unsupported(&mut summary, CLAIMS_SOURCE, None);
+    let kept: Vec<String> = ["facts", "completed", "decisions", "open_items", "goals"]
+        .into_iter()
+        .flat_map(|list| list_of(&mut summary, list).clone())
+        .collect();
+    let kept: Vec<&str> = kept.iter().map(String::as_str).collect();
+    let true_kept = TRUE_CLAIMS.iter().filter(|(_, c)| kept.contains(c)).count();
+    let false_kept: Vec<&str> = FALSE_CLAIMS
+        .iter()
+        .map(|(_, c)| *c)
+        .filter(|c| kept.contains(c))
+        .collect();
+    eprintln!(
+        "true claims kept {true_kept}/{}, false claims dropped {}/{} ({drops:?}, invented {invented})",
+        TRUE_CLAIMS.len(),
+        FALSE_CLAIMS.len() - false_kept.len(),
+        FALSE_CLAIMS.len()
+    );
+    assert!(false_kept.is_empty(), "false claims kept: {false_kept:?}");
+    assert_eq!(
+        true_kept,
+        TRUE_CLAIMS.len(),
+        "true claims dropped: {:?}",
+        TRUE_CLAIMS
+            .iter()
+            .filter(|(_, c)| !kept.contains(c))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(summary.summary, "Postgres listens on 5433.");
+    assert!(drops.swaps >= 6, "{drops:?}");
+    assert!(drops.unconfirmed >= 2, "{drops:?}");
+}
+
+#[tokio::test]
+async fn invented_prose_and_swapped_values_leave_the_view_counted_by_reason() {
+    // planted_history says: "the project is ORCHID-7 and its database
+    // db-03.internal.example listens on port 5433; we look at the parser,
+    // the tokenizer and the cache layer, then decide on the next step
+    // together". Nothing about metrics, billing or Kubernetes, and the next
+    // step is a plan, not done.
+    let llm = Llm::start().await;
+    llm.script([Sum::Raw(
+        json!({"summary": "Work on ORCHID-7 continues. The metrics port is 5433.",
+            "facts": ["the database listens on port 5433", "The metrics port is 5433."],
+            "goals": ["decide on the next step together"],
+            "decisions": [],
+            "completed": ["Migrated the billing service to Kubernetes.", "Decided on the next step together"],
+            "open_items": [], "artifacts": []})
+        .to_string(),
+    )]);
+    let fg = Foldgate::start(&convo::config(&llm, "")).await;
+    let reply = chat(&fg, "claims", &planted_history().body()).await;
+    assert_eq!(label(&reply), "new");
+    let summary = summary_text(&last_view(&llm)).expect("a summary message");
+    let narrative = narrative_part(&summary);
+    for kept in [
+        "Work on ORCHID-7 continues.",
+        "- the database listens on port 5433",
+        "- decide on the next step together",
+    ] {
+        assert!(narrative.contains(kept), "{kept:?} missing:\n{summary}");
+    }
+    for gone in ["metrics port", "Kubernetes", "Decided on"] {
+        assert!(
+            !narrative.contains(gone),
+            "{gone:?} reached the view:\n{summary}"
+        );
+    }
+    let metrics = fg.metrics().await;
+    let dropped = |reason: &str| {
+        metric(
+            &metrics,
+            &format!("foldgate_summary_items_dropped_total{{reason=\"{reason}\"}}"),
+        )
+    };
+    assert_eq!(dropped("swap"), 2.0);
+    assert_eq!(dropped("unsupported"), 1.0);
+    assert_eq!(dropped("unconfirmed"), 1.0);
+    assert_eq!(dropped("invented"), 0.0);
 }

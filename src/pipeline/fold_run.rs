@@ -360,7 +360,8 @@ impl FoldRequest {
             target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
             depth = state.depth, rebuild = plan.rebuild, folded = to_fold.len(), tokens_before = plan.tokens_before,
             tokens_after = prepared.tokens_out, ledger_items = state.ledger.len(),
-            inventions = outcome.inventions, unsupported = outcome.unsupported, summarizer_model = %outcome.model,
+            inventions = outcome.inventions, unsupported = outcome.unsupported, swaps = outcome.swaps,
+            unconfirmed = outcome.unconfirmed, summarizer_model = %outcome.model,
             latency_ms = outcome.latency.as_millis() as u64, calls = outcome.calls, outcome = "ok",
         );
         if let Some(key) = &self.data.key {
@@ -480,9 +481,11 @@ impl FoldRequest {
         m.summarizer_ms.inc_by(outcome.latency.as_millis() as u64);
         m.latency.summarizer.observe(outcome.latency.as_secs_f64());
         m.summary_inventions.inc_by(u64::from(outcome.inventions));
-        let [invented, unsupported] = &m.summary_items_dropped;
+        let [invented, unsupported, swap, unconfirmed] = &m.summary_items_dropped;
         invented.inc_by(u64::from(outcome.inventions));
         unsupported.inc_by(u64::from(outcome.unsupported));
+        swap.inc_by(u64::from(outcome.swaps));
+        unconfirmed.inc_by(u64::from(outcome.unconfirmed));
         m.summary_truncations.inc_by(u64::from(outcome.truncated));
     }
 

@@ -75,7 +75,7 @@ fn seen(artifact: &Artifact, source: &str) -> bool {
 
 /// The narrative's sentences, each with its closing punctuation, beside
 /// its span: the sentence and the whitespace up to the next one.
-fn split_sentences(text: &str) -> Vec<(&str, &str)> {
+pub(super) fn split_sentences(text: &str) -> Vec<(&str, &str)> {
     let mut sentences = Vec::new();
     let mut start = 0;
     let bytes = text.as_bytes();

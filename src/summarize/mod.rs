@@ -21,7 +21,7 @@ mod parse;
 pub mod prompt;
 
 pub use check::drop_inventions;
-pub use ground::drop_unsupported;
+pub use ground::{Drops, drop_unsupported};
 pub use parse::{InvalidOutput, parse_summary, parse_truncated};
 pub use prompt::Format;
 
@@ -86,6 +86,10 @@ pub struct Outcome {
     pub inventions: u32,
     /// Items dropped because what the model was shown does not support them.
     pub unsupported: u32,
+    /// Items dropped for tying a value to a subject it was never said with.
+    pub swaps: u32,
+    /// Completed items no sentence says were done, decisions none takes.
+    pub unconfirmed: u32,
     /// Answers cut off at the token limit (kept in part, or asked again).
     pub truncated: u32,
 }
@@ -97,6 +101,8 @@ struct Spent {
     tokens: u64,
     inventions: u32,
     unsupported: u32,
+    swaps: u32,
+    unconfirmed: u32,
     truncated: u32,
 }
 
@@ -181,6 +187,8 @@ impl Summarizer {
                         latency: started.elapsed(),
                         inventions: spent.inventions,
                         unsupported: spent.unsupported,
+                        swaps: spent.swaps,
+                        unconfirmed: spent.unconfirmed,
                         truncated: spent.truncated,
                     });
                 }
@@ -214,7 +222,10 @@ impl Summarizer {
             // The prompt holds everything the model was shown: the current
             // summary and the transcript.
             spent.inventions += drop_inventions(&mut next, &user);
-            spent.unsupported += drop_unsupported(&mut next, &user);
+            let drops = drop_unsupported(&mut next, &user, summary.as_ref());
+            spent.unsupported += drops.unsupported;
+            spent.swaps += drops.swaps;
+            spent.unconfirmed += drops.unconfirmed;
             summary = Some(next);
         }
         summary.map(|s| (s, spent)).ok_or(CallError::Empty)

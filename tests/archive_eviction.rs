@@ -207,6 +207,22 @@ async fn check_config_warns_when_the_archives_redis_evicts() {
     );
 }
 
+/// A Redis that refuses `CONFIG` (as managed ones often do): a note, and
+/// the configuration is still valid.
+#[tokio::test]
+async fn check_config_notes_a_redis_that_refuses_config() {
+    let llm = Llm::start().await;
+    let managed = Redis::start_with(&["--rename-command", "CONFIG", ""]);
+    let out = check_config(&redis_config(&llm, &managed, None, 1));
+    assert!(out.starts_with("# configuration is valid"), "{out}");
+    assert!(
+        out.contains(
+            "# note: could not ask the archive's Redis (state.url) for its maxmemory-policy"
+        ),
+        "{out}"
+    );
+}
+
 #[tokio::test]
 async fn start_up_warns_when_the_archives_redis_evicts() {
     let llm = Llm::start().await;

@@ -1,6 +1,7 @@
 //! examples/compose.yaml without Docker: the same processes started
 //! directly — a Redis Cluster (six redis-server, `redis-cli --cluster
-//! create`), three foldgate replicas on it, and nginx running
+//! create`), the archive's own redis-server (`noeviction`), three foldgate
+//! replicas on them, and nginx running
 //! examples/nginx.conf with the replicas' addresses and its listen port
 //! rewritten to loopback ones — so the example stays true. Conversations
 //! sent through nginx reach every replica and fold once each.
@@ -9,7 +10,7 @@ use crate::common;
 
 use common::convo::{Convo, config, label};
 use common::llm::Llm;
-use common::redis::Cluster;
+use common::redis::{Cluster, Redis};
 use common::{Foldgate, free_port, metric, post_json};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -88,11 +89,15 @@ fn the_compose_example_names_a_cluster_foldgate_accepts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conversations_through_nginx_reach_every_replica_and_fold_once() {
     let cluster = Cluster::start();
+    // The example's archive Redis: one server that never evicts.
+    let archive = Redis::start_with(&["--maxmemory-policy", "noeviction"]);
     let llm = Llm::start().await;
     llm.state.summarizer_delay_ms.store(300, Ordering::Relaxed);
     let state = format!(
-        "[state]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"200ms\"\ntimeout = \"500ms\"\nlock_wait = \"10s\"\n",
-        cluster.url()
+        "[state]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"200ms\"\ntimeout = \"500ms\"\nlock_wait = \"10s\"\n\
+         [archive]\nurl = \"{}\"\n",
+        cluster.url(),
+        archive.url()
     );
     let mut replicas = Vec::new();
     for _ in 0..3 {
@@ -157,6 +162,19 @@ async fn conversations_through_nginx_reach_every_replica_and_fold_once() {
         );
     }
     assert_eq!(cluster.keys("foldgate:state:*").len(), 4);
+    // The archive in its own Redis, none in the states' cluster.
+    let started = std::time::Instant::now();
+    while archive
+        .command(&["KEYS", "foldgate:archive:*"])
+        .is_none_or(|r| r.starts_with("*0"))
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "nothing archived"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(cluster.keys("foldgate:archive:*").is_empty());
 }
 
 async fn futures_join3<T>(

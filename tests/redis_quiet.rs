@@ -9,7 +9,7 @@ use crate::common;
 
 use common::convo::{Convo, config, label};
 use common::llm::Llm;
-use common::redis::{Cluster, Redis};
+use common::redis::{Cluster, Redis, SentinelSet};
 use common::{Reply, metric, post_json, send};
 use http::Method;
 use std::process::Stdio;
@@ -189,6 +189,47 @@ async fn a_cluster_failover_logs_one_warning_when_it_starts_and_one_when_it_ends
     for (i, convo) in convos.iter_mut().enumerate() {
         convo.user("one more");
         fg.chat(format!("failover-{i}"), convo).await.assert_ok();
+    }
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let log = common::terminate_and_read_log(&mut fg.child).await;
+    assert_told_once(&log);
+}
+
+/// The primary of a Sentinel service killed while conversations that
+/// recall (an archive search on every request) keep coming: one outage,
+/// told once when it starts and once when it ends; no line per search.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_logs_one_warning_when_it_starts_and_one_when_it_ends() {
+    let llm = Llm::start().await;
+    let set = Arc::new(Mutex::new(SentinelSet::start()));
+    let url = set.lock().unwrap().url();
+    let mut fg = Served::start(&llm, &url).await;
+    let mut convos: Vec<Convo> = (0..4).map(|_| Convo::with_turns(55)).collect();
+    for (i, convo) in convos.iter().enumerate() {
+        fg.chat(format!("sentinel-{i}"), convo).await.assert_ok();
+    }
+    let failing = set.clone();
+    let failover = tokio::task::spawn_blocking(move || failing.lock().unwrap().fail_over());
+    let mut sent = 0;
+    while !failover.is_finished() || sent < 16 {
+        for (i, convo) in convos.iter_mut().enumerate() {
+            convo.user(&format!("what did we say about question {sent}?"));
+            let reply = tokio::time::timeout(
+                Duration::from_secs(10),
+                fg.chat(format!("sentinel-{i}"), convo),
+            )
+            .await
+            .expect("a request outlived 10 s");
+            reply.assert_ok();
+            convo.assistant("ok");
+            sent += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    failover.await.unwrap();
+    for (i, convo) in convos.iter_mut().enumerate() {
+        convo.user("one more");
+        fg.chat(format!("sentinel-{i}"), convo).await.assert_ok();
     }
     tokio::time::sleep(Duration::from_millis(3000)).await;
     let log = common::terminate_and_read_log(&mut fg.child).await;

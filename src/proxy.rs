@@ -21,6 +21,9 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     if path == "/foldgate" || path.starts_with("/foldgate/") {
         return crate::admin::handle(&app, req).await;
     }
+    if crate::admin::compress::headroom::claims(req.method(), path) {
+        return crate::admin::compress::headroom::handle(&app, req).await;
+    }
     let shape = crate::api::error_shape(req.method(), path);
     forward(&app, req)
         .await

@@ -48,6 +48,7 @@ mod fold_props;
 mod found_windows;
 mod gemini;
 mod gemini_cli;
+mod headroom;
 mod imports;
 mod ledger_props;
 mod llama_cpp_python;

@@ -1,5 +1,5 @@
 //! `POST /foldgate/v1/compress`: foldgate's fold engine for another
-//! gateway (agentgateway's `contextCompression`, a LiteLLM callback): the
+//! gateway (a LiteLLM callback, any HTTP callout): the
 //! caller posts a conversation, foldgate answers with the view it would
 //! have forwarded, made by the same engine, state, pins, ledger and
 //! archive as the proxy path ([`crate::pipeline::compress`]).
@@ -18,6 +18,10 @@
 //! nothing can answer a recall call: none is offered and no summary or
 //! stub mentions one) and `warning` when a due fold was not made.
 //! docs/embedding.md has the contract and the gateways' settings.
+//! Headroom's `POST /v1/compress`, as LiteLLM's guardrail calls it, is
+//! [`headroom`].
+
+pub mod headroom;
 
 use crate::app::App;
 use crate::body::Body;

@@ -13,6 +13,11 @@
 //!   and symbols, before ids, paths and hosts), and the last to leave would
 //!   not fit back even with every item rendered at its least (without its
 //!   context, its clause cut to its head noun);
+//! - in generated agent loops (a call with argument ids, a tool result
+//!   with a fact, sometimes an assistant conclusion, per step), folded in
+//!   a row under a small budget, no fact from a tool result leaves the
+//!   ledger while an identifier only a later step's call arguments named
+//!   stays;
 //! - extraction never panics, and what it returns is verbatim, unique and
 //!   has a one-line context, on any string.
 //!
@@ -20,7 +25,7 @@
 //! `PROPTEST_RNG_SEED=<u64> cargo test --test ledger_props`.
 
 use crate::props_support;
-use foldgate::fold::extract::{Kind, contains_token, extract, message_text};
+use foldgate::fold::extract::{Kind, contains_token, content_text, extract, message_text};
 use foldgate::fold::ledger::{Ledger, LedgerItem, LedgerUpdate};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -144,22 +149,25 @@ fn candidate_order(folded: &[Value], previous: &[String]) -> Vec<String> {
 }
 
 /// How much an item is worth keeping, as the ledger promises: counters and
-/// bare numbers (0) leave before quantities, names and symbols (1), which
-/// leave before ids, paths, URLs, hosts, e-mails, versions, code and named
-/// numbers such as `port 5433` or a number with its clause (2).
+/// bare numbers (0) leave before what only tool-call arguments named (1),
+/// before quantities, names and symbols (2), which leave before ids, paths,
+/// URLs, hosts, e-mails, versions, code and named numbers such as
+/// `port 5433` or a number with its clause (3).
 fn tier(item: &LedgerItem) -> u8 {
     let bare = item
         .value
         .bytes()
         .all(|c| c.is_ascii_digit() || c == b'.' || c == b',');
     let named = item.value.starts_with(|c: char| c.is_alphabetic()) || !item.clause.is_empty();
-    match item.kind {
-        Some(Kind::Number) if item.assistant || !item.numbers.is_empty() => 0,
-        Some(Kind::Number) if named => 2,
-        Some(Kind::Number) if bare => 0,
-        Some(Kind::Number | Kind::Name | Kind::Symbol) | None => 1,
-        Some(_) => 2,
-    }
+    let observed = match item.kind {
+        Some(Kind::Number) if item.assistant || !item.numbers.is_empty() => return 0,
+        Some(Kind::Number) if named => 3,
+        Some(Kind::Number) if bare => return 0,
+        Some(Kind::Number | Kind::Name | Kind::Symbol) | None => 2,
+        Some(_) => 3,
+    };
+    // What only tool-call arguments named leaves before anything observed.
+    if item.argument { 1 } else { observed }
 }
 
 /// Whether `n` falls in one of the `a–b` ranges of a collapsed line.
@@ -314,4 +322,72 @@ fn check_artifacts(text: &str) -> Result<(), TestCaseError> {
         prop_assert!(a.context.chars().count() <= 82, "{:?}", a.context);
     }
     Ok(())
+}
+
+/// One step of an agent loop: a call whose arguments name `svc-<k>-<j>`
+/// ids and a path, the tool result that reports fact `FACT-AG<k>`, and now
+/// and then the assistant's conclusion naming a result host.
+fn agent_step(k: usize, args: usize, conclude: bool) -> Vec<Value> {
+    let mut arguments = serde_json::Map::new();
+    for j in 0..args {
+        arguments.insert(format!("target{j}"), json!(format!("svc-{k}-{j}")));
+    }
+    arguments.insert("path".into(), json!(format!("/srv/jobs/job{k}.toml")));
+    let call = json!({"id": format!("call_{k}"), "type": "function", "function": {
+        "name": "run_job", "arguments": Value::Object(arguments).to_string()}});
+    let mut step = vec![
+        json!({"role": "assistant", "content": null, "tool_calls": [call]}),
+        json!({"role": "tool", "tool_call_id": format!("call_{k}"),
+            "content": format!("The job reported FACT-AG{k:04} for its owner.")}),
+    ];
+    if conclude {
+        step.push(json!({"role": "assistant",
+            "content": format!("So the result lives on res-{k}.internal.example.")}));
+    }
+    step
+}
+
+proptest! {
+    #![proptest_config(props_support::config(128, 0xa9e7_1005))]
+
+    #[test]
+    fn what_was_observed_outlasts_what_was_asked(
+        steps in prop::collection::vec((1usize..4, any::<bool>()), 4..40),
+        per_fold in 2usize..12,
+        budget in 40u32..400,
+    ) {
+        let messages: Vec<Value> = steps
+            .iter()
+            .enumerate()
+            .flat_map(|(k, &(args, conclude))| agent_step(k, args, conclude))
+            .collect();
+        let mut ledger = Ledger::default();
+        let mut upto = 0;
+        for folded in messages.chunks(per_fold * 2) {
+            upto += folded.len();
+            ledger = fold(&ledger, folded, budget).ledger;
+            let kept: Vec<&str> = ledger.items().iter().map(|i| i.value.as_str()).collect();
+            // Facts of tool results folded so far that left the ledger.
+            let facts_gone: Vec<usize> = (0..steps.len())
+                .filter(|k| {
+                    let fact = format!("FACT-AG{k:04}");
+                    messages[..upto].iter().any(|m| contains_token(&content_text(m), &fact))
+                        && !kept.contains(&fact.as_str())
+                })
+                .collect();
+            if let Some(&oldest) = facts_gone.first() {
+                let asked = kept.iter().find(|v| {
+                    v.strip_prefix("svc-")
+                        .and_then(|r| r.split('-').next())
+                        .and_then(|k| k.parse::<usize>().ok())
+                        .is_some_and(|k| k > oldest)
+                });
+                prop_assert!(
+                    asked.is_none(),
+                    "FACT-AG{oldest:04} of a tool result left while {asked:?}, a later call argument, stayed:\n{}",
+                    ledger.render()
+                );
+            }
+        }
+    }
 }

@@ -235,6 +235,28 @@ fn window(line: &str, (ts, te): (usize, usize), start: usize, end: usize, room: 
 /// Not tool-call ids (`call_…`), not the role.
 pub fn message_text(message: &Value) -> String {
     let mut parts: Vec<Cow<'_, str>> = Vec::new();
+    content_parts(message, &mut parts);
+    call_parts(message, &mut parts);
+    parts.join("\n")
+}
+
+/// The `content` part of [`message_text`]: what a user, a tool or the
+/// assistant wrote.
+pub fn content_text(message: &Value) -> String {
+    let mut parts: Vec<Cow<'_, str>> = Vec::new();
+    content_parts(message, &mut parts);
+    parts.join("\n")
+}
+
+/// The tool-call part of [`message_text`]: names and arguments, what the
+/// assistant asked for.
+pub fn call_text(message: &Value) -> String {
+    let mut parts: Vec<Cow<'_, str>> = Vec::new();
+    call_parts(message, &mut parts);
+    parts.join("\n")
+}
+
+fn content_parts<'a>(message: &'a Value, parts: &mut Vec<Cow<'a, str>>) {
     match message.get("content") {
         Some(Value::String(s)) => parts.push(Cow::Borrowed(s)),
         Some(Value::Array(items)) => {
@@ -246,6 +268,9 @@ pub fn message_text(message: &Value) -> String {
         }
         _ => {}
     }
+}
+
+fn call_parts<'a>(message: &'a Value, parts: &mut Vec<Cow<'a, str>>) {
     let calls = message.get("tool_calls").and_then(Value::as_array);
     let functions = calls
         .into_iter()
@@ -258,17 +283,14 @@ pub fn message_text(message: &Value) -> String {
         }
         match function.get("arguments") {
             Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-                Ok(args @ (Value::Object(_) | Value::Array(_))) => {
-                    argument_lines(&args, &mut parts)
-                }
+                Ok(args @ (Value::Object(_) | Value::Array(_))) => argument_lines(&args, parts),
                 _ => parts.push(Cow::Borrowed(s)),
             },
             // Some clients send arguments as an object rather than a string.
-            Some(args @ (Value::Object(_) | Value::Array(_))) => argument_lines(args, &mut parts),
+            Some(args @ (Value::Object(_) | Value::Array(_))) => argument_lines(args, parts),
             _ => {}
         }
     }
-    parts.join("\n")
 }
 
 /// Tool-call arguments as lines of their own, so a command, path or URL

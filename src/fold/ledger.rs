@@ -9,12 +9,17 @@
 //! `build host falcon.corp`). When the budget is short, the oldest items
 //! lose their context line first, then their clause shrinks to its head
 //! noun (`port 9187`), and only then do items leave, the least informative
-//! first ([`rank`]): counters collapse into one line, and a bare number or
-//! a number only the assistant wrote goes before any id, path or host.
+//! first ([`rank`]): counters collapse into one line, a bare number or a
+//! number only the assistant wrote goes first, then what only tool-call
+//! arguments named (what was asked, not observed), before any id, path or
+//! host a user, a tool result or the assistant's text gave.
 
 mod rank;
 
-use super::extract::{Kind, clause_head, contains_token, extract, is_identifier, message_text};
+use super::extract::{
+    Kind, call_text, clause_head, contains_token, content_text, extract, is_identifier,
+    message_text,
+};
 use super::summary::HEADING_PREFIX;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -66,6 +71,11 @@ pub struct LedgerItem {
     /// "Step 19", "26 messages"): the first to leave when room is short.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub assistant: bool,
+    /// Found only in tool-call arguments (what the agent asked, not what it
+    /// observed): leaves before anything a user, a tool result or the
+    /// assistant's own text said.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub argument: bool,
     /// For a collapsed template (`Step 1–20`), its numbers, ascending.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub numbers: Vec<u64>,
@@ -86,6 +96,7 @@ impl LedgerItem {
             shrunk: false,
             kind,
             assistant: false,
+            argument: false,
             numbers: Vec::new(),
             done: false,
         }
@@ -151,6 +162,8 @@ impl Ledger {
         for message in folded.iter().rev() {
             let assistant = message.get("role").and_then(Value::as_str) == Some("assistant");
             let mut bare = 0;
+            let content = content_text(message);
+            let calls = call_text(message);
             for artifact in extract(&message_text(message)) {
                 if contains_token(summary, &artifact.value) {
                     continue;
@@ -166,6 +179,9 @@ impl Ledger {
                     LedgerItem::new(artifact.value, artifact.context, Some(artifact.kind));
                 item.clause = artifact.clause;
                 item.assistant = assistant && number;
+                item.argument = !calls.is_empty()
+                    && contains_token(&calls, &item.value)
+                    && !contains_token(&content, &item.value);
                 candidates.offer(item);
             }
         }
@@ -238,13 +254,16 @@ struct Candidates {
 
 impl Candidates {
     /// Adds `item` unless its value is already in; a value offered again
-    /// from text other than the assistant's stops being the assistant's.
+    /// from text other than the assistant's stops being the assistant's,
+    /// and one offered again from outside call arguments stops being an
+    /// argument.
     fn offer(&mut self, item: LedgerItem) {
         if item.value.is_empty() || item.value.chars().nth(MAX_VALUE_CHARS).is_some() {
             return;
         }
         if let Some(&at) = self.seen.get(&item.value) {
             self.items[at].assistant &= item.assistant;
+            self.items[at].argument &= item.argument;
             return;
         }
         self.seen.insert(item.value.clone(), self.items.len());

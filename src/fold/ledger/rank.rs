@@ -1,8 +1,9 @@
 //! Which ledger items carry the most information: templates that differ
 //! only by a number collapse into one line (`Step 1–20`, a file with its
 //! line numbers), and eviction takes the least informative items first —
-//! by kind (a counter or a bare number before a quantity or a name, before
-//! an id, a path or a URL) and, within a kind, the oldest first.
+//! by kind (a counter or a bare number, then what only tool-call arguments
+//! named, before a quantity or a name, before an id, a path or a URL) and,
+//! within a kind, the oldest first.
 
 use super::LedgerItem;
 use crate::fold::extract::{Kind, extract};
@@ -10,20 +11,23 @@ use std::collections::HashMap;
 
 /// How much an item is worth keeping; lower tiers are evicted first.
 /// 0: counters, bare numbers, numbers only the assistant wrote;
-/// 1: quantities (`512 MB`, `3 retries`) without a clause, names, code
+/// 1: anything else only tool-call arguments named (what was asked, not
+///    what was observed);
+/// 2: quantities (`512 MB`, `3 retries`) without a clause, names, code
 ///    symbols;
-/// 2: ids, paths, URLs, hosts, e-mails, versions, commands, and numbers
+/// 3: ids, paths, URLs, hosts, e-mails, versions, commands, and numbers
 ///    named by the word before them (`port 5433`) or by their clause
 ///    (`9187` of "The metrics port is 9187.").
 pub(super) fn tier(item: &LedgerItem) -> u8 {
     let named = item.value.starts_with(|c: char| c.is_alphabetic()) || !item.clause.is_empty();
-    match kind_of(item) {
-        Some(Kind::Number) if item.assistant || !item.numbers.is_empty() => 0,
-        Some(Kind::Number) if named => 2,
-        Some(Kind::Number) if is_bare_number(&item.value) => 0,
-        Some(Kind::Number | Kind::Name | Kind::Symbol) | None => 1,
-        Some(_) => 2,
-    }
+    let observed = match kind_of(item) {
+        Some(Kind::Number) if item.assistant || !item.numbers.is_empty() => return 0,
+        Some(Kind::Number) if named => 3,
+        Some(Kind::Number) if is_bare_number(&item.value) => return 0,
+        Some(Kind::Number | Kind::Name | Kind::Symbol) | None => 2,
+        Some(_) => 3,
+    };
+    if item.argument { 1 } else { observed }
 }
 
 /// The item's kind: stored, or for items stored before kinds were, what
@@ -158,6 +162,7 @@ pub(super) fn collapse(items: Vec<LedgerItem>) -> Vec<LedgerItem> {
             shrunk: false,
             kind: t.kind,
             assistant: group.iter().all(|&m| items[m].assistant),
+            argument: group.iter().all(|&m| items[m].argument),
             numbers,
             done: false,
         });
@@ -186,6 +191,7 @@ mod tests {
             shrunk: false,
             kind: Some(kind),
             assistant: false,
+            argument: false,
             numbers: Vec::new(),
             done: false,
         }
@@ -282,6 +288,23 @@ mod tests {
                 "db.example.com",
             ]
         );
+    }
+
+    #[test]
+    fn what_only_call_arguments_named_leaves_before_what_was_observed() {
+        let mut asked = item("svc-27-0", Kind::Id);
+        asked.argument = true;
+        let items = vec![
+            asked,
+            item("--step", Kind::Symbol),
+            item("FACT-AG0000", Kind::Id),
+            item("7311", Kind::Number),
+        ];
+        let order: Vec<&str> = eviction_order(&items)
+            .into_iter()
+            .map(|i| items[i].value.as_str())
+            .collect();
+        assert_eq!(order, ["7311", "svc-27-0", "--step", "FACT-AG0000"]);
     }
 
     #[test]

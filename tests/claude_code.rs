@@ -25,7 +25,6 @@
 
 use crate::common;
 
-use common::Foldgate;
 use common::agents::anthropic_violation;
 use common::agents::cli::{
     self, Failures, STEPS, Steps, final_text, is_summarizer, step_command, summary_in,
@@ -222,15 +221,14 @@ async fn claude_code_runs_25_shell_steps_folding_through_foldgate() {
         async move { answer(&state, &r) }
     })
     .await;
-    // Older-turn compression off: it would stub the older steps' outputs
-    // (a restub, no summarizer call) and keep the view under the trigger;
-    // this test is about folds.
-    let fg = Foldgate::start(&format!(
-        "[providers.anthropic]\nbase_url = \"{}/v1\"\napi = \"anthropic\"\nmodels = [\"claude-*\"]\n\
-         [models.\"claude-*\"]\ncontext_window = {WINDOW}\n\
-         [compress]\nenabled = false\n",
-        mock.url
-    ))
+    let fg = cli::foldgate(
+        &format!(
+            "[providers.anthropic]\nbase_url = \"{}/v1\"\napi = \"anthropic\"\n",
+            mock.url
+        ),
+        "claude-*",
+        WINDOW,
+    )
     .await;
 
     let home = tempfile::tempdir().unwrap();
@@ -259,26 +257,17 @@ async fn claude_code_runs_25_shell_steps_folding_through_foldgate() {
         .current_dir(workspace.path());
     let run = cli::run(command, "Claude Code", DEADLINE).await;
     let mut failures = Failures::default();
-    run.check_finished(&mut failures);
     let turns = seen.turns.lock().unwrap().clone();
-    cli::dump("claude", &turns);
-    failures.check(
-        "agent loop reached the model",
-        !turns.is_empty(),
-        String::new,
-    );
-    if turns.is_empty() {
-        failures.assert_none("Claude Code");
-    }
-
     let others = seen.others.lock().unwrap().clone();
-    failures.check("known calls only", others.is_empty(), || {
-        format!("calls the mock does not know: {others:?}")
-    });
     let violations = seen.violations.lock().unwrap().clone();
-    failures.check("tool pairing", violations.is_empty(), || {
-        format!("forwarded requests broke pairing (each got the API's 400): {violations:?}")
-    });
+    cli::first_checks(
+        &mut failures,
+        (&run, "Claude Code", "claude"),
+        &turns,
+        &others,
+        &violations,
+    );
+
     for body in seen.helpers.lock().unwrap().iter() {
         failures.check("helper calls unfolded", summary_in(body).is_empty(), || {
             shape(body)

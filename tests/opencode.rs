@@ -24,7 +24,6 @@
 
 use crate::common;
 
-use common::Foldgate;
 use common::agents::cli::{
     self, Failures, STEPS, Steps, chat_violation, final_text, is_summarizer, step_command,
     summary_in,
@@ -235,15 +234,11 @@ async fn opencode_runs_25_shell_steps_folding_through_foldgate() {
         async move { answer(&state, &r) }
     })
     .await;
-    // Older-turn compression off: it would stub the older steps' outputs
-    // (a restub, no summarizer call) and keep the view under the trigger;
-    // this test is about folds.
-    let fg = Foldgate::start(&format!(
-        "[providers.openai]\nbase_url = \"{}/v1\"\nmodels = [\"*\"]\n\
-         [models.\"*\"]\ncontext_window = {WINDOW}\n\
-         [compress]\nenabled = false\n",
-        mock.url
-    ))
+    let fg = cli::foldgate(
+        &format!("[providers.openai]\nbase_url = \"{}/v1\"\n", mock.url),
+        "*",
+        WINDOW,
+    )
     .await;
 
     let home = tempfile::tempdir().unwrap();
@@ -290,26 +285,17 @@ async fn opencode_runs_25_shell_steps_folding_through_foldgate() {
         .current_dir(workspace.path());
     let run = cli::run(command, "OpenCode", DEADLINE).await;
     let mut failures = Failures::default();
-    run.check_finished(&mut failures);
     let turns = seen.turns.lock().unwrap().clone();
-    cli::dump("opencode", &turns);
-    failures.check(
-        "agent loop reached the model",
-        !turns.is_empty(),
-        String::new,
-    );
-    if turns.is_empty() {
-        failures.assert_none("OpenCode");
-    }
-
     let others = seen.others.lock().unwrap().clone();
-    failures.check("known calls only", others.is_empty(), || {
-        format!("calls the mock does not know: {others:?}")
-    });
     let violations = seen.violations.lock().unwrap().clone();
-    failures.check("tool pairing", violations.is_empty(), || {
-        format!("forwarded requests broke pairing (each got the API's 400): {violations:?}")
-    });
+    cli::first_checks(
+        &mut failures,
+        (&run, "OpenCode", "opencode"),
+        &turns,
+        &others,
+        &violations,
+    );
+
     for body in seen.helpers.lock().unwrap().iter() {
         failures.check("helper calls unfolded", summary_in(body).is_empty(), || {
             shape(body)

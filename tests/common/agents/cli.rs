@@ -448,3 +448,47 @@ impl Tap {
         self.upgrades.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
+
+/// foldgate for an agent test: `provider` (a `[providers.…]` section
+/// without its models), the models `glob` at `window` tokens, and
+/// older-turn compression off: it would stub the older steps' outputs (a
+/// restub, no summarizer call) and keep the view under the trigger; these
+/// tests are about folds.
+pub async fn foldgate(provider: &str, glob: &str, window: u32) -> crate::common::Foldgate {
+    crate::common::Foldgate::start(&format!(
+        "{provider}models = [\"{glob}\"]\n\
+         [models.\"{glob}\"]\ncontext_window = {window}\n\
+         [compress]\nenabled = false\n"
+    ))
+    .await
+}
+
+/// The checks every agent test starts with: the agent finished, its loop
+/// reached the model (else the other checks are moot, and the failures so
+/// far are reported), the mock was asked nothing it does not know, and
+/// no forwarded request broke the API's pairing rules. The loop's
+/// requests, dumped under `name` when `FOLDGATE_AGENT_DUMP` is set.
+pub fn first_checks(
+    failures: &mut Failures,
+    (run, agent, name): (&Run, &str, &str),
+    turns: &[Value],
+    others: &[String],
+    violations: &[String],
+) {
+    run.check_finished(failures);
+    dump(name, turns);
+    failures.check(
+        "agent loop reached the model",
+        !turns.is_empty(),
+        String::new,
+    );
+    if turns.is_empty() {
+        failures.assert_none(agent);
+    }
+    failures.check("known calls only", others.is_empty(), || {
+        format!("calls the mock does not know: {others:?}")
+    });
+    failures.check("tool pairing", violations.is_empty(), || {
+        format!("forwarded requests broke pairing (each got the API's 400): {violations:?}")
+    });
+}

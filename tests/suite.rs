@@ -60,6 +60,7 @@ mod opencode;
 mod pins;
 mod plan_props;
 mod plans;
+mod prompt_texts;
 mod proxy;
 mod recall;
 mod recall_echo;

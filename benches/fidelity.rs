@@ -39,6 +39,19 @@ use serde_json::{Value, json};
 
 const TURNS: usize = 60;
 
+/// The `[policy]` key of the inline rows, measured beside the shipped
+/// default (background folding).
+const INLINE: &str = "mode = \"inline\"\n";
+
+/// After each answer in background mode (a `[policy]` without
+/// [`INLINE`]), the time a real model's next turn would take: the fold
+/// the answer started lands before the next request.
+async fn think(policy: &str) {
+    if !policy.contains(INLINE.trim()) {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -52,15 +65,18 @@ fn main() {
                 "| window | folds | summarizer calls / failures | views checked | folded identifiers in the LLM summary | in the summary message (with ledger) | in the view | in the view or top 3 recall hits | ledger tokens per fold (mean / max) | ledger evictions | last ledger's planted items with their clause |"
             );
             println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+            // The defaults (background folding), inline beside them.
             for window in [2_048u32, 4_096, 8_192] {
                 run(window, "").await;
+                run(window, INLINE).await;
             }
             // The same at the fold depth before fold economy (shallower folds
             // fold fewer identifiers into the same ledger budget).
             for window in [2_048u32, 4_096] {
-                run(window, "reset_ratio = 0.7\n").await;
+                run(window, &format!("{INLINE}reset_ratio = 0.7\n")).await;
             }
-            inventions().await;
+            inventions("").await;
+            inventions(INLINE).await;
         }
         if only.is_empty() || only == "paraphrase" {
             paraphrases().await;
@@ -69,8 +85,9 @@ fn main() {
 }
 
 /// A summarizer that invents: each summary holds two items the folded
-/// turns support and three nobody said; how many of each reach a view.
-async fn inventions() {
+/// turns support and three nobody said; how many of each reach a view
+/// (`policy`: `[policy]` keys, [`INLINE`] or none).
+async fn inventions(policy: &str) {
     const SUPPORTED: [&str; 2] = [
         "Tests pass on v1.0.3",
         "the service on node-0.cluster.example listens on port 5000",
@@ -88,7 +105,7 @@ async fn inventions() {
         .to_string(),
     ));
     let fg = Foldgate::start(&format!(
-        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"bench-*\"]\ncontext_window = 4096\n[policy]\nmode = \"inline\"\n",
+        "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"bench-*\"]\ncontext_window = 4096\n[policy]\n{policy}",
         llm.url()
     ))
     .await;
@@ -101,6 +118,7 @@ async fn inventions() {
         post_json(&url, &[("x-conversation-id", "invent")], &body)
             .await
             .assert_ok();
+        think(policy).await;
     }
     let (mut views, mut kept, mut supported) = (0usize, 0usize, 0usize);
     for request in llm.chat_requests() {
@@ -119,7 +137,12 @@ async fn inventions() {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     println!(
-        "\n## A summarizer that invents (4096 window, {TURNS} turns; each summary: 2 supported items, 3 invented)\n"
+        "\n## A summarizer that invents (4096 window, {TURNS} turns, {}; each summary: 2 supported items, 3 invented)\n",
+        if policy.is_empty() {
+            "defaults (background)"
+        } else {
+            "inline"
+        }
     );
     println!(
         "| folded views | summarizer calls | items dropped (`foldgate_summary_items_dropped_total`) | invented items in views (of {}) | supported items in views (of {}) |",
@@ -153,9 +176,13 @@ async fn paraphrases() {
         ("auto (default)", ""),
         ("inject", "recall = \"inject\"\n"),
     ];
+    let folding = [("", ""), (", inline", INLINE)];
     for window in [4_096u32, 8_192] {
-        for (mode, keys) in modes {
-            let t = paraphrase::run(window, keys).await;
+        for ((mode, keys), (how, policy)) in
+            modes.into_iter().flat_map(|m| folding.map(move |f| (m, f)))
+        {
+            let mode = format!("{mode}{how}");
+            let t = paraphrase::run(window, keys, policy).await;
             let pct = |n: usize| 100.0 * n as f64 / t.questions.max(1) as f64;
             let three = |v: [usize; 3]| {
                 format!("{:.0}% / {:.0}% / {:.0}%", pct(v[0]), pct(v[1]), pct(v[2]))
@@ -208,7 +235,7 @@ async fn run(window: u32, policy: &str) {
     let llm = Llm::start().await;
     let fg = Foldgate::start(&format!(
         "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"bench-*\"]\ncontext_window = {window}\n\
-         [policy]\nmode = \"inline\"\n{policy}",
+         [policy]\n{policy}",
         llm.url()
     ))
     .await;
@@ -222,6 +249,7 @@ async fn run(window: u32, policy: &str) {
         let reply = post_json(&url, &[("x-conversation-id", "fidelity")], &body).await;
         reply.assert_ok();
         sent.push((i + 1, messages.len()));
+        think(policy).await;
     }
     let counter = foldgate::tokens::TokenCounter::new(&foldgate::config::Config::default());
     let (mut folded, mut in_summary, mut in_message, mut views) = (0usize, 0usize, 0usize, 0usize);

@@ -389,13 +389,14 @@ fn normalized(text: &str) -> String {
 }
 
 /// Runs every question of every conversation at `window` with `archive`
-/// (an `[archive]` section's keys).
-pub async fn run(window: u32, archive: &str) -> Tally {
+/// (an `[archive]` section's keys) and `policy` (`[policy]` keys: the
+/// shipped default, background folding, when empty).
+pub async fn run(window: u32, archive: &str, policy: &str) -> Tally {
     let llm = Llm::start().await;
     llm.answer_always(Sum::Lossy);
     let fg = Foldgate::start(&format!(
         "[providers.mock]\nbase_url = \"{}/v1\"\n[models.\"bench-*\"]\ncontext_window = {window}\n\
-         [policy]\nmode = \"inline\"\n[archive]\n{archive}",
+         [policy]\n{policy}[archive]\n{archive}",
         llm.url()
     ))
     .await;

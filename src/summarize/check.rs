@@ -58,10 +58,10 @@ pub(super) fn without_label(item: &str) -> &str {
     }
 }
 
-/// Whether the identifier occurs in the source. A number with its unit or
-/// the word before it counts when its digits occur (the summary may phrase
-/// the unit differently).
-fn seen(artifact: &Artifact, source: &str) -> bool {
+/// Whether the identifier occurs in the source (a whole source, or one
+/// sentence of it). A number with its unit or the word before it counts
+/// when its digits occur (the summary may phrase the unit differently).
+pub(super) fn seen(artifact: &Artifact, source: &str) -> bool {
     if contains_token(source, &artifact.value) {
         return true;
     }

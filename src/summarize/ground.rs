@@ -23,7 +23,7 @@
 //!   negation); a decision, a sentence that decides. Items the previous
 //!   summary listed as completed or decided confirm themselves.
 
-use super::check::{split_sentences, without_label};
+use super::check::{seen, split_sentences, without_label};
 use crate::archive::stem::stem;
 use crate::fold::Summary;
 use crate::fold::extract::{self, Artifact, Kind, contains_token, is_identifier, is_stop_word};
@@ -317,16 +317,11 @@ fn swap(source: &Source<'_>, item: &str) -> Option<Reason> {
         }
         let need = (2 * subject.len()).div_ceil(3);
         let together = source.sentences.iter().any(|s| {
-            holds_value(s.text, &artifact)
+            seen(&artifact, s.text)
                 && subject.iter().filter(|w| s.stems.contains(*w)).count() >= need
         });
         // A value that is nowhere in the source is the other checks' to judge.
-        if !together
-            && source
-                .sentences
-                .iter()
-                .any(|s| holds_value(s.text, &artifact))
-        {
+        if !together && source.sentences.iter().any(|s| seen(&artifact, s.text)) {
             return Some(Reason::Swap);
         }
     }
@@ -345,19 +340,6 @@ fn subject_words(artifact: &Artifact) -> impl Iterator<Item = String> + '_ {
         _ => "",
     };
     content_words(&artifact.clause).chain(content_words(lead))
-}
-
-/// Whether `sentence` holds the value: verbatim, or for a number its digits.
-fn holds_value(sentence: &str, artifact: &Artifact) -> bool {
-    if contains_token(sentence, &artifact.value) {
-        return true;
-    }
-    artifact.kind == Kind::Number
-        && artifact
-            .value
-            .split(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
-            .filter(|t| t.chars().any(|c| c.is_ascii_digit()))
-            .all(|digits| contains_token(sentence, digits.trim_matches(['.', ','])))
 }
 
 /// `item` without its label and its identifiers.

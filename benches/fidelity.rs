@@ -333,7 +333,7 @@ async fn run(window: u32, policy: &str) {
         if policy.is_empty() {
             String::new()
         } else {
-            format!(" ({})", policy.trim())
+            format!(" ({})", policy.trim().replace('\n', "; "))
         },
         get("foldgate_summarizer_calls_total"),
         get("foldgate_fold_failures_total"),

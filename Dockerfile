@@ -2,14 +2,20 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
+COPY crates/core/Cargo.toml crates/core/
+COPY crates/wire/Cargo.toml crates/wire/
+COPY crates/store/Cargo.toml crates/store/
+COPY crates/summarize/Cargo.toml crates/summarize/
 # Dependencies in their own layer: built against stub sources, so a change
-# to src/ rebuilds only foldgate itself.
+# to the sources rebuilds only foldgate's own packages.
 RUN mkdir -p src benches \
     && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
+    && for c in crates/*/; do mkdir -p "$c/src" && touch "$c/src/lib.rs"; done \
     && for b in $(awk '/^\[\[bench\]\]/ { getline; gsub(/name = |"/, ""); print }' Cargo.toml); do \
          echo 'fn main() {}' > "benches/$b.rs"; done \
     && cargo build --release --locked --bin foldgate \
-    && rm -rf src benches target/release/.fingerprint/foldgate-* target/release/deps/*foldgate*
+    && rm -rf src benches crates/*/src target/release/.fingerprint/foldgate* target/release/deps/*foldgate*
+COPY crates ./crates
 COPY src ./src
 COPY benches ./benches
 RUN cargo build --release --locked --bin foldgate

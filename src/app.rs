@@ -58,7 +58,8 @@ impl App {
             upstreams: Upstreams::new(config.clone()).map_err(StartupError::Upstream)?,
             tokens: Arc::new(TokenCounter::new(&config)),
             store: crate::state::open(&config.state).map_err(StartupError::State)?,
-            archive: Archive::open(&config, metrics.clone()).map_err(StartupError::State)?,
+            archive: Archive::open(&config, metrics.archive_counters())
+                .map_err(StartupError::State)?,
             summarizer: Summarizer::new(config.summarizer.clone()),
             metrics,
             background: Background::default(),

@@ -2,7 +2,13 @@
 //! conversations into a summary before they overflow the context window.
 //!
 //! The modules in the order a request meets them (the diagram is in
-//! `docs/architecture.md`):
+//! `docs/architecture.md`). The server's are this package's; the rest live
+//! in the workspace's lower layers and are re-exported here at the same
+//! paths: `config`, `message`, `tokens`, `fold`, `glob` and `stem` in
+//! `foldgate-core`; `api`, `shallow`, `sse`, `usage`, `upstream`, `body`,
+//! `error`, `headers`, `telemetry` and `random` in `foldgate-wire`;
+//! `state` and `archive` in `foldgate-store`; `summarize` in
+//! `foldgate-summarize`.
 //!
 //! - [`config`]: figment configuration, validation, secrets.
 //! - [`app`]: the shared application state every request uses.
@@ -37,34 +43,24 @@
 
 pub mod admin;
 pub mod affinity;
-pub mod api;
 pub mod app;
-pub mod archive;
 pub mod background;
-pub mod body;
-pub mod config;
 pub mod discover;
-pub mod error;
 pub mod estimate;
-pub mod fold;
-pub mod glob;
-pub mod headers;
 pub mod heap;
 pub mod log_format;
 pub mod log_writer;
-pub mod message;
 pub mod metrics;
 pub mod pipeline;
 pub mod proxy;
-pub mod random;
 pub mod replay;
 pub mod server;
-pub mod shallow;
-pub mod sse;
-pub mod state;
-pub mod summarize;
-pub mod telemetry;
-pub mod tokens;
 pub mod ui;
 pub mod unclaimed;
-pub mod upstream;
+
+pub use foldgate_core::{config, fold, glob, message, stem, tokens};
+pub use foldgate_store::{archive, state};
+pub use foldgate_summarize as summarize;
+pub use foldgate_wire::{
+    api, body, error, headers, random, shallow, sse, telemetry, upstream, usage,
+};

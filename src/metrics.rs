@@ -193,6 +193,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The archive's counters: clones of this registry's, so the archive
+    /// counts into what `/foldgate/metrics` exports.
+    pub fn archive_counters(&self) -> crate::archive::ArchiveCounters {
+        crate::archive::ArchiveCounters {
+            spooled: self.archive_spooled.clone(),
+            replayed: self.archive_replayed.clone(),
+            rows: self.archive_rows.clone(),
+        }
+    }
+
     /// Counters, with latency histograms for these routes (the folded
     /// APIs' names) and [`OTHER_ROUTE`].
     pub fn with_routes(routes: impl IntoIterator<Item = &'static str>) -> Self {

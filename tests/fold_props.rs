@@ -3,7 +3,7 @@
 //! request by request against random budgets, policies and placements. Each
 //! fold gets a fake summary `S<k>` whose folded message set the test tracks,
 //! and every request checks the fold contract's invariants
-//! (`src/fold/mod.rs`, docs/folding.md):
+//! (`crates/core/src/fold/mod.rs`, docs/folding.md):
 //!
 //! - no message leaves the view unless it was folded into the summary shown;
 //! - order is preserved, tool pairs stay whole, the last user message stays;

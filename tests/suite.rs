@@ -49,7 +49,7 @@ mod found_windows;
 mod gemini;
 mod gemini_cli;
 mod headroom;
-mod imports;
+mod layers;
 mod ledger_props;
 mod llama_cpp_python;
 mod local_servers;

@@ -3,7 +3,8 @@
 use bytes::Bytes;
 use foldgate::config::Config;
 use foldgate::estimate::{EstimateError, Given, report};
-use foldgate::tokens::{Encoding, LimitSource, TokenCounter, UsageScanner, parse_models_listing};
+use foldgate::tokens::{Encoding, LimitSource, TokenCounter, parse_models_listing};
+use foldgate::usage::UsageScanner;
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 

@@ -285,7 +285,7 @@ pub fn conversation(c: usize) -> Conversation {
                         "question {question:?} repeats {w:?} of {sentence:?}"
                     );
                 }
-                let stem = foldgate::archive::stem::stem;
+                let stem = foldgate::stem::stem;
                 let stems: Vec<String> = said.iter().map(|w| stem(w)).collect();
                 let shares_stem = asked.iter().any(|w| {
                     !names.contains(w)
@@ -323,7 +323,7 @@ pub fn bm25(docs: &[String], query: &str, k: usize, stemmed: bool) -> Vec<usize>
         }
         w.into_iter()
             .filter(|w| !foldgate::archive::query::is_stopword(w))
-            .map(|w| foldgate::archive::stem::stem(&w))
+            .map(|w| foldgate::stem::stem(&w))
             .collect()
     };
     let docs: Vec<Vec<String>> = docs.iter().map(|d| shape(d)).collect();

@@ -250,7 +250,7 @@ fn observed(app: &App, prepared: &Prepared, model: String) -> tap::OnUsage {
         .observe_forwarded(prepared.tokens_in, prepared.tokens_out);
     let (tokens, raw) = (app.tokens.clone(), prepared.raw_tokens_out);
     let span = crate::telemetry::current();
-    Box::new(move |reported: crate::tokens::Reported| {
+    Box::new(move |reported: crate::usage::Reported| {
         if let Some(span) = &span {
             crate::telemetry::record_usage(span, reported);
         }

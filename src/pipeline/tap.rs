@@ -3,7 +3,7 @@
 
 use crate::body::BoxError;
 use crate::sse::Framing;
-use crate::tokens::{Reported, UsageReader, UsageScanner};
+use crate::usage::{Reported, UsageReader, UsageScanner};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::pin::Pin;

@@ -1,4 +1,4 @@
-//! The fold contract's invariants (`src/fold/mod.rs`) of one view, shared by the fold property
+//! The fold contract's invariants (`crates/core/src/fold/mod.rs`) of one view, shared by the fold property
 //! tests (`tests/fold_props.rs`) and the fold fuzz target
 //! (`fuzz/fuzz_targets/fold_plan.rs`).
 //! Messages are recognised by their label: the first word of their text.

@@ -168,7 +168,7 @@ fn content_words(text: &str) -> Vec<String> {
     let mut stems: Vec<String> = Vec::new();
     for w in query::words(text) {
         let digits = w.chars().any(|c| c.is_ascii_digit());
-        let stem = crate::archive::stem::stem(&w);
+        let stem = crate::stem::stem(&w);
         if (digits || w.chars().count() >= 3) && !query::is_stopword(&w) && !stems.contains(&stem) {
             stems.push(stem);
             out.push(w);

@@ -19,7 +19,7 @@ use crate::api::recall::calls::{Carry, RecallTurn};
 use crate::api::recall::stream::Round;
 use crate::body::BoxError;
 use crate::sse::{Events, Framing};
-use crate::tokens::UsageScanner;
+use crate::usage::UsageScanner;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;

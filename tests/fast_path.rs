@@ -1,5 +1,5 @@
-//! The fast path on every API that has one (chat completions, Anthropic
-//! Messages, Responses, Gemini): a conversation has one key and one set of message
+//! The fast path on every API (chat completions, Anthropic Messages,
+//! Responses, Gemini, Ollama): a conversation has one key and one set of message
 //! identities whichever way its JSON is spelled and whichever reader (the
 //! shallow one or the decoder) took the body, so a fold made on one
 //! request is reused on the next; and a body the decoder refuses is
@@ -10,11 +10,12 @@ use crate::common;
 use common::gemini::GeminiMock;
 use common::llm::Llm;
 use common::mock::Recorded;
+use common::ollama::OllamaMock;
 use common::{Foldgate, send};
 use serde_json::{Value, json};
 
 /// Every API with a fast path.
-const APIS: [&str; 4] = ["chat", "anthropic", "responses", "gemini"];
+const APIS: [&str; 5] = ["chat", "anthropic", "responses", "gemini", "ollama"];
 
 /// Foldgate in front of a mock upstream that speaks `api`, with a small
 /// window, so that a long conversation folds.
@@ -22,6 +23,7 @@ struct Setup {
     fg: Foldgate,
     llm: Option<Llm>,
     gemini: Option<GeminiMock>,
+    ollama: Option<OllamaMock>,
 }
 
 impl Setup {
@@ -39,6 +41,21 @@ impl Setup {
                 fg,
                 llm: None,
                 gemini: Some(mock),
+                ollama: None,
+            };
+        }
+        if api == "ollama" {
+            let mock = OllamaMock::start().await;
+            let provider = format!(
+                "[providers.local]\nbase_url = \"{}\"\napi = \"ollama\"\nmodels = [\"tiny-*\"]\n",
+                mock.url()
+            );
+            let fg = Foldgate::start(&format!("{provider}{policy}")).await;
+            return Self {
+                fg,
+                llm: None,
+                gemini: None,
+                ollama: Some(mock),
             };
         }
         let llm = Llm::start().await;
@@ -48,22 +65,25 @@ impl Setup {
             fg,
             llm: Some(llm),
             gemini: None,
+            ollama: None,
         }
     }
 
     /// Every request the upstream received.
     fn received(&self) -> Vec<Recorded> {
-        match (&self.llm, &self.gemini) {
-            (Some(llm), _) => llm.mock.received(),
-            (_, Some(gemini)) => gemini.mock.received(),
+        match (&self.llm, &self.gemini, &self.ollama) {
+            (Some(llm), _, _) => llm.mock.received(),
+            (_, Some(gemini), _) => gemini.mock.received(),
+            (_, _, Some(ollama)) => ollama.mock.received(),
             _ => Vec::new(),
         }
     }
 
     fn summarizer_calls(&self) -> usize {
-        match (&self.llm, &self.gemini) {
-            (Some(llm), _) => llm.summarizer_calls(),
-            (_, Some(gemini)) => gemini.state.summarizer.lock().unwrap().len(),
+        match (&self.llm, &self.gemini, &self.ollama) {
+            (Some(llm), _, _) => llm.summarizer_calls(),
+            (_, Some(gemini), _) => gemini.state.summarizer.lock().unwrap().len(),
+            (_, _, Some(ollama)) => ollama.state.summarizer.lock().unwrap().len(),
             _ => 0,
         }
     }
@@ -112,6 +132,23 @@ fn conversation(api: &str, steps: usize) -> (&'static str, Value) {
             (
                 "/v1/messages",
                 json!({"model": "tiny-claude", "max_tokens": 100, "system": "You are an agent.", "messages": ms}),
+            )
+        }
+        "ollama" => {
+            // Calls with ids (a call without one is the decoder's: its
+            // made id names its message's position).
+            let mut ms = vec![
+                json!({"role": "system", "content": "You are an agent."}),
+                json!({"role": "user", "content": "[m0] task: fix the build"}),
+            ];
+            for s in 0..steps {
+                ms.push(json!({"role": "assistant", "content": "", "tool_calls": [
+                    {"id": format!("call_{s}"), "function": {"name": "bash", "arguments": {"cmd": format!("make {s}")}}}]}));
+                ms.push(json!({"role": "tool", "tool_name": "bash", "content": output(s)}));
+            }
+            (
+                "/api/chat",
+                json!({"model": "tiny-llama", "messages": ms, "stream": false, "options": {"num_predict": 100}}),
             )
         }
         "gemini" => {
@@ -211,7 +248,7 @@ async fn a_conversation_has_one_key_however_its_json_is_spelled_or_read() {
             "{api}, decoded"
         );
         let (_, mut other) = conversation(api, 2);
-        let first_user = &mut other[field(api)][usize::from(api == "chat")];
+        let first_user = &mut other[field(api)][usize::from(matches!(api, "chat" | "ollama"))];
         match api {
             "gemini" => first_user["parts"][0]["text"] = json!("[m0] another task"),
             _ => first_user["content"] = json!("[m0] another task"),

@@ -10,9 +10,10 @@
 //! - `calibration`: the per-model actual/estimated factor.
 //! - `counter`: [`TokenCounter`], which ties these together.
 //! - `estimate`: [`Estimate`], its result.
-//! (Reading `usage` out of responses is `foldgate_wire::usage`.)
 //! - `discovery`: parsers of providers' `/models`, LiteLLM's `/model/info`, llama.cpp's `/props`, Ollama's `/api/show`.
 //! - `windows`: windows read from providers or learned, and the ones missing.
+//!
+//! Reading `usage` out of responses is `foldgate_wire::usage`'s.
 
 mod cache;
 mod calibration;

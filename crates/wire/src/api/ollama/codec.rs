@@ -7,10 +7,13 @@
 //! member this codec does not read is opaque ([`crate::message::OPAQUE`]):
 //! never summarized, kept as it came.
 
-use crate::api::codec::{Decoded, Units, Wire, model, take_array, text_of, tool_call};
+use crate::api::codec::{
+    Decoded, RawRequest, Units, Wire, model, take_array, text_of, tool_call,
+};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use crate::message::OPAQUE;
+use crate::shallow::{self, Spec};
 use crate::tokens::REQUEST_WINDOW;
 use serde_json::{Map, Value, json};
 
@@ -30,6 +33,53 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, ApiError> {
         units.push(engine_message(item, i), i..i + 1);
     }
     Ok(units.decoded(fields, items, estimate, None))
+}
+
+/// What the fast path reads of a chat body: the fields the estimate reads
+/// ([`estimate_fields`]) and the messages as text.
+const SHALLOW: Spec = Spec {
+    parsed: &["model", "tools", "options", "format"],
+    raw: &[],
+    items: "messages",
+    held_upstream: &[],
+    item_members: false,
+};
+
+/// Reads an Ollama chat body shallowly, for the fast path (`None`: the
+/// decoder judges it). Each message is one unit ([`unit_message`]).
+pub fn shallow(bytes: &[u8]) -> Option<RawRequest<'_>> {
+    let fields = shallow::read(bytes, &SHALLOW)?;
+    let model = match fields.parsed.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        _ => return None,
+    };
+    Some(RawRequest {
+        rest: estimate_fields(&fields.parsed, model.clone()),
+        model,
+        pinned: Vec::new(),
+        units: (0..fields.items.len()).map(|i| i..i + 1).collect(),
+        items: fields.items,
+        opaque: None,
+    })
+}
+
+/// The engine message of a message read alone by the fast path, as the
+/// decoder makes it; `Null` (the body goes to the decoder) for one the
+/// decoder refuses (no string `role`) and for one with a call that has no
+/// id: the id made for it names the message's position, which a message
+/// read alone does not know.
+pub fn unit_message(unit: &[Value]) -> Value {
+    let Some(item) = unit.first() else {
+        return Value::Null;
+    };
+    let unnamed_call = item
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .is_some_and(|calls| calls.iter().any(|call| call_id(call, "").starts_with(MADE_ID)));
+    if !item.get("role").is_some_and(Value::is_string) || unnamed_call {
+        return Value::Null;
+    }
+    engine_message(item, 0)
 }
 
 /// The engine message of the client's message at `index`: its role, its

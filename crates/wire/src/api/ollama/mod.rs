@@ -9,12 +9,13 @@
 //! fields go upstream untouched ([`codec`]). Providers set
 //! `api = "ollama"` with the server's bare address as `base_url`; the
 //! summarizer calls `/api/chat` with `"stream": false` and
-//! `"format": "json"`.
+//! `"format": "json"`. Bodies take the fast path ([`codec::shallow`])
+//! unless a call has no id.
 
 pub mod codec;
 pub mod recall;
 
-use super::codec::{Decoded, Wire};
+use super::codec::{Decoded, RawRequest, Wire};
 use super::route::{self, Claim};
 use super::summary::{Format, SummaryAnswer, SummaryCall};
 use super::{Codec, Endpoint, Fit, Provider};
@@ -120,6 +121,14 @@ impl Codec for Ollama {
             _ if body.contains_key("messages") => Fit::Field,
             _ => Fit::No,
         }
+    }
+
+    fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
+        codec::shallow(bytes)
+    }
+
+    fn unit_message(&self, unit: &[Value]) -> Value {
+        codec::unit_message(unit)
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {

@@ -73,7 +73,7 @@ fn gemini_cli() -> PathBuf {
         .unwrap_or_else(|| {
             panic!(
                 "Gemini CLI is not installed: no `gemini` on PATH. .ci/run installs it \
-                 (`npm install -g @google/gemini-cli@<the version pinned there>`); \
+                 (tests/agents/package-lock.json) and scripts/test puts it on PATH; \
                  this test never skips"
             )
         })

@@ -1,5 +1,5 @@
 //! What the tests that drive real coding agents (Codex, Claude Code,
-//! OpenCode from npm, pinned in `.ci/run`) through foldgate share: finding
+//! OpenCode from npm, pinned in `tests/agents`) through foldgate share: finding
 //! the agent's binary, running it bounded in time, the 25 shell steps the
 //! scripted mock model asks for, and the checks every agent's forwarded
 //! requests must pass.

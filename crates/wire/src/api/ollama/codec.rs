@@ -7,9 +7,7 @@
 //! member this codec does not read is opaque ([`crate::message::OPAQUE`]):
 //! never summarized, kept as it came.
 
-use crate::api::codec::{
-    Decoded, RawRequest, Units, Wire, model, take_array, text_of, tool_call,
-};
+use crate::api::codec::{Decoded, RawRequest, Units, Wire, model, take_array, text_of, tool_call};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use crate::message::OPAQUE;
@@ -75,7 +73,11 @@ pub fn unit_message(unit: &[Value]) -> Value {
     let unnamed_call = item
         .get("tool_calls")
         .and_then(Value::as_array)
-        .is_some_and(|calls| calls.iter().any(|call| call_id(call, "").starts_with(MADE_ID)));
+        .is_some_and(|calls| {
+            calls
+                .iter()
+                .any(|call| call_id(call, "").starts_with(MADE_ID))
+        });
     if !item.get("role").is_some_and(Value::is_string) || unnamed_call {
         return Value::Null;
     }

@@ -9,7 +9,8 @@
 //! - single fact: one evidence turn;
 //! - multi-hop: two evidence turns (two items of one topic, a bridge
 //!   through a person, or one fact of each speaker);
-//! - temporal: when an event happened (the date is in the evidence turn);
+//! - temporal: when an event happened (the evidence turn says "yesterday"
+//!   or "last weekend"; the date opens its session's first message);
 //! - open domain: what a person would likely do or enjoy, inferred from a
 //!   turn that shares few words with the question.
 //!
@@ -130,6 +131,19 @@ const CHATTER: &[&str] = &[
     "The city is so crowded in summer.",
     "Tell me more, {b}, I want the whole story.",
     "I finally cleaned out the garage.",
+    // Names, places and titles, as real small talk has them.
+    "We watched Dune on Netflix, the sound was amazing.",
+    "My friend Karen is moving to Barcelona in the spring.",
+    "I keep listening to Taylor Swift on Spotify, no shame.",
+    "We had brunch at Café Nero on Sunday.",
+    "The Christmas market in Vienna looked lovely on Instagram.",
+    "Dave from work ran the London Marathon once.",
+    "My aunt Gloria sent a postcard from Lisbon.",
+    "We might drive to Edinburgh for Easter.",
+    "I bought a Kindle Paperwhite in the Black Friday sale.",
+    "Our neighbour Mr Patel grows huge pumpkins.",
+    "I saw a documentary about Iceland on the BBC.",
+    "Anna and Jake invited us to their barbecue on Saturday.",
 ];
 
 /// Values a fact slot takes; each conversation picks its own.
@@ -285,7 +299,7 @@ pub fn conversation(c: usize) -> Conversation {
             groups: vec![vec![p]],
         });
         let class = v(CLASSES, k);
-        let p = plant(
+        let class_at = plant(
             &mut plants,
             who,
             format!("I signed up for a {class} class at the community centre."),
@@ -294,7 +308,7 @@ pub fn conversation(c: usize) -> Conversation {
         asks.push(Ask {
             text: format!("Which class did {x} sign up for?"),
             category: Category::Single,
-            groups: vec![vec![p]],
+            groups: vec![vec![class_at]],
         });
         let (title, author) = BOOKS[(c + k) % BOOKS.len()];
         let p = plant(
@@ -322,7 +336,7 @@ pub fn conversation(c: usize) -> Conversation {
         });
         // Multi-hop: two items of one topic.
         let (i1, i2) = (v(INSTRUMENTS, k), v(INSTRUMENTS, k + 1));
-        let s = rng.next(sessions / 2);
+        let s = rng.next(sessions * 2 / 3);
         let p1 = plant(
             &mut plants,
             who,
@@ -333,15 +347,21 @@ pub fn conversation(c: usize) -> Conversation {
             &mut plants,
             who,
             format!("I also bought a second-hand {i2}, music keeps me sane."),
-            s + 2 + rng.next(sessions / 3),
+            s + 1 + rng.next(sessions / 3),
         );
         asks.push(Ask {
             text: format!("Which musical instruments does {x} play?"),
             category: Category::Multi,
             groups: vec![vec![p1], vec![p2]],
         });
+        // No word shared with either turn, as many real questions.
+        asks.push(Ask {
+            text: format!("What new hobbies has {x} taken up?"),
+            category: Category::Multi,
+            groups: vec![vec![class_at], vec![p1]],
+        });
         let (c1, c2) = (v(PLACES, k), v(PLACES, k + 2));
-        let s = rng.next(sessions / 2);
+        let s = rng.next(sessions * 2 / 3);
         let p1 = plant(
             &mut plants,
             who,
@@ -352,7 +372,7 @@ pub fn conversation(c: usize) -> Conversation {
             &mut plants,
             who,
             format!("Our second camping trip, to {c2}, was rainy but fun."),
-            s + 2 + rng.next(sessions / 3),
+            s + 1 + rng.next(sessions / 3),
         );
         asks.push(Ask {
             text: format!("Where has {x} gone camping?"),
@@ -361,7 +381,7 @@ pub fn conversation(c: usize) -> Conversation {
         });
         // Multi-hop: a bridge through a relative.
         let (rel, city) = (v(RELATIVES, k), v(CITIES, k));
-        let s = rng.next(sessions / 2);
+        let s = rng.next(sessions * 2 / 3);
         let p1 = plant(
             &mut plants,
             who,
@@ -372,7 +392,7 @@ pub fn conversation(c: usize) -> Conversation {
             &mut plants,
             who,
             format!("{rel} just opened a bakery in {city}, I am so happy for them."),
-            s + 2 + rng.next(sessions / 3),
+            s + 1 + rng.next(sessions / 3),
         );
         asks.push(Ask {
             text: format!("In which city did {x}'s cousin, the pastry chef, open a bakery?"),
@@ -385,7 +405,7 @@ pub fn conversation(c: usize) -> Conversation {
         let p = plant(
             &mut plants,
             who,
-            format!("On {{date-2}} I finished my first {sport}, legs still aching."),
+            format!("Yesterday I finished my first {sport}, legs still aching."),
             s,
         );
         asks.push(Ask {
@@ -398,7 +418,7 @@ pub fn conversation(c: usize) -> Conversation {
         let p = plant(
             &mut plants,
             who,
-            format!("We got back from {place} on {{date-1}}, what a trip."),
+            format!("We got back from {place} last night, what a trip."),
             s,
         );
         asks.push(Ask {
@@ -411,7 +431,7 @@ pub fn conversation(c: usize) -> Conversation {
         let p = plant(
             &mut plants,
             who,
-            format!("My brother {rel2} got married on {{date-3}}, I cried the whole ceremony."),
+            format!("My brother {rel2} got married last weekend, I cried the whole ceremony."),
             s,
         );
         asks.push(Ask {
@@ -455,13 +475,13 @@ pub fn conversation(c: usize) -> Conversation {
         &mut plants,
         0,
         format!("With {n1} children at home there is never a quiet moment."),
-        rng.next(sessions / 2),
+        rng.next(sessions - 1),
     );
     let p2 = plant(
         &mut plants,
         1,
         format!("We have {n2} children, and they all want different dinners."),
-        rng.next(sessions / 2),
+        rng.next(sessions - 1),
     );
     asks.push(Ask {
         text: format!("How many children do {a} and {b} have together?"),
@@ -507,11 +527,7 @@ fn build(c: usize, sessions: usize, plants: &[Plant], asks: &[Ask], rng: &mut Rn
             text.push_str(&chatter(rng));
             if let Some(k) = slots.iter().position(|&u| u == t) {
                 let i = mine[k];
-                let sentence = plants[i]
-                    .sentence
-                    .replace("{date-1}", &date(day - 1))
-                    .replace("{date-2}", &date(day - 2))
-                    .replace("{date-3}", &date(day - 3));
+                let sentence = plants[i].sentence.clone();
                 text.push(' ');
                 text.push_str(&sentence);
                 at[i] = (messages.len(), sentence);

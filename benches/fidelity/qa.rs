@@ -9,6 +9,7 @@ use super::common::llm::{Llm, Sum, content_text};
 use super::common::{Foldgate, post_json, send};
 use super::locomo::{self, Category, Question};
 use super::paraphrase::bm25;
+use foldgate::fold::summary::HEADING_PREFIX;
 use serde_json::json;
 
 /// Hits counted: the recall's and plain BM25's top 10.
@@ -21,8 +22,10 @@ pub struct Tally {
     pub trimmed: usize,
     pub bm25: usize,
     pub in_view: usize,
-    /// In the view's messages other than the injected block.
+    /// In the history's messages the view shows verbatim.
     pub verbatim: usize,
+    /// In the injected block.
+    pub block: usize,
     pub recall: usize,
     pub reachable: usize,
     /// Tokens of the verbatim messages of the history in view, summed.
@@ -38,6 +41,7 @@ impl Tally {
         self.bm25 += o.bm25;
         self.in_view += o.in_view;
         self.verbatim += o.verbatim;
+        self.block += o.block;
         self.recall += o.recall;
         self.reachable += o.reachable;
         self.history_tokens += o.history_tokens;
@@ -118,12 +122,24 @@ pub async fn run(window: u32, policy: &str) -> [Tally; 4] {
             let shown: Vec<serde_json::Value> =
                 view["messages"].as_array().cloned().unwrap_or_default();
             let shown_texts: Vec<String> = shown.iter().map(content_text).collect();
+            if std::env::var_os("FIDELITY_DUMP").is_some() && std::ptr::eq(q, &convo.questions[0]) {
+                let summary = shown_texts.iter().find(|t| t.contains(HEADING_PREFIX));
+                eprintln!("--- {id} at {window}, {policy:?}: {}", summary.map_or("", String::as_str));
+            }
             let seen = normalized(&shown_texts.join("\n"));
             let recalled = |t: &String| t.starts_with("[foldgate] Recalled");
             let verbatim = normalized(
+                &shown
+                    .iter()
+                    .filter(|m| history.contains(&m.to_string()))
+                    .map(content_text)
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            );
+            let block = normalized(
                 &shown_texts
                     .iter()
-                    .filter(|t| !recalled(t))
+                    .filter(|t| recalled(t))
                     .cloned()
                     .collect::<Vec<_>>()
                     .join("\n"),
@@ -136,6 +152,7 @@ pub async fn run(window: u32, policy: &str) -> [Tally; 4] {
             let in_view = |_: usize, s: &str| seen.contains(&normalized(s));
             t.in_view += usize::from(all_groups(q, in_view));
             t.verbatim += usize::from(all_groups(q, |_, s| verbatim.contains(&normalized(s))));
+            t.block += usize::from(all_groups(q, |_, s| block.contains(&normalized(s))));
             let hits = recall_hits(&fg, &id, &q.text).await;
             let found = |_: usize, s: &str| hits.iter().take(TOP).any(|h| h.contains(s));
             t.recall += usize::from(all_groups(q, found));
@@ -187,9 +204,9 @@ pub async fn table(inline: &str) {
         stats.iter().map(|s| s.2).sum::<usize>(),
     );
     println!(
-        "| window | folding | category | questions | trimming: in view | plain BM25, whole history: top {TOP} | foldgate: in view | … in the verbatim messages | recall top {TOP} | reachable (view or recall top {TOP}) | history tokens in view: foldgate / trimming |"
+        "| window | folding | category | questions | trimming: in view | plain BM25, whole history: top {TOP} | foldgate: in view | … in the verbatim history | … in the injected block | recall top {TOP} | reachable (view or recall top {TOP}) | history tokens in view: foldgate / trimming |"
     );
-    println!("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for window in [4_096u32, 8_192] {
         for (how, policy) in [("defaults (background)", ""), ("inline", inline)] {
             let tallies = run(window, policy).await;
@@ -201,12 +218,13 @@ pub async fn table(inline: &str) {
             for (name, t) in names.iter().zip(&tallies).chain([(&"all", &all)]) {
                 let pct = |n: usize| 100.0 * n as f64 / t.questions.max(1) as f64;
                 println!(
-                    "| {window} | {how} | {name} | {} | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.0} / {:.0} |",
+                    "| {window} | {how} | {name} | {} | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.0} / {:.0} |",
                     t.questions,
                     pct(t.trimmed),
                     pct(t.bm25),
                     pct(t.in_view),
                     pct(t.verbatim),
+                    pct(t.block),
                     pct(t.recall),
                     pct(t.reachable),
                     t.history_tokens as f64 / t.questions.max(1) as f64,

@@ -27,14 +27,23 @@ pub struct Fill {
     pub tokens: u64,
 }
 
+/// How much a fill may take: `anchored` tokens, a budget that does not
+/// depend on the tail (the fill's first message then stays put while the
+/// tail grows), as long as they fit `room`, the tokens the window has
+/// left; past that, the most of `room` the grid allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub anchored: u64,
+    pub room: u64,
+}
+
 /// The fill of `items` (a folded view: the pinned head, pins, the summary,
-/// the tail) within `room` tokens, by each message's `counts`: the folded
+/// the tail) within `limits`, by each message's `counts`: the folded
 /// messages from a grid point before the tail's first message up to it,
-/// those the view already shows (pins) or shows `elsewhere` (an injected
-/// block's excerpts) left out, the earliest grid point
-/// whose messages fit. `None` when the view has no summary, or not even one
-/// step of messages fits.
-pub fn fill(items: &[Item], counts: &[u32], room: u64, elsewhere: &[usize]) -> Option<Fill> {
+/// the earliest grid point whose messages fit; those the view already
+/// shows (pins) are left out. `None` when the view has no summary, or not
+/// even one step of messages fits.
+pub fn fill(items: &[Item], counts: &[u32], limits: Limits) -> Option<Fill> {
     let summary = items.iter().rposition(|i| matches!(i, Item::New(_)))?;
     let at = summary + 1;
     let Some(Item::Original(tail)) = items.get(at) else {
@@ -53,7 +62,6 @@ pub fn fill(items: &[Item], counts: &[u32], room: u64, elsewhere: &[usize]) -> O
             Item::Original(j) => Some(*j),
             _ => None,
         })
-        .chain(elsewhere.iter().copied())
         .collect();
     let tokens = |from: usize| -> u64 {
         (from..tail)
@@ -61,20 +69,28 @@ pub fn fill(items: &[Item], counts: &[u32], room: u64, elsewhere: &[usize]) -> O
             .map(|j| u64::from(counts.get(j).copied().unwrap_or(u32::MAX)))
             .sum()
     };
-    let mut from = tail;
-    loop {
-        let next = from.saturating_sub(STEP).max(head);
-        if next == from || tokens(next) > room {
-            break;
+    let earliest = |within: u64| {
+        let mut from = tail;
+        loop {
+            let next = from.saturating_sub(STEP).max(head);
+            if next == from || tokens(next) > within {
+                return from;
+            }
+            from = next;
         }
-        from = next;
-    }
+    };
+    let anchored = earliest(limits.anchored);
+    let from = if tokens(anchored) <= limits.room {
+        anchored
+    } else {
+        earliest(limits.room)
+    };
     let shown: Vec<usize> = (from..tail).filter(|j| !shown.contains(j)).collect();
-    (!shown.is_empty()).then(|| Fill {
-        at,
-        tokens: tokens(from),
-        shown,
-    })
+    let tokens = shown
+        .iter()
+        .map(|&j| u64::from(counts.get(j).copied().unwrap_or(u32::MAX)))
+        .sum();
+    (!shown.is_empty()).then_some(Fill { at, tokens, shown })
 }
 
 #[cfg(test)]
@@ -93,20 +109,24 @@ mod tests {
     fn the_fill_starts_on_the_grid_and_fits_the_room() {
         let items = folded(1, 41, 60);
         let counts = vec![10u32; 60];
+        let room = |room: u64| Limits {
+            anchored: room,
+            room,
+        };
         // 100 tokens of room: one step of 8 messages (80), not two (160).
-        let f = fill(&items, &counts, 100, &[]).unwrap();
+        let f = fill(&items, &counts, room(100)).unwrap();
         assert_eq!(
             (f.at, f.shown.clone(), f.tokens),
             (2, (33..41).collect(), 80)
         );
         // Room for everything folded: back to the pinned head, not into it.
-        let f = fill(&items, &counts, 10_000, &[]).unwrap();
+        let f = fill(&items, &counts, room(10_000)).unwrap();
         assert_eq!(f.shown, (1..41).collect::<Vec<_>>());
         // Less than a step: nothing.
-        assert_eq!(fill(&items, &counts, 79, &[]), None);
+        assert_eq!(fill(&items, &counts, room(79)), None);
         // No summary: nothing to fill.
         let plain: Vec<Item> = (0..60).map(Item::Original).collect();
-        assert_eq!(fill(&plain, &counts, 10_000, &[]), None);
+        assert_eq!(fill(&plain, &counts, room(10_000)), None);
     }
 
     #[test]
@@ -114,12 +134,35 @@ mod tests {
         let mut items = folded(1, 41, 60);
         items.insert(1, Item::Original(38));
         let counts = vec![10u32; 60];
-        let f = fill(&items, &counts, 75, &[]).unwrap();
+        let room = Limits {
+            anchored: 75,
+            room: 75,
+        };
+        let f = fill(&items, &counts, room).unwrap();
         assert_eq!(f.at, 3);
         assert_eq!(f.shown, [33, 34, 35, 36, 37, 39, 40]);
         assert_eq!(f.tokens, 70);
-        // An injected excerpt's message is not shown again either.
-        let f = fill(&items, &counts, 75, &[35]).unwrap();
-        assert_eq!(f.shown, [33, 34, 36, 37, 39, 40]);
+    }
+
+    #[test]
+    fn the_anchored_budget_holds_while_the_room_takes_it() {
+        let items = folded(1, 41, 60);
+        let counts = vec![10u32; 60];
+        let limits = |room: u64| Limits {
+            anchored: 170,
+            room,
+        };
+        // Two steps (160 tokens) whatever the room above them.
+        for room in [160, 200, 5_000] {
+            assert_eq!(
+                fill(&items, &counts, limits(room)).unwrap().shown,
+                (25..41).collect::<Vec<_>>()
+            );
+        }
+        // Less room: what the room takes.
+        assert_eq!(
+            fill(&items, &counts, limits(159)).unwrap().shown,
+            (33..41).collect::<Vec<_>>()
+        );
     }
 }

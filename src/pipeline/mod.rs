@@ -70,10 +70,8 @@ pub async fn handle(
     let mut prepared = request.prepare(app, &own).await?;
     let mut retried = false;
     loop {
-        // A folded chat's room: the newest folded messages, the block's
-        // budget kept free; what the block leaves of it, older ones.
-        let block = app.config.archive.inject_tokens;
-        recall::inject::fill(app, &request, &mut prepared, &[], block);
+        // A folded chat's room: the newest folded messages, then the block.
+        recall::inject::fill(app, &request, &mut prepared);
         let injection = recall::inject::plan(app, &request, &prepared).await;
         if let Some(injection) = &injection {
             app.metrics.recall_injections.inc();
@@ -81,8 +79,6 @@ pub async fn handle(
             prepared.tokens_out = prepared.tokens_out.saturating_add(injection.tokens);
             prepared.raw_tokens_out = prepared.raw_tokens_out.saturating_add(injection.tokens);
         }
-        let injected_at = injection.as_ref().map_or(&[][..], |i| &i.positions[..]);
-        recall::inject::fill(app, &request, &mut prepared, injected_at, 0);
         let injected = injection.as_ref().map(|i| i.text.as_str());
         let recall = recall::Session::offer(app, &mut request, &mut prepared, &parts, injected);
         let (head, incoming) = match &recall {

@@ -43,8 +43,6 @@ pub struct Injection {
     pub excerpts: usize,
     /// Its estimated tokens (not calibrated).
     pub tokens: u32,
-    /// The messages its excerpts come from, by position.
-    pub positions: Vec<usize>,
 }
 
 /// The injection `request` gets, when its conversation injects, its view
@@ -117,16 +115,10 @@ pub(in crate::pipeline) async fn plan(
         (!excerpts.is_empty()).then(|| render(&excerpts))
     })?;
     let excerpts = text.matches("\n\n[turn ").count();
-    let positions = fresh
-        .iter()
-        .map(|h| h.row.position)
-        .filter(|p| text.contains(&format!("\n\n[turn {p}, ")))
-        .collect();
     Some(Injection {
         tokens: tokens(&text),
         text,
         excerpts,
-        positions,
     })
 }
 
@@ -134,21 +126,17 @@ pub(in crate::pipeline) async fn plan(
 /// messages, verbatim after the summary ([`crate::fold::fill`]), when the
 /// request gets the block (so the conversation recalls), is no agent loop
 /// (no tools of the client's, no tool call or result in its messages) and
-/// its summary is a `system` message. The recall tool's tokens and `keep`
-/// more are kept free. Run before the block is planned (keeping its
-/// budget), and again after it (its tokens in `prepared`; `injected`: the
-/// messages its excerpts come from, not shown twice), which reaches
-/// further back with what the block left.
-/// Measured on the long-conversation QA set of `cargo bench --bench
-/// fidelity` (docs/benchmarks.md): with the fold's reset target alone
-/// the verbatim history was about half what trimming keeps.
-pub(in crate::pipeline) fn fill(
-    app: &App,
-    request: &ConvRequest,
-    prepared: &mut Prepared,
-    injected: &[usize],
-    keep: u32,
-) {
+/// its summary is a `system` message. Runs before the block is planned,
+/// so the block quotes only what the fill leaves hidden. The fill takes up to
+/// the band between the fold's reset target and its trigger
+/// (`trigger_ratio − reset_ratio` of the window, whatever the tail), while
+/// the window has room for it beside the recall tool and the block's whole
+/// budget (`archive.inject_tokens`), so its first message stays put for
+/// turns; then what the room allows. Measured on the long-conversation QA
+/// set of `cargo bench --bench fidelity` (docs/benchmarks.md): with the
+/// fold's reset target alone the verbatim history was about half what
+/// trimming keeps.
+pub(in crate::pipeline) fn fill(app: &App, request: &ConvRequest, prepared: &mut Prepared) {
     let Some(turn) = request.turn() else { return };
     let messages = turn.messages().values;
     let chat = !(request.fields().is_some_and(client_tools) || agent_messages(messages));
@@ -166,9 +154,15 @@ pub(in crate::pipeline) fn fill(
     };
     let room = room::room(window, prepared.tokens_out, reserve)
         .saturating_sub(tool)
-        .saturating_sub(keep);
+        .saturating_sub(app.config.archive.inject_tokens);
+    let policy = &turn.data.policy;
+    let band = (policy.trigger_ratio - policy.reset_ratio).max(0.0) * f64::from(window);
+    let limits = crate::fold::fill::Limits {
+        anchored: band as u64,
+        room: u64::from(room),
+    };
     let counts = &turn.data.counts;
-    let Some(fill) = crate::fold::fill::fill(items, counts, u64::from(room), injected) else {
+    let Some(fill) = crate::fold::fill::fill(items, counts, limits) else {
         return;
     };
     let raw: u64 = fill
@@ -178,12 +172,11 @@ pub(in crate::pipeline) fn fill(
         .sum();
     let mut ids = prepared.view_ids.to_vec();
     let at = fill.at.min(ids.len());
-    ids.splice(
-        at..at,
-        fill.shown
-            .iter()
-            .map(|&i| turn.data.ids.get(i).copied().unwrap_or_default()),
-    );
+    let shown_ids = fill
+        .shown
+        .iter()
+        .map(|&i| turn.data.ids.get(i).copied().unwrap_or_default());
+    ids.splice(at..at, shown_ids);
     prepared.view_ids = ids.into();
     items.splice(
         fill.at..fill.at,

@@ -256,8 +256,7 @@ pub fn conversation(c: usize) -> Conversation {
     // Distinct values per conversation: rotate the pools by `c`.
     let v = |pool: &[&'static str], k: usize| pool[(c * 3 + k) % pool.len()];
     let late = |rng: &mut Rng| rng.next(sessions - 1);
-    for who in 0..2 {
-        let x = names[who];
+    for (who, &x) in names.iter().enumerate() {
         let k = who * 5;
         // Single facts.
         let (pet, pet_name) = (v(PETS, k), v(PET_NAMES, k));

@@ -124,7 +124,10 @@ pub async fn run(window: u32, policy: &str) -> [Tally; 4] {
             let shown_texts: Vec<String> = shown.iter().map(content_text).collect();
             if std::env::var_os("FIDELITY_DUMP").is_some() && std::ptr::eq(q, &convo.questions[0]) {
                 let summary = shown_texts.iter().find(|t| t.contains(HEADING_PREFIX));
-                eprintln!("--- {id} at {window}, {policy:?}: {}", summary.map_or("", String::as_str));
+                eprintln!(
+                    "--- {id} at {window}, {policy:?}: {}",
+                    summary.map_or("", String::as_str)
+                );
             }
             let seen = normalized(&shown_texts.join("\n"));
             let recalled = |t: &String| t.starts_with("[foldgate] Recalled");

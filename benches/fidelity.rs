@@ -3,7 +3,9 @@
 //! narrative and message tags only), in the LLM-written summary alone
 //! against the whole summary message (summary plus ledger).
 //!
-//! Run: `cargo bench --bench fidelity`. Everything runs in-process on
+//! Run: `cargo bench --bench fidelity` (`FIDELITY_ONLY=identifiers`,
+//! `paraphrase` or `qa` for one part; `qa` is the long-conversation QA set
+//! of `fidelity/locomo.rs`, per question category). Everything runs in-process on
 //! loopback: a mock upstream (chat model + summarizer) and foldgate, inline
 //! mode, a 60-turn agent conversation with tool calls in which every turn
 //! plants six identifiers (a path, a port, a version, a ticket, a host and a
@@ -30,6 +32,12 @@ mod common;
 
 #[path = "fidelity/paraphrase.rs"]
 mod paraphrase;
+
+#[path = "fidelity/locomo.rs"]
+mod locomo;
+
+#[path = "fidelity/qa.rs"]
+mod qa;
 
 use common::llm::{Llm, content_text};
 use common::{Foldgate, metric, post_json};
@@ -80,6 +88,9 @@ fn main() {
         }
         if only.is_empty() || only == "paraphrase" {
             paraphrases().await;
+        }
+        if only.is_empty() || only == "qa" {
+            qa::table(INLINE).await;
         }
     });
 }

@@ -326,10 +326,14 @@ async fn prune_deletes_old_archived_messages_only() {
 async fn each_conversation_keeps_at_most_max_messages_dropping_the_oldest() {
     let llm = Llm::start().await;
     let dir = tempfile::tempdir().unwrap();
+    // `recall = "tool"`: the view shows exactly what the folds left, so
+    // the messages absent from it are the archived ones (under the default
+    // the newest folded messages are shown again after the summary,
+    // docs/folding.md, *A folded chat is filled back up*).
     let toml = config(
         &llm,
         &format!(
-            "{}[archive]\nmax_messages = 5\n",
+            "{}[archive]\nmax_messages = 5\nrecall = \"tool\"\n",
             sqlite(&dir.path().join("f.db"))
         ),
     );

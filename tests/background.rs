@@ -111,8 +111,23 @@ async fn a_ready_fold_is_applied_on_the_first_request_over_the_trigger() {
     let messages = history(56);
     let (reply, took) = send(&fg, &messages).await;
     assert_eq!(reply.header("x-foldgate-fold"), "reused");
-    assert!(reply.header("x-foldgate-tokens-in").parse::<u32>().unwrap() >= 3200);
-    assert!(reply.tokens_out() < 2800, "{}", reply.tokens_out());
+    let tokens_in = reply.header("x-foldgate-tokens-in").parse::<u32>().unwrap();
+    assert!(tokens_in >= 3200);
+    // The fold cuts the view to the reset target (2000), but this chat
+    // (no tools, the recall block on) is filled back up with the newest
+    // folded messages (docs/folding.md, *A folded chat is filled back up*)
+    // as far as the window leaves room beside the output reserve (100),
+    // the estimate margin (a twentieth: 200) and the block's whole budget
+    // (`archive.inject_tokens`, 600): at most 3100, under the whole
+    // history (over the trigger, 3200). The block, when the archive has
+    // its hits by now, takes at most that budget: 3700.
+    let out = reply.tokens_out();
+    let block = if reply.header("x-foldgate-recall-injected").is_empty() {
+        0
+    } else {
+        600
+    };
+    assert!(out <= 4000 - 100 - 200 - 600 + block, "{out} ({block})");
     assert!(took < Duration::from_millis(500));
     llm::assert_view_covers(
         &messages,

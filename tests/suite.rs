@@ -43,6 +43,7 @@ mod fidelity;
 mod first_overflow;
 mod fold_cases;
 mod fold_economy;
+mod fold_fill;
 mod fold_history;
 mod fold_props;
 mod found_windows;

@@ -70,6 +70,8 @@ pub async fn handle(
     let mut prepared = request.prepare(app, &own).await?;
     let mut retried = false;
     loop {
+        // A folded chat's room: the newest folded messages, then the block.
+        recall::inject::fill(app, &request, &mut prepared);
         let injection = recall::inject::plan(app, &request, &prepared).await;
         if let Some(injection) = &injection {
             app.metrics.recall_injections.inc();

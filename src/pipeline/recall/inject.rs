@@ -94,10 +94,16 @@ pub(in crate::pipeline) async fn plan(
             _ => None,
         })
         .collect();
-    let fresh: Vec<Hit> = hits
+    let hidden: Vec<Hit> = hits
         .into_iter()
-        .filter(|h| !shown.contains(&h.row.position) && covers(&h.row.text, &stems))
-        .filter(|h| !in_view(&h.row.text, &stems, &seen))
+        .filter(|h| !shown.contains(&h.row.position))
+        .collect();
+    let keep = together(&hidden, &stems);
+    let fresh: Vec<Hit> = hidden
+        .into_iter()
+        .zip(keep)
+        .filter(|(h, keep)| *keep && !in_view(&h.row.text, &stems, &seen))
+        .map(|(h, _)| h)
         .collect();
     if fresh.is_empty() {
         return None;
@@ -116,6 +122,80 @@ pub(in crate::pipeline) async fn plan(
     })
 }
 
+/// Fills the room a folded chat's view leaves with the newest folded
+/// messages, verbatim after the summary ([`crate::fold::fill`]), when the
+/// request gets the block (so the conversation recalls), is no agent loop
+/// (no tools of the client's, no tool call or result in its messages) and
+/// its summary is a `system` message. Runs before the block is planned,
+/// so the block quotes only what the fill leaves hidden. The fill takes up to
+/// the band between the fold's reset target and its trigger
+/// (`trigger_ratio − reset_ratio` of the window, whatever the tail), while
+/// the window has room for it beside the recall tool and the block's whole
+/// budget (`archive.inject_tokens`), so its first message stays put for
+/// turns; then what the room allows. Measured on the long-conversation QA
+/// set of `cargo bench --bench fidelity` (docs/benchmarks.md): with the
+/// fold's reset target alone the verbatim history was about half what
+/// trimming keeps.
+pub(in crate::pipeline) fn fill(app: &App, request: &ConvRequest, prepared: &mut Prepared) {
+    let Some(turn) = request.turn() else { return };
+    let messages = turn.messages().values;
+    let chat = !(request.fields().is_some_and(client_tools) || agent_messages(messages));
+    let injects = turn.inject() || (turn.recall() && beside_tool(app, request.fields(), messages));
+    if !(chat && injects) || turn.data.placement == crate::config::Placement::User {
+        return;
+    }
+    let (Some(items), Some((window, reserve))) = (prepared.view.as_mut(), request.limits()) else {
+        return;
+    };
+    let tool = if request.recall() {
+        fit::json_tokens(app, &request.model, &[request.api.recall_tool()])
+    } else {
+        0
+    };
+    let room = room::room(window, prepared.tokens_out, reserve)
+        .saturating_sub(tool)
+        .saturating_sub(app.config.archive.inject_tokens);
+    let policy = &turn.data.policy;
+    let band = (policy.trigger_ratio - policy.reset_ratio).max(0.0) * f64::from(window);
+    let limits = crate::fold::fill::Limits {
+        anchored: band as u64,
+        room: u64::from(room),
+    };
+    let counts = &turn.data.counts;
+    let Some(fill) = crate::fold::fill::fill(items, counts, limits) else {
+        return;
+    };
+    let raw: u64 = fill
+        .shown
+        .iter()
+        .map(|&i| u64::from(turn.data.estimate.messages.get(i).copied().unwrap_or(0)))
+        .sum();
+    let mut ids = prepared.view_ids.to_vec();
+    let at = fill.at.min(ids.len());
+    let shown_ids = fill
+        .shown
+        .iter()
+        .map(|&i| turn.data.ids.get(i).copied().unwrap_or_default());
+    ids.splice(at..at, shown_ids);
+    prepared.view_ids = ids.into();
+    items.splice(
+        fill.at..fill.at,
+        fill.shown.iter().map(|&i| Item::Original(i)),
+    );
+    let raw_out = u64::from(prepared.raw_tokens_out) + raw;
+    prepared.raw_tokens_out = u32::try_from(raw_out).unwrap_or(u32::MAX);
+    prepared.tokens_out = prepared
+        .tokens_out
+        .saturating_add(u32::try_from(fill.tokens).unwrap_or(u32::MAX));
+}
+
+/// Whether a request's messages hold a tool call or result (an agent loop).
+fn agent_messages(messages: &[Value]) -> bool {
+    messages
+        .iter()
+        .any(|m| is_role(m, Role::Tool) || makes_calls(m))
+}
+
 /// Whether a conversation offered the recall tool gets the block too:
 /// always with `archive.inject_with_tool`; under `recall = "auto"` (the
 /// default), when the request carries no tools of the client's and its
@@ -126,10 +206,7 @@ pub(in crate::pipeline) async fn plan(
 /// the cache-stable prefix keeps (docs/folding.md#injected-recall).
 fn beside_tool(app: &App, fields: Option<&Map<String, Value>>, messages: &[Value]) -> bool {
     let archive = &app.config.archive;
-    let agent = fields.is_some_and(client_tools)
-        || messages
-            .iter()
-            .any(|m| is_role(m, Role::Tool) || makes_calls(m));
+    let agent = fields.is_some_and(client_tools) || agent_messages(messages);
     archive.inject_with_tool || (archive.recall == RecallMode::Auto && !agent)
 }
 
@@ -179,9 +256,39 @@ fn content_words(text: &str) -> Vec<String> {
 
 /// Whether `text` holds enough of the query's content words (`stems`): at
 /// least [`MIN_COVERAGE`] of them, or [`ENOUGH_WORDS`].
+#[cfg(test)]
 fn covers(text: &str, stems: &[String]) -> bool {
-    let matched = query::matched(text, stems);
-    matched >= ENOUGH_WORDS || matched as f64 >= MIN_COVERAGE * stems.len() as f64
+    enough(query::matched(text, stems), stems.len())
+}
+
+/// Whether `matched` of `of` query words are enough ([`covers`]).
+fn enough(matched: usize, of: usize) -> bool {
+    matched >= ENOUGH_WORDS || matched as f64 >= MIN_COVERAGE * of as f64
+}
+
+/// Which of `hits` to inject: a hit that covers the query ([`covers`]),
+/// and two that cover it together, each holding a word the other lacks
+/// (a question naming two things whose answers sit in two messages).
+fn together(hits: &[Hit], stems: &[String]) -> Vec<bool> {
+    let held: Vec<HashSet<&String>> = hits
+        .iter()
+        .map(|h| {
+            let found: HashSet<String> = query::stems(&h.row.text).collect();
+            stems.iter().filter(|w| found.contains(*w)).collect()
+        })
+        .collect();
+    (0..hits.len())
+        .map(|i| {
+            enough(held[i].len(), stems.len())
+                || (!held[i].is_empty()
+                    && held.iter().enumerate().any(|(j, other)| {
+                        j != i
+                            && !other.is_subset(&held[i])
+                            && !held[i].is_subset(other)
+                            && enough(held[i].union(other).count(), stems.len())
+                    }))
+        })
+        .collect()
 }
 
 /// The text of everything the view shows: kept messages, foldgate's own

@@ -53,6 +53,7 @@ pub mod audit;
 pub mod compress;
 pub mod cut;
 pub mod extract;
+pub mod fill;
 pub mod hash;
 pub mod ledger;
 pub mod pins;

@@ -368,8 +368,9 @@ impl Archive {
     /// first ([`query::Query::shape`]: stop words dropped; words compared
     /// by stem, those in more than a third of the messages left out while
     /// rarer ones are left,
-    /// see [`query::common`]), and hits of one message are merged
-    /// ([`query::merge`]).
+    /// see [`query::common`]), hits of one message are merged
+    /// ([`query::merge`]), and the first hits hold the searched words
+    /// together ([`query::together`]).
     pub async fn hits(&self, key: &ConvKey, query: &str, limit: usize) -> Vec<Hit> {
         self.found(key, query, limit).await.hits
     }
@@ -386,6 +387,15 @@ impl Archive {
             Backend::Redis(r) => r.hits(key, &query, wanted).await,
         };
         found.hits = query::merge(std::mem::take(&mut found.hits));
+        // The searched words held together up front; a query whose words
+        // all fell out (too common) is ordered by its own.
+        let searched = if found.searched.is_empty() {
+            &query
+        } else {
+            &found.searched
+        };
+        let wanted = query::query_stems(searched);
+        found.hits = query::together(std::mem::take(&mut found.hits), &wanted);
         found.hits.truncate(limit);
         found
     }

@@ -185,6 +185,44 @@ pub fn merge(hits: Vec<Hit>) -> Vec<Hit> {
         .collect()
 }
 
+/// Hits reordered so that the first ones hold the query's words together
+/// (a question naming two things whose answers sit in two messages gets
+/// both up front): the best hit, then, while a searched word (`wanted`,
+/// stems) is in no hit placed so far, the best remaining hit holding one,
+/// then the rest, best first. A query of one word keeps its order.
+pub fn together(hits: Vec<Hit>, wanted: &[String]) -> Vec<Hit> {
+    if wanted.len() < 2 || hits.len() < 2 {
+        return hits;
+    }
+    let holds: Vec<HashSet<String>> = hits
+        .iter()
+        .map(|h| {
+            let found: HashSet<String> = stems(&h.row.text).collect();
+            wanted
+                .iter()
+                .filter(|w| found.contains(*w))
+                .cloned()
+                .collect()
+        })
+        .collect();
+    let mut covered: HashSet<String> = HashSet::new();
+    let mut order: Vec<usize> = Vec::with_capacity(hits.len());
+    let mut placed = vec![false; hits.len()];
+    while let Some(next) = (0..hits.len()).find(|&i| {
+        !placed[i] && (order.is_empty() || holds[i].iter().any(|w| !covered.contains(w)))
+    }) {
+        placed[next] = true;
+        order.push(next);
+        covered.extend(holds[next].iter().cloned());
+    }
+    order.extend((0..hits.len()).filter(|&i| !placed[i]));
+    let mut slots: Vec<Option<Hit>> = hits.into_iter().map(Some).collect();
+    order
+        .into_iter()
+        .filter_map(|i| slots.get_mut(i).and_then(Option::take))
+        .collect()
+}
+
 /// Ranks `rows` (oldest archived first) against `query` with BM25 over the
 /// stems of the query's words, those in more than a third of the rows
 /// left out when rarer ones are left ([`common`]): the best `limit`, best

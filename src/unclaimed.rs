@@ -116,7 +116,8 @@ const FIELDS: [&str; 4] = ["model", "messages", "contents", "input"];
 /// path's reader ([`crate::shallow::members`]), only `model` parsed and
 /// `input` looked into. A typed serde read that skipped the rest cost
 /// 88,000 instructions on bench/instructions.sh's 32 KB forwarded body
-/// (2.7 a byte), this 0.5 a byte (docs/benchmarks.md). `None`, as that
+/// (2.7 a byte), this 0.5 a byte (docs/benchmarks.md, "Instructions per
+/// request"). `None`, as that
 /// read refused them: not one object, one of [`FIELDS`] named twice, a
 /// model neither a string nor null, `messages` or `contents` neither an
 /// array nor null. What lies inside the other members is delimited, not

@@ -15,7 +15,8 @@
 //! accepted body has been checked as the full parser checks it, once,
 //! and the items of a long conversation are looked at once per request
 //! (delimited and hashed), at memory speed: no UTF-8 pass over the whole
-//! body (4,700 instructions of the chat bench's 32 KB, docs/benchmarks.md).
+//! body (4,700 instructions of the chat bench's 32 KB, docs/benchmarks.md,
+//! "Instructions per request").
 
 use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};

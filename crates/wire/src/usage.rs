@@ -177,7 +177,8 @@ impl UsageShape {
     pub fn tokens(self, data: &[u8]) -> Reported {
         // One UTF-8 check of the whole answer, then the parser reads text:
         // reading the bytes checks each key again (640 instructions more on
-        // the chat bench's answer, docs/benchmarks.md).
+        // the chat bench's answer, docs/benchmarks.md, "Instructions per
+        // request").
         let Ok(text) = std::str::from_utf8(data) else {
             return Reported::default();
         };
@@ -198,7 +199,7 @@ impl UsageShape {
     /// the JSON parser: the members the shape names are read, the others
     /// skipped, nothing is built: 5,350 instructions on the chat bench's
     /// answer, where a `Map` of the usage object after the answer's
-    /// members were delimited cost 7,700 (docs/benchmarks.md; the
+    /// members were delimited cost 7,700 (callgrind on bench/instructions.sh; the
     /// delimiting reader with this typed count may cost less).
     fn object_tokens(self, text: &str) -> Reported {
         let mut de = serde_json::Deserializer::from_str(text);

@@ -69,6 +69,13 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// this process, and across replicas for shared backends). Callers
     /// `load` again after acquiring it.
     fn lock<'a>(&'a self, key: &'a ConvKey) -> BoxFuture<'a, FoldGuard>;
+    /// Whether a fold made now under the guard [`Store::lock`] returned
+    /// would be shared: false while a shared backend does not answer for
+    /// the conversation, so the fold would be this replica's alone
+    /// (provisional: see docs/architecture.md, "What a failover costs").
+    fn shared(&self, _key: &ConvKey) -> bool {
+        true
+    }
     /// Every tenant's chain for a conversation id (admin only).
     fn find<'a>(&'a self, conversation: &'a str) -> BoxFuture<'a, Vec<(ConvKey, Arc<FoldChain>)>>;
     /// A page of stored conversations with their chains, in listing order

@@ -25,7 +25,8 @@ pub(super) struct Health {
     /// Where every key goes when Redis is not a cluster (and where the
     /// commands without a key go on a cluster).
     whole: Slot,
-    down: Mutex<HashMap<Slot, Instant>>,
+    /// Each slot marked down: since when, and when it was last tried.
+    down: Mutex<HashMap<Slot, (Instant, Instant)>>,
     /// Whether any slot is down (fast path).
     any: AtomicBool,
 }
@@ -59,7 +60,7 @@ impl Health {
         };
         match down.get_mut(&slot) {
             None => true,
-            Some(last) if self.cluster && last.elapsed() >= RETRY_EVERY => {
+            Some((_, last)) if self.cluster && last.elapsed() >= RETRY_EVERY => {
                 *last = Instant::now();
                 true
             }
@@ -73,7 +74,7 @@ impl Health {
         self.any.load(Ordering::Relaxed)
             && self.down.lock().is_ok_and(|d| {
                 d.get(&slot)
-                    .is_some_and(|last| !self.cluster || last.elapsed() < RETRY_EVERY)
+                    .is_some_and(|(_, last)| !self.cluster || last.elapsed() < RETRY_EVERY)
             })
     }
 
@@ -89,9 +90,22 @@ impl Health {
 
     pub(super) fn failed(&self, slot: Slot) {
         if let Ok(mut down) = self.down.lock() {
-            down.insert(slot, Instant::now());
+            let now = Instant::now();
+            down.entry(slot).or_insert((now, now)).1 = now;
             self.any.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// How long `slot` has been down (zero while it answers).
+    pub(super) fn down_for(&self, slot: Slot) -> std::time::Duration {
+        if !self.any.load(Ordering::Relaxed) {
+            return std::time::Duration::ZERO;
+        }
+        self.down
+            .lock()
+            .ok()
+            .and_then(|d| d.get(&slot).map(|(since, _)| since.elapsed()))
+            .unwrap_or_default()
     }
 
     /// The store's probe reached Redis (not a cluster): all of it answers.

@@ -508,8 +508,10 @@ impl Store for RedisStore {
         Box::pin(lock::acquire(self.inner.clone(), key))
     }
 
-    fn shared(&self, key: &ConvKey) -> bool {
-        !self.inner.is_unlocked(key)
+    fn fold_may_wait(&self, key: &ConvKey) -> bool {
+        let inner = &self.inner;
+        let slot = inner.health.slot(Some(&state_key(key)));
+        inner.is_unlocked(key) && inner.health.down_for(slot) < inner.lock_wait
     }
 
     fn find<'a>(&'a self, conversation: &'a str) -> BoxFuture<'a, Vec<(ConvKey, Arc<FoldChain>)>> {

@@ -81,6 +81,7 @@ fn main() {
             // The same at the fold depth before fold economy (shallower folds
             // fold fewer identifiers into the same ledger budget).
             for window in [2_048u32, 4_096] {
+                run(window, "reset_ratio = 0.7\n").await;
                 run(window, &format!("{INLINE}reset_ratio = 0.7\n")).await;
             }
             inventions("").await;

@@ -4,10 +4,12 @@
 //! against the whole summary message (summary plus ledger).
 //!
 //! Run: `cargo bench --bench fidelity` (`FIDELITY_ONLY=identifiers`,
-//! `paraphrase` or `qa` for one part; `qa` is the long-conversation QA set
-//! of `fidelity/locomo.rs`, per question category). Everything runs in-process on
-//! loopback: a mock upstream (chat model + summarizer) and foldgate, inline
-//! mode, a 60-turn agent conversation with tool calls in which every turn
+//! `inventions`, `paraphrase` or `qa` for one part; `qa` is the
+//! long-conversation QA set of `fidelity/locomo.rs`, per question category;
+//! `FIDELITY_WINDOWS=8192`, `FIDELITY_MODES=defaults` or `inline` narrow
+//! it, `FIDELITY_MISSES=1` prints each question nothing reaches).
+//! Everything runs in-process on loopback: a mock upstream (chat model +
+//! summarizer) and foldgate, on the shipped defaults beside inline, a 60-turn agent conversation with tool calls in which every turn
 //! plants six identifiers (a path, a port, a version, a ticket, a host and a
 //! command), for three window sizes. An identifier counts as reachable when
 //! it is in the view, or in the top 3 hits of the archive search for a
@@ -84,6 +86,8 @@ fn main() {
                 run(window, "reset_ratio = 0.7\n").await;
                 run(window, &format!("{INLINE}reset_ratio = 0.7\n")).await;
             }
+        }
+        if only.is_empty() || only == "identifiers" || only == "inventions" {
             inventions("").await;
             inventions(INLINE).await;
         }
@@ -97,23 +101,45 @@ fn main() {
 }
 
 /// A summarizer that invents: each summary holds two items the folded
-/// turns support and three nobody said; how many of each reach a view
-/// (`policy`: `[policy]` keys, [`INLINE`] or none).
+/// turns support and six nobody said, two of each kind: invented names and
+/// numbers, invented prose (work reported done that never was), and
+/// swaps (a true value tied to another turn's subject, two facts merged
+/// into one sentence); how many of each reach a view (`policy`: `[policy]`
+/// keys, [`INLINE`] or none), and the dropped items by reason.
 async fn inventions(policy: &str) {
     const SUPPORTED: [&str; 2] = [
         "Tests pass on v1.0.3",
         "the service on node-0.cluster.example listens on port 5000",
     ];
-    const INVENTED: [&str; 3] = [
-        "the team migrated everything to the cloud yesterday",
-        "Bob Marley approved the parser rewrite",
-        "the tokenizer has 17 failing tests",
+    const KINDS: [(&str, [&str; 2]); 3] = [
+        (
+            "invented names and numbers",
+            [
+                "Bob Marley approved the parser rewrite",
+                "the tokenizer has 17 failing tests",
+            ],
+        ),
+        (
+            "invented prose",
+            [
+                "the team migrated everything to the cloud yesterday",
+                "Migrated the billing service to Kubernetes.",
+            ],
+        ),
+        (
+            "swapped values",
+            [
+                "the service on node-0.cluster.example listens on port 5001",
+                "Tests pass on v1.1.3 for src/mod_0/file_0.rs",
+            ],
+        ),
     ];
+    let [(_, ids), (_, prose), (_, swaps)] = KINDS;
     let llm = Llm::start().await;
     llm.answer_always(common::llm::Sum::Raw(
-        json!({"summary": "Work continues.", "facts": [SUPPORTED[0], INVENTED[0]],
-            "goals": [SUPPORTED[1]], "decisions": [INVENTED[1]], "open_items": [INVENTED[2]],
-            "artifacts": []})
+        json!({"summary": "Work continues.", "facts": [SUPPORTED[0], ids[0], swaps[0]],
+            "goals": [SUPPORTED[1]], "decisions": [prose[0]], "completed": [prose[1]],
+            "open_items": [ids[1], swaps[1]], "artifacts": []})
         .to_string(),
     ));
     let fg = Foldgate::start(&format!(
@@ -132,39 +158,51 @@ async fn inventions(policy: &str) {
             .assert_ok();
         think(policy).await;
     }
-    let (mut views, mut kept, mut supported) = (0usize, 0usize, 0usize);
+    let (mut views, mut kept, mut supported) = (0usize, [0usize; 3], 0usize);
     for request in llm.chat_requests() {
         let text = request["messages"].to_string();
         if !text.contains(HEADING_PREFIX) {
             continue;
         }
         views += 1;
-        kept += INVENTED.iter().filter(|i| text.contains(*i)).count();
+        for (k, (_, items)) in KINDS.iter().enumerate() {
+            kept[k] += items.iter().filter(|i| text.contains(*i)).count();
+        }
         supported += SUPPORTED.iter().filter(|i| text.contains(*i)).count();
     }
     let metrics = fg.metrics().await;
-    let dropped: f64 = metrics
-        .lines()
-        .filter(|l| l.starts_with("foldgate_summary_items_dropped_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
+    let dropped = |reason: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("foldgate_summary_items_dropped_total{"))
+            .filter(|l| reason.is_empty() || l.contains(&format!("reason=\"{reason}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
     println!(
-        "\n## A summarizer that invents (4096 window, {TURNS} turns, {}; each summary: 2 supported items, 3 invented)\n",
+        "\n## A summarizer that invents (4096 window, {TURNS} turns, {}; each summary: 2 supported items, 2 invented names or numbers, 2 invented prose, 2 swapped values)\n",
         if policy.is_empty() {
             "defaults (background)"
         } else {
             "inline"
         }
     );
+    let of = views * 2;
     println!(
-        "| folded views | summarizer calls | items dropped (`foldgate_summary_items_dropped_total`) | invented items in views (of {}) | supported items in views (of {}) |",
-        views * INVENTED.len(),
-        views * SUPPORTED.len(),
+        "| folded views | summarizer calls | items dropped: invented / unsupported / swap / unconfirmed | {} in views (of {of}) | {} in views (of {of}) | {} in views (of {of}) | supported items in views (of {of}) |",
+        KINDS[0].0, KINDS[1].0, KINDS[2].0,
     );
-    println!("|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
     println!(
-        "| {views} | {} | {dropped} | {kept} | {supported} |",
+        "| {views} | {} | {} / {} / {} / {} | {} | {} | {} | {supported} |",
         metric(&metrics, "foldgate_summarizer_calls_total"),
+        dropped("invented"),
+        dropped("unsupported"),
+        dropped("swap"),
+        dropped("unconfirmed"),
+        kept[0],
+        kept[1],
+        kept[2],
     );
 }
 

@@ -69,26 +69,22 @@ fn verbatim(view: &Value, history: &[Value], counter: &TokenCounter) -> (u64, Op
     (tokens, kept.first().copied())
 }
 
-#[tokio::test]
-async fn a_folded_chat_shows_about_what_trimming_keeps() {
-    let (llm, fg) = start().await;
-    let counter = TokenCounter::new(&Config::default());
+/// What the fill of `view` (the request that sent `history`) showed, in
+/// tokens, and what the window's room would take: trimming's history
+/// (`trimmed`) less the fold's tail (from its cut on) and what foldgate
+/// adds and keeps free — the summary and every other message of its own,
+/// the tools, an injected block's whole budget, a twentieth of the window
+/// for estimates.
+async fn filled(
+    fg: &Foldgate,
+    view: &Value,
+    history: &[Value],
+    counter: &TokenCounter,
+) -> (u64, u64) {
     let count = |m: &Value| u64::from(counter.message_tokens("chat-model", m));
-    let history: Vec<Value> = (0..400).map(line).collect();
-    let mut firsts = Vec::new();
-    let mut last = None;
-    for turn in 0..8 {
-        let upto = 380 + 2 * turn;
-        let view = ask(&llm, &fg, &history[..upto], json!({})).await;
-        let (tokens, first) = verbatim(&view, &history[..upto], &counter);
-        firsts.push(first);
-        last = Some((view, upto, tokens));
-    }
-    let (view, upto, tokens) = last.unwrap();
-    // What trimming keeps: the newest messages within the window less the
-    // output reserve, the system message and the question.
+    let (tokens, _) = verbatim(view, history, counter);
     let mut room = u64::from(WINDOW - RESERVE) - 40;
-    let trimmed: u64 = history[..upto]
+    let trimmed: u64 = history
         .iter()
         .rev()
         .map(count)
@@ -98,9 +94,6 @@ async fn a_folded_chat_shows_about_what_trimming_keeps() {
             fits
         })
         .sum();
-    // What foldgate adds and keeps free: the summary and every other
-    // message of its own, the tools, an injected block's whole budget, a
-    // twentieth of the window for estimates, and one step of messages.
     let own: u64 = view["messages"]
         .as_array()
         .unwrap()
@@ -114,9 +107,6 @@ async fn a_folded_chat_shows_about_what_trimming_keeps() {
             &json!({"role": "tool", "content": t.to_string()}),
         ))
     });
-    // The fold's tail (from its cut on) is what the view held before the
-    // fill; the fill adds the band between the reset target and the
-    // trigger, or what the window's room takes when that is less.
     let url = format!("{}/foldgate/conversations/fill", fg.url);
     let state = send(http::Method::GET, &url, &[], "").await.json();
     let covered = state["states"]
@@ -127,19 +117,44 @@ async fn a_folded_chat_shows_about_what_trimming_keeps() {
         .filter_map(|f| f["covered"].as_u64())
         .max()
         .unwrap() as usize;
+    assert!(own > 0, "the view is folded");
     // The system message is pinned: `covered` counts history messages.
-    let tail: u64 = history[covered..upto].iter().map(count).sum();
-    let filled = tokens - tail;
+    let tail: u64 = history[covered..].iter().map(count).sum();
+    let by_room = (trimmed + 40).saturating_sub(own + tools + 600 + u64::from(WINDOW / 20) + tail);
+    (tokens - tail, by_room)
+}
+
+#[tokio::test]
+async fn a_folded_chat_shows_about_what_trimming_keeps() {
+    let (llm, fg) = start().await;
+    let counter = TokenCounter::new(&Config::default());
+    let count = |m: &Value| u64::from(counter.message_tokens("chat-model", m));
+    let history: Vec<Value> = (0..400).map(line).collect();
+    // One step of the fill's grid: what rounding its start may leave out.
     let step = foldgate::fold::fill::STEP as u64 * history.iter().map(count).max().unwrap();
     let band = u64::from(WINDOW) * 3 / 10;
-    let by_room = (trimmed + 40).saturating_sub(own + tools + 600 + u64::from(WINDOW / 20) + tail);
-    let floor = by_room.min(band).saturating_sub(step);
-    assert!(
-        filled >= floor && floor > 0,
-        "verbatim history {tokens} tokens ({tail} of the fold's tail), trimming keeps {trimmed}: \
-         at least {floor} filled expected"
-    );
-    assert!(own > 0, "the view is folded");
+    let mut firsts = Vec::new();
+    for turn in 0..8 {
+        let upto = 380 + 2 * turn;
+        let view = ask(&llm, &fg, &history[..upto], json!({})).await;
+        firsts.push(verbatim(&view, &history[..upto], &counter).1);
+        let (fill, by_room) = filled(&fg, &view, &history[..upto], &counter).await;
+        if turn == 0 {
+            // The request the fold landed on (the first one folds): the
+            // fill takes the window's room, which is more than the band
+            // between the reset target and the trigger.
+            assert!(
+                by_room > band + step && fill + step >= by_room,
+                "landing: {fill} tokens filled, the room takes {by_room} (band {band}, step {step})"
+            );
+        }
+        // Later turns: never past the room, and within a step of it while
+        // the conversation grows.
+        assert!(
+            fill <= by_room + u64::from(WINDOW / 50) && fill + step >= by_room.min(band),
+            "turn {turn}: {fill} tokens filled, the room takes {by_room}"
+        );
+    }
     // The fill's first message moves by steps of 8 messages, not with
     // every turn: at most 3 times in 8 turns (16 messages).
     let moves = firsts.windows(2).filter(|w| w[0] != w[1]).count();

@@ -159,7 +159,41 @@ pub async fn run(window: u32, policy: &str) -> [Tally; 4] {
             let hits = recall_hits(&fg, &id, &q.text).await;
             let found = |_: usize, s: &str| hits.iter().take(TOP).any(|h| h.contains(s));
             t.recall += usize::from(all_groups(q, found));
-            t.reachable += usize::from(all_groups(q, |i, s| in_view(i, s) || found(i, s)));
+            let reachable = all_groups(q, |i, s| in_view(i, s) || found(i, s));
+            t.reachable += usize::from(reachable);
+            if !reachable && std::env::var_os("FIDELITY_MISSES").is_some() {
+                // The start of the verbatim run that ends the history.
+                let mut first_verbatim = convo.messages.len();
+                for m in shown.iter().rev().skip(1) {
+                    match convo.messages[..first_verbatim]
+                        .iter()
+                        .rposition(|h| h == m)
+                    {
+                        Some(i) if i + 1 == first_verbatim => first_verbatim = i,
+                        _ => break,
+                    }
+                }
+                let sizes: Vec<u64> = shown
+                    .iter()
+                    .filter(|m| !history.contains(&m.to_string()))
+                    .map(tokens)
+                    .collect();
+                let evidence: Vec<Vec<(usize, bool, bool)>> = q
+                    .evidence
+                    .iter()
+                    .map(|g| {
+                        g.iter()
+                            .map(|(i, s)| (*i, in_view(*i, s), found(*i, s)))
+                            .collect()
+                    })
+                    .collect();
+                eprintln!(
+                    "miss {id} {:?} n={} trimmed_from={kept_from} verbatim_from={first_verbatim} other_sizes={sizes:?} evidence(i,in_view,found)={evidence:?} q={:?}",
+                    q.category,
+                    convo.messages.len(),
+                    q.text
+                );
+            }
         }
     }
     out
@@ -210,8 +244,17 @@ pub async fn table(inline: &str) {
         "| window | folding | category | questions | trimming: in view | plain BM25, whole history: top {TOP} | foldgate: in view | … in the verbatim history | … in the injected block | recall top {TOP} | reachable (view or recall top {TOP}) | history tokens in view: foldgate / trimming |"
     );
     println!("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    // `FIDELITY_WINDOWS=8192` and `FIDELITY_MODES=defaults` narrow the run.
+    let windows = std::env::var("FIDELITY_WINDOWS").unwrap_or_default();
+    let modes = std::env::var("FIDELITY_MODES").unwrap_or_default();
     for window in [4_096u32, 8_192] {
+        if !windows.is_empty() && !windows.split(',').any(|w| w.trim() == window.to_string()) {
+            continue;
+        }
         for (how, policy) in [("defaults (background)", ""), ("inline", inline)] {
+            if !modes.is_empty() && !how.starts_with(modes.as_str()) {
+                continue;
+            }
             let tallies = run(window, policy).await;
             let mut all = Tally::default();
             for t in &tallies {

@@ -27,6 +27,9 @@ pub struct Prepared {
     pub compressed: usize,
     /// Recalled excerpts injected before the last user message.
     pub injected: usize,
+    /// Messages the request that made the view's fold had (`None`: no
+    /// fold in the view): what the conversation has said since is growth.
+    pub landed: Option<usize>,
     /// The identities of the forwarded messages, in order (for the
     /// dashboard's cache-stable share).
     pub view_ids: Arc<[u128]>,
@@ -44,6 +47,7 @@ impl Prepared {
             warning: None,
             compressed: 0,
             injected: 0,
+            landed: None,
             view_ids: ids.into(),
         }
     }

@@ -462,6 +462,7 @@ impl FoldRequest {
             warning: warning.map(str::to_string),
             compressed,
             injected: 0,
+            landed: state.map(|s| s.messages),
         }
     }
 }

@@ -325,7 +325,32 @@ fn swap(source: &Source<'_>, item: &str) -> Option<Reason> {
             return Some(Reason::Swap);
         }
     }
-    None
+    parts(item)
+        .any(|part| identified_swap(source, part))
+        .then_some(Reason::Swap)
+}
+
+/// Whether `part` (one clause of an item) ties two identifiers the source
+/// never says together, one of them naming a thing (a host, a path, a
+/// ticket…): "the service on node-0 listens on port 5001" when port 5001
+/// was said of node-1. Both must be in the source; one absent is the
+/// invention check's.
+fn identified_swap(source: &Source<'_>, part: &str) -> bool {
+    let ids: Vec<Artifact> = extract::extract(part)
+        .into_iter()
+        .filter(|a| is_identifier(a) && a.kind != Kind::Code)
+        .filter(|a| source.sentences.iter().any(|s| seen(a, s.text)))
+        .collect();
+    let names_a_thing = |a: &Artifact| !matches!(a.kind, Kind::Number | Kind::Version);
+    ids.iter().enumerate().any(|(i, a)| {
+        ids[i + 1..].iter().any(|b| {
+            (names_a_thing(a) || names_a_thing(b))
+                && !source
+                    .sentences
+                    .iter()
+                    .any(|s| seen(a, s.text) && seen(b, s.text))
+        })
+    })
 }
 
 /// The words that say what `artifact` is: its clause's, and for a number
@@ -467,6 +492,37 @@ mod tests {
                 ..Drops::default()
             }
         );
+    }
+
+    #[test]
+    fn a_value_moved_to_another_identified_subject_is_a_swap() {
+        let source = "### user\nTicket TKT-100: the service on node-0.cluster.example listens on \
+                      port 5000; check src/mod_0/file_0.rs.\n### assistant\nTests pass on v1.0.3; \
+                      src/mod_0/file_0.rs is fine.\n### user\nTicket TKT-101: the service on \
+                      node-1.cluster.example listens on port 5001; check src/mod_1/file_1.rs.\n\
+                      ### assistant\nTests pass on v1.1.3; src/mod_1/file_1.rs is fine.";
+        let mut s = Summary {
+            facts: vec![
+                "the service on node-0.cluster.example listens on port 5001".into(),
+                "Tests pass on v1.1.3 for src/mod_0/file_0.rs".into(),
+                "TKT-101 is about node-0.cluster.example".into(),
+                "the service on node-1.cluster.example listens on port 5001".into(),
+                "Tests pass on v1.0.3 for src/mod_0/file_0.rs".into(),
+                // Two true facts merged: each value keeps its subject.
+                "node-0.cluster.example listens on port 5000 and tests pass on v1.1.3".into(),
+            ],
+            ..Default::default()
+        };
+        let dropped = drop_unsupported(&mut s, source, None);
+        assert_eq!(
+            s.facts,
+            [
+                "the service on node-1.cluster.example listens on port 5001",
+                "Tests pass on v1.0.3 for src/mod_0/file_0.rs",
+                "node-0.cluster.example listens on port 5000 and tests pass on v1.1.3",
+            ]
+        );
+        assert_eq!(dropped.swaps, 3, "{dropped:?}");
     }
 
     #[test]

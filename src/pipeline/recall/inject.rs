@@ -127,15 +127,17 @@ pub(in crate::pipeline) async fn plan(
 /// request gets the block (so the conversation recalls), is no agent loop
 /// (no tools of the client's, no tool call or result in its messages) and
 /// its summary is a `system` message. Runs before the block is planned,
-/// so the block quotes only what the fill leaves hidden. The fill takes up to
-/// the band between the fold's reset target and its trigger
-/// (`trigger_ratio − reset_ratio` of the window, whatever the tail), while
-/// the window has room for it beside the recall tool and the block's whole
-/// budget (`archive.inject_tokens`), so its first message stays put for
-/// turns; then what the room allows. Measured on the long-conversation QA
+/// so the block quotes only what the fill leaves hidden. The fill takes the
+/// room the view had when its fold landed (the room now plus what the
+/// conversation has said since), at least the band between the fold's
+/// reset target and its trigger (`trigger_ratio − reset_ratio` of the
+/// window), beside the recall tool and the block's whole budget
+/// (`archive.inject_tokens`): a budget the tail's growth does not change,
+/// so its first message stays put until the room runs out; then what the
+/// room allows, on the fill's grid. Measured on the long-conversation QA
 /// set of `cargo bench --bench fidelity` (docs/benchmarks.md): with the
 /// fold's reset target alone the verbatim history was about half what
-/// trimming keeps.
+/// trimming keeps, with the band alone about two thirds.
 pub(in crate::pipeline) fn fill(app: &App, request: &ConvRequest, prepared: &mut Prepared) {
     let Some(turn) = request.turn() else { return };
     let messages = turn.messages().values;
@@ -157,11 +159,14 @@ pub(in crate::pipeline) fn fill(app: &App, request: &ConvRequest, prepared: &mut
         .saturating_sub(app.config.archive.inject_tokens);
     let policy = &turn.data.policy;
     let band = (policy.trigger_ratio - policy.reset_ratio).max(0.0) * f64::from(window);
+    let counts = &turn.data.counts;
+    let grown: u64 = prepared
+        .landed
+        .map_or(0, |n| counts.iter().skip(n).map(|&c| u64::from(c)).sum());
     let limits = crate::fold::fill::Limits {
-        anchored: band as u64,
+        anchored: (band as u64).max(u64::from(room) + grown),
         room: u64::from(room),
     };
-    let counts = &turn.data.counts;
     let Some(fill) = crate::fold::fill::fill(items, counts, limits) else {
         return;
     };

@@ -162,12 +162,25 @@ fn verb_before(before: &str) -> Option<Vec<&str>> {
     while let Some((rest, _)) = last_word(s).filter(|(_, w)| is_in(AUXILIARIES, w)) {
         s = rest;
     }
-    let (words, _) = phrase_back(s, true);
-    if !words.is_empty() {
-        return Some(words);
+    // A subject placed at an identifier ("the service on
+    // node-0.cluster.example") is the words before it, not its last label.
+    let trimmed = s.trim_end_matches(' ');
+    let token = &trimmed[trimmed.rfind(' ').map_or(0, |i| i + 1)..];
+    let identifier = token
+        .trim_end_matches(['.', ','])
+        .chars()
+        .any(|c| !is_word_char(c));
+    if !identifier {
+        let (words, _) = phrase_back(s, true);
+        if !words.is_empty() {
+            return Some(words);
+        }
     }
     // The subject's own place: "the service on node-3", "the job in ci-7".
-    let (rest, _place) = last_word(s.trim_end_matches(['.', ',']))?;
+    let rest = match identifier {
+        true => &trimmed[..trimmed.len() - token.len()],
+        false => last_word(s.trim_end_matches(['.', ',']))?.0,
+    };
     let (rest, prep) = last_word(rest)?;
     if !is_in(PREPOSITIONS, prep) {
         return None;
@@ -370,6 +383,14 @@ mod tests {
     fn the_subject_of_a_verb_and_its_preposition() {
         assert_eq!(
             of("the service on node-3 listens on port 5003", "port 5003"),
+            "service"
+        );
+        // Placed at a dotted host: the subject, not the host's last label.
+        assert_eq!(
+            of(
+                "the service on node-0.cluster.example listens on port 5001",
+                "port 5001"
+            ),
             "service"
         );
         assert_eq!(

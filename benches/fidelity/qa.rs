@@ -193,6 +193,9 @@ pub async fn run(window: u32, policy: &str) -> [Tally; 4] {
                     convo.messages.len(),
                     q.text
                 );
+                for h in hits.iter().take(TOP) {
+                    eprintln!("    hit: {}", h.chars().take(140).collect::<String>());
+                }
             }
         }
     }

@@ -213,6 +213,11 @@ pub fn due(view: &Measured<'_>, policy: &Policy, budget: &Budget) -> Due {
 /// recent folds; the deepest one matching the messages is applied first.
 /// `counter` counts only the messages foldgate itself adds (the summary, an
 /// acknowledgement); the request's own come counted in `request`.
+///
+/// In four stages: choose the base (the deepest matching fold, or an
+/// earlier one, [`choose_base`]), decide ([`due`] on its view), cut
+/// ([`Folding::cut`], or a restub instead, [`Folding::restub`]) and retain
+/// ([`Folding::retain`]: what the fold covers, pins and stubs).
 pub fn plan<C: CountTokens + ?Sized>(
     request: Messages<'_>,
     chain: Option<&FoldChain>,
@@ -221,24 +226,22 @@ pub fn plan<C: CountTokens + ?Sized>(
     counter: &C,
     placement: Placement,
 ) -> Decision {
-    let messages = request.values;
-    let counts = request.counts;
-    let roles = request.roles;
-    let p = pinned_count(roles.iter().copied().map(Some));
-    let n = messages.len();
-    let mut prefix = PrefixChain::new(&request.ids[p..]);
-    let overhead = u64::from(budget.overhead);
-    let view_of = |base: Option<&FoldState>| match base {
-        None => sent_tokens(counts.iter().copied(), budget),
-        Some(_) => {
-            let marked = with_stubs(counts, request.stubbed, mark_of(base));
-            overhead + layout_tokens(&layout(messages, base, placement), &marked, counter)
-        }
+    let inputs = Inputs {
+        request,
+        policy,
+        budget,
+        counter,
+        placement,
+        p: pinned_count(request.roles.iter().copied().map(Some)),
+        n: request.values.len(),
     };
+    let (p, n) = (inputs.p, inputs.n);
+    let mut prefix = PrefixChain::new(&request.ids[p..]);
     let matching = chain.map_or_else(Vec::new, |c| c.matching_prefix(n - p, &mut prefix));
+    let view_of = |base: Option<&FoldState>| inputs.view_tokens(base);
     let (base, view_tokens) = choose_base(&matching, (n, p), policy, budget, &view_of);
     let measured = Measured {
-        roles,
+        roles: request.roles,
         base,
         view_tokens,
     };
@@ -246,75 +249,171 @@ pub fn plan<C: CountTokens + ?Sized>(
     let view = ViewInfo {
         base: base.cloned(),
         tokens: clamp(view_tokens),
-        original_tokens: clamp(sent_tokens(counts.iter().copied(), budget)),
+        original_tokens: clamp(inputs.view_tokens(None)),
         skipped: None,
         prefold: due.prefold,
     };
     let Some(reason) = due.reason else {
         return Decision::NoFold(view);
     };
-    let start = p + base.map_or(0, |b| b.covered);
-    let user_turns = roles.iter().filter(|&&r| r == Role::User).count();
     let window = u64::from(budget.context_window);
-    let window_limit = window.saturating_sub(u64::from(budget.output_reserve));
-    let old_kept = base.and_then(|b| b.kept_user).map(|k| p + k);
-    // Pins: every matching message but the last user message (shown anyway,
-    // in the tail or kept), newest first within the budget.
-    let last_user = roles.iter().rposition(|&r| r == Role::User);
-    let pin_budget = (policy.pin_ratio * window as f64).floor() as u64;
-    let (pin_list, pins_over) =
-        pins::choose(messages, counts, (p, n), last_user, policy, pin_budget);
-    let mut pinned = vec![false; if pin_list.is_empty() { 0 } else { n }];
-    for &i in &pin_list {
-        pinned[i] = true;
-    }
-    let newest_plan = PlanCall::newest(messages[p..].iter(), policy);
-    let plan_tokens = newest_plan.as_ref().map_or(0, |c| {
-        u64::from(counter.message_tokens(&json!({"role": "system", "content": c.render()})))
-    });
-    let base_mark = mark_of(base);
-    let per_step = trigger::step_tokens(messages, counts, trigger::RECENT_STEPS);
-    let step = per_step.map(|g| (g, trigger::calls_tools(messages)));
-    let choose_at = |mark: usize| {
-        let marked = with_stubs(counts, request.stubbed, mark);
-        let input = CutInput {
-            messages,
-            counts: &marked,
-            pinned: &pinned,
-            start,
-            old_kept,
-            fixed: counts[..p].iter().map(|&c| u64::from(c)).sum::<u64>()
-                + u64::from(budget.summary_reserve)
-                + plan_tokens
-                + overhead,
-            ack: if placement == Placement::User {
-                u64::from(counter.message_tokens(&ack_message()))
-            } else {
-                0
-            },
-            reset_limit: reset_limit(policy, window, window_limit, step),
-            window_limit,
-            preserve_recent: policy.preserve_recent,
-            overflow_buffer: policy.overflow_buffer,
-            reason,
-        };
-        (cut::choose(&input), input.reset_limit)
+    let folding = Folding {
+        start: p + base.map_or(0, |b| b.covered),
+        window,
+        window_limit: window.saturating_sub(u64::from(budget.output_reserve)),
+        per_step: trigger::step_tokens(request.values, request.counts, trigger::RECENT_STEPS),
+        pins: inputs.pins(),
+        plan_tokens: inputs.plan_tokens(),
+        inputs,
+        base,
+        view,
+        view_tokens,
+        reason,
     };
-    let chosen = if request.stubbed.is_empty() {
-        (choose_at(base_mark).0, base_mark)
-    } else {
-        // Stubs ride on the fold: every long tool result before the
-        // preserved tail, and when the preserved tail alone is over the
-        // reset target, the tail's older ones too (never the newest exchange).
+    let chosen = folding.cut();
+    if let Some(restub) = folding.restub(&chosen) {
+        return Decision::Fold(restub);
+    }
+    folding.retain(chosen, &mut prefix)
+}
+
+/// What every stage of [`plan`] reads: the request and what it is planned
+/// within.
+struct Inputs<'a, C: ?Sized> {
+    request: Messages<'a>,
+    policy: &'a Policy,
+    budget: &'a Budget,
+    counter: &'a C,
+    placement: Placement,
+    /// The pinned head's length.
+    p: usize,
+    /// The messages' count.
+    n: usize,
+}
+
+impl<C: CountTokens + ?Sized> Inputs<'_, C> {
+    /// Prompt tokens of the view of `base`, overhead included (the
+    /// messages as sent without one).
+    fn view_tokens(&self, base: Option<&FoldState>) -> u64 {
+        match base {
+            None => sent_tokens(self.request.counts.iter().copied(), self.budget),
+            Some(_) => self.tokens_at(base, mark_of(base)),
+        }
+    }
+
+    /// Prompt tokens of the view of `base` with the stub-eligible
+    /// messages before `mark` as stubs, overhead included.
+    fn tokens_at(&self, base: Option<&FoldState>, mark: usize) -> u64 {
+        let marked = with_stubs(self.request.counts, self.request.stubbed, mark);
+        let items = layout(self.request.values, base, self.placement);
+        u64::from(self.budget.overhead) + layout_tokens(&items, &marked, self.counter)
+    }
+
+    /// The pins: every matching message but the last user message (shown
+    /// anyway, in the tail or kept), newest first within the budget.
+    fn pins(&self) -> Pins {
+        let Messages {
+            values,
+            counts,
+            roles,
+            ..
+        } = self.request;
+        let last_user = roles.iter().rposition(|&r| r == Role::User);
+        let window = u64::from(self.budget.context_window);
+        let budget = (self.policy.pin_ratio * window as f64).floor() as u64;
+        let (list, over) = pins::choose(
+            values,
+            counts,
+            (self.p, self.n),
+            last_user,
+            self.policy,
+            budget,
+        );
+        let mut marks = vec![false; if list.is_empty() { 0 } else { self.n }];
+        for &i in &list {
+            marks[i] = true;
+        }
+        Pins { list, over, marks }
+    }
+
+    /// Tokens of the newest plan call's message, which a fold shows
+    /// ([`PlanCall`]); 0 without one.
+    fn plan_tokens(&self) -> u64 {
+        let after_head = self.request.values[self.p..].iter();
+        PlanCall::newest(after_head, self.policy).map_or(0, |c| {
+            let message = json!({"role": "system", "content": c.render()});
+            u64::from(self.counter.message_tokens(&message))
+        })
+    }
+}
+
+/// The messages a fold shows pinned: `list` (indices into the request),
+/// `over` those over the pin budget, `marks` one flag per message (empty
+/// when none is pinned).
+struct Pins {
+    list: Vec<usize>,
+    over: Vec<usize>,
+    marks: Vec<bool>,
+}
+
+/// The cut candidate chosen (or the smallest view any cut leaves, if
+/// any), and the stub mark it was chosen with.
+type Chosen = (Result<Candidate, Option<u64>>, usize);
+
+/// A request whose view a trigger fired on: what the cut and the retain
+/// stages read.
+struct Folding<'a, C: ?Sized> {
+    inputs: Inputs<'a, C>,
+    base: Option<&'a FoldState>,
+    view: ViewInfo,
+    view_tokens: u64,
+    reason: Reason,
+    /// The first message the base does not cover.
+    start: usize,
+    window: u64,
+    /// The window less the output reserve.
+    window_limit: u64,
+    /// The tokens the conversation adds per step, when measured.
+    per_step: Option<u64>,
+    pins: Pins,
+    /// Tokens of the plan message the fold would show ([`PlanCall`]).
+    plan_tokens: u64,
+}
+
+impl<C: CountTokens + ?Sized> Folding<'_, C> {
+    /// The base's stub mark.
+    fn base_mark(&self) -> usize {
+        mark_of(self.base)
+    }
+
+    /// The stub mark that stubs every tool result before the newest
+    /// exchange.
+    fn deeper_mark(&self) -> usize {
+        self.base_mark()
+            .max(last_exchange(self.inputs.request.values))
+    }
+
+    /// The cut: the candidate [`cut::choose`] picks with the base's stubs,
+    /// or, when stubs ride on the fold, with every long tool result
+    /// before the preserved tail stubbed — and when the preserved tail
+    /// alone is over the reset target, the tail's older ones too (never
+    /// the newest exchange).
+    fn cut(&self) -> Chosen {
+        let base_mark = self.base_mark();
+        if self.inputs.request.stubbed.is_empty() {
+            return (self.cut_at(base_mark).0, base_mark);
+        }
+        let (n, policy) = (self.inputs.n, self.inputs.policy);
         let before_tail = base_mark.max(n.saturating_sub(policy.preserve_recent));
-        let (first, limit) = choose_at(before_tail);
-        let short =
-            |c: &Candidate| c.expected > limit || n - c.cut < policy.preserve_recent.min(n - start);
+        let (first, limit) = self.cut_at(before_tail);
+        let short = |c: &Candidate| {
+            c.expected > limit || n - c.cut < policy.preserve_recent.min(n - self.start)
+        };
         match first {
             Ok(c) if !short(&c) => (Ok(c), before_tail),
             first => {
-                let deeper = base_mark.max(last_exchange(messages));
-                match (first, choose_at(deeper).0) {
+                let deeper = self.deeper_mark();
+                match (first, self.cut_at(deeper).0) {
                     (Ok(a), Ok(b))
                         if b.cut > a.cut || (b.cut == a.cut && b.expected >= a.expected) =>
                     {
@@ -325,112 +424,183 @@ pub fn plan<C: CountTokens + ?Sized>(
                 }
             }
         }
-    };
-    // A token trigger on a folded view: stubbing the tool results before
-    // the newest exchange, without a summarizer call, when that leaves
-    // at most one step less room than the fold would (see [`restub_limit`]).
-    let deeper = base_mark.max(last_exchange(messages));
-    let fold_view = match &chosen {
-        (Ok(c), _) => Some(c.expected),
-        _ => None,
-    };
-    let restub = match base {
-        Some(b) if matches!(reason, Reason::Token | Reason::Emergency) && deeper > base_mark => {
-            let marked = with_stubs(counts, request.stubbed, deeper);
-            let tokens =
-                overhead + layout_tokens(&layout(messages, base, placement), &marked, counter);
-            let limit = restub_limit(policy, (window, window_limit), per_step, fold_view);
-            (tokens < view_tokens && tokens <= limit).then_some((b, tokens))
+    }
+
+    /// [`cut::choose`] with the stub-eligible messages before `mark` as
+    /// stubs, and the reset limit it aimed for.
+    fn cut_at(&self, mark: usize) -> (Result<Candidate, Option<u64>>, u64) {
+        let Inputs {
+            request,
+            policy,
+            budget,
+            counter,
+            placement,
+            p,
+            ..
+        } = self.inputs;
+        let messages = request.values;
+        let step = self.per_step.map(|g| (g, trigger::calls_tools(messages)));
+        let marked = with_stubs(request.counts, request.stubbed, mark);
+        let input = CutInput {
+            messages,
+            counts: &marked,
+            pinned: &self.pins.marks,
+            start: self.start,
+            old_kept: self.old_kept(),
+            fixed: request.counts[..p]
+                .iter()
+                .map(|&c| u64::from(c))
+                .sum::<u64>()
+                + u64::from(budget.summary_reserve)
+                + self.plan_tokens
+                + u64::from(budget.overhead),
+            ack: if placement == Placement::User {
+                u64::from(counter.message_tokens(&ack_message()))
+            } else {
+                0
+            },
+            reset_limit: reset_limit(policy, self.window, self.window_limit, step),
+            window_limit: self.window_limit,
+            preserve_recent: policy.preserve_recent,
+            overflow_buffer: policy.overflow_buffer,
+            reason: self.reason,
+        };
+        (cut::choose(&input), input.reset_limit)
+    }
+
+    /// The message the base kept verbatim after its summary, if any.
+    fn old_kept(&self) -> Option<usize> {
+        self.base
+            .and_then(|b| b.kept_user)
+            .map(|k| self.inputs.p + k)
+    }
+
+    /// A token trigger on a folded view: stubbing the tool results before
+    /// the newest exchange, without a summarizer call, when that leaves
+    /// at most one step less room than the fold would (see
+    /// [`restub_limit`]).
+    fn restub(&self, chosen: &Chosen) -> Option<FoldPlan> {
+        let b = self.base?;
+        let deeper = self.deeper_mark();
+        if !matches!(self.reason, Reason::Token | Reason::Emergency) || deeper <= self.base_mark() {
+            return None;
         }
-        _ => None,
-    };
-    if let Some((b, tokens)) = restub {
-        return Decision::Fold(FoldPlan {
-            base: view.base,
-            reason,
+        let fold_view = chosen.0.as_ref().ok().map(|c| c.expected);
+        let tokens = self.inputs.tokens_at(self.base, deeper);
+        let limits = (self.window, self.window_limit);
+        let limit = restub_limit(self.inputs.policy, limits, self.per_step, fold_view);
+        (tokens < self.view_tokens && tokens <= limit).then(|| FoldPlan {
+            base: self.view.base.clone(),
+            reason: self.reason,
             fold: Vec::new(),
-            pinned: p,
+            pinned: self.inputs.p,
             covered: b.covered,
             kept_user: b.kept_user,
             chain: b.chain,
-            tokens_before: view.tokens,
+            tokens_before: self.view.tokens,
             tokens_after: clamp(tokens),
-            messages: n,
-            user_turns,
+            messages: self.inputs.n,
+            user_turns: self.user_turns(),
             rebuild: false,
             retained: Retained {
                 stubs_before: deeper,
-                step_tokens: per_step.map_or(0, clamp),
+                step_tokens: self.per_step.map_or(0, clamp),
                 ..b.retained.clone()
             },
             restub: true,
-        });
+        })
     }
-    match chosen {
-        (Ok(c), mark) => {
-            let rebuild = policy.max_depth > 0 && base.is_some_and(|b| b.depth >= policy.max_depth);
-            let shown = |i: usize| Some(i) == c.kept || (i < c.cut && pinned.get(i) == Some(&true));
-            let fold: Vec<usize> = if rebuild {
-                (p..c.cut).filter(|&i| !shown(i)).collect()
-            } else {
-                // The base's pins that the budget no longer holds, a
-                // previously kept message that is no longer kept, and the
-                // newly folded run.
-                let dropped = base
-                    .map(|b| b.retained.pins.iter().map(|&k| p + k).collect::<Vec<_>>())
-                    .unwrap_or_default();
-                let mut fold: Vec<usize> = dropped
-                    .into_iter()
-                    .chain(old_kept)
-                    .chain(start..c.cut)
-                    .filter(|&i| !shown(i))
-                    .collect();
-                fold.sort_unstable();
-                fold.dedup();
-                fold
-            };
-            let covered = c.cut - p;
-            let plan_call = PlanCall::newest(fold.iter().filter_map(|&i| messages.get(i)), policy)
-                .or_else(|| base.and_then(|b| b.retained.plan.clone()));
-            let retained = Retained {
-                pins: pin_list
-                    .iter()
-                    .filter(|&&i| i < c.cut && Some(i) != c.kept)
-                    .map(|&i| i - p)
-                    .collect(),
-                // Pins over the budget leave the view once a cut covers them.
-                pins_folded: pins_over.iter().filter(|&&i| i < c.cut).count(),
-                stubs_before: mark,
-                plan: plan_call,
-                step_tokens: per_step.map_or(0, clamp),
-            };
-            Decision::Fold(FoldPlan {
-                base: view.base,
-                reason,
-                fold,
-                pinned: p,
-                covered,
-                kept_user: c.kept.map(|k| k - p),
-                chain: prefix.get(covered).unwrap_or_default(),
-                tokens_before: view.tokens,
-                tokens_after: clamp(c.expected),
-                messages: n,
-                user_turns,
-                rebuild,
-                retained,
-                restub: false,
-            })
+
+    fn user_turns(&self) -> usize {
+        let roles = self.inputs.request.roles;
+        roles.iter().filter(|&&r| r == Role::User).count()
+    }
+
+    /// The decision for the cut `chosen`: the fold (what it summarizes,
+    /// covers and retains), or no fold when no cut is valid, or
+    /// [`Decision::CannotFit`] when the view overflows.
+    fn retain(self, chosen: Chosen, prefix: &mut PrefixChain<'_>) -> Decision {
+        let (c, mark) = match chosen {
+            (Ok(c), mark) => (c, mark),
+            (Err(_), _) if self.reason != Reason::Emergency => {
+                return Decision::NoFold(ViewInfo {
+                    skipped: Some(self.reason),
+                    ..self.view
+                });
+            }
+            (Err(smallest), _) => {
+                return Decision::CannotFit(CannotFit {
+                    reason: self.reason,
+                    view: self.view,
+                    smallest: smallest.map(clamp),
+                    limit: clamp(self.window_limit),
+                });
+            }
+        };
+        let (p, policy) = (self.inputs.p, self.inputs.policy);
+        let rebuild =
+            policy.max_depth > 0 && self.base.is_some_and(|b| b.depth >= policy.max_depth);
+        let fold = self.folded(&c, rebuild);
+        let covered = c.cut - p;
+        let plan_call = PlanCall::newest(
+            fold.iter()
+                .filter_map(|&i| self.inputs.request.values.get(i)),
+            policy,
+        )
+        .or_else(|| self.base.and_then(|b| b.retained.plan.clone()));
+        let retained = Retained {
+            pins: (self.pins.list.iter())
+                .filter(|&&i| i < c.cut && Some(i) != c.kept)
+                .map(|&i| i - p)
+                .collect(),
+            // Pins over the budget leave the view once a cut covers them.
+            pins_folded: self.pins.over.iter().filter(|&&i| i < c.cut).count(),
+            stubs_before: mark,
+            plan: plan_call,
+            step_tokens: self.per_step.map_or(0, clamp),
+        };
+        Decision::Fold(FoldPlan {
+            reason: self.reason,
+            fold,
+            pinned: p,
+            covered,
+            kept_user: c.kept.map(|k| k - p),
+            chain: prefix.get(covered).unwrap_or_default(),
+            tokens_before: self.view.tokens,
+            tokens_after: clamp(c.expected),
+            messages: self.inputs.n,
+            user_turns: self.user_turns(),
+            rebuild,
+            retained,
+            restub: false,
+            base: self.view.base,
+        })
+    }
+
+    /// The messages the fold at `c` summarizes: on a rebuild everything
+    /// before the cut that the view does not show; else the base's pins the
+    /// budget no longer holds, a previously kept message no longer kept,
+    /// and the newly folded run.
+    fn folded(&self, c: &Candidate, rebuild: bool) -> Vec<usize> {
+        let p = self.inputs.p;
+        let shown =
+            |i: usize| Some(i) == c.kept || (i < c.cut && self.pins.marks.get(i) == Some(&true));
+        if rebuild {
+            return (p..c.cut).filter(|&i| !shown(i)).collect();
         }
-        (Err(_), _) if reason != Reason::Emergency => Decision::NoFold(ViewInfo {
-            skipped: Some(reason),
-            ..view
-        }),
-        (Err(smallest), _) => Decision::CannotFit(CannotFit {
-            reason,
-            view,
-            smallest: smallest.map(clamp),
-            limit: clamp(window_limit),
-        }),
+        let dropped = self
+            .base
+            .map(|b| b.retained.pins.iter().map(|&k| p + k).collect::<Vec<_>>())
+            .unwrap_or_default();
+        let mut fold: Vec<usize> = dropped
+            .into_iter()
+            .chain(self.old_kept())
+            .chain(self.start..c.cut)
+            .filter(|&i| !shown(i))
+            .collect();
+        fold.sort_unstable();
+        fold.dedup();
+        fold
     }
 }
 

@@ -36,7 +36,7 @@ VOLUME /var/lib/foldgate
 # FOLDGATE_* variables or mount another file over /etc/foldgate/config.toml.
 # MIMALLOC_ALLOW_THP=0: no transparent huge pages for foldgate's heap even on
 # hosts that use them for everything (the build already stops asking for
-# them; see docs/benchmarks.md, "Transparent huge pages").
+# them; the measurement: git log -p -S"Transparent huge pages" -- docs/).
 ENV FOLDGATE_SERVER__LISTEN=0.0.0.0:8080 FOLDGATE_LOG=info MIMALLOC_ALLOW_THP=0
 EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=3s --start-period=5s --retries=3 \

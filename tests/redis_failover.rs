@@ -406,6 +406,7 @@ async fn no_fold_lock_strands_through_cluster_failovers() {
                 };
                 let first = lock();
                 let killed = cluster.lock().unwrap().kill_master_of(&first);
+                eprintln!("killed {killed}, the master of {first}");
                 cluster.lock().unwrap().restart(killed);
                 let second = lock();
                 let mut c = cluster.lock().unwrap();
@@ -415,7 +416,8 @@ async fn no_fold_lock_strands_through_cluster_failovers() {
                     .into_iter()
                     .find(|k| c.master_of(k) != holder)
                     .expect("a state on another master");
-                c.kill_master_of(&other);
+                let killed = c.kill_master_of(&other);
+                eprintln!("killed {killed}, the master of {other}, not of {second}");
                 drop(c);
                 done.store(true, Ordering::Relaxed);
             })
@@ -455,12 +457,11 @@ async fn no_fold_lock_strands_through_cluster_failovers() {
     let slowest = tokio::time::timeout(BOUND, run)
         .await
         .expect("the scenario outlived its bound");
-    // The goal is lock_wait + one fold; 1 run in 10 took 9.19 s (a waiter
-    // that waited out lock_wait, then folded alone), so the bound allows a
-    // second fold. A stranded lock waited out lock_ttl (30 s) before.
+    // A stranded lock made a request wait out lock_ttl (30 s), or out
+    // lock_wait and then fold (9.19 s: a lock a failover brought back).
     assert!(
-        slowest <= LOCK_WAIT + 2 * FOLD,
-        "a request took {slowest:?}, over lock_wait + two folds"
+        slowest <= LOCK_WAIT + FOLD,
+        "a request took {slowest:?}, over lock_wait + one fold"
     );
     // Every fold ended with the traffic: a lock still there was stranded.
     let started = Instant::now();
@@ -469,10 +470,18 @@ async fn no_fold_lock_strands_through_cluster_failovers() {
         if locks.is_empty() {
             break;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "fold locks left behind: {locks:?}"
-        );
+        if started.elapsed() >= Duration::from_secs(5) {
+            let c = cluster.lock().unwrap();
+            let left: Vec<String> = locks
+                .iter()
+                .map(|l| {
+                    let token = c.on_key(l, &["GET", l]);
+                    let ttl = c.on_key(l, &["PTTL", l]);
+                    format!("{l} = {} (PTTL {} ms)", token.trim(), ttl.trim())
+                })
+                .collect();
+            panic!("fold locks left behind: {left:?}");
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let c = cluster.lock().unwrap();
@@ -488,11 +497,9 @@ async fn no_fold_lock_strands_through_cluster_failovers() {
     let calls = llm.summarizer_calls();
     eprintln!("{calls} summarizer calls for {folds} folds, slowest request {slowest:?}");
     // Before the provisional folds, each replica folded alone through the
-    // outage: 2.1–2.2 calls per fold. The goal is 1.2 (issue 53), not yet
-    // held: runs measure 1.03–1.25. This bound catches the old behaviour;
-    // the provisional write itself is `folds_made_while_a_slot_is_cut_off…`'s.
+    // outage: 2.1–2.2 calls per fold.
     assert!(
-        calls as f64 <= 1.5 * folds as f64,
+        calls as f64 <= 1.2 * folds as f64,
         "{calls} summarizer calls for {folds} folds"
     );
 }
@@ -576,6 +583,84 @@ async fn folds_made_while_a_slot_is_cut_off_settle_to_one_shared_state() {
             assert!(
                 started.elapsed() < Duration::from_secs(5),
                 "a fold lock left behind"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(BOUND, run)
+        .await
+        .expect("the scenario outlived its bound");
+}
+
+/// Redis replicates asynchronously: a master that acknowledged a fold
+/// lock's release and died before its replica had the `DEL` hands the lock
+/// to the replica it promotes, which counts it down from `lock_ttl` (what
+/// left locks behind in the failover test under load). Here the lock is
+/// put back with its token right after its release, as such a promotion
+/// would, and a command then fails (the master paused past
+/// `state.timeout`): the replica sends the release again, and once the
+/// master answers the lock is gone, far sooner than its 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_a_failover_may_have_undone_is_sent_again() {
+    let cluster = Cluster::start();
+    let llm = Llm::start().await;
+    llm.state.summarizer_delay_ms.store(1500, Ordering::Relaxed);
+    let state = format!(
+        "[state]\nbackend = \"redis\"\nurl = \"{}\"\nrefresh = \"200ms\"\ntimeout = \"500ms\"\n\
+         lock_ttl = \"30s\"\nlock_wait = \"{}s\"\n",
+        cluster.url(),
+        LOCK_WAIT.as_secs()
+    );
+    let fg = std::sync::Arc::new(Foldgate::start(&config(&llm, &state)).await);
+    let run = async {
+        let folding = {
+            let fg = fg.clone();
+            tokio::spawn(async move { chat(&fg, "undone", &Convo::with_turns(55)).await })
+        };
+        // The lock and its token, while the fold holds it.
+        let started = std::time::Instant::now();
+        let (lock, token) = loop {
+            if let Some(lock) = cluster.keys("foldgate:lock:*").pop() {
+                let token = cluster.on_key(&lock, &["GET", &lock]).trim().to_string();
+                if !token.is_empty() {
+                    break (lock, token);
+                }
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "no fold lock");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        // A conversation on the same master, never read: its read will
+        // fail while the master is paused.
+        let master = cluster.master_of(&lock);
+        let probe = (0..1000)
+            .map(|i| format!("probe-{i}"))
+            .find(|id| {
+                let key = lock.replace(":undone}", &format!(":{id}}}"));
+                cluster.master_of(&key) == master
+            })
+            .expect("a conversation on the lock's master");
+        let reply = folding.await.unwrap();
+        reply.assert_ok();
+        assert_eq!(label(&reply), "new");
+        while !cluster.keys("foldgate:lock:*").is_empty() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "never released"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // What a promoted replica that missed the release would hold.
+        let put = cluster.on_key(&lock, &["SET", &lock, &token, "PX", "30000"]);
+        assert_eq!(put.trim(), "OK");
+        let paused = cluster.on_key(&lock, &["CLIENT", "PAUSE", "1500", "ALL"]);
+        assert_eq!(paused.trim(), "OK");
+        chat(&fg, &probe, &Convo::with_turns(2)).await.assert_ok();
+        let since = std::time::Instant::now();
+        while !cluster.keys("foldgate:lock:*").is_empty() {
+            assert!(
+                since.elapsed() < Duration::from_secs(8),
+                "the lock a failover brought back was never released again (PTTL {})",
+                cluster.on_key(&lock, &["PTTL", &lock]).trim()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -10,7 +10,10 @@
 //! key) or the wait for it was cancelled. The release and the renewal are
 //! sent even to a slot marked down and retried until Redis answers (on a
 //! cluster, the slot's new master) or the lock would have expired anyway.
-//! Before this, one failed command anywhere marked all of Redis down and
+//! An answered release is sent again when a command fails within
+//! [`CONFIRM_WITHIN`] of it ([`confirm`]): the master that answered may
+//! have died before its replica had the `DEL`, and the replica it promotes
+//! holds the lock again. Before this, one failed command anywhere marked all of Redis down and
 //! the release was never sent: a cluster failover left locks to expire
 //! after `lock_ttl`, also on slots whose master never failed
 //! (docs/architecture.md, "What a failover costs").
@@ -110,6 +113,28 @@ impl Drop for Claim {
     }
 }
 
+/// How long after a release Redis answered a failed command has it sent
+/// again ([`confirm`]).
+pub(super) const CONFIRM_WITHIN: Duration = Duration::from_secs(5);
+
+/// A release Redis answered, watched for [`CONFIRM_WITHIN`]: a master
+/// that acknowledged the `DEL` and died before its replica had it leaves
+/// the lock to the replica it promotes, to count down from `lock_ttl`.
+#[derive(Debug)]
+pub(super) struct Released {
+    lock: String,
+    token: String,
+    /// When the lock was first released.
+    since: Instant,
+    /// The outage tracker's failure count before the release was sent.
+    failures: u64,
+    /// How many times it was sent again.
+    confirms: u32,
+}
+
+/// How many times a release is sent again, at most.
+const CONFIRMS: u32 = 3;
+
 /// Deletes the lock if it is still `token`'s, retrying (on a cluster the
 /// client learns the slot's new master meanwhile) until Redis answers or
 /// the lock would have expired by itself. A fold Redis did not take is
@@ -118,17 +143,35 @@ impl Drop for Claim {
 async fn release(store: Arc<Inner>, key: ConvKey, lock: String, token: String) {
     let started = Instant::now();
     let mut pause = Duration::from_millis(50);
-    let mut tries = 0u32;
     loop {
-        tries += 1;
         if store.is_provisional(&key) {
             store.load(&key).await;
         }
-        if store.is_provisional(&key) && started.elapsed() + pause < store.lock_ttl {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(RETRY_EVERY);
-            continue;
+        if !store.is_provisional(&key) || started.elapsed() + pause >= store.lock_ttl {
+            break;
         }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RETRY_EVERY);
+    }
+    send_release(&store, lock, token, started, Instant::now(), 0).await;
+}
+
+/// Sends the compare-and-delete until Redis answers, or until the lock
+/// would have expired by itself (`lock_ttl` after `started`), then watches
+/// the release ([`Released`]).
+async fn send_release(
+    store: &Arc<Inner>,
+    lock: String,
+    token: String,
+    started: Instant,
+    since: Instant,
+    confirms: u32,
+) {
+    let mut pause = Duration::from_millis(50);
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
+        let failures = store.outage.failures();
         let mut conn = store.conn();
         let script = redis::Script::new(RELEASE);
         let mut call = script.key(&lock);
@@ -137,9 +180,20 @@ async fn release(store: Arc<Inner>, key: ConvKey, lock: String, token: String) {
             .op_always("release", &lock, call.invoke_async::<i64>(&mut conn))
             .await
         {
-            Ok(_) => {
-                if tries > 1 {
+            Ok(deleted) => {
+                if deleted > 0 && confirms > 0 {
+                    tracing::debug!(target: "foldgate::state", lock, "released again a fold lock a failover had brought back");
+                } else if tries > 1 {
                     tracing::debug!(target: "foldgate::state", lock, tries, "released a fold lock once Redis answered again");
+                }
+                if let Ok(mut released) = store.released.lock() {
+                    released.push(Released {
+                        lock,
+                        token,
+                        since,
+                        failures,
+                        confirms,
+                    });
                 }
                 return;
             }
@@ -154,6 +208,48 @@ async fn release(store: Arc<Inner>, key: ConvKey, lock: String, token: String) {
             }
         }
     }
+}
+
+/// Sends again every release a failed command followed (run every
+/// [`RETRY_EVERY`] by the store's reconciler): Redis replicates
+/// asynchronously, so a master that took the `DEL` and died before its
+/// replica had it hands the lock to the replica it promotes. The failure
+/// that killed it is seen by some command soon after; the release sent
+/// again reaches the new master (retried until it answers). A release
+/// followed by no failure within [`CONFIRM_WITHIN`] is forgotten.
+pub(super) fn confirm(store: &Arc<Inner>) {
+    let failures = store.outage.failures();
+    let due: Vec<Released> = match store.released.lock() {
+        Ok(mut released) => {
+            let (due, kept): (Vec<Released>, Vec<Released>) = std::mem::take(&mut *released)
+                .into_iter()
+                .partition(|r: &Released| r.failures < failures);
+            *released = kept
+                .into_iter()
+                .filter(|r| r.since.elapsed() < CONFIRM_WITHIN && r.confirms < CONFIRMS)
+                .collect();
+            due
+        }
+        Err(_) => return,
+    };
+    for r in due {
+        if r.since.elapsed() >= CONFIRM_WITHIN + RETRY_EVERY || r.confirms >= CONFIRMS {
+            continue;
+        }
+        tokio::spawn(send_release_again(store.clone(), r));
+    }
+}
+
+async fn send_release_again(store: Arc<Inner>, r: Released) {
+    send_release(
+        &store,
+        r.lock,
+        r.token,
+        Instant::now(),
+        r.since,
+        r.confirms + 1,
+    )
+    .await;
 }
 
 /// Held while this replica folds the conversation.

@@ -71,6 +71,9 @@ struct Inner {
     /// Redis answers, unless Redis holds another fold by then
     /// ([`provisional`]).
     provisional: Mutex<HashSet<ConvKey>>,
+    /// Fold locks released lately, sent again should a command fail soon
+    /// after ([`lock::confirm`]).
+    released: Mutex<Vec<lock::Released>>,
     /// Whether cached states are known current (pub/sub invalidation).
     watch: watch::Watch,
     ttl_ms: u64,
@@ -124,6 +127,7 @@ impl RedisStore {
             outage: Outage::shared(url),
             held: Mutex::new(HashMap::new()),
             provisional: Mutex::new(HashSet::new()),
+            released: Mutex::new(Vec::new()),
             watch: watch::Watch::new(lock::token()),
             ttl_ms: u64::try_from(config.ttl.as_millis()).unwrap_or(u64::MAX),
             refresh: config.refresh,
@@ -333,7 +337,14 @@ impl Inner {
         }
         let local = slot.and_then(|s| s.chain);
         let mark = self.watch.mark();
-        match self.fetch_raw(key).await {
+        let read = self.fetch_raw(key).await;
+        // A save of this replica landed while Redis was read: what was
+        // read may be older than it, and the save (written, or left
+        // provisional) is what this replica holds now.
+        if let Some(saved) = self.saved_since(key, local.as_ref()) {
+            return saved;
+        }
+        match read {
             // Redis holds an older state of ours (a write it lost in a
             // failover, or a fold made while it did not answer): ours is
             // written, never the older one served.
@@ -353,13 +364,29 @@ impl Inner {
             // Redis lost it (restarted, or evicted under memory pressure)
             // while this replica still has it: share it again.
             Ok(None) => {
-                if let Some(chain) = &local {
-                    provisional::write(self, key, chain, None).await;
+                match &local {
+                    Some(chain) => provisional::write(self, key, chain, None).await,
+                    // Nothing of ours to write: nothing to wait for either.
+                    None => self.settled(key),
                 }
                 self.remember(key, local.clone(), mark);
                 local
             }
             Err(_) => local,
+        }
+    }
+
+    /// The chain the in-process layer holds for `key` if it is no longer
+    /// `read` (by identity): a save (or another read) replaced it.
+    fn saved_since(
+        &self,
+        key: &ConvKey,
+        read: Option<&Arc<FoldChain>>,
+    ) -> Option<Option<Arc<FoldChain>>> {
+        let now = self.hot.get(key).and_then(|s| s.chain)?;
+        match read {
+            Some(read) if Arc::ptr_eq(&now, read) => None,
+            _ => Some(Some(now)),
         }
     }
 

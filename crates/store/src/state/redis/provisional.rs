@@ -73,12 +73,14 @@ pub(super) async fn write(store: &Inner, key: &ConvKey, chain: &FoldChain, read:
 }
 
 /// Settles every provisional conversation once its slot answers: reads it
-/// (which writes ours or adopts Redis', see the store's `load`). Ends with
-/// the store.
+/// (which writes ours or adopts Redis', see the store's `load`); first
+/// sends again the fold lock releases a failed command followed
+/// ([`super::lock::confirm`]). Ends with the store.
 pub(super) async fn reconcile(inner: Weak<Inner>) {
     loop {
         tokio::time::sleep(RETRY_EVERY).await;
         let Some(store) = inner.upgrade() else { return };
+        super::lock::confirm(&store);
         let pending: Vec<ConvKey> = match store.provisional.lock() {
             Ok(pending) => pending.iter().cloned().collect(),
             Err(_) => continue,

@@ -429,7 +429,8 @@ async fn no_fold_lock_strands_through_cluster_failovers() {
             talkers.push(tokio::spawn(async move {
                 let mut convo = Convo::with_turns(55);
                 let id = format!("hop-{i}");
-                let mut slowest = Duration::ZERO;
+                // The slowest request, and where it was.
+                let mut slowest = (Duration::ZERO, String::new());
                 let (mut turn, mut after, mut folds) = (0, 0, 0);
                 while after < 4 {
                     if done.load(Ordering::Relaxed) {
@@ -438,7 +439,9 @@ async fn no_fold_lock_strands_through_cluster_failovers() {
                     convo.next_turn(&format!("turn {turn}"));
                     let sent = Instant::now();
                     let reply = chat(&replicas[(i + turn) % 3], &id, &convo).await;
-                    slowest = slowest.max(sent.elapsed());
+                    if sent.elapsed() > slowest.0 {
+                        slowest = (sent.elapsed(), format!("{id} turn {turn}"));
+                    }
                     reply.assert_ok();
                     folds += usize::from(label(&reply) == "new");
                     turn += 1;
@@ -448,20 +451,23 @@ async fn no_fold_lock_strands_through_cluster_failovers() {
             }));
         }
         killer.await.unwrap();
-        let mut slowest = Duration::ZERO;
+        let mut slowest = (Duration::ZERO, String::new());
         for t in talkers {
-            slowest = slowest.max(t.await.unwrap());
+            let theirs = t.await.unwrap();
+            if theirs.0 > slowest.0 {
+                slowest = theirs;
+            }
         }
         slowest
     };
-    let slowest = tokio::time::timeout(BOUND, run)
+    let (slowest, which) = tokio::time::timeout(BOUND, run)
         .await
         .expect("the scenario outlived its bound");
     // A stranded lock made a request wait out lock_ttl (30 s), or out
     // lock_wait and then fold (9.19 s: a lock a failover brought back).
     assert!(
         slowest <= LOCK_WAIT + FOLD,
-        "a request took {slowest:?}, over lock_wait + one fold"
+        "a request took {slowest:?} ({which}), over lock_wait + one fold"
     );
     // Every fold ended with the traffic: a lock still there was stranded.
     let started = Instant::now();
@@ -495,7 +501,7 @@ async fn no_fold_lock_strands_through_cluster_failovers() {
         })
         .sum();
     let calls = llm.summarizer_calls();
-    eprintln!("{calls} summarizer calls for {folds} folds, slowest request {slowest:?}");
+    eprintln!("{calls} summarizer calls for {folds} folds, slowest request {slowest:?} ({which})");
     // Before the provisional folds, each replica folded alone through the
     // outage: 2.1–2.2 calls per fold.
     assert!(

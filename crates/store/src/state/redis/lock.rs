@@ -13,10 +13,10 @@
 //! An answered release is sent again when a command fails within
 //! [`CONFIRM_WITHIN`] of it ([`confirm`]): the master that answered may
 //! have died before its replica had the `DEL`, and the replica it promotes
-//! holds the lock again. Before this, one failed command anywhere marked all of Redis down and
-//! the release was never sent: a cluster failover left locks to expire
-//! after `lock_ttl`, also on slots whose master never failed
-//! (docs/architecture.md, "What a failover costs").
+//! holds the lock again. Before this, one failed command anywhere marked
+//! all of Redis down and the release was never sent: a cluster failover
+//! left locks to expire after `lock_ttl`, also on slots whose master never
+//! failed (docs/architecture.md, "What a failover costs").
 
 use super::outage::RETRY_EVERY;
 use super::{Inner, Unavailable};

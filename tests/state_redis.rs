@@ -71,8 +71,9 @@ async fn two_replicas_fold_once_and_share_the_state() {
 async fn a_redis_outage_never_fails_requests_and_sharing_resumes() {
     let mut redis = Redis::start();
     let llm = Llm::start().await;
-    let a = Foldgate::start(&redis_config(&llm, &redis)).await;
-    let b = Foldgate::start(&redis_config(&llm, &redis)).await;
+    let config = redis_config(&llm, &redis).replace("lock_wait = \"10s\"", "lock_wait = \"1s\"");
+    let a = Foldgate::start(&config).await;
+    let b = Foldgate::start(&config).await;
     let mut before = Convo::with_turns(55);
     assert_eq!(label(&chat(&a, "before", &before).await), "new");
 
@@ -83,7 +84,19 @@ async fn a_redis_outage_never_fails_requests_and_sharing_resumes() {
         let reply = chat(fg, "before", &before).await;
         reply.assert_ok();
     }
+    // Within `lock_wait` of the outage a fold the view can do without
+    // waits a turn; past it, each replica folds alone (provisionally).
     let mut during = Convo::with_turns(55);
+    for fg in [&a, &b] {
+        let reply = chat(fg, "during", &during).await;
+        reply.assert_ok();
+        assert_ne!(
+            label(&reply),
+            "new",
+            "a fold waits while Redis is new to the outage"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     for (i, fg) in [&a, &b, &a, &b].into_iter().enumerate() {
         let reply = chat(fg, "during", &during).await;
         reply.assert_ok();

@@ -208,8 +208,27 @@ impl FoldRequest {
                 self.postpone(plan.base.as_ref())
             }
             Decision::Fold(plan) if plan.restub => self.restub(&plan, chain, started).await,
+            // Redis has not answered for this conversation for a while
+            // (less than `state.lock_wait`): a fold made now would be this
+            // replica's alone, and another replica cut off too may make
+            // the same one. Only a view that cannot go on without it folds
+            // (provisionally); the others wait a turn.
+            Decision::Fold(plan) if plan.reason != Reason::Emergency && self.fold_may_wait() => {
+                self.app.metrics.folds_postponed.inc();
+                let why = "fold postponed: the state store does not answer for this conversation";
+                self.reuse(plan.base.as_ref(), Some(why))
+            }
             Decision::Fold(plan) => self.run_fold(plan, chain, started).await,
         }
+    }
+
+    /// Whether a fold of this conversation the request can do without
+    /// should wait a turn ([`crate::state::Store::fold_may_wait`]).
+    fn fold_may_wait(&self) -> bool {
+        self.data
+            .key
+            .as_ref()
+            .is_some_and(|key| self.app.store.fold_may_wait(key))
     }
 
     /// Carries out a restub ([`FoldPlan::restub`]): the base state with

@@ -19,6 +19,9 @@ pub(super) struct Slot {
     /// For Redis, the invalidation epoch it was read in (see
     /// `redis::watch`); 0, never trusted, elsewhere.
     pub epoch: u64,
+    /// False once the backend said it changed ([`Hot::stale`]): read
+    /// again, and served only when the backend does not answer.
+    pub current: bool,
 }
 
 /// Bounded by weight, forgotten after `state.ttl` idle.
@@ -60,13 +63,25 @@ impl Hot {
                 chain,
                 synced: Instant::now(),
                 epoch,
+                current: true,
             },
         );
     }
 
-    /// Forgets a conversation: the next read asks the backend.
-    pub fn forget(&self, key: &ConvKey) {
-        self.cache.invalidate(key);
+    /// Keeps a conversation's chain as a fallback only: the next read asks
+    /// the backend, and serves this if the backend does not answer (an
+    /// older state of a conversation is still a valid view of it, only a
+    /// larger one).
+    pub fn stale(&self, key: &ConvKey) {
+        if let Some(slot) = self.cache.get(key) {
+            self.cache.insert(
+                key.clone(),
+                Slot {
+                    current: false,
+                    ..slot
+                },
+            );
+        }
     }
 
     /// Records what the backend said on a miss, unless a newer answer
@@ -78,6 +93,7 @@ impl Hot {
                 chain,
                 synced: Instant::now(),
                 epoch: 0,
+                current: true,
             })
             .into_value()
             .chain

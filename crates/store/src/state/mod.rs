@@ -69,6 +69,15 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// this process, and across replicas for shared backends). Callers
     /// `load` again after acquiring it.
     fn lock<'a>(&'a self, key: &'a ConvKey) -> BoxFuture<'a, FoldGuard>;
+    /// Whether a fold the request can do without should wait a turn,
+    /// asked under the guard [`Store::lock`] returned: true while a shared
+    /// backend has not answered for the conversation, for less than
+    /// `state.lock_wait` (a fold made now would be this replica's alone,
+    /// and another replica cut off too may make the same one; see
+    /// docs/architecture.md, "What a failover costs").
+    fn fold_may_wait(&self, _key: &ConvKey) -> bool {
+        false
+    }
     /// Every tenant's chain for a conversation id (admin only).
     fn find<'a>(&'a self, conversation: &'a str) -> BoxFuture<'a, Vec<(ConvKey, Arc<FoldChain>)>>;
     /// A page of stored conversations with their chains, in listing order

@@ -33,6 +33,9 @@ pub(crate) struct Outage {
     down: AtomicBool,
     /// Commands not sent because Redis was known down.
     skipped: AtomicU64,
+    /// Commands that failed, ever (a fold lock's release is sent again
+    /// when one fails soon after it: see `lock::confirm`).
+    failures: AtomicU64,
     /// The outage under way.
     current: Mutex<Option<Down>>,
 }
@@ -70,6 +73,7 @@ impl Outage {
     /// A command `op` of `who` (`state`, `archive`) failed with `error`:
     /// the first of an outage is a WARN, the rest DEBUG.
     pub(crate) fn failed(self: &Arc<Self>, who: &'static str, op: &str, error: &str) {
+        self.failures.fetch_add(1, Ordering::SeqCst);
         let Ok(mut current) = self.current.lock() else {
             return;
         };
@@ -99,6 +103,11 @@ impl Outage {
                     "Redis unavailable: this replica serves fold states from its own memory and spools archive writes until it answers (further errors at DEBUG)");
             }
         }
+    }
+
+    /// How many commands have failed so far (state and archive).
+    pub(crate) fn failures(&self) -> u64 {
+        self.failures.load(Ordering::SeqCst)
     }
 
     /// A command was not sent because Redis is known down.

@@ -69,8 +69,8 @@ use common::tooloop::{ToolLoop, output_lines};
 use common::{Foldgate, metric, post_json};
 use foldgate::fold::compress::STUB_PREFIX;
 use prices::{Request, SHEETS};
-use std::fmt::Write as _;
 use serde_json::Value;
+use std::fmt::Write as _;
 use wire::Wire;
 
 const STEPS: usize = 40;
@@ -349,9 +349,9 @@ async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
             f.compress_rewrites += 1;
         }
         previous_stubs = stubs;
-        let stable = previous
-            .as_ref()
-            .is_some_and(|before| units.len() >= before.len() && units[..before.len()] == before[..]);
+        let stable = previous.as_ref().is_some_and(|before| {
+            units.len() >= before.len() && units[..before.len()] == before[..]
+        });
         f.stable += usize::from(stable);
         let bytes: usize = units.iter().map(|u| u.to_string().len()).sum();
         per_byte = f64::from(tokens) / bytes.max(1) as f64;

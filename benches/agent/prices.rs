@@ -177,7 +177,11 @@ impl Sheet {
                         .find(|&i| cache.contains(&chain[i]))
                         .map_or(0, |i| r.upto(i));
                     cache.extend(chain.iter().copied());
-                    let read = if common >= min { common / step * step } else { 0 };
+                    let read = if common >= min {
+                        common / step * step
+                    } else {
+                        0
+                    };
                     (read, 0)
                 }
                 Caching::Breakpoints { min } => {

@@ -431,13 +431,13 @@ fn against(requests: &[Request], direct: &Figures, window: u32) -> String {
 
 /// The cache-stable requests a perfect folder could reach in `window`
 /// (the arithmetic bound): the loop's growth per step as the direct run
-/// measured it, every request as full as the window's room allows
-/// (`window − MAX_TOKENS`, past the trigger), and each rewrite leaving
+/// measured it, every request as full as `limit` allows (the window's
+/// room, `window − MAX_TOKENS`, or the trigger), and each rewrite leaving
 /// only the system prompt and task, a summary of its whole reserve
 /// (`summary_ratio` 0.15 of the window, at most 2,000 tokens) and the
 /// newest step verbatim. One unstable request per rewrite.
-fn bound(direct: &[Request], window: u32) -> usize {
-    let room = u64::from(window - MAX_TOKENS);
+fn bound(direct: &[Request], window: u32, limit: u64) -> usize {
+    let room = limit;
     let reserve = (f64::from(window) * 0.15).min(2_000.0) as u64;
     let Some(first) = direct.first() else {
         return 0;
@@ -457,6 +457,20 @@ fn bound(direct: &[Request], window: u32) -> usize {
         }
     }
     stable
+}
+
+/// [`bound`] up to the window's room and up to the trigger (0.80).
+fn bounds(direct: &[Request], window: u32) -> String {
+    let pct = |n: usize| {
+        format!(
+            "{n}/{} ({:.0}%)",
+            STEPS - 1,
+            100.0 * n as f64 / (STEPS - 1) as f64
+        )
+    };
+    let room = bound(direct, window, u64::from(window - MAX_TOKENS));
+    let trigger = bound(direct, window, (f64::from(window) * 0.8) as u64);
+    format!("{} / {}", pct(room), pct(trigger))
 }
 
 fn share(f: &Figures) -> String {
@@ -660,11 +674,9 @@ fn main() {
                     "| {window} | trimming (oldest steps dropped to fit) | | | | | | | {} |",
                     bills(&trimmed).join(" | ")
                 );
-                let perfect = bound(&direct.requests, window);
                 println!(
-                    "| {window} | bound: a perfect folder (arithmetic) | | | | {perfect}/{} ({:.0}%) | | | | |",
-                    STEPS - 1,
-                    100.0 * perfect as f64 / (STEPS - 1) as f64
+                    "| {window} | bound: a perfect folder (arithmetic; up to the window's room / the trigger) | | | | {} | | | | |",
+                    bounds(&direct.requests, window)
                 );
                 for mode in &MODES {
                     let f = replay(lp, mode, window).await;
@@ -719,10 +731,10 @@ fn main() {
         }
         println!("## Economy, all loops: the defaults (background), inline beside them\n");
         println!(
-            "| loop | mode | 6k: summarizer calls | 6k: cache-stable | 6k: bill, {} (read share) | 6k: vs | 32k: summarizer calls | 32k: cache-stable | 32k: bill | 32k: vs |",
+            "| loop | mode | 6k: summarizer calls | 6k: cache-stable | 6k: bound (room / trigger) | 6k: bill, {} (read share) | 6k: vs | 32k: summarizer calls | 32k: cache-stable | 32k: bill | 32k: vs |",
             sheets.join(" / ")
         );
-        println!("|---|---|---:|---:|---:|---|---:|---:|---:|---|");
+        println!("|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|");
         for (lp, direct, economy, inline) in &summary {
             for (name, figures) in [("defaults", economy), ("inline", inline)] {
                 let at = |w: u32| figures.iter().find(|(window, _)| *window == w).map(|e| &e.1);
@@ -731,10 +743,11 @@ fn main() {
                 let bill = |w| at(w).map_or("–".into(), |f| bills(&f.requests).join(" / "));
                 let vs = |w| at(w).map_or("–".into(), |f| against(&f.requests, direct, w));
                 println!(
-                    "| {} | {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     lp.name(),
                     calls(6_000),
                     stable(6_000),
+                    bounds(&direct.requests, 6_000),
                     bill(6_000),
                     vs(6_000),
                     calls(32_000),

@@ -171,7 +171,7 @@ pub fn place(items: &mut Vec<Value>, blocks: &[Placed], place: &dyn Fn(&mut Vec<
         })
         .collect();
     // From the last, so the earlier places stay where they are.
-    at.sort_by(|a, b| b.0.cmp(&a.0));
+    at.sort_by_key(|a| std::cmp::Reverse(a.0));
     for (k, text) in at {
         let rest = items.split_off(k + 1);
         place(items, text);

@@ -54,7 +54,7 @@ impl Request {
     pub fn new(units: &[String], total: u64, breakpoints: Vec<usize>, steps: Vec<usize>) -> Self {
         let bytes: usize = units.iter().map(String::len).sum::<usize>().max(1);
         Self {
-            units: units.iter().map(|u| hash(u)).collect(),
+            units: units.iter().map(hash).collect(),
             tokens: units
                 .iter()
                 .map(|u| (total as f64 * u.len() as f64 / bytes as f64).round() as u64)

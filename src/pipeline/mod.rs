@@ -71,10 +71,13 @@ pub async fn handle(
     let mut prepared = request.prepare(app, &own).await?;
     let mut retried = false;
     loop {
-        // The blocks earlier turns injected, at their places; a folded
-        // chat's room: the newest folded messages, then this turn's block.
-        let mut injected = recall::inject::kept(app, &request, &mut prepared);
+        // A folded chat's room: the newest folded messages, the blocks
+        // earlier turns injected (at their places), then this turn's block.
+        let (mut injected, kept) = recall::inject::kept(app, &request, &prepared);
         recall::inject::fill(app, &request, &mut prepared);
+        if !injected.is_empty() && !recall::inject::admit(&request, &mut prepared, kept) {
+            injected.clear();
+        }
         let injection = recall::inject::plan(app, &request, &prepared, &injected).await;
         if let Some(injection) = &injection {
             app.metrics.recall_injections.inc();

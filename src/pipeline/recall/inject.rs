@@ -136,36 +136,48 @@ pub(in crate::pipeline) async fn plan(
 
 /// The blocks earlier requests of the conversation injected, to show
 /// again before the user messages they went before, with the same bytes
-/// ([`super::sticky`]), when the conversation gets the block and the
-/// window has room for all of them; their tokens are added to
-/// `prepared`'s.
+/// ([`super::sticky`]), when the conversation gets the block; read from
+/// the view before the fill (whose tail tells what a fold absorbed), and
+/// their tokens. Admitted after the fill ([`admit`]).
 pub(in crate::pipeline) fn kept(
     app: &App,
     request: &ConvRequest,
-    prepared: &mut Prepared,
-) -> Vec<Placed> {
+    prepared: &Prepared,
+) -> (Vec<Placed>, u32) {
     let Some(turn) = request.turn() else {
-        return Vec::new();
+        return (Vec::new(), 0);
     };
     let messages = turn.messages().values;
     if !(turn.inject() || (turn.recall() && beside_tool(app, request.fields(), messages))) {
-        return Vec::new();
+        return (Vec::new(), 0);
     }
-    let (Some(items), Some(key), Some((window, reserve))) = (
-        prepared.view.as_ref(),
-        turn.data.key.as_ref(),
-        request.limits(),
-    ) else {
-        return Vec::new();
+    let (Some(items), Some(key)) = (prepared.view.as_ref(), turn.data.key.as_ref()) else {
+        return (Vec::new(), 0);
     };
-    let room = room::room(window, prepared.tokens_out, reserve);
     let data = &turn.data;
-    let (placed, tokens) = app
-        .injected
-        .kept(key, (&data.roles, &data.ids), items, room);
+    app.injected.kept(key, (&data.roles, &data.ids), items)
+}
+
+/// Whether the kept blocks' `tokens` fit the room the view (the fill
+/// included) leaves; if so they are added to `prepared`'s tokens. The
+/// fill is planned without them, so its first message does not move for
+/// them (it leaves the block's whole budget, `archive.inject_tokens`);
+/// the kept blocks and this turn's block share that room, and when the
+/// kept ones no longer fit it they are all left out (one cache miss).
+pub(in crate::pipeline) fn admit(
+    request: &ConvRequest,
+    prepared: &mut Prepared,
+    tokens: u32,
+) -> bool {
+    let Some((window, reserve)) = request.limits() else {
+        return false;
+    };
+    if tokens > room::room(window, prepared.tokens_out, reserve) {
+        return false;
+    }
     prepared.tokens_out = prepared.tokens_out.saturating_add(tokens);
     prepared.raw_tokens_out = prepared.raw_tokens_out.saturating_add(tokens);
-    placed
+    true
 }
 
 /// Fills the room a folded chat's view leaves with the newest folded

@@ -85,15 +85,12 @@ impl Stickies {
     /// the fill), with their tokens: each before its user message while
     /// that message is in the view's tail, the same message as when it was
     /// injected, and not the last user message (which gets this turn's
-    /// block). Blocks whose message a fold absorbed are forgotten. None
-    /// when they do not all fit the room the window leaves (`room`, see
-    /// [`super::room::room`]).
+    /// block). Blocks whose message a fold absorbed are forgotten.
     pub fn kept(
         &self,
         key: &ConvKey,
         (roles, ids): (&[Role], &[MessageId]),
         items: &[Item],
-        room: u32,
     ) -> (Vec<Placed>, u32) {
         let Ok(mut map) = self.0.lock() else {
             return (Vec::new(), 0);
@@ -126,7 +123,7 @@ impl Stickies {
         let last = users.len().saturating_sub(1);
         let placed: Vec<&Kept> = kept.iter().filter(|k| k.user < last).collect();
         let tokens: u32 = placed.iter().map(|k| k.tokens).sum();
-        if placed.is_empty() || tokens > room {
+        if placed.is_empty() {
             return (Vec::new(), 0);
         }
         let placed = placed

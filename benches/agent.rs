@@ -70,6 +70,7 @@ use common::{Foldgate, metric, post_json};
 use foldgate::fold::compress::STUB_PREFIX;
 use prices::{Request, SHEETS};
 use serde_json::Value;
+use std::fmt::Write as _;
 use wire::Wire;
 
 const STEPS: usize = 40;
@@ -146,6 +147,22 @@ const MODES: [Mode; 3] = [
         name: "every trigger (before), inline",
         policy: "mode = \"inline\"\nreset_ratio = 0.7\n",
         toml: "[compress]\nwith_fold = false\n",
+    },
+];
+
+/// The conversation without tools with `recall = "tool"`: no injected
+/// recall block and no fill (the recall tool still offered), beside the
+/// defaults (`recall = "auto"`: the block and the fill).
+const WITHOUT_INJECTION: [Mode; 2] = [
+    Mode {
+        name: "defaults, injection and fill off (`recall = \"tool\"`)",
+        policy: "",
+        toml: "[archive]\nrecall = \"tool\"\n",
+    },
+    Mode {
+        name: "inline, injection and fill off",
+        policy: "mode = \"inline\"\n",
+        toml: "[archive]\nrecall = \"tool\"\n",
     },
 ];
 
@@ -283,6 +300,7 @@ async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
     let mut previous_stubs = 0;
     let mut summarizer_seen = 0;
     let mut previous_at_send = 0;
+    let mut per_byte = 0.25;
     for step in 0..STEPS {
         lp.step(&mut l, step);
         let body = lp.wire.body(MODEL, &l.messages, MAX_TOKENS);
@@ -317,7 +335,12 @@ async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
         // The step's first upstream request (a recall round's follow-up
         // adds the call and its result, which the next step does not carry).
         let sent = up.requests()[before].clone();
-        let units = lp.wire.prefix(&sent);
+        let units: Vec<Value> = lp
+            .wire
+            .prefix(&sent)
+            .into_iter()
+            .map(wire::unmarked)
+            .collect();
         let stubs = units
             .iter()
             .map(|u| u.to_string().matches(STUB_PREFIX).count())
@@ -326,27 +349,18 @@ async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
             f.compress_rewrites += 1;
         }
         previous_stubs = stubs;
-        let sizes: Vec<usize> = units.iter().map(|m| m.to_string().len()).collect();
-        let total: usize = sizes.iter().sum::<usize>().max(1);
-        let common = previous.as_ref().map_or(0, |before| {
-            units.iter().zip(before).take_while(|(a, b)| a == b).count()
+        let stable = previous.as_ref().is_some_and(|before| {
+            units.len() >= before.len() && units[..before.len()] == before[..]
         });
-        let stable = previous
-            .as_ref()
-            .is_some_and(|before| common == before.len());
         f.stable += usize::from(stable);
-        let common_bytes: usize = sizes[..common].iter().sum();
+        let bytes: usize = units.iter().map(|u| u.to_string().len()).sum();
+        per_byte = f64::from(tokens) / bytes.max(1) as f64;
         let summarizer = up.summarizer();
-        let summarized: u64 = summarizer[summarizer_seen..]
-            .iter()
-            .map(|r| (r.to_string().len() / 4) as u64)
-            .sum();
+        let summarized = summarizer_tokens(&summarizer[summarizer_seen..], per_byte);
         summarizer_seen = summarizer.len();
-        f.requests.push(Request {
-            tokens: u64::from(tokens),
-            cached: (u64::from(tokens) as f64 * common_bytes as f64 / total as f64) as u64,
-            summarizer: summarized,
-        });
+        let mut request = lp.wire.priced(&sent, u64::from(tokens));
+        request.summarizer = summarized;
+        f.requests.push(request);
         if trace() {
             eprintln!(
                 "{} {window} {} step {step:2}: {} tokens in {} -> {} out, stubs {stubs}, summarizer {summarizer_seen}, stable {stable}",
@@ -366,10 +380,7 @@ async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
     // billed with the last request.
     let summarizer = up.summarizer();
     if let Some(last) = f.requests.last_mut() {
-        last.summarizer += summarizer[summarizer_seen..]
-            .iter()
-            .map(|r| (r.to_string().len() / 4) as u64)
-            .sum::<u64>();
+        last.summarizer += summarizer_tokens(&summarizer[summarizer_seen..], per_byte);
     }
     f.summarizer_calls = summarizer.len();
     let metrics = fg.metrics().await;
@@ -383,6 +394,85 @@ async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
     f
 }
 
+/// Input tokens of summarizer calls: their bodies' bytes at the
+/// conversation's tokens per byte.
+fn summarizer_tokens(bodies: &[Value], per_byte: f64) -> u64 {
+    bodies
+        .iter()
+        .map(|r| (r.to_string().len() as f64 * per_byte).round() as u64)
+        .sum()
+}
+
+/// Each sheet's bill and read share: `$0.1234 (41%)`.
+fn bills(requests: &[Request]) -> Vec<String> {
+    SHEETS
+        .iter()
+        .map(|s| {
+            let b = s.bill(requests);
+            format!("${:.4} ({:.0}%)", b.cost, 100.0 * b.read_share())
+        })
+        .collect()
+}
+
+/// Folded against direct where direct fits the window, else against
+/// trimming, under each sheet.
+fn against(requests: &[Request], direct: &Figures, window: u32) -> String {
+    let fits = direct.largest + MAX_TOKENS <= window;
+    let trimmed = prices::trimmed(&direct.requests, u64::from(window - MAX_TOKENS));
+    let other = if fits { &direct.requests } else { &trimmed };
+    let mut out = String::from(if fits { "direct " } else { "trimming " });
+    for (k, s) in SHEETS.iter().enumerate() {
+        let ratio = s.bill(requests).cost / s.bill(other).cost;
+        let sep = if k == 0 { "" } else { " / " };
+        let _ = write!(out, "{sep}{:+.0}%", 100.0 * (ratio - 1.0));
+    }
+    out
+}
+
+/// The cache-stable requests a perfect folder could reach in `window`
+/// (the arithmetic bound): the loop's growth per step as the direct run
+/// measured it, every request as full as `limit` allows (the window's
+/// room, `window − MAX_TOKENS`, or the trigger), and each rewrite leaving
+/// only the system prompt and task, a summary of its whole reserve
+/// (`summary_ratio` 0.15 of the window, at most 2,000 tokens) and the
+/// newest step verbatim. One unstable request per rewrite.
+fn bound(direct: &[Request], window: u32, limit: u64) -> usize {
+    let room = limit;
+    let reserve = (f64::from(window) * 0.15).min(2_000.0) as u64;
+    let Some(first) = direct.first() else {
+        return 0;
+    };
+    let head: u64 = first.tokens[..first.steps.first().copied().unwrap_or(0)]
+        .iter()
+        .sum();
+    let mut view = first.total();
+    let mut stable = 0;
+    for pair in direct.windows(2) {
+        let grown = pair[1].total().saturating_sub(pair[0].total());
+        if view + grown <= room {
+            view += grown;
+            stable += 1;
+        } else {
+            view = head + reserve + grown;
+        }
+    }
+    stable
+}
+
+/// [`bound`] up to the window's room and up to the trigger (0.80).
+fn bounds(direct: &[Request], window: u32) -> String {
+    let pct = |n: usize| {
+        format!(
+            "{n}/{} ({:.0}%)",
+            STEPS - 1,
+            100.0 * n as f64 / (STEPS - 1) as f64
+        )
+    };
+    let room = bound(direct, window, u64::from(window - MAX_TOKENS));
+    let trigger = bound(direct, window, (f64::from(window) * 0.8) as u64);
+    format!("{} / {}", pct(room), pct(trigger))
+}
+
 fn share(f: &Figures) -> String {
     format!(
         "{}/{} ({:.0}%)",
@@ -393,10 +483,7 @@ fn share(f: &Figures) -> String {
 }
 
 fn row(window: u32, mode: &str, f: &Figures) {
-    let costs: Vec<String> = SHEETS
-        .iter()
-        .map(|s| format!("${:.4}", s.cost(&f.requests)))
-        .collect();
+    let costs = bills(&f.requests);
     println!(
         "| {window} | {mode} | {} | {} | {} | {} | {} | {} / {} / {} | {} |",
         f.summarizer_calls,
@@ -409,24 +496,6 @@ fn row(window: u32, mode: &str, f: &Figures) {
         f.recalls[2],
         costs.join(" | "),
     );
-}
-
-/// Folded cost against direct under each sheet; in parentheses where
-/// direct does not fit the window (a model with a larger window).
-fn versus(f: &Figures, direct: &Figures, window: u32) -> String {
-    let costs = SHEETS
-        .iter()
-        .map(|s| {
-            let ratio = s.cost(&f.requests) / s.cost(&direct.requests);
-            format!("{:+.0}%", 100.0 * (ratio - 1.0))
-        })
-        .collect::<Vec<_>>()
-        .join(" / ");
-    if direct.largest + MAX_TOKENS > window {
-        format!("({costs})")
-    } else {
-        costs
-    }
 }
 
 /// Turns of the conversation without tools.
@@ -456,6 +525,10 @@ struct Verbatim {
     /// Requests where the folded view keeps at least what trimming keeps.
     at_least: usize,
     measured: usize,
+    /// The forwarded requests, priced.
+    requests: Vec<Request>,
+    /// The largest prompt forwarded.
+    largest: u32,
 }
 
 async fn verbatim(window: u32, mode: &Mode) -> Verbatim {
@@ -478,7 +551,11 @@ async fn verbatim(window: u32, mode: &Mode) -> Verbatim {
         trimmed: 0.0,
         at_least: 0,
         measured: 0,
+        requests: Vec::new(),
+        largest: 0,
     };
+    let mut summarizer_seen = 0;
+    let mut tokens_per_byte = 0.25;
     let mut previous: Option<Vec<Value>> = None;
     // Tokens per byte of a message, from foldgate's own count of an
     // unfolded request.
@@ -505,7 +582,17 @@ async fn verbatim(window: u32, mode: &Mode) -> Verbatim {
         .await;
         reply.assert_ok();
         let folded = reply.header("x-foldgate-fold") == "new";
-        let sent = Wire::Chat.prefix(&llm.chat_requests()[before]);
+        let forwarded = llm.chat_requests()[before].clone();
+        let sent = Wire::Chat.prefix(&forwarded);
+        let tokens = reply.tokens_out();
+        out.largest = out.largest.max(tokens);
+        let bytes: usize = sent.iter().map(|u| u.to_string().len()).sum();
+        tokens_per_byte = f64::from(tokens) / bytes.max(1) as f64;
+        let summarizer = llm.summarizer_requests();
+        let mut request = Wire::Chat.priced(&forwarded, u64::from(tokens));
+        request.summarizer = summarizer_tokens(&summarizer[summarizer_seen..], tokens_per_byte);
+        summarizer_seen = summarizer.len();
+        out.requests.push(request);
         if let Some(p) = &previous {
             out.stable += usize::from(sent.len() >= p.len() && sent[..p.len()] == p[..]);
         }
@@ -538,6 +625,10 @@ async fn verbatim(window: u32, mode: &Mode) -> Verbatim {
             tokio::time::sleep(think()).await;
         }
     }
+    let summarizer = llm.summarizer_requests();
+    if let Some(last) = out.requests.last_mut() {
+        last.summarizer += summarizer_tokens(&summarizer[summarizer_seen..], tokens_per_byte);
+    }
     out.summarizer_calls = llm.summarizer_calls();
     out.folds = folds_total(&fg.metrics().await);
     let n = out.measured.max(1) as f64;
@@ -563,7 +654,7 @@ fn main() {
             );
             println!(
                 "| window | mode | summarizer calls | folds | compression rewrites | cache-stable requests | largest prompt | recall rounds / shortened / refused | {} |",
-                sheets.join(" | ")
+                sheets.iter().map(|s| format!("{s} $ (read share)")).collect::<Vec<_>>().join(" | ")
             );
             println!("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|");
             let direct = replay(lp, &DIRECT, DIRECT_WINDOW).await;
@@ -578,6 +669,15 @@ fn main() {
                         DIRECT.name, direct.largest
                     );
                 }
+                let trimmed = prices::trimmed(&direct.requests, u64::from(window - MAX_TOKENS));
+                println!(
+                    "| {window} | trimming (oldest steps dropped to fit) | | | | | | | {} |",
+                    bills(&trimmed).join(" | ")
+                );
+                println!(
+                    "| {window} | bound: a perfect folder (arithmetic; up to the window's room / the trigger) | | | | {} | | | | |",
+                    bounds(&direct.requests, window)
+                );
                 for mode in &MODES {
                     let f = replay(lp, mode, window).await;
                     row(window, mode.name, &f);
@@ -592,53 +692,73 @@ fn main() {
             summary.push((lp, direct, economy, inline));
         }
         if only.is_empty() || only == "without tools" {
-            println!("## A {CHAT_TURNS}-turn conversation without tools: verbatim history in view\n");
+            println!("## A {CHAT_TURNS}-turn conversation without tools: verbatim history in view, and the bill\n");
             println!(
-                "| window | mode | summarizer calls | cache-stable | messages verbatim in view (mean, from the first fold) | trimming to the window keeps | requests at or above trimming |"
+                "| window | mode | summarizer calls | cache-stable | messages verbatim in view (mean, from the first fold) | trimming to the window keeps | requests at or above trimming | {} | vs direct, or trimming where direct does not fit |",
+                sheets.iter().map(|s| format!("{s} $ per {CHAT_TURNS} turns (read share)")).collect::<Vec<_>>().join(" | ")
             );
-            println!("|---:|---|---:|---:|---:|---:|---:|");
-            for (window, mode) in [6_000, 16_000].into_iter().flat_map(|w| [(w, &MODES[0]), (w, &MODES[1])]) {
-                let v = verbatim(window, mode).await;
-                println!(
-                    "| {window} | {} | {} | {}/{} | {:.1} | {:.1} | {}/{} |",
-                    mode.name,
-                    v.summarizer_calls,
-                    v.stable,
-                    CHAT_TURNS - 1,
-                    v.folded,
-                    v.trimmed,
-                    v.at_least,
-                    v.measured
-                );
+            println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|");
+            let direct = verbatim(DIRECT_WINDOW, &DIRECT).await;
+            let direct = Figures {
+                largest: direct.largest,
+                requests: direct.requests,
+                ..Figures::default()
+            };
+            for window in [6_000, 16_000] {
+                let trimmed = prices::trimmed(&direct.requests, u64::from(window - MAX_TOKENS));
+                if direct.largest + MAX_TOKENS <= window {
+                    println!("| {window} | {} | | | | | | {} | |", DIRECT.name, bills(&direct.requests).join(" | "));
+                }
+                println!("| {window} | trimming (oldest turns dropped to fit) | | | | | | {} | |", bills(&trimmed).join(" | "));
+                for mode in [&MODES[0], &WITHOUT_INJECTION[0], &MODES[1], &WITHOUT_INJECTION[1]] {
+                    let v = verbatim(window, mode).await;
+                    println!(
+                        "| {window} | {} | {} | {}/{} | {:.1} | {:.1} | {}/{} | {} | {} |",
+                        mode.name,
+                        v.summarizer_calls,
+                        v.stable,
+                        CHAT_TURNS - 1,
+                        v.folded,
+                        v.trimmed,
+                        v.at_least,
+                        v.measured,
+                        bills(&v.requests).join(" | "),
+                        against(&v.requests, &direct, window),
+                    );
+                }
             }
             println!();
         }
         println!("## Economy, all loops: the defaults (background), inline beside them\n");
         println!(
-            "| loop | mode | 6k: summarizer calls | 6k: cache-stable | 32k: summarizer calls | 32k: cache-stable | 16k: cost vs direct ({}) | 32k: cost vs direct |",
+            "| loop | mode | 6k: summarizer calls | 6k: cache-stable | 6k: bound (room / trigger) | 6k: bill, {} (read share) | 6k: vs | 32k: summarizer calls | 32k: cache-stable | 32k: bill | 32k: vs |",
             sheets.join(" / ")
         );
-        println!("|---|---|---:|---:|---:|---:|---:|---:|");
+        println!("|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|");
         for (lp, direct, economy, inline) in &summary {
             for (name, figures) in [("defaults", economy), ("inline", inline)] {
                 let at = |w: u32| figures.iter().find(|(window, _)| *window == w).map(|e| &e.1);
                 let calls = |w| at(w).map_or("–".into(), |f| f.summarizer_calls.to_string());
                 let stable = |w| at(w).map_or("–".into(), share);
-                let cost = |w| at(w).map_or("–".into(), |f| versus(f, direct, w));
+                let bill = |w| at(w).map_or("–".into(), |f| bills(&f.requests).join(" / "));
+                let vs = |w| at(w).map_or("–".into(), |f| against(&f.requests, direct, w));
                 println!(
-                    "| {} | {name} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     lp.name(),
                     calls(6_000),
                     stable(6_000),
+                    bounds(&direct.requests, 6_000),
+                    bill(6_000),
+                    vs(6_000),
                     calls(32_000),
                     stable(32_000),
-                    cost(16_000),
-                    cost(32_000),
+                    bill(32_000),
+                    vs(32_000),
                 );
             }
         }
         println!(
-            "\nCost vs direct in parentheses: direct does not fit that window (it is billed as if a larger one held it)."
+            "\nvs: the bill against direct (the whole history) where it fits the window, else against trimming (the client dropping its oldest steps, whole, after the system prompt and the task, until the request fits), OpenAI / Anthropic."
         );
         println!("\n{}", prices::NOTE);
     });

@@ -38,6 +38,8 @@ pub struct App {
     pub turns: Turns,
     /// Compression stubs already rendered.
     pub stubs: StubCache,
+    /// Injected recall blocks kept at their places.
+    pub(crate) injected: crate::pipeline::Stickies,
 }
 
 impl std::fmt::Debug for App {
@@ -65,6 +67,7 @@ impl App {
             background: Background::default(),
             turns: Turns::new(config.state.turns_bytes, config.state.ttl),
             stubs: StubCache::new(config.state.stubs_bytes, crate::fold::compress::STUB_IDLE),
+            injected: crate::pipeline::Stickies::default(),
             config,
         })
     }

@@ -310,9 +310,10 @@ fn a_restub_makes_room_without_the_summarizer_and_its_stubs_stay() {
 
 /// Through the real server, a 6k-window agent loop of 2–3 parallel calls
 /// per step (results of 1–3 KB, as in `cargo bench --bench agent`) in
-/// `mode`: asserts that a tool result once shown as its stub is never
-/// shown in full again, and returns what it counted.
-async fn parallel_loop_in_6k(mode: &str, steps: usize) -> Looped {
+/// `mode`, waiting `think` after each answer (a model's next turn): asserts
+/// that a tool result once shown as its stub is never shown in full again,
+/// and returns what it counted.
+async fn parallel_loop_in_6k(mode: &str, steps: usize, think: std::time::Duration) -> Looped {
     let llm = Llm::start().await;
     let fg = Foldgate::start(&format!(
         "{}[models.\"agent-*\"]\ncontext_window = 6000\n\
@@ -356,6 +357,7 @@ async fn parallel_loop_in_6k(mode: &str, steps: usize) -> Looped {
             }
         }
         new_stubs_without_fold += usize::from(new_stubs && !folded);
+        tokio::time::sleep(think).await;
     }
     // A background fold or restub counts itself before its state is
     // stored: read both once they agree, or after 5 s as they are.
@@ -412,7 +414,7 @@ struct Looped {
 #[tokio::test]
 async fn a_parallel_loop_restubs_in_a_small_window_and_a_shown_stub_never_reverts() {
     const STEPS: usize = 24;
-    let looped = parallel_loop_in_6k("inline", STEPS).await;
+    let looped = parallel_loop_in_6k("inline", STEPS, std::time::Duration::ZERO).await;
     assert!(looped.restubs > 0, "no restub: {looped:?}");
     assert!(
         looped.new_stubs_without_fold >= looped.restubs,
@@ -437,7 +439,7 @@ async fn a_parallel_loop_restubs_in_a_small_window_and_a_shown_stub_never_revert
 #[tokio::test]
 async fn a_background_loop_restubs_too_and_a_shown_stub_never_reverts() {
     const STEPS: usize = 24;
-    let looped = parallel_loop_in_6k("background", STEPS).await;
+    let looped = parallel_loop_in_6k("background", STEPS, std::time::Duration::ZERO).await;
     assert!(looped.restubs > 0, "no restub: {looped:?}");
     assert!(looped.new_stubs_without_fold > 0, "{looped:?}");
     assert_eq!(
@@ -445,4 +447,20 @@ async fn a_background_loop_restubs_too_and_a_shown_stub_never_reverts() {
         (looped.folds_counted, looped.restubs),
         "the history tells folds from restubs: {looped:?}"
     );
+}
+
+/// Background mode with a model's think time between steps, so each
+/// background fold lands before the next request (as in `cargo bench
+/// --bench agent`): the prefold rises toward the trigger for steps as
+/// large as these (against a 600-token prefold band), so the loop makes
+/// at most 6 summarizer calls in 28 steps (5 when measured). At the flat
+/// prefold ratio (0.70) each fold, planned a step early, left the view a
+/// step from the next one: 7 calls (planted and measured, twice).
+#[tokio::test]
+async fn a_background_parallel_loop_folds_as_seldom_as_inline() {
+    const STEPS: usize = 28;
+    let think = std::time::Duration::from_millis(300);
+    let looped = parallel_loop_in_6k("background", STEPS, think).await;
+    assert!(looped.folds_counted > 0, "{looped:?}");
+    assert!(looped.calls <= 6, "{looped:?}");
 }

@@ -218,3 +218,91 @@ async fn recall_holds_the_question_words_together() {
         &hits[..3]
     );
 }
+
+/// The recall block injected before a turn's question stays before that
+/// question, with the same bytes, on the next turns (until a fold absorbs
+/// the question): the next request's prefix keeps it, as a prompt cache
+/// needs. It moved to the newest question on every turn before, which
+/// re-billed it and the question after it every turn (issue 54).
+#[tokio::test]
+async fn an_injected_block_keeps_its_place_on_the_next_turns() {
+    let (llm, fg) = start().await;
+    // Early answers, each holding one fact a question asks for.
+    const FACTS: [(&str, &str); 6] = [
+        (
+            "My passport sits under the piano.",
+            "Where does my passport sit?",
+        ),
+        ("The violin went to aunt Greta.", "Who got the violin?"),
+        (
+            "Our canoe rests behind the garage.",
+            "Where does our canoe rest?",
+        ),
+        (
+            "Grandma's teapot broke in March.",
+            "When did grandma's teapot break?",
+        ),
+        ("The telescope belongs to Ingrid.", "Whose telescope is it?"),
+        (
+            "My bicycle helmet hangs near the boiler.",
+            "Where does my bicycle helmet hang?",
+        ),
+    ];
+    let history: Vec<Value> = (0..200)
+        .map(|i| match i % 2 == 1 && i / 2 < FACTS.len() {
+            true => json!({"role": "assistant", "content": format!("Theo: {}", FACTS[i / 2].0)}),
+            false => line(i),
+        })
+        .collect();
+    let question = |j: usize| json!({"role": "user", "content": FACTS[j].1});
+    let answer = |j: usize| json!({"role": "assistant", "content": format!("Soup {j}, I think.")});
+    let is_block = |m: &Value| {
+        m["content"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("[foldgate] Recalled"))
+    };
+    let url = format!("{}/v1/chat/completions", fg.url);
+    let mut blocks: Vec<Option<Value>> = Vec::new();
+    let (mut kept, mut moved) = (0, Vec::new());
+    for t in 0..6 {
+        let mut messages = vec![json!({"role": "system", "content": "Two friends chat."})];
+        messages.extend(history.iter().cloned());
+        for j in 0..t {
+            messages.extend([question(j), answer(j)]);
+        }
+        messages.push(question(t));
+        let body = json!({"model": "chat-model", "messages": messages, "max_tokens": RESERVE});
+        let reply = post_json(&url, &[("x-conversation-id", "sticky")], &body).await;
+        reply.assert_ok();
+        let sent = llm.chat_requests().pop().unwrap()["messages"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert!(
+            reply.tokens_out() + RESERVE <= WINDOW,
+            "turn {t}: {} tokens",
+            reply.tokens_out()
+        );
+        // The blocks of the earlier turns: before their questions.
+        for (j, block) in blocks.iter().enumerate() {
+            let Some(block) = block else { continue };
+            let Some(at) = sent.iter().position(|m| *m == question(j)) else {
+                continue;
+            };
+            if at > 0 && sent[at - 1] == *block {
+                kept += 1;
+            } else if reply.header("x-foldgate-fold") != "new" {
+                moved.push((t, j));
+            }
+        }
+        let last = sent.len() - 1;
+        assert_eq!(sent[last], question(t));
+        blocks.push((last > 0 && is_block(&sent[last - 1])).then(|| sent[last - 1].clone()));
+    }
+    assert!(
+        blocks.iter().filter(|b| b.is_some()).count() >= 3,
+        "too few injections to tell: {blocks:?}"
+    );
+    assert!(kept >= 3, "kept {kept}, moved {moved:?}");
+    assert!(moved.is_empty(), "blocks not at their places: {moved:?}");
+}

@@ -2,6 +2,7 @@
 //! (see `tooloop`) rendered as an Anthropic Messages, Responses or Gemini
 //! request, and the prefix a forwarded request presents to a prompt cache.
 
+use super::prices::Request;
 use serde_json::{Value, json};
 
 /// An API a loop speaks.
@@ -58,7 +59,7 @@ impl Wire {
         match self {
             Wire::Chat => json!({"model": model, "messages": ms, "max_tokens": max_tokens}),
             Wire::Anthropic => json!({"model": model, "max_tokens": max_tokens,
-                "system": system, "messages": anthropic(rest)}),
+                "system": system, "messages": marked(anthropic(rest))}),
             Wire::Responses => json!({"model": model, "instructions": system,
                 "input": responses(rest), "max_output_tokens": max_tokens, "store": false}),
             Wire::Gemini => json!({"systemInstruction": {"parts": [{"text": system}]},
@@ -79,6 +80,67 @@ impl Wire {
             .chain(items.as_array().cloned().unwrap_or_default())
             .collect()
     }
+}
+
+impl Wire {
+    /// A forwarded body as a prompt cache sees it: its prefix units
+    /// without their `cache_control` markers (not prompt bytes), billed
+    /// `tokens` in all. Breakpoints: an Anthropic body's own (the
+    /// client's, foldgate's after the summary); on the other APIs one
+    /// after the last unit, as a client using Anthropic's rules would mark.
+    pub fn priced(self, body: &Value, tokens: u64) -> Request {
+        let units = self.prefix(body);
+        let breakpoints = match self {
+            Wire::Anthropic => (0..units.len())
+                .filter(|&i| units[i].to_string().contains("\"cache_control\""))
+                .collect(),
+            _ => vec![units.len() - 1],
+        };
+        let steps = (0..units.len())
+            .filter(|&i| self.starts_step(&units[i]))
+            .collect();
+        let bytes: Vec<String> = units.into_iter().map(|u| unmarked(u).to_string()).collect();
+        Request::new(&bytes, tokens, breakpoints, steps)
+    }
+
+    /// Whether a unit starts a step (the model's turn).
+    fn starts_step(self, unit: &Value) -> bool {
+        match self {
+            Wire::Chat | Wire::Anthropic => unit["role"] == "assistant",
+            Wire::Responses => unit["type"] == "reasoning",
+            Wire::Gemini => unit["role"] == "model",
+        }
+    }
+}
+
+/// `v` without `cache_control` members.
+pub fn unmarked(mut v: Value) -> Value {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.remove("cache_control");
+                m.values_mut().for_each(strip);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut v);
+    v
+}
+
+/// The client's prompt-caching breakpoint on its last message's last
+/// block, as Claude Code marks each request.
+fn marked(mut ms: Vec<Value>) -> Vec<Value> {
+    if let Some(last) = ms.last_mut() {
+        if let Some(text) = last["content"].as_str() {
+            last["content"] = json!([{"type": "text", "text": text}]);
+        }
+        if let Some(block) = last["content"].as_array_mut().and_then(|b| b.last_mut()) {
+            block["cache_control"] = json!({"type": "ephemeral"});
+        }
+    }
+    ms
 }
 
 fn args(call: &Value) -> Value {

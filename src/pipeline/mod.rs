@@ -36,6 +36,7 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Limited};
 use prepared::Prepared;
+pub(crate) use recall::sticky::Stickies;
 use request::ConvRequest;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -70,30 +71,41 @@ pub async fn handle(
     let mut prepared = request.prepare(app, &own).await?;
     let mut retried = false;
     loop {
-        // A folded chat's room: the newest folded messages, then the block.
+        // A folded chat's room: the newest folded messages, the blocks
+        // earlier turns injected (at their places), then this turn's block.
+        let (mut injected, kept) = recall::inject::kept(app, &request, &prepared);
         recall::inject::fill(app, &request, &mut prepared);
-        let injection = recall::inject::plan(app, &request, &prepared).await;
+        if !injected.is_empty() && !recall::inject::admit(&request, &mut prepared, kept) {
+            injected.clear();
+        }
+        let injection = recall::inject::plan(app, &request, &prepared, &injected).await;
         if let Some(injection) = &injection {
             app.metrics.recall_injections.inc();
             prepared.injected = injection.excerpts;
             prepared.tokens_out = prepared.tokens_out.saturating_add(injection.tokens);
             prepared.raw_tokens_out = prepared.raw_tokens_out.saturating_add(injection.tokens);
+            injected.push(recall::sticky::Placed {
+                from_end: 0,
+                text: Arc::from(injection.text.as_str()),
+            });
         }
-        let injected = injection.as_ref().map(|i| i.text.as_str());
-        let recall = recall::Session::offer(app, &mut request, &mut prepared, &parts, injected);
+        let recall = recall::Session::offer(app, &mut request, &mut prepared, &parts, &injected);
         let (head, incoming) = match &recall {
             Some(session) => send(app, &request.provider, session.parts(), session.body()?).await?,
             None => {
-                let body = match injected {
-                    Some(text) => {
+                let body = match injected.is_empty() {
+                    false => {
                         let api = request.api;
                         request.body_with(&mut prepared, |fields| {
                             if let Some(items) = api.conversation(fields) {
-                                api.place_recalled(items, text);
+                                let place = |items: &mut Vec<serde_json::Value>, text: &str| {
+                                    api.place_recalled(items, text);
+                                };
+                                recall::sticky::place(items, &injected, &place);
                             }
                         })?
                     }
-                    None => request.body(&mut prepared)?,
+                    true => request.body(&mut prepared)?,
                 };
                 send(app, &request.provider, &parts, body).await?
             }

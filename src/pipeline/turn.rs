@@ -287,15 +287,39 @@ impl FoldRequest {
     }
 
     /// The policy a background fold plans with: triggers at the prefold
-    /// ratio, and cuts as far below it as a normal fold cuts below the trigger.
+    /// ratio, risen toward the trigger as far as the conversation's steps
+    /// are large against the prefold band
+    /// ([`fold::trigger::prefold_ratio`]), and cuts as far below it as a
+    /// normal fold cuts below the trigger.
     pub(super) fn prefold_policy(&self) -> Policy {
         let p = &self.data.policy;
-        let shift = p.trigger_ratio - p.prefold_ratio;
+        let budget = &self.budget;
+        let room = budget.context_window.saturating_sub(budget.output_reserve);
+        let ratio = fold::trigger::prefold_ratio(
+            p,
+            budget.context_window,
+            u64::from(room),
+            self.step_tokens(),
+        );
+        let shift = p.trigger_ratio - ratio;
         Policy {
-            trigger_ratio: p.prefold_ratio,
+            trigger_ratio: ratio,
             reset_ratio: (p.reset_ratio - shift).max(0.05),
             ..p.clone()
         }
+    }
+
+    /// Tokens the conversation grows by between requests: the mean of its
+    /// newest steps ([`fold::trigger::step_tokens`]), each message counted
+    /// whole as it arrived (calibrated), not as a stub it may show as now.
+    fn step_tokens(&self) -> Option<u64> {
+        let estimate = &self.data.estimate;
+        let whole: Vec<u32> = estimate
+            .messages
+            .iter()
+            .map(|&c| estimate.calibrated(u64::from(c)))
+            .collect();
+        fold::trigger::step_tokens(&self.data.messages, &whole, fold::trigger::RECENT_STEPS)
     }
 
     pub(super) async fn load(&self) -> Option<Arc<FoldChain>> {

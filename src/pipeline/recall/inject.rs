@@ -13,6 +13,7 @@ use super::super::prepared::Prepared;
 use super::super::request::ConvRequest;
 use super::fit;
 use super::room::{self, Fit};
+use super::sticky::Placed;
 use crate::app::App;
 use crate::archive::query::{self, Query};
 use crate::archive::{Excerpt, Hit};
@@ -52,6 +53,7 @@ pub(in crate::pipeline) async fn plan(
     app: &App,
     request: &ConvRequest,
     prepared: &Prepared,
+    kept: &[Placed],
 ) -> Option<Injection> {
     let turn = request.turn()?;
     let messages = turn.messages().values;
@@ -86,7 +88,12 @@ pub(in crate::pipeline) async fn plan(
     };
     let stems = query::query_stems(&query);
     let hits = found.hits;
-    let seen = normalized(&view_text(messages, items));
+    let mut seen = view_text(messages, items);
+    for block in kept {
+        seen.push_str(&block.text);
+        seen.push('\n');
+    }
+    let seen = normalized(&seen);
     let shown: HashSet<usize> = items
         .iter()
         .filter_map(|i| match i {
@@ -115,11 +122,62 @@ pub(in crate::pipeline) async fn plan(
         (!excerpts.is_empty()).then(|| render(&excerpts))
     })?;
     let excerpts = text.matches("\n\n[turn ").count();
+    let tokens = tokens(&text);
+    // Shown again at its place on later requests (see [`kept`]).
+    let data = &turn.data;
+    app.injected
+        .remember(key, (&data.roles, &data.ids), &text, tokens);
     Some(Injection {
-        tokens: tokens(&text),
+        tokens,
         text,
         excerpts,
     })
+}
+
+/// The blocks earlier requests of the conversation injected, to show
+/// again before the user messages they went before, with the same bytes
+/// ([`super::sticky`]), when the conversation gets the block; read from
+/// the view before the fill (whose tail tells what a fold absorbed), and
+/// their tokens. Admitted after the fill ([`admit`]).
+pub(in crate::pipeline) fn kept(
+    app: &App,
+    request: &ConvRequest,
+    prepared: &Prepared,
+) -> (Vec<Placed>, u32) {
+    let Some(turn) = request.turn() else {
+        return (Vec::new(), 0);
+    };
+    let messages = turn.messages().values;
+    if !(turn.inject() || (turn.recall() && beside_tool(app, request.fields(), messages))) {
+        return (Vec::new(), 0);
+    }
+    let (Some(items), Some(key)) = (prepared.view.as_ref(), turn.data.key.as_ref()) else {
+        return (Vec::new(), 0);
+    };
+    let data = &turn.data;
+    app.injected.kept(key, (&data.roles, &data.ids), items)
+}
+
+/// Whether the kept blocks' `tokens` fit the room the view (the fill
+/// included) leaves; if so they are added to `prepared`'s tokens. The
+/// fill is planned without them, so its first message does not move for
+/// them (it leaves the block's whole budget, `archive.inject_tokens`);
+/// the kept blocks and this turn's block share that room, and when the
+/// kept ones no longer fit it they are all left out (one cache miss).
+pub(in crate::pipeline) fn admit(
+    request: &ConvRequest,
+    prepared: &mut Prepared,
+    tokens: u32,
+) -> bool {
+    let Some((window, reserve)) = request.limits() else {
+        return false;
+    };
+    if tokens > room::room(window, prepared.tokens_out, reserve) {
+        return false;
+    }
+    prepared.tokens_out = prepared.tokens_out.saturating_add(tokens);
+    prepared.raw_tokens_out = prepared.raw_tokens_out.saturating_add(tokens);
+    true
 }
 
 /// Fills the room a folded chat's view leaves with the newest folded

@@ -27,6 +27,7 @@ mod broken;
 mod fit;
 pub(super) mod inject;
 pub(super) mod room;
+pub(crate) mod sticky;
 mod stream;
 
 use super::prepared::Prepared;
@@ -91,14 +92,15 @@ impl Session {
     /// Offers the recall tool when the request's view hides archived
     /// messages, the conversation may recall, and the request leaves the
     /// model free to choose its tools; takes the view from `prepared`,
-    /// with the `injected` block placed before the last user message
-    /// (`archive.inject_with_tool`; its tokens already in `prepared`).
+    /// with the `injected` blocks placed before their user messages (this
+    /// turn's before the last one; `archive.inject_with_tool`; their
+    /// tokens already in `prepared`).
     pub fn offer(
         app: &Arc<App>,
         request: &mut ConvRequest,
         prepared: &mut Prepared,
         parts: &Parts,
-        injected: Option<&str>,
+        injected: &[sticky::Placed],
     ) -> Option<Self> {
         let api = request.api;
         let offered = prepared.view.is_some()
@@ -110,8 +112,10 @@ impl Session {
         let key = request.key()?.clone();
         let (window, reserve) = request.limits()?;
         let mut fields = request.view_fields(prepared)?;
-        if let (Some(text), Some(items)) = (injected, api.conversation(&mut fields)) {
-            api.place_recalled(items, text);
+        if let (false, Some(items)) = (injected.is_empty(), api.conversation(&mut fields)) {
+            sticky::place(items, injected, &|items, text| {
+                api.place_recalled(items, text)
+            });
         }
         let tool = api.recall_tool();
         let used = prepared.tokens_out.saturating_add(fit::json_tokens(

@@ -70,6 +70,36 @@ pub fn prefold_at(policy: &Policy, context_window: u32) -> Option<u64> {
         .then(|| token_at(policy.prefold_ratio, context_window))
 }
 
+/// The ratio a background fold starts at for a conversation adding
+/// `step` tokens per request ([`step_tokens`]), in a window of
+/// `context_window` tokens with `room` of them for the prompt (the window
+/// less the output reserve).
+///
+/// The prefold band (`trigger_ratio − prefold_ratio` of the window) gives
+/// a fold started at `prefold_ratio` band ÷ step requests to land before
+/// the view reaches the trigger. A step as large as the band crosses it in
+/// one request wherever the fold starts, so starting at `prefold_ratio`
+/// only folds a step early: the fold is planned from that request, lands
+/// under the next step, and the view crosses the prefold again a step
+/// sooner than inline folding crosses the trigger (at 6k with ≈ 1,100-token
+/// steps, a fold every second step). So the ratio rises from
+/// `prefold_ratio` toward `trigger_ratio` in proportion to step ÷ band,
+/// reaching the trigger at a step as large as the band, and no higher than
+/// a view that still fits the window one step later (`room − step`): a
+/// larger step than measured is the emergency trigger's, which folds
+/// inline. `prefold_ratio` without a step measure.
+pub fn prefold_ratio(policy: &Policy, context_window: u32, room: u64, step: Option<u64>) -> f64 {
+    let (low, high) = (policy.prefold_ratio, policy.trigger_ratio);
+    let window = f64::from(context_window.max(1));
+    let band = (high - low) * window;
+    let Some(step) = step.filter(|&s| s > 0 && band > 0.0) else {
+        return low;
+    };
+    let rise = (step as f64 / band).min(1.0);
+    let fits = room.saturating_sub(step) as f64 / window;
+    (low + (high - low) * rise).min(fits).max(low)
+}
+
 /// The fewest view tokens at which the emergency trigger fires: the view
 /// and the output reserve no longer fit the window.
 pub fn emergency_at(context_window: u32, output_reserve: u32) -> u64 {
@@ -201,6 +231,30 @@ mod tests {
         assert_eq!(step_tokens(&ms, &counts, 0), Some(360));
         assert_eq!(step_tokens(&ms[..2], &counts[..2], 4), None);
         assert!(calls_tools(&ms) && !calls_tools(&ms[..2]));
+    }
+
+    #[test]
+    fn the_prefold_rises_toward_the_trigger_with_the_step() {
+        let policy = Policy::default();
+        let at = |step| token_at(prefold_ratio(&policy, 6_000, 5_800, step), 6_000);
+        // No measure, or no band: the configured prefold.
+        assert_eq!(at(None), 4_200);
+        let flat = Policy {
+            prefold_ratio: 0.8,
+            ..Policy::default()
+        };
+        assert_eq!(prefold_ratio(&flat, 6_000, 5_800, Some(300)), 0.8);
+        // Half the 600-token band: half way to the trigger.
+        assert_eq!(at(Some(300)), 4_500);
+        // A step as large as the band: the trigger.
+        assert_eq!(at(Some(600)), 4_800);
+        // Larger: no higher than a view that fits one step later.
+        assert_eq!(at(Some(1_100)), 4_700);
+        // Never below the configured prefold.
+        assert_eq!(at(Some(2_000)), 4_200);
+        // 32k: a 700-token step rises a fifth of the 3,200-token band.
+        let r = prefold_ratio(&policy, 32_000, 31_800, Some(700));
+        assert_eq!(token_at(r, 32_000), 23_100);
     }
 
     #[test]

@@ -141,24 +141,28 @@ async fn a_folded_chat_shows_about_what_trimming_keeps() {
         let (fill, by_room) = filled(&fg, &view, &history[..upto], &counter).await;
         if turn == 0 {
             // The request the fold landed on (the first one folds): the
-            // fill takes the window's room, which is more than the band
-            // between the reset target and the trigger.
+            // fill takes the window's room less two steps of the
+            // conversation (4 messages, half a grid step), which is more
+            // than the band between the reset target and the trigger.
             assert!(
-                by_room > band + step && fill + step >= by_room,
+                by_room > band + step && fill + step + step / 2 >= by_room,
                 "landing: {fill} tokens filled, the room takes {by_room} (band {band}, step {step})"
             );
         }
-        // Later turns: never past the room, and within a step of it while
-        // the conversation grows.
+        // Later turns: never past the room, and less than it by at most a
+        // third of the band (the budget's step), two steps of the
+        // conversation and a grid step of messages.
         assert!(
-            fill <= by_room + u64::from(WINDOW / 50) && fill + step >= by_room.min(band),
+            fill <= by_room + u64::from(WINDOW / 50)
+                && fill + step + step / 2 + band / 3 >= by_room,
             "turn {turn}: {fill} tokens filled, the room takes {by_room}"
         );
     }
-    // The fill's first message moves by steps of 8 messages, not with
-    // every turn: at most 3 times in 8 turns (16 messages).
+    // The fill's first message moves when the budget steps down (a third
+    // of the band's growth, about a dozen turns of these messages), not
+    // with every turn: at most once in 8 turns.
     let moves = firsts.windows(2).filter(|w| w[0] != w[1]).count();
-    assert!(moves <= 3, "first verbatim message per turn: {firsts:?}");
+    assert!(moves <= 1, "first verbatim message per turn: {firsts:?}");
 }
 
 #[tokio::test]

@@ -19,6 +19,7 @@ use crate::archive::query::{self, Query};
 use crate::archive::{Excerpt, Hit};
 use crate::config::RecallMode;
 use crate::fold::extract::message_text;
+use crate::fold::trigger::RECENT_STEPS;
 use crate::fold::view::Item;
 use crate::message::{Role, is_role, makes_calls};
 use serde_json::{Map, Value};
@@ -31,6 +32,9 @@ pub const HEADING: &str = "[foldgate] Recalled from earlier in this conversation
 /// The share of the query's content words a hit must hold to be injected:
 /// a passage that matches one word of a long question is noise.
 const MIN_COVERAGE: f64 = 0.5;
+/// Steps of the conversation a filled view leaves room for when its fold
+/// lands, so the turns right after it do not move the fill.
+const HEADROOM_STEPS: u64 = 2;
 /// A hit holding this many of the query's content words qualifies however
 /// long the query (an agent loop's query has many).
 const ENOUGH_WORDS: usize = 3;
@@ -187,15 +191,20 @@ pub(in crate::pipeline) fn admit(
 /// its summary is a `system` message. Runs before the block is planned,
 /// so the block quotes only what the fill leaves hidden. The fill takes the
 /// room the view had when its fold landed (the room now plus what the
-/// conversation has said since), at least the band between the fold's
-/// reset target and its trigger (`trigger_ratio − reset_ratio` of the
-/// window), beside the recall tool and the block's whole budget
-/// (`archive.inject_tokens`): a budget the tail's growth does not change,
-/// so its first message stays put until the room runs out; then what the
-/// room allows, on the fill's grid. Measured on the long-conversation QA
-/// set of `cargo bench --bench fidelity` (docs/benchmarks.md): with the
-/// fold's reset target alone the verbatim history was about half what
-/// trimming keeps, with the band alone about two thirds.
+/// conversation has said since), beside the recall tool and the block's
+/// whole budget (`archive.inject_tokens`), less [`HEADROOM_STEPS`] of the
+/// conversation's steps (the next turns fit without a move) and a third of the band
+/// between the fold's reset target and its trigger (`trigger_ratio −
+/// reset_ratio` of the window) for each such third the conversation has
+/// grown since: a budget that stays within the room and changes only at
+/// those steps, so its first message stays put in between (on the
+/// Anthropic bill each move re-writes the cache after the summary).
+/// Measured on the long-conversation QA set of `cargo bench --bench
+/// fidelity` and the 60-turn chat of `cargo bench --bench agent`
+/// (docs/benchmarks.md): with the fold's reset target alone the verbatim
+/// history was about half what trimming keeps, with the band alone about
+/// two thirds; moving with every step of the room's shrinking cost the
+/// Anthropic bill at 16k 15% over trimming's.
 pub(in crate::pipeline) fn fill(app: &App, request: &ConvRequest, prepared: &mut Prepared) {
     let Some(turn) = request.turn() else { return };
     let messages = turn.messages().values;
@@ -221,8 +230,16 @@ pub(in crate::pipeline) fn fill(app: &App, request: &ConvRequest, prepared: &mut
     let grown: u64 = prepared
         .landed
         .map_or(0, |n| counts.iter().skip(n).map(|&c| u64::from(c)).sum());
+    // The landing's room less two steps of the conversation (the next
+    // turns fit beside it), stepped down by a third of the band each time
+    // the conversation has grown by as much more: within the room left,
+    // and the fill's first message moves only at those steps.
+    let step = crate::fold::trigger::step_tokens(messages, counts, RECENT_STEPS).unwrap_or(0);
+    let ahead = HEADROOM_STEPS * step;
+    let hold = ((band / 3.0) as u64).max(1);
+    let stepped = ahead + hold * grown.saturating_sub(ahead).div_ceil(hold);
     let limits = crate::fold::fill::Limits {
-        anchored: (band as u64).max(u64::from(room) + grown),
+        anchored: (u64::from(room) + grown).saturating_sub(stepped),
         room: u64::from(room),
     };
     let Some(fill) = crate::fold::fill::fill(items, counts, limits) else {

@@ -348,17 +348,7 @@ impl Provider {
         let (mut head, body) = req.into_parts();
         let bytes = match retry::Payload::of(body) {
             retry::Payload::Whole(bytes) => bytes,
-            retry::Payload::Streaming(body) => {
-                let limited = http_body_util::Limited::new(body, self.max_body_bytes);
-                match http_body_util::BodyExt::collect(limited).await {
-                    Ok(collected) => collected.to_bytes(),
-                    Err(_) => {
-                        return Err(ApiError::BodyTooLarge {
-                            limit: self.max_body_bytes,
-                        });
-                    }
-                }
-            }
+            retry::Payload::Streaming(body) => self.whole(body).await?,
         };
         signer
             .sign(&mut head, &bytes)
@@ -367,6 +357,27 @@ impl Provider {
                 detail: format!("signing the request: {detail}"),
             })?;
         Ok(Request::from_parts(head, crate::body::full(bytes)))
+    }
+
+    /// A client's streaming body, whole (at most `max_body_bytes`).
+    async fn whole(&self, mut body: Body) -> Result<bytes::Bytes, ApiError> {
+        use http_body_util::BodyExt as _;
+        let mut out = bytes::BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| ApiError::BadRequest {
+                message: format!("could not read the request body: {e}"),
+                param: None,
+            })?;
+            if let Ok(data) = frame.into_data() {
+                if out.len() + data.len() > self.max_body_bytes {
+                    return Err(ApiError::BodyTooLarge {
+                        limit: self.max_body_bytes,
+                    });
+                }
+                out.extend_from_slice(&data);
+            }
+        }
+        Ok(out.freeze())
     }
 
     /// Turns a client error into the error the client sees.

@@ -268,7 +268,6 @@ impl Recall for Bedrock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Endpoint as _;
 
     #[test]
     fn invoke_paths_are_claimed_with_their_model() {

@@ -128,7 +128,7 @@ fn turn(seen: &Seen, body: Value, len: usize) -> Response<foldgate::body::Body> 
     let stream = body["stream"] == json!(true);
     let message = match reply(seen, body, len) {
         Ok(message) => message,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     if !stream {
         return mock::json(StatusCode::OK, &message);
@@ -151,10 +151,18 @@ fn turn(seen: &Seen, body: Value, len: usize) -> Response<foldgate::body::Body> 
 /// The model's whole answer to an agent-loop or helper request (a 400
 /// for a body that breaks the pairing rules): the next step's `Bash`
 /// call, or the final answer.
-fn reply(seen: &Seen, body: Value, len: usize) -> Result<Value, Response<foldgate::body::Body>> {
+fn reply(
+    seen: &Seen,
+    body: Value,
+    len: usize,
+) -> Result<Value, Box<Response<foldgate::body::Body>>> {
     if let Some(v) = anthropic_violation(&body) {
         seen.violations.lock().unwrap().push(v.clone());
-        return Err(error(StatusCode::BAD_REQUEST, "invalid_request_error", &v));
+        return Err(Box::new(error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            &v,
+        )));
     }
     let blocks = if offers_bash(&body) {
         seen.turns.lock().unwrap().push(body.clone());

@@ -68,7 +68,7 @@ pub struct BedrockMock {
 /// The answer to a request that passed the checks: the whole Anthropic
 /// message (`content`, `stop_reason`, `usage`) for `(path, body)`, or an
 /// error response of the caller's.
-pub type Answer = Arc<dyn Fn(&str, &Value) -> Result<Value, Response<Body>> + Send + Sync>;
+pub type Answer = Arc<dyn Fn(&str, &Value) -> Result<Value, Box<Response<Body>>> + Send + Sync>;
 
 impl BedrockMock {
     /// Starts the mock; `answer` writes each message.
@@ -142,7 +142,7 @@ fn handle(seen: &Seen, answer: &Answer, r: &Recorded) -> Response<Body> {
         .push((path.clone(), body.clone()));
     let message = match answer(&path, &body) {
         Ok(message) => message,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     if !stream {
         return Response::builder()

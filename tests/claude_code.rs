@@ -29,6 +29,7 @@ use common::agents::anthropic_violation;
 use common::agents::cli::{
     self, Failures, STEPS, Steps, final_text, is_summarizer, step_command, summary_in,
 };
+use common::bedrock::{self, BedrockMock};
 use common::mock::{self, Mock, Recorded};
 use http::{Method, Response, StatusCode};
 use serde_json::{Value, json};
@@ -44,6 +45,9 @@ const WINDOW: u32 = 160_000;
 const MARKER: &str = "MARKER-CLAUDE-MD-5c1e";
 /// The key Claude Code is given.
 const KEY: &str = "sk-ant-claude-code-test";
+/// The model the mock names in its answers when the body names none
+/// (Bedrock's bodies name it in the path).
+const MODEL: &str = "claude-opus-5-5";
 /// The longest Claude Code may run.
 const DEADLINE: Duration = Duration::from_secs(150);
 
@@ -121,9 +125,44 @@ fn trailing_result(body: &Value) -> Option<String> {
 }
 
 fn turn(seen: &Seen, body: Value, len: usize) -> Response<foldgate::body::Body> {
+    let stream = body["stream"] == json!(true);
+    let message = match reply(seen, body, len) {
+        Ok(message) => message,
+        Err(response) => return *response,
+    };
+    if !stream {
+        return mock::json(StatusCode::OK, &message);
+    }
+    let text: String = bedrock::events_of(&message)
+        .iter()
+        .map(|e| {
+            format!(
+                "event: {}\ndata: {e}\n\n",
+                e["type"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(foldgate::body::full(text))
+        .unwrap()
+}
+
+/// The model's whole answer to an agent-loop or helper request (a 400
+/// for a body that breaks the pairing rules): the next step's `Bash`
+/// call, or the final answer.
+fn reply(
+    seen: &Seen,
+    body: Value,
+    len: usize,
+) -> Result<Value, Box<Response<foldgate::body::Body>>> {
     if let Some(v) = anthropic_violation(&body) {
         seen.violations.lock().unwrap().push(v.clone());
-        return error(StatusCode::BAD_REQUEST, "invalid_request_error", &v);
+        return Err(Box::new(error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            &v,
+        )));
     }
     let blocks = if offers_bash(&body) {
         seen.turns.lock().unwrap().push(body.clone());
@@ -147,50 +186,12 @@ fn turn(seen: &Seen, body: Value, len: usize) -> Response<foldgate::body::Body> 
     } else {
         "end_turn"
     };
+    let model = body.get("model").cloned().unwrap_or(json!(MODEL));
     let usage = json!({"input_tokens": len / 4, "output_tokens": 40});
-    if body["stream"] != json!(true) {
-        return mock::json(
-            StatusCode::OK,
-            &json!({"id": format!("msg_{n}"), "type": "message", "role": "assistant", "model": body["model"],
-                "content": blocks, "stop_reason": stop, "stop_sequence": null, "usage": usage}),
-        );
-    }
-    let mut events = vec![
-        json!({"type": "message_start", "message": {"id": format!("msg_{n}"),
-        "type": "message", "role": "assistant", "model": body["model"], "content": [],
-        "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": len / 4, "output_tokens": 1}}}),
-    ];
-    for (i, block) in blocks.iter().enumerate() {
-        if block["type"] == "text" {
-            events.push(json!({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}));
-            events.push(json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": block["text"]}}));
-        } else {
-            let mut start = block.clone();
-            start["input"] = json!({});
-            events.push(json!({"type": "content_block_start", "index": i, "content_block": start}));
-            events.push(json!({"type": "content_block_delta", "index": i,
-                "delta": {"type": "input_json_delta", "partial_json": block["input"].to_string()}}));
-        }
-        events.push(json!({"type": "content_block_stop", "index": i}));
-    }
-    events.push(
-        json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
-        "usage": {"output_tokens": 40}}),
-    );
-    events.push(json!({"type": "message_stop"}));
-    let text: String = events
-        .iter()
-        .map(|e| {
-            format!(
-                "event: {}\ndata: {e}\n\n",
-                e["type"].as_str().unwrap_or_default()
-            )
-        })
-        .collect();
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .body(foldgate::body::full(text))
-        .unwrap()
+    Ok(
+        json!({"id": format!("msg_{n}"), "type": "message", "role": "assistant", "model": model,
+        "content": blocks, "stop_reason": stop, "stop_sequence": null, "usage": usage}),
+    )
 }
 
 /// A body's messages in short: role and block types each.
@@ -256,13 +257,25 @@ async fn claude_code_runs_25_shell_steps_folding_through_foldgate() {
         ])
         .current_dir(workspace.path());
     let run = cli::run(command, "Claude Code", DEADLINE).await;
+    let others = seen.others.lock().unwrap().clone();
+    check_run(&seen, &run, &fg, &[("x-api-key", KEY)], others).await;
+}
+
+/// The checks of one Claude Code run against what the mock saw; `others`
+/// are the calls the mock did not know.
+async fn check_run(
+    seen: &Seen,
+    run: &cli::Run,
+    fg: &common::Foldgate,
+    admin: &[(&str, &str)],
+    others: Vec<String>,
+) {
     let mut failures = Failures::default();
     let turns = seen.turns.lock().unwrap().clone();
-    let others = seen.others.lock().unwrap().clone();
     let violations = seen.violations.lock().unwrap().clone();
     cli::first_checks(
         &mut failures,
-        (&run, "Claude Code", "claude"),
+        (run, "Claude Code", "claude"),
         &turns,
         &others,
         &violations,
@@ -314,7 +327,7 @@ async fn claude_code_runs_25_shell_steps_folding_through_foldgate() {
         placeholders.is_empty(),
         || format!("(call, placeholders): {placeholders:?}"),
     );
-    let folds = cli::admin_folds(&fg, &[("x-api-key", KEY)]).await;
+    let folds = cli::admin_folds(fg, admin).await;
     failures.check(
         "at least two folds",
         summaries.len() >= 2 && calls.len() >= 2 && folds >= 2,
@@ -333,4 +346,96 @@ async fn claude_code_runs_25_shell_steps_folding_through_foldgate() {
         calls.len()
     );
     failures.assert_none("Claude Code");
+}
+
+/// Claude Code in its Bedrock mode, as Anthropic documents it for an LLM
+/// gateway (`CLAUDE_CODE_USE_BEDROCK`, `ANTHROPIC_BEDROCK_BASE_URL` at
+/// foldgate, `CLAUDE_CODE_SKIP_BEDROCK_AUTH`: it signs nothing), through
+/// foldgate to the mock Bedrock of `common::bedrock`, which refuses any
+/// request whose SigV4 signature (foldgate's, with the provider's keys)
+/// does not match what it received and streams AWS event-stream frames.
+/// The same 25 steps and checks as on the Messages route; besides, every
+/// request reached the mock signed and well-formed, and the summarizer
+/// asked `invoke` on the conversation's model.
+///
+/// What Claude Code 2.1.332 sends in this mode (seen with a logging
+/// server): `GET /inference-profiles?type=SYSTEM_DEFINED` first (the
+/// control plane's list, to the same base URL), then `POST
+/// /model/us.anthropic.claude-opus-5-5/invoke-with-response-stream`
+/// (the id unencoded), its beta flags in an `anthropic-beta` header, the
+/// body without `model` and `stream`, with `anthropic_version`.
+#[tokio::test]
+async fn claude_code_in_bedrock_mode_runs_25_shell_steps_folding_through_foldgate() {
+    let seen = Arc::new(Seen::default());
+    let state = seen.clone();
+    let mock = BedrockMock::start(Arc::new(move |_path: &str, body: &Value| {
+        if is_summarizer(body) {
+            state.summarizer.lock().unwrap().push(body.clone());
+            return Ok(cli::messages_summary(body));
+        }
+        let len = body.to_string().len();
+        reply(&state, body.clone(), len)
+    }))
+    .await;
+    bedrock::credentials_env();
+    let fg = cli::foldgate(&bedrock::provider(mock.url()), "*claude*", WINDOW).await;
+
+    let home = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::write(
+        workspace.path().join("CLAUDE.md"),
+        format!("{MARKER}: run each build step with Bash, one at a time.\n"),
+    )
+    .unwrap();
+    let claude = cli::binary("claude", "FOLDGATE_CLAUDE_BIN");
+    let mut command = tokio::process::Command::new(&claude);
+    cli::clean_env(&mut command, home.path());
+    command
+        .env("CLAUDE_CODE_USE_BEDROCK", "1")
+        .env("ANTHROPIC_BEDROCK_BASE_URL", &fg.url)
+        .env("CLAUDE_CODE_SKIP_BEDROCK_AUTH", "1")
+        .env("AWS_REGION", bedrock::REGION)
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_ERROR_REPORTING", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .args([
+            "-p",
+            "Run the build steps with Bash, one at a time, then say what they add up to.",
+            "--allowedTools",
+            "Bash",
+        ])
+        .current_dir(workspace.path());
+    let run = cli::run(command, "Claude Code (Bedrock)", DEADLINE).await;
+    let others = mock.seen.refused.lock().unwrap().clone();
+    let paths: Vec<String> = mock
+        .seen
+        .bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(p, _)| p.clone())
+        .collect();
+    let signed = mock
+        .mock
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|r| bedrock::verify(r).is_ok());
+    let summarizer_calls = seen.summarizer.lock().unwrap().len();
+    let on_invoke = paths.iter().filter(|p| p.ends_with("/invoke")).count();
+    eprintln!(
+        "Bedrock paths: {:?}",
+        paths.iter().collect::<std::collections::BTreeSet<_>>()
+    );
+    assert!(
+        signed,
+        "a request reached the mock without foldgate's signature"
+    );
+    assert!(
+        summarizer_calls > 0 && on_invoke >= summarizer_calls,
+        "{summarizer_calls} summarizer calls, {on_invoke} on invoke: {paths:?}"
+    );
+    check_run(&seen, &run, &fg, &[], others).await;
 }

@@ -1,5 +1,5 @@
 //! The fast path on every API (chat completions, Anthropic Messages,
-//! Responses, Gemini, Ollama): a conversation has one key and one set of message
+//! Responses, Gemini, Ollama, Bedrock): a conversation has one key and one set of message
 //! identities whichever way its JSON is spelled and whichever reader (the
 //! shallow one or the decoder) took the body, so a fold made on one
 //! request is reused on the next; and a body the decoder refuses is
@@ -7,6 +7,8 @@
 
 use crate::common;
 
+use common::agents::cli::{is_summarizer, messages_summary};
+use common::bedrock::{self, BedrockMock};
 use common::gemini::GeminiMock;
 use common::llm::Llm;
 use common::mock::Recorded;
@@ -15,7 +17,14 @@ use common::{Foldgate, send};
 use serde_json::{Value, json};
 
 /// Every API with a fast path.
-const APIS: [&str; 5] = ["chat", "anthropic", "responses", "gemini", "ollama"];
+const APIS: [&str; 6] = [
+    "chat",
+    "anthropic",
+    "responses",
+    "gemini",
+    "ollama",
+    "bedrock",
+];
 
 /// Foldgate in front of a mock upstream that speaks `api`, with a small
 /// window, so that a long conversation folds.
@@ -24,6 +33,7 @@ struct Setup {
     llm: Option<Llm>,
     gemini: Option<GeminiMock>,
     ollama: Option<OllamaMock>,
+    bedrock: Option<BedrockMock>,
 }
 
 impl Setup {
@@ -42,6 +52,7 @@ impl Setup {
                 llm: None,
                 gemini: Some(mock),
                 ollama: None,
+                bedrock: None,
             };
         }
         if api == "ollama" {
@@ -56,6 +67,28 @@ impl Setup {
                 llm: None,
                 gemini: None,
                 ollama: Some(mock),
+                bedrock: None,
+            };
+        }
+        if api == "bedrock" {
+            let mock = BedrockMock::start(std::sync::Arc::new(|_path: &str, body: &Value| {
+                if is_summarizer(body) {
+                    return Ok(messages_summary(body));
+                }
+                Ok(json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "tiny-claude",
+                    "content": [{"type": "text", "text": "Built."}], "stop_reason": "end_turn",
+                    "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}))
+            }))
+            .await;
+            bedrock::credentials_env();
+            let provider = format!("{}models = [\"tiny-*\"]\n", bedrock::provider(mock.url()));
+            let fg = Foldgate::start(&format!("{provider}{policy}")).await;
+            return Self {
+                fg,
+                llm: None,
+                gemini: None,
+                ollama: None,
+                bedrock: Some(mock),
             };
         }
         let llm = Llm::start().await;
@@ -66,11 +99,15 @@ impl Setup {
             llm: Some(llm),
             gemini: None,
             ollama: None,
+            bedrock: None,
         }
     }
 
     /// Every request the upstream received.
     fn received(&self) -> Vec<Recorded> {
+        if let Some(mock) = &self.bedrock {
+            return mock.mock.requests.lock().unwrap().clone();
+        }
         match (&self.llm, &self.gemini, &self.ollama) {
             (Some(llm), _, _) => llm.mock.received(),
             (_, Some(gemini), _) => gemini.mock.received(),
@@ -80,6 +117,10 @@ impl Setup {
     }
 
     fn summarizer_calls(&self) -> usize {
+        if let Some(mock) = &self.bedrock {
+            let bodies = mock.seen.bodies.lock().unwrap();
+            return bodies.iter().filter(|(_, b)| is_summarizer(b)).count();
+        }
         match (&self.llm, &self.gemini, &self.ollama) {
             (Some(llm), _, _) => llm.summarizer_calls(),
             (_, Some(gemini), _) => gemini.state.summarizer.lock().unwrap().len(),
@@ -119,6 +160,13 @@ fn conversation(api: &str, steps: usize) -> (&'static str, Value) {
                 "/v1/chat/completions",
                 json!({"model": "tiny-gpt", "messages": ms}),
             )
+        }
+        "bedrock" => {
+            let (_, mut body) = conversation("anthropic", steps);
+            let fields = body.as_object_mut().unwrap();
+            fields.remove("model");
+            fields.insert("anthropic_version".into(), json!("bedrock-2023-05-31"));
+            ("/model/tiny-claude-v1%3A0/invoke", body)
         }
         "anthropic" => {
             let mut ms = vec![json!({"role": "user", "content": "[m0] task: fix the build"})];
@@ -211,9 +259,13 @@ async fn post(fg: &Foldgate, path: &str, body: String) -> common::Reply {
 }
 
 /// A body the shallow reader declines (a field named twice) but the
-/// decoder reads, keeping the last value.
-fn with_duplicate_field(compact: &str) -> String {
-    format!("{{\"stream\":true,\"stream\":false,{}", &compact[1..])
+/// decoder reads, keeping the last value (Bedrock refuses `stream`: its
+/// `anthropic_version` twice).
+fn with_duplicate_field(api: &str, compact: &str) -> String {
+    match api {
+        "bedrock" => format!("{{\"anthropic_version\":\"x\",{}", &compact[1..]),
+        _ => format!("{{\"stream\":true,\"stream\":false,{}", &compact[1..]),
+    }
 }
 
 #[tokio::test]
@@ -240,7 +292,7 @@ async fn a_conversation_has_one_key_however_its_json_is_spelled_or_read() {
             spaced.as_bytes(),
             "{api}: forwarded byte for byte"
         );
-        let decoded = post(fg, path, with_duplicate_field(&next.to_string())).await;
+        let decoded = post(fg, path, with_duplicate_field(api, &next.to_string())).await;
         decoded.assert_ok();
         assert_eq!(
             decoded.header("x-foldgate-conversation"),

@@ -23,6 +23,7 @@ mod archive_failover;
 mod archive_outage;
 mod audit;
 mod background;
+mod bedrock;
 mod chat;
 mod chat_malformed;
 mod claude_code;

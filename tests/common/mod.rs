@@ -2,6 +2,7 @@
 //! that is itself a real HTTP server, and a small HTTP client.
 
 pub mod agents;
+pub mod bedrock;
 pub mod convo;
 pub mod gemini;
 pub mod llm;

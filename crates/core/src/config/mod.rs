@@ -212,6 +212,7 @@ impl Config {
                     api_key_env: None,
                     api: ProviderApi::default(),
                     ca_file: None,
+                    aws: None,
                     policy: PolicyOverrides::default(),
                     compress: CompressOverrides::default(),
                 },

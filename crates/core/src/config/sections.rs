@@ -121,6 +121,55 @@ pub struct ProviderConfig {
     /// Compression overrides for this provider's models.
     #[serde(default)]
     pub compress: CompressOverrides,
+    /// `[providers.NAME.aws]`: an AWS provider's region and credentials
+    /// (Amazon Bedrock, `api = "bedrock"`): each request to it is signed
+    /// with SigV4 once its body is final.
+    #[serde(default)]
+    pub aws: Option<AwsConfig>,
+}
+
+/// `[providers.NAME.aws]`: where an AWS provider's SigV4 credentials come
+/// from. The keys are read from the environment once, at start-up.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AwsConfig {
+    /// The region signed for (`us-east-1`). Unset: `AWS_REGION`, else the
+    /// region in `base_url`'s host (`bedrock-runtime.REGION.amazonaws.com`).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Environment variable with the access key id.
+    #[serde(default = "access_key_id_env")]
+    pub access_key_id_env: String,
+    /// Environment variable with the secret access key.
+    #[serde(default = "secret_access_key_env")]
+    pub secret_access_key_env: String,
+    /// Environment variable with the session token of temporary
+    /// credentials (unset or empty: none).
+    #[serde(default = "session_token_env")]
+    pub session_token_env: String,
+}
+
+impl Default for AwsConfig {
+    fn default() -> Self {
+        Self {
+            region: None,
+            access_key_id_env: access_key_id_env(),
+            secret_access_key_env: secret_access_key_env(),
+            session_token_env: session_token_env(),
+        }
+    }
+}
+
+fn access_key_id_env() -> String {
+    "AWS_ACCESS_KEY_ID".to_string()
+}
+
+fn secret_access_key_env() -> String {
+    "AWS_SECRET_ACCESS_KEY".to_string()
+}
+
+fn session_token_env() -> String {
+    "AWS_SESSION_TOKEN".to_string()
 }
 
 /// The API a provider speaks, by the name its folder in `crates/wire/src/api`

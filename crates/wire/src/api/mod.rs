@@ -21,10 +21,14 @@
 //!   the path.
 //! - [`ollama`]: Ollama's native `/api/chat`; JSON-line streams, calls'
 //!   arguments as objects, `options.num_ctx` the request's window.
+//! - [`bedrock`]: Amazon Bedrock's `InvokeModel` for Claude: Anthropic
+//!   Messages bodies, the model in the path, AWS event-stream answers,
+//!   requests signed with SigV4.
 //! - [`codec`] (with [`crate::shallow`]), [`recall`], [`context_error`], [`summary`]:
 //!   what the APIs share.
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod chat;
 pub mod codec;
 pub mod context_error;
@@ -38,7 +42,7 @@ pub mod route;
 pub mod summary;
 
 pub use context_error::ContextError;
-pub use parts::{Codec, Endpoint, Provider, Recall, WireApi};
+pub use parts::{Codec, Endpoint, Provider, Recall, Signer, WireApi};
 pub use registry::*;
 
 mod parts;

@@ -8,7 +8,7 @@ use super::route::Claim;
 use super::summary::{SummaryAnswer, SummaryCall};
 use super::{ContextError, Fit, context_error};
 use super::{chat, recall, route};
-use crate::config::Placement;
+use crate::config::{Placement, ProviderConfig};
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
 use crate::usage::UsageReader;
@@ -140,6 +140,25 @@ pub trait Provider: Endpoint {
     fn usage_field(&self) -> &'static str {
         "usage"
     }
+
+    /// What signs every request to a provider of this API once its body
+    /// is final, made once at start-up from the provider's configuration
+    /// (`Err`: why the provider cannot start). By default none: a
+    /// provider's key goes in [`Self::key_header`].
+    fn signer(
+        &self,
+        _provider: &ProviderConfig,
+    ) -> Result<Option<std::sync::Arc<dyn Signer>>, String> {
+        Ok(None)
+    }
+}
+
+/// Signs a request whose head and body are final (AWS SigV4): what the
+/// upstream checks against the bytes it receives, so it runs after every
+/// change foldgate makes, on the upstream's URI and headers.
+pub trait Signer: Send + Sync + std::fmt::Debug {
+    /// Signs `head` for `body`: replaces any signature the client sent.
+    fn sign(&self, head: &mut http::request::Parts, body: &[u8]) -> Result<(), String>;
 }
 
 /// How an API's body becomes the fold engine's messages and a view goes

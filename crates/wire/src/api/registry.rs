@@ -3,7 +3,7 @@
 
 use super::WireApi;
 use super::route::Claim;
-use super::{anthropic, chat, gemini, ollama, responses};
+use super::{anthropic, bedrock, chat, gemini, ollama, responses};
 use crate::error::ErrorShape;
 use http::header::HeaderName;
 use http::uri::PathAndQuery;
@@ -23,6 +23,7 @@ static APIS: &[Api] = &[
     &responses::Responses,
     &gemini::Gemini,
     &ollama::Ollama,
+    &bedrock::Bedrock,
 ];
 
 /// The API a request speaks, when foldgate folds it: a `POST` whose path

@@ -43,6 +43,10 @@ pub enum UpstreamError {
     /// No provider is configured (validation should have said so first).
     #[error("no provider configured")]
     NoProvider,
+    /// A provider's signer could not be made (its message starts with
+    /// the key at fault, `aws.region: …`).
+    #[error("providers.{name}.{detail}")]
+    Signer { name: String, detail: String },
     /// A provider's own client (its `ca_file`) could not be built.
     #[error("providers.{name}.{source}")]
     Provider {

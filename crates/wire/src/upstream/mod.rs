@@ -10,7 +10,7 @@ pub use client::HttpClient;
 
 pub use error::UpstreamError;
 
-use crate::api::Api;
+use crate::api::{Api, Signer};
 use crate::body::Body;
 use crate::config::{Config, Secret};
 use crate::error::ApiError;
@@ -37,6 +37,9 @@ pub struct Provider {
     /// The API it speaks: the header its key goes in, the shape of
     /// summarizer calls to it.
     api: Api,
+    /// Signs each request once its body is final (an AWS provider's
+    /// SigV4), from [`crate::api::Provider::signer`].
+    signer: Option<Arc<dyn Signer>>,
     max_body_bytes: usize,
     client: HttpClient,
 }
@@ -86,6 +89,16 @@ impl Upstreams {
                 .authority()
                 .cloned()
                 .ok_or_else(|| UpstreamError::NoHost { name: name.clone() })?;
+            let api =
+                crate::api::for_provider(&p.api.0).ok_or_else(|| UpstreamError::UnknownApi {
+                    name: name.clone(),
+                    api: p.api.0.clone(),
+                    known: crate::api::provider_names().join(", "),
+                })?;
+            let signer = api.signer(p).map_err(|detail| UpstreamError::Signer {
+                name: name.clone(),
+                detail,
+            })?;
             let provider = Provider {
                 name: name.clone(),
                 host: host_header(&scheme, &authority),
@@ -93,13 +106,8 @@ impl Upstreams {
                 authority,
                 base_path: uri.path().trim_end_matches('/').to_string(),
                 api_key,
-                api: crate::api::for_provider(&p.api.0).ok_or_else(|| {
-                    UpstreamError::UnknownApi {
-                        name: name.clone(),
-                        api: p.api.0.clone(),
-                        known: crate::api::provider_names().join(", "),
-                    }
-                })?,
+                api,
+                signer,
                 max_body_bytes: config.server.max_body_bytes,
                 client,
             };
@@ -314,6 +322,9 @@ impl Provider {
             self.api_key.as_ref().map(|k| (k.expose(), self.api)),
             drop_client_auth,
         );
+        if let Some(signer) = &self.signer {
+            req = self.signed(signer.as_ref(), req).await?;
+        }
         // Let hyper pick the version: ALPN decides for TLS upstreams.
         *req.version_mut() = http::Version::HTTP_11;
         // One deadline for the head, a retry included.
@@ -325,6 +336,48 @@ impl Provider {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => Err(self.classify(&e)),
         }
+    }
+
+    /// `req` signed by `signer` for its whole body (a body still
+    /// streaming from the client is read first, bounded).
+    async fn signed(
+        &self,
+        signer: &dyn Signer,
+        req: Request<Body>,
+    ) -> Result<Request<Body>, ApiError> {
+        let (mut head, body) = req.into_parts();
+        let bytes = match retry::Payload::of(body) {
+            retry::Payload::Whole(bytes) => bytes,
+            retry::Payload::Streaming(body) => self.whole(body).await?,
+        };
+        signer
+            .sign(&mut head, &bytes)
+            .map_err(|detail| ApiError::UpstreamUnreachable {
+                provider: self.name.clone(),
+                detail: format!("signing the request: {detail}"),
+            })?;
+        Ok(Request::from_parts(head, crate::body::full(bytes)))
+    }
+
+    /// A client's streaming body, whole (at most `max_body_bytes`).
+    async fn whole(&self, mut body: Body) -> Result<bytes::Bytes, ApiError> {
+        use http_body_util::BodyExt as _;
+        let mut out = bytes::BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| ApiError::BadRequest {
+                message: format!("could not read the request body: {e}"),
+                param: None,
+            })?;
+            if let Ok(data) = frame.into_data() {
+                if out.len() + data.len() > self.max_body_bytes {
+                    return Err(ApiError::BodyTooLarge {
+                        limit: self.max_body_bytes,
+                    });
+                }
+                out.extend_from_slice(&data);
+            }
+        }
+        Ok(out.freeze())
     }
 
     /// Turns a client error into the error the client sees.

@@ -234,28 +234,10 @@ async fn claude_code_runs_25_shell_steps_folding_through_foldgate() {
 
     let home = tempfile::tempdir().unwrap();
     let workspace = tempfile::tempdir().unwrap();
-    std::fs::write(
-        workspace.path().join("CLAUDE.md"),
-        format!("{MARKER}: run each build step with Bash, one at a time.\n"),
-    )
-    .unwrap();
-    let claude = cli::binary("claude", "FOLDGATE_CLAUDE_BIN");
-    let mut command = tokio::process::Command::new(&claude);
-    cli::clean_env(&mut command, home.path());
+    let mut command = claude(home.path(), workspace.path());
     command
         .env("ANTHROPIC_BASE_URL", &fg.url)
-        .env("ANTHROPIC_API_KEY", KEY)
-        .env("DISABLE_TELEMETRY", "1")
-        .env("DISABLE_ERROR_REPORTING", "1")
-        .env("DISABLE_AUTOUPDATER", "1")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .args([
-            "-p",
-            "Run the build steps with Bash, one at a time, then say what they add up to.",
-            "--allowedTools",
-            "Bash",
-        ])
-        .current_dir(workspace.path());
+        .env("ANTHROPIC_API_KEY", KEY);
     let run = cli::run(command, "Claude Code", DEADLINE).await;
     let others = seen.others.lock().unwrap().clone();
     check_run(&seen, &run, &fg, &[("x-api-key", KEY)], others).await;
@@ -382,30 +364,12 @@ async fn claude_code_in_bedrock_mode_runs_25_shell_steps_folding_through_foldgat
 
     let home = tempfile::tempdir().unwrap();
     let workspace = tempfile::tempdir().unwrap();
-    std::fs::write(
-        workspace.path().join("CLAUDE.md"),
-        format!("{MARKER}: run each build step with Bash, one at a time.\n"),
-    )
-    .unwrap();
-    let claude = cli::binary("claude", "FOLDGATE_CLAUDE_BIN");
-    let mut command = tokio::process::Command::new(&claude);
-    cli::clean_env(&mut command, home.path());
+    let mut command = claude(home.path(), workspace.path());
     command
         .env("CLAUDE_CODE_USE_BEDROCK", "1")
         .env("ANTHROPIC_BEDROCK_BASE_URL", &fg.url)
         .env("CLAUDE_CODE_SKIP_BEDROCK_AUTH", "1")
-        .env("AWS_REGION", bedrock::REGION)
-        .env("DISABLE_TELEMETRY", "1")
-        .env("DISABLE_ERROR_REPORTING", "1")
-        .env("DISABLE_AUTOUPDATER", "1")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .args([
-            "-p",
-            "Run the build steps with Bash, one at a time, then say what they add up to.",
-            "--allowedTools",
-            "Bash",
-        ])
-        .current_dir(workspace.path());
+        .env("AWS_REGION", bedrock::REGION);
     let run = cli::run(command, "Claude Code (Bedrock)", DEADLINE).await;
     let others = mock.seen.refused.lock().unwrap().clone();
     let paths: Vec<String> = mock
@@ -438,4 +402,30 @@ async fn claude_code_in_bedrock_mode_runs_25_shell_steps_folding_through_foldgat
         "{summarizer_calls} summarizer calls, {on_invoke} on invoke: {paths:?}"
     );
     check_run(&seen, &run, &fg, &[], others).await;
+}
+
+/// Claude Code in print mode on its defaults, asked to run the build
+/// steps, in `workspace` (its `CLAUDE.md` written) with `home` as its
+/// home; each test adds where it sends its requests.
+fn claude(home: &std::path::Path, workspace: &std::path::Path) -> tokio::process::Command {
+    std::fs::write(
+        workspace.join("CLAUDE.md"),
+        format!("{MARKER}: run each build step with Bash, one at a time.\n"),
+    )
+    .unwrap();
+    let mut command = tokio::process::Command::new(cli::binary("claude", "FOLDGATE_CLAUDE_BIN"));
+    cli::clean_env(&mut command, home);
+    command
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_ERROR_REPORTING", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .args([
+            "-p",
+            "Run the build steps with Bash, one at a time, then say what they add up to.",
+            "--allowedTools",
+            "Bash",
+        ])
+        .current_dir(workspace);
+    command
 }

@@ -62,31 +62,12 @@ pub struct Given<'a> {
     pub learned: &'a [(String, u32)],
 }
 
-/// Estimates `body` as the proxy would on its route ([`Given`]) and
-/// reports it, one `key: value` per line:
-///
-/// ```text
-/// api: anthropic (by shape)
-/// model: claude-sonnet-4-5
-/// encoding: o200k_base
-/// messages: 12
-/// input_tokens: 6431
-/// context_window: 200000 (built-in)
-/// ratio: 3.22%
-/// output_reserve: 1024
-/// calibration: 1.000
-/// trigger_at: 160000 (trigger_ratio 0.8 of the window)
-/// prefold_at: 140000 (background mode: folded off the request path from here)
-/// headroom: 153569
-/// ```
-///
-/// `trigger_at` is the fewest prompt tokens at which the proxy folds this
-/// request: the token trigger or, when the output reserve leaves less
-/// room, the emergency one. For a model whose window is not known,
-/// `context_window: unknown (…)` and `trigger_at: none (…)` say so, with
-/// no ratio, `prefold_at` or `headroom`. A fresh counter is used (with the learned
-/// windows), so calibration is always 1.000 here.
-pub fn report(config: &Config, given: &Given<'_>, body: &[u8]) -> Result<String, EstimateError> {
+/// The request as the proxy reads it: its API (and how that was told),
+/// the read body and the model.
+fn read_request(
+    given: &Given<'_>,
+    body: &[u8],
+) -> Result<(Api, &'static str, ReadBody, String), EstimateError> {
     let Value::Object(mut request) = serde_json::from_slice::<Value>(body)? else {
         return Err(EstimateError::NotObject);
     };
@@ -129,6 +110,35 @@ pub fn report(config: &Config, given: &Given<'_>, body: &[u8]) -> Result<String,
         Some(model) if !model.is_empty() => model.to_string(),
         _ => return Err(EstimateError::NoModel),
     };
+    Ok((api, how, read, model))
+}
+
+/// Estimates `body` as the proxy would on its route ([`Given`]) and
+/// reports it, one `key: value` per line:
+///
+/// ```text
+/// api: anthropic (by shape)
+/// model: claude-sonnet-4-5
+/// encoding: o200k_base
+/// messages: 12
+/// input_tokens: 6431
+/// context_window: 200000 (built-in)
+/// ratio: 3.22%
+/// output_reserve: 1024
+/// calibration: 1.000
+/// trigger_at: 160000 (trigger_ratio 0.8 of the window)
+/// prefold_at: 140000 (background mode: folded off the request path from here)
+/// headroom: 153569
+/// ```
+///
+/// `trigger_at` is the fewest prompt tokens at which the proxy folds this
+/// request: the token trigger or, when the output reserve leaves less
+/// room, the emergency one. For a model whose window is not known,
+/// `context_window: unknown (…)` and `trigger_at: none (…)` say so, with
+/// no ratio, `prefold_at` or `headroom`. A fresh counter is used (with the learned
+/// windows), so calibration is always 1.000 here.
+pub fn report(config: &Config, given: &Given<'_>, body: &[u8]) -> Result<String, EstimateError> {
+    let (api, how, read, model) = read_request(given, body)?;
     let counter = TokenCounter::new(config);
     for (learned, window) in given.learned {
         counter.record_window(learned, *window, LimitSource::Learned, "");

@@ -40,6 +40,104 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// One label, as a family's label set.
 type Label = [(&'static str, &'static str); 1];
 
+/// Declares [`Counters`]: each unlabelled counter's field, its doc, and
+/// the name and help it is exported under, in the order of export.
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $field:ident => $name:literal, $help:literal; )*) => {
+        /// The unlabelled counters, reached through [`Metrics`] (it derefs
+        /// to them): `metrics.restubs.inc()`.
+        #[derive(Debug)]
+        pub struct Counters {
+            $( $(#[$doc])* pub $field: Counter, )*
+        }
+
+        impl Counters {
+            /// Every counter, registered under its exported name.
+            fn register(registry: &mut Registry) -> Self {
+                Self {
+                    $( $field: {
+                        let counter = Counter::default();
+                        registry.register($name, $help.trim_end_matches('.'), counter.clone());
+                        counter
+                    }, )*
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Conversation requests forwarded with a reused summary.
+    folds_reused => "foldgate_folds_reused", "Requests forwarded with a reused summary.";
+    /// Messages forwarded as compression stubs, summed over requests.
+    compressed_messages => "foldgate_compressed_messages",
+        "Messages forwarded as compression stubs, summed over requests.";
+    /// Prompt tokens the stubs saved (the messages' tokens minus their
+    /// stubs'), summed over requests.
+    compressed_tokens_saved => "foldgate_compressed_tokens_saved",
+        "Prompt tokens compression stubs saved, summed over requests.";
+    /// Folds whose summarizer failed (then handled by `on_failure`).
+    fold_failures => "foldgate_fold_failures", "Folds whose summarizer failed.";
+    /// Restubs: older tool results newly shown as stubs under the fold a
+    /// conversation has, without a summarizer call.
+    restubs => "foldgate_restubs",
+        "Restubs: older tool results newly stubbed under the fold a conversation has, no summarizer call.";
+    /// Emergency folds after an upstream context-length error.
+    reactive_folds => "foldgate_reactive_folds", "Folds after an upstream context-length error.";
+    /// Requests forwarded with the recall tool.
+    recall_offers => "foldgate_recall_offers", "Requests forwarded with the foldgate_recall tool.";
+    /// Recall calls foldgate answered from the archive.
+    recall_calls => "foldgate_recall_calls", "Recall calls answered from the archive.";
+    /// Recall calls whose excerpts were shortened to fit the window's room.
+    recall_shortened => "foldgate_recall_shortened",
+        "Recall calls whose excerpts were shortened to fit the window's room.";
+    /// Recall calls answered "no room" instead of with excerpts.
+    recall_refused => "foldgate_recall_refused",
+        "Recall calls answered without excerpts: no room left in the window.";
+    /// Requests forwarded with recalled excerpts injected.
+    recall_injections => "foldgate_recall_injections",
+        "Requests forwarded with recalled excerpts injected before the last user message.";
+    /// Requests whose must-keep messages alone exceed the window.
+    cannot_fit => "foldgate_cannot_fit", "Requests that cannot fit the window even folded.";
+    /// HTTP calls made to summarizer models.
+    summarizer_calls => "foldgate_summarizer_calls", "HTTP calls to summarizer models.";
+    /// Tokens summarizer models reported using.
+    summarizer_tokens => "foldgate_summarizer_tokens", "Tokens used by summarizer models.";
+    /// Milliseconds spent in summarizer calls.
+    summarizer_ms => "foldgate_summarizer_milliseconds", "Time spent summarizing.";
+    /// Summary items dropped for naming identifiers never shown to the model.
+    summary_inventions => "foldgate_summary_inventions",
+        "Summary items dropped for naming identifiers the summarizer was not shown.";
+    /// Summarizer answers cut off at their token limit.
+    summary_truncations => "foldgate_summary_truncations",
+        "Summarizer answers cut off at their token limit.";
+    /// Items that entered a ledger (specifics the summary lacked).
+    ledger_items => "foldgate_ledger_items",
+        "Specifics kept in a ledger because the summary lacked them.";
+    /// Ledger items that left it for lack of budget.
+    ledger_evictions => "foldgate_ledger_evictions",
+        "Ledger items that left the ledger for lack of budget.";
+    /// Folds postponed because the conversation's last fold failed recently.
+    folds_postponed => "foldgate_folds_postponed",
+        "Folds postponed after a recent summarizer failure of the conversation.";
+    /// Requests that went on without a fold at `policy.fold_deadline`.
+    fold_deadlines => "foldgate_fold_deadlines",
+        "Requests that went on without their fold at policy.fold_deadline.";
+    /// Prompt tokens not sent upstream: the client's messages minus the
+    /// forwarded view, summed over requests forwarded with a fold.
+    tokens_saved => "foldgate_tokens_saved",
+        "Prompt tokens not sent upstream thanks to folds (client's messages minus the forwarded view).";
+    /// Archive rows the backend refused at first and the spool kept.
+    archive_spooled => "foldgate_archive_spooled_rows",
+        "Archive rows kept in the spool while the archive backend was unreachable.";
+    /// Spooled archive rows the backend took once it answered again.
+    archive_replayed => "foldgate_archive_replayed_rows",
+        "Spooled archive rows written to the backend once it answered again.";
+    /// Folds not made because the archive spool was full.
+    archive_vetoes => "foldgate_archive_vetoed_folds",
+        "Folds not made because the archive spool was full.";
+}
+
 /// Process-wide counters. Labels are fixed and low-cardinality.
 #[derive(Debug)]
 pub struct Metrics {
@@ -51,58 +149,13 @@ pub struct Metrics {
     /// `foldgate_requests_total{api}`; kept so dashboards built on it go
     /// on counting the same requests.
     chat_requests: Counter,
-    /// Conversation requests forwarded with a reused summary.
-    pub folds_reused: Counter,
+    /// The unlabelled counters.
+    counters: Counters,
     /// New folds by reason: emergency, token, overflow, safety, idle.
     pub folds_new: [Counter; 5],
-    /// Restubs: older tool results newly shown as stubs under the fold a
-    /// conversation has, without a summarizer call.
-    pub restubs: Counter,
-    /// Folds whose summarizer failed (then handled by `on_failure`).
-    pub fold_failures: Counter,
-    /// Emergency folds after an upstream context-length error.
-    pub reactive_folds: Counter,
-    /// Requests whose must-keep messages alone exceed the window.
-    pub cannot_fit: Counter,
-    /// HTTP calls made to summarizer models.
-    pub summarizer_calls: Counter,
-    /// Tokens summarizer models reported using.
-    pub summarizer_tokens: Counter,
-    /// Milliseconds spent in summarizer calls.
-    pub summarizer_ms: Counter,
-    /// Summary items dropped for naming identifiers never shown to the model.
-    pub summary_inventions: Counter,
-    /// Summarizer answers cut off at their token limit.
-    pub summary_truncations: Counter,
     /// Summary items dropped, by reason: `[invented, unsupported, swap,
     /// unconfirmed]` ([`DROP_REASONS`]).
     pub summary_items_dropped: [Counter; 4],
-    /// Items that entered a ledger (specifics the summary lacked).
-    pub ledger_items: Counter,
-    /// Ledger items that left it for lack of budget.
-    pub ledger_evictions: Counter,
-    /// Folds postponed because the conversation's last fold failed recently.
-    pub folds_postponed: Counter,
-    /// Requests that went on without a fold at `policy.fold_deadline`.
-    pub fold_deadlines: Counter,
-    /// Prompt tokens not sent upstream: the client's messages minus the
-    /// forwarded view, summed over requests forwarded with a fold.
-    pub tokens_saved: Counter,
-    /// Messages forwarded as compression stubs, summed over requests.
-    pub compressed_messages: Counter,
-    /// Prompt tokens the stubs saved (the messages' tokens minus their
-    /// stubs'), summed over requests.
-    pub compressed_tokens_saved: Counter,
-    /// Requests forwarded with the recall tool.
-    pub recall_offers: Counter,
-    /// Recall calls foldgate answered from the archive.
-    pub recall_calls: Counter,
-    /// Recall calls whose excerpts were shortened to fit the window's room.
-    pub recall_shortened: Counter,
-    /// Recall calls answered "no room" instead of with excerpts.
-    pub recall_refused: Counter,
-    /// Requests forwarded with recalled excerpts injected.
-    pub recall_injections: Counter,
     /// Broken recall rounds answered by the fallback (the first request
     /// without the tool), by cause ([`RECALL_CAUSES`]).
     pub recall_fallbacks: [Counter; 5],
@@ -110,12 +163,6 @@ pub struct Metrics {
     /// fallback broke too, or a stream had shown part of the round), by
     /// cause ([`RECALL_CAUSES`]).
     pub recall_failures: [Counter; 5],
-    /// Archive rows the backend refused at first and the spool kept.
-    pub archive_spooled: Counter,
-    /// Spooled archive rows the backend took once it answered again.
-    pub archive_replayed: Counter,
-    /// Folds not made because the archive spool was full.
-    pub archive_vetoes: Counter,
     /// Archive rows handed to the archive (queued), by what removed the
     /// message from the view: `[fold, compress]` ([`ARCHIVE_SOURCES`]).
     pub archive_rows: [Counter; 2],
@@ -125,6 +172,14 @@ pub struct Metrics {
     pub unclaimed: Unclaimed,
     /// Every metric above, registered under its exported name.
     registry: Registry,
+}
+
+impl std::ops::Deref for Metrics {
+    type Target = Counters;
+
+    fn deref(&self) -> &Counters {
+        &self.counters
+    }
 }
 
 /// The route label of every request that is not a folded API's.
@@ -207,112 +262,13 @@ impl Metrics {
     /// APIs' names) and [`OTHER_ROUTE`].
     pub fn with_routes(routes: impl IntoIterator<Item = &'static str>) -> Self {
         let mut registry = Registry::default();
-        let mut counter = |name: &str, help: &str| {
-            let c = Counter::default();
-            registry.register(name, help.trim_end_matches('.'), c.clone());
-            c
-        };
-        let chat_requests = counter(
+        let chat_requests = Counter::default();
+        registry.register(
             "foldgate_chat_requests",
-            "Deprecated: conversation requests of every API (not only chat completions); use sum(foldgate_requests_total).",
+            "Deprecated: conversation requests of every API (not only chat completions); use sum(foldgate_requests_total)",
+            chat_requests.clone(),
         );
-        let folds_reused = counter(
-            "foldgate_folds_reused",
-            "Requests forwarded with a reused summary.",
-        );
-        let compressed_messages = counter(
-            "foldgate_compressed_messages",
-            "Messages forwarded as compression stubs, summed over requests.",
-        );
-        let compressed_tokens_saved = counter(
-            "foldgate_compressed_tokens_saved",
-            "Prompt tokens compression stubs saved, summed over requests.",
-        );
-        let fold_failures = counter("foldgate_fold_failures", "Folds whose summarizer failed.");
-        let restubs = counter(
-            "foldgate_restubs",
-            "Restubs: older tool results newly stubbed under the fold a conversation has, no summarizer call.",
-        );
-        let reactive_folds = counter(
-            "foldgate_reactive_folds",
-            "Folds after an upstream context-length error.",
-        );
-        let recall_offers = counter(
-            "foldgate_recall_offers",
-            "Requests forwarded with the foldgate_recall tool.",
-        );
-        let recall_calls = counter(
-            "foldgate_recall_calls",
-            "Recall calls answered from the archive.",
-        );
-        let recall_shortened = counter(
-            "foldgate_recall_shortened",
-            "Recall calls whose excerpts were shortened to fit the window's room.",
-        );
-        let recall_refused = counter(
-            "foldgate_recall_refused",
-            "Recall calls answered without excerpts: no room left in the window.",
-        );
-        let recall_injections = counter(
-            "foldgate_recall_injections",
-            "Requests forwarded with recalled excerpts injected before the last user message.",
-        );
-        let cannot_fit = counter(
-            "foldgate_cannot_fit",
-            "Requests that cannot fit the window even folded.",
-        );
-        let summarizer_calls = counter(
-            "foldgate_summarizer_calls",
-            "HTTP calls to summarizer models.",
-        );
-        let summarizer_tokens = counter(
-            "foldgate_summarizer_tokens",
-            "Tokens used by summarizer models.",
-        );
-        let summarizer_ms = counter(
-            "foldgate_summarizer_milliseconds",
-            "Time spent summarizing.",
-        );
-        let summary_inventions = counter(
-            "foldgate_summary_inventions",
-            "Summary items dropped for naming identifiers the summarizer was not shown.",
-        );
-        let summary_truncations = counter(
-            "foldgate_summary_truncations",
-            "Summarizer answers cut off at their token limit.",
-        );
-        let ledger_items = counter(
-            "foldgate_ledger_items",
-            "Specifics kept in a ledger because the summary lacked them.",
-        );
-        let ledger_evictions = counter(
-            "foldgate_ledger_evictions",
-            "Ledger items that left the ledger for lack of budget.",
-        );
-        let folds_postponed = counter(
-            "foldgate_folds_postponed",
-            "Folds postponed after a recent summarizer failure of the conversation.",
-        );
-        let fold_deadlines = counter(
-            "foldgate_fold_deadlines",
-            "Requests that went on without their fold at policy.fold_deadline.",
-        );
-        let tokens_saved = counter(
-            "foldgate_tokens_saved",
-            "Prompt tokens not sent upstream thanks to folds (client's messages minus the forwarded view).",
-        );
-        let archive_spooled = counter(
-            "foldgate_archive_spooled_rows",
-            "Archive rows kept in the spool while the archive backend was unreachable.",
-        );
-        let archive_replayed = counter(
-            "foldgate_archive_replayed_rows",
-            "Spooled archive rows written to the backend once it answered again.",
-        );
-        let archive_vetoes = counter(
-            "foldgate_archive_vetoed_folds",
-            "Folds not made because the archive spool was full.",
-        );
+        let counters = Counters::register(&mut registry);
         let mut by_label =
             |name: &str, help: &str, label: &'static str, values: &[&'static str]| {
                 let family = Family::<Label, Counter>::default();
@@ -369,40 +325,16 @@ impl Metrics {
             unclaimed.family(),
         );
         Self {
-            unclaimed,
             requests,
             chat_requests,
-            folds_reused,
+            counters,
             folds_new: array(folds_new),
-            restubs,
-            fold_failures,
-            reactive_folds,
-            cannot_fit,
-            summarizer_calls,
-            summarizer_tokens,
-            summarizer_ms,
-            summary_inventions,
-            summary_truncations,
-            ledger_items,
-            ledger_evictions,
-            folds_postponed,
-            fold_deadlines,
-            tokens_saved,
-            compressed_messages,
-            compressed_tokens_saved,
-            recall_offers,
-            recall_calls,
-            recall_shortened,
-            recall_refused,
-            recall_injections,
+            summary_items_dropped: array(summary_items_dropped),
             recall_fallbacks: array(recall_fallbacks),
             recall_failures: array(recall_failures),
-            archive_spooled,
-            archive_replayed,
-            archive_vetoes,
             archive_rows: array(archive_rows),
-            summary_items_dropped: array(summary_items_dropped),
             latency,
+            unclaimed,
             registry,
         }
     }

@@ -84,118 +84,14 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
     let counter = TokenCounter::new(config);
     let mut chain = FoldChain::new();
     let mut rows = Vec::new();
-    let mut first: Option<(String, String, Policy, Budget)> = None;
+    let mut first: Option<Settings> = None;
     let lines = recording
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty());
     for (index, text) in lines {
-        let line = index + 1;
-        let bad = |message: &str| ReplayError::Line {
-            line,
-            message: message.to_string(),
-        };
-        let request: Map<String, Value> =
-            serde_json::from_str(text).map_err(|e| bad(&format!("not a JSON object: {e}")))?;
-        let Some(Value::Array(messages)) = request.get("messages") else {
-            return Err(bad("no \"messages\" array"));
-        };
-        let model = match (model, request.get("model").and_then(Value::as_str)) {
-            ("", Some(own)) => own,
-            ("", None) => return Err(bad("no model given and the request has no \"model\"")),
-            (given, _) => given,
-        };
-        let provider = config
-            .provider_for(Some(model))
-            .map_or("-", |(name, _)| name);
-        let policy = config.policy_for(provider, model);
-        let estimate = counter.estimate(model, &request);
-        if !estimate.window_known {
-            let line = crate::tokens::MissingWindow::new("", model).config;
-            return Err(bad(&format!(
-                "the window of model {model:?} is not known (the proxy forwards its requests \
-                 unfolded until the upstream's first context-length error names it): \
-                 set {line} in the --config file"
-            )));
-        }
-        let budget = Budget::for_request(config, &policy, &estimate, now_unix());
-        // Compression as the proxy makes it for a keyed conversation.
-        let compression = if config.archive.enabled {
-            {
-                let recall = config.recall_for(model) == crate::config::Recall::Tool;
-                let raw = &estimate.messages;
-                let room = Room::of(policy.trigger_ratio, estimate.context_window);
-                let settings = config.compress_for(provider, model);
-                Compression::within(
-                    messages,
-                    raw,
-                    (&settings, policy.preserve_recent),
-                    room,
-                    &mut |i| {
-                        let stub = stub(messages, i, *raw.get(i)?, recall)?;
-                        let tokens = counter.message_tokens(model, &stub);
-                        Some((stub, tokens))
-                    },
-                )
-            }
-        } else {
-            Compression::default()
-        };
-        let counts = compression.counts(&estimate.messages, |c| estimate.calibrated(u64::from(c)));
-        let turn = ReplayTurn {
-            config,
-            counter: &counter,
-            model,
-            policy: &policy,
-            budget: &budget,
-            messages,
-            ids: &ids_of(messages),
-            stubbed: &compression.stubbed(&counts, |c| estimate.calibrated(u64::from(c))),
-            counts: &counts,
-        };
-        let mut row = Row {
-            line,
-            messages: messages.len(),
-            tokens_in: estimate.input_tokens,
-            tokens_out: 0,
-            window: budget.context_window,
-            fold: "none",
-            reason: None,
-            folded: 0,
-            covered: 0,
-            stubs: 0,
-        };
-        let decision = turn.plan(&chain);
-        if let Decision::Fold(plan) = &decision {
-            let state = match FoldState::restubbed(plan, budget.now_unix) {
-                Some(state) if plan.restub => state,
-                _ => turn.mock_fold(plan),
-            };
-            row.fold = if plan.restub { "restub" } else { "new" };
-            row.reason = Some(plan.reason.as_str());
-            row.folded = plan.fold.len();
-            chain.push(state);
-            // The forwarded view, measured by the engine with the new state.
-            row.tokens_out = view_tokens(&turn.plan(&chain));
-        } else {
-            row.tokens_out = view_tokens(&decision);
-            if let Decision::CannotFit(c) = &decision {
-                row.fold = "cannot-fit";
-                row.reason = Some(c.reason.as_str());
-            } else if decision.base().is_some() {
-                row.fold = "reused";
-            }
-        }
-        let applied = chain.best_match(messages).filter(|_| row.fold != "none");
-        row.covered = applied.map_or(0, |s| s.covered);
-        let mark = applied.map_or(0, |s| s.retained.stubs_before);
-        let shown = fold::pinned_len(messages) + row.covered;
-        row.stubs = compression
-            .stubbable()
-            .into_iter()
-            .filter(|&i| i >= shown && (compression.is_selected(i) || i < mark))
-            .count();
-        first.get_or_insert_with(|| (model.to_string(), provider.to_string(), policy, budget));
+        let (row, settings) = replay_line(config, &counter, model, index + 1, text, &mut chain)?;
+        first.get_or_insert(settings);
         rows.push(row);
     }
     let (model, provider, policy, budget) = first.ok_or(ReplayError::Empty)?;
@@ -206,6 +102,110 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
         budget,
         rows,
     })
+}
+
+/// A request's model, provider, policy and budget.
+type Settings = (String, String, Policy, Budget);
+
+/// Replays one line's request against the chain the earlier lines built.
+fn replay_line(
+    config: &Config,
+    counter: &TokenCounter,
+    model: &str,
+    line: usize,
+    text: &str,
+    chain: &mut FoldChain,
+) -> Result<(Row, Settings), ReplayError> {
+    let bad = |message: &str| ReplayError::Line {
+        line,
+        message: message.to_string(),
+    };
+    let request: Map<String, Value> =
+        serde_json::from_str(text).map_err(|e| bad(&format!("not a JSON object: {e}")))?;
+    let Some(Value::Array(messages)) = request.get("messages") else {
+        return Err(bad("no \"messages\" array"));
+    };
+    let model = match (model, request.get("model").and_then(Value::as_str)) {
+        ("", Some(own)) => own,
+        ("", None) => return Err(bad("no model given and the request has no \"model\"")),
+        (given, _) => given,
+    };
+    let provider = config
+        .provider_for(Some(model))
+        .map_or("-", |(name, _)| name);
+    let policy = config.policy_for(provider, model);
+    let estimate = counter.estimate(model, &request);
+    if !estimate.window_known {
+        let line = crate::tokens::MissingWindow::new("", model).config;
+        return Err(bad(&format!(
+            "the window of model {model:?} is not known (the proxy forwards its requests \
+             unfolded until the upstream's first context-length error names it): \
+             set {line} in the --config file"
+        )));
+    }
+    let budget = Budget::for_request(config, &policy, &estimate, now_unix());
+    let compression = if config.archive.enabled {
+        compression(
+            config,
+            counter,
+            (provider, model),
+            &policy,
+            &estimate,
+            messages,
+        )
+    } else {
+        Compression::default()
+    };
+    let counts = compression.counts(&estimate.messages, |c| estimate.calibrated(u64::from(c)));
+    let turn = ReplayTurn {
+        config,
+        counter,
+        model,
+        policy: &policy,
+        budget: &budget,
+        messages,
+        ids: &ids_of(messages),
+        stubbed: &compression.stubbed(&counts, |c| estimate.calibrated(u64::from(c))),
+        counts: &counts,
+    };
+    let mut row = turn.row(line, estimate.input_tokens, chain);
+    let applied = chain.best_match(messages).filter(|_| row.fold != "none");
+    row.covered = applied.map_or(0, |s| s.covered);
+    let mark = applied.map_or(0, |s| s.retained.stubs_before);
+    let shown = fold::pinned_len(messages) + row.covered;
+    row.stubs = compression
+        .stubbable()
+        .into_iter()
+        .filter(|&i| i >= shown && (compression.is_selected(i) || i < mark))
+        .count();
+    let settings = (model.to_string(), provider.to_string(), policy, budget);
+    Ok((row, settings))
+}
+
+/// Older-turn compression as the proxy makes it for a keyed conversation.
+fn compression(
+    config: &Config,
+    counter: &TokenCounter,
+    (provider, model): (&str, &str),
+    policy: &Policy,
+    estimate: &crate::tokens::Estimate,
+    messages: &[Value],
+) -> Compression {
+    let recall = config.recall_for(model) == crate::config::Recall::Tool;
+    let raw = &estimate.messages;
+    let room = Room::of(policy.trigger_ratio, estimate.context_window);
+    let settings = config.compress_for(provider, model);
+    Compression::within(
+        messages,
+        raw,
+        (&settings, policy.preserve_recent),
+        room,
+        &mut |i| {
+            let stub = stub(messages, i, *raw.get(i)?, recall)?;
+            let tokens = counter.message_tokens(model, &stub);
+            Some((stub, tokens))
+        },
+    )
 }
 
 /// One request's facts, as the proxy's request path has them.
@@ -222,6 +222,45 @@ struct ReplayTurn<'a> {
 }
 
 impl ReplayTurn<'_> {
+    /// The request's row as far as the plan tells it (its fold, if any,
+    /// pushed on `chain`); what the view shows compressed comes after.
+    fn row(&self, line: usize, tokens_in: u32, chain: &mut FoldChain) -> Row {
+        let mut row = Row {
+            line,
+            messages: self.messages.len(),
+            tokens_in,
+            tokens_out: 0,
+            window: self.budget.context_window,
+            fold: "none",
+            reason: None,
+            folded: 0,
+            covered: 0,
+            stubs: 0,
+        };
+        let decision = self.plan(chain);
+        if let Decision::Fold(plan) = &decision {
+            let state = match FoldState::restubbed(plan, self.budget.now_unix) {
+                Some(state) if plan.restub => state,
+                _ => self.mock_fold(plan),
+            };
+            row.fold = if plan.restub { "restub" } else { "new" };
+            row.reason = Some(plan.reason.as_str());
+            row.folded = plan.fold.len();
+            chain.push(state);
+            // The forwarded view, measured by the engine with the new state.
+            row.tokens_out = view_tokens(&self.plan(chain));
+        } else {
+            row.tokens_out = view_tokens(&decision);
+            if let Decision::CannotFit(c) = &decision {
+                row.fold = "cannot-fit";
+                row.reason = Some(c.reason.as_str());
+            } else if decision.base().is_some() {
+                row.fold = "reused";
+            }
+        }
+        row
+    }
+
     fn plan(&self, chain: &FoldChain) -> Decision {
         let count = |m: &Value| self.counter.message_tokens(self.model, m);
         let roles = crate::message::roles_of(self.messages);
@@ -293,38 +332,7 @@ fn now_unix() -> u64 {
 impl fmt::Display for Report {
     /// A header with the settings, a table with one row per request, and totals.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (p, b) = (&self.policy, &self.budget);
-        let window = f64::from(b.context_window);
-        writeln!(
-            f,
-            "# model {} on provider {}: window {} tokens, output reserve {}, summary budget {}",
-            self.model, self.provider, b.context_window, b.output_reserve, b.summary_reserve
-        )?;
-        writeln!(
-            f,
-            "# policy: trigger_ratio {} ({:.0} tokens), reset_ratio {} ({:.0}), preserve_recent {}, \
-             overflow_buffer {}, safety_user_turns {}, cooldown_messages {}, min_messages {}",
-            p.trigger_ratio,
-            p.trigger_ratio * window,
-            p.reset_ratio,
-            p.reset_ratio * window,
-            p.preserve_recent,
-            p.overflow_buffer,
-            p.safety_user_turns,
-            p.cooldown_messages,
-            p.min_messages
-        )?;
-        let mode = if p.mode == Mode::Background {
-            "; in background mode (configured) the proxy prepares each fold from prefold_ratio on \
-             and applies it at the first request past the trigger"
-        } else {
-            ""
-        };
-        writeln!(
-            f,
-            "# folds as inline mode makes them{mode}; mock summarizer: a placeholder of half the \
-             summary budget plus the real ledger"
-        )?;
+        self.settings(f)?;
         writeln!(
             f,
             "{:>5} {:>8} {:>10} {:>10} {:>6}  {:<10} {:<9} {:>6} {:>7} {:>5}",
@@ -377,5 +385,44 @@ impl fmt::Display for Report {
             tokens_out,
             tokens_out as f64 / tokens_in.max(1) as f64
         )
+    }
+}
+
+impl Report {
+    /// The header: the model's window and budgets, the policy, the mode.
+    fn settings(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (p, b) = (&self.policy, &self.budget);
+        let window = f64::from(b.context_window);
+        writeln!(
+            f,
+            "# model {} on provider {}: window {} tokens, output reserve {}, summary budget {}",
+            self.model, self.provider, b.context_window, b.output_reserve, b.summary_reserve
+        )?;
+        writeln!(
+            f,
+            "# policy: trigger_ratio {} ({:.0} tokens), reset_ratio {} ({:.0}), preserve_recent {}, \
+             overflow_buffer {}, safety_user_turns {}, cooldown_messages {}, min_messages {}",
+            p.trigger_ratio,
+            p.trigger_ratio * window,
+            p.reset_ratio,
+            p.reset_ratio * window,
+            p.preserve_recent,
+            p.overflow_buffer,
+            p.safety_user_turns,
+            p.cooldown_messages,
+            p.min_messages
+        )?;
+        let mode = if p.mode == Mode::Background {
+            "; in background mode (configured) the proxy prepares each fold from prefold_ratio on \
+             and applies it at the first request past the trigger"
+        } else {
+            ""
+        };
+        writeln!(
+            f,
+            "# folds as inline mode makes them{mode}; mock summarizer: a placeholder of half the \
+             summary budget plus the real ledger"
+        )?;
+        Ok(())
     }
 }

@@ -194,6 +194,22 @@ fn metrics(app: &App) -> Response<Body> {
         help: "Compressed messages this process remembers having archived (bounded by archive.remembered_bytes).",
         samples: vec![(Vec::new(), app.archive.remembered() as f64)],
     };
+    let gauges: Vec<Gauge> = [stored, calibration, spool, spool_bytes, caches, remembered]
+        .into_iter()
+        .chain(heap_gauges())
+        .collect();
+    let text = app.metrics.render(&gauges);
+    let mut response = Response::new(body::full(text));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+    );
+    response
+}
+
+/// The live heap's gauges, in a heap-stats build (none otherwise): its
+/// bytes, and its bytes and allocations by size class.
+fn heap_gauges() -> Vec<Gauge> {
     let heap = crate::heap::live_bytes().map(|bytes| Gauge {
         name: "foldgate_heap_live_bytes",
         help: "Bytes held by live heap allocations (a heap-stats build only).",
@@ -219,18 +235,9 @@ fn metrics(app: &App) -> Response<Body> {
             ),
         ]
     });
-    let gauges: Vec<Gauge> = [stored, calibration, spool, spool_bytes, caches, remembered]
-        .into_iter()
-        .chain(heap)
+    heap.into_iter()
         .chain(by_size.into_iter().flatten())
-        .collect();
-    let text = app.metrics.render(&gauges);
-    let mut response = Response::new(body::full(text));
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
-    );
-    response
+        .collect()
 }
 
 /// Decodes a path segment's `%XX` escapes (a `+` stays a plus). A

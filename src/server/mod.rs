@@ -32,48 +32,9 @@ pub async fn serve(
 ) -> Result<(), StartupError> {
     let tls = tls_acceptor(&config)?;
     let deadline = config.server.shutdown_timeout;
-    tracing::info!(
-        config = %config.source_name(),
-        providers = %config.describe_providers(),
-        summarizer = %config.describe_summarizer(),
-        workers = tokio::runtime::Handle::current().metrics().num_workers(),
-        "foldgate starting"
-    );
-    for warning in config
-        .small_window_warnings()
-        .into_iter()
-        .chain(config.key_warnings())
-    {
-        tracing::warn!("{warning}");
-    }
-    let app = Arc::new(App::new(config)?);
-    // Before the first accept, so the first request costs what later ones do.
-    let loading = std::time::Instant::now();
-    if let Err(e) = tokio::task::spawn_blocking(crate::tokens::Encoding::warm_up).await {
-        tracing::warn!(error = %e, "loading the token tables failed; they load on first use");
-    }
-    tracing::debug!(
-        ms = loading.elapsed().as_millis() as u64,
-        "token tables loaded"
-    );
-    // Before the first accept, so the first request already uses them.
-    app.load_learned_windows().await;
-    {
-        let app = app.clone();
-        tokio::spawn(async move { crate::discover::startup(&app).await });
-    }
+    let app = start(config).await?;
     let service = stack::build(app.clone());
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // Slow clients: the headers must arrive within the timeout (hyper
-    // needs a timer to enforce it).
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(app.config.server.header_read_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Some(std::time::Duration::from_secs(30)));
+    let builder = connection_builder(&app.config);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -125,6 +86,65 @@ pub async fn serve(
         });
     }
     drop(listener);
+    drain(&app, graceful, deadline).await;
+    Ok(())
+}
+
+/// HTTP/1.1 and HTTP/2 settings of every connection: slow clients' headers
+/// must arrive within `server.header_read_timeout` (hyper needs a timer to
+/// enforce it), HTTP/2 pings every 30 s.
+fn connection_builder(config: &Config) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.server.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(std::time::Duration::from_secs(30)));
+    builder
+}
+
+/// The app, started: its settings logged, the token tables and learned
+/// windows loaded before the first accept (so the first request costs
+/// what later ones do), window discovery spawned.
+async fn start(config: Arc<Config>) -> Result<Arc<App>, StartupError> {
+    tracing::info!(
+        config = %config.source_name(),
+        providers = %config.describe_providers(),
+        summarizer = %config.describe_summarizer(),
+        workers = tokio::runtime::Handle::current().metrics().num_workers(),
+        "foldgate starting"
+    );
+    for warning in config
+        .small_window_warnings()
+        .into_iter()
+        .chain(config.key_warnings())
+    {
+        tracing::warn!("{warning}");
+    }
+    let app = Arc::new(App::new(config)?);
+    let loading = std::time::Instant::now();
+    if let Err(e) = tokio::task::spawn_blocking(crate::tokens::Encoding::warm_up).await {
+        tracing::warn!(error = %e, "loading the token tables failed; they load on first use");
+    }
+    tracing::debug!(
+        ms = loading.elapsed().as_millis() as u64,
+        "token tables loaded"
+    );
+    app.load_learned_windows().await;
+    {
+        let app = app.clone();
+        tokio::spawn(async move { crate::discover::startup(&app).await });
+    }
+    Ok(app)
+}
+
+/// After the last accept: in-flight requests and streams, then background
+/// folds, then their archive writes, each within what is left of
+/// `deadline`.
+async fn drain(app: &App, graceful: GracefulShutdown, deadline: std::time::Duration) {
     tracing::info!(
         ?deadline,
         "shutting down: waiting for in-flight requests and folds"
@@ -148,7 +168,6 @@ pub async fn serve(
     app.archive
         .drain(deadline.saturating_sub(started.elapsed()))
         .await;
-    Ok(())
 }
 
 /// Binds `config.server.listen` and serves until SIGINT or SIGTERM.

@@ -124,77 +124,211 @@ pub async fn run(args: Args) -> Result<bool, String> {
         .await
         .map_err(|e| format!("upstream: {e}"))?;
     let mut redis = RedisServer::start(args.cluster).await?;
-    let port = free_port().map_err(|e| e.to_string())?;
-    let base = format!("http://127.0.0.1:{port}");
-    let config = dir.join("soak.toml");
-    let log = dir.join("foldgate.log");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\nupstream_timeout = \"10s\"\nshutdown_timeout = \"10s\"\n\n\
-             [providers.mock]\nbase_url = \"{upstream_url}/v1\"\nmodels = [\"*\"]\n\n\
-             [providers.mock-anthropic]\nbase_url = \"{upstream_url}/v1\"\napi = \"anthropic\"\nmodels = [\"*\"]\n\n\
-             [models.\"soak-*\"]\ncontext_window = 8192\n\n\
-             [tokens]\ncache_bytes = {}\n\n\
-             [state]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"500ms\"\ncache_bytes = {}\n",
-            args.cache_bytes,
-            redis.url(),
-            args.cache_bytes / 2
-        ),
-    )
-    .map_err(|e| e.to_string())?;
-    let log_file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-    let mut command = Command::new(&args.foldgate);
-    // Only the soak's own config: `FOLDGATE_*` variables of the caller
-    // (`FOLDGATE_BIN` of scripts/soak, say) would be read as config keys.
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("FOLDGATE_") {
-            command.env_remove(name);
-        }
-    }
-    let child = command
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("FOLDGATE_LOG", "warn")
-        .stdout(Stdio::from(
-            log_file.try_clone().map_err(|e| e.to_string())?,
-        ))
-        .stderr(Stdio::from(log_file))
-        .spawn()
-        .map_err(|e| format!("{}: {e}", args.foldgate.display()))?;
-    let mut guard = Guard(child);
-    let pid = guard.0.id();
-    if !healthy(&base, Duration::from_secs(30)).await {
-        return Err(format!(
-            "foldgate did not become healthy; log: {}",
-            log.display()
-        ));
-    }
-    let at_start = usage(pid).ok_or("cannot read /proc for foldgate")?;
-
+    let mut foldgate = Foldgate::start(&args, &dir, &upstream_url, &redis.url()).await?;
+    let at_start = usage(foldgate.pid).ok_or("cannot read /proc for foldgate")?;
     println!(
-        "soak: foldgate pid {pid} on {base}, upstream {upstream_url}, redis {}, {} s, {} workers, seed {:#x}, log {}",
+        "soak: foldgate pid {} on {}, upstream {upstream_url}, redis {}, {} s, {} workers, seed {:#x}, log {}",
+        foldgate.pid,
+        foldgate.base,
         redis.url(),
         args.seconds,
         args.workers,
         args.seed,
-        log.display()
+        foldgate.log.display()
     );
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.seconds);
-    let warm_up = Duration::from_secs((args.seconds / 10).clamp(2, 60));
     let workers: Vec<_> = (0..args.workers)
         .map(|i| {
             let seed = args.seed.wrapping_mul(31).wrapping_add(i as u64 + 1);
             let shape = (args.conversation_items, args.conversations);
-            tokio::spawn(traffic::worker(base.clone(), i, seed, deadline, shape))
+            let base = foldgate.base.clone();
+            tokio::spawn(traffic::worker(base, i, seed, deadline, shape))
         })
         .collect();
-    let mut warm = None;
-    let mut peak = at_start;
-    // RSS at each tenth of the run, to tell a plateau from a steady climb.
-    let mut timeline: Vec<u64> = Vec::new();
-    let mut alive = true;
+    let watched = watch(&args, &mut foldgate, &mut redis, started, at_start).await?;
+    let (outcomes, conversations) = join(workers).await;
+    let end = foldgate.finish(watched.alive).await;
+    let (total, unreachable) = print_outcomes(&outcomes, started, args.seconds);
+    print_upstream(&injected);
+    let leaked = outcomes.get("recall_leaked").copied().unwrap_or(0);
+    let tier_checks = tiers::report(end.settled.as_deref(), &mut redis, &injected, leaked).await;
+    let warm = watched.warm.unwrap_or(at_start);
+    print_usage(&watched, at_start, end.usage);
+    if let Some(at_end) = end.usage {
+        let grown = at_end.rss_kb.saturating_sub(warm.rss_kb) as f64 / 1024.0;
+        println!(
+            "conversations: {conversations} distinct ({} live at once, each restarted past {} items); RSS growth after warm-up per 1,000 conversations: {:.1} MiB",
+            3 * args.workers * args.conversations.max(1),
+            args.conversation_items,
+            grown * 1000.0 / conversations.max(1) as f64
+        );
+    }
+    let mut checks = end.checks();
+    checks.push((
+        outcomes.get("ok").copied().unwrap_or(0) > 0,
+        "some requests succeeded".into(),
+    ));
+    checks.push((
+        (unreachable as f64) <= MAX_UNREACHABLE_SHARE * total as f64,
+        format!(
+            "timeouts and unreachable: {unreachable} of {total} (bound {:.1}%)",
+            MAX_UNREACHABLE_SHARE * 100.0
+        ),
+    ));
+    checks.extend(tier_checks);
+    checks.extend(growth_checks(warm, end.usage));
+    println!();
+    let mut pass = true;
+    for (ok, what) in checks {
+        println!("{} {what}", if ok { "ok  " } else { "FAIL" });
+        pass &= ok;
+    }
+    Ok(pass)
+}
+
+/// The workers' outcomes, summed, and the conversations they started.
+async fn join(
+    workers: Vec<tokio::task::JoinHandle<(traffic::Outcomes, u64)>>,
+) -> (BTreeMap<String, u64>, u64) {
+    let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
+    let mut conversations = 0;
+    for w in workers {
+        if let Ok((o, started)) = w.await {
+            conversations += started;
+            for (k, v) in o {
+                *outcomes.entry(k).or_default() += v;
+            }
+        }
+    }
+    (outcomes, conversations)
+}
+
+/// The foldgate process under soak.
+struct Foldgate {
+    guard: Guard,
+    pid: u32,
+    base: String,
+    log: PathBuf,
+}
+
+impl Foldgate {
+    /// Writes the soak's config into `dir` and starts `args.foldgate` on
+    /// it, logging to `dir/foldgate.log`, once it answers its health check.
+    async fn start(
+        args: &Args,
+        dir: &std::path::Path,
+        upstream_url: &str,
+        redis_url: &str,
+    ) -> Result<Self, String> {
+        let port = free_port().map_err(|e| e.to_string())?;
+        let base = format!("http://127.0.0.1:{port}");
+        let config = dir.join("soak.toml");
+        let log = dir.join("foldgate.log");
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:{port}\"\nupstream_timeout = \"10s\"\nshutdown_timeout = \"10s\"\n\n\
+                 [providers.mock]\nbase_url = \"{upstream_url}/v1\"\nmodels = [\"*\"]\n\n\
+                 [providers.mock-anthropic]\nbase_url = \"{upstream_url}/v1\"\napi = \"anthropic\"\nmodels = [\"*\"]\n\n\
+                 [models.\"soak-*\"]\ncontext_window = 8192\n\n\
+                 [tokens]\ncache_bytes = {}\n\n\
+                 [state]\nbackend = \"redis\"\nurl = \"{redis_url}\"\ntimeout = \"500ms\"\ncache_bytes = {}\n",
+                args.cache_bytes,
+                args.cache_bytes / 2
+            ),
+        )
+        .map_err(|e| e.to_string())?;
+        let log_file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+        let mut command = Command::new(&args.foldgate);
+        // Only the soak's own config: `FOLDGATE_*` variables of the caller
+        // (`FOLDGATE_BIN` of scripts/soak, say) would be read as config keys.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("FOLDGATE_") {
+                command.env_remove(name);
+            }
+        }
+        let child = command
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("FOLDGATE_LOG", "warn")
+            .stdout(Stdio::from(
+                log_file.try_clone().map_err(|e| e.to_string())?,
+            ))
+            .stderr(Stdio::from(log_file))
+            .spawn()
+            .map_err(|e| format!("{}: {e}", args.foldgate.display()))?;
+        let guard = Guard(child);
+        let pid = guard.0.id();
+        if !healthy(&base, Duration::from_secs(30)).await {
+            return Err(format!(
+                "foldgate did not become healthy; log: {}",
+                log.display()
+            ));
+        }
+        Ok(Self {
+            guard,
+            pid,
+            base,
+            log,
+        })
+    }
+
+    /// After the traffic: lets the spool drain, the last folds end and the
+    /// clients' connections close, takes the last readings and stops the
+    /// process with SIGTERM.
+    async fn finish(&mut self, alive: bool) -> End {
+        let settled = tiers::settle(&self.base).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let alive = alive && matches!(self.guard.0.try_wait(), Ok(None));
+        let usage = usage(self.pid);
+        let healthy = alive && healthy(&self.base, Duration::from_secs(5)).await;
+        let shutdown = if alive {
+            stop(&mut self.guard.0, Duration::from_secs(15)).await
+        } else {
+            None
+        };
+        let log_text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        End {
+            settled,
+            alive,
+            usage,
+            healthy,
+            shutdown,
+            panics: log_text.matches("panicked").count(),
+        }
+    }
+}
+
+/// What the watch over the run saw.
+struct Watched {
+    /// Usage once warm-up was over.
+    warm: Option<Usage>,
+    /// The largest RSS and fd count seen.
+    peak: Usage,
+    /// RSS at each tenth of the run, to tell a plateau from a steady climb.
+    timeline: Vec<u64>,
+    /// Whether foldgate was still running at the deadline.
+    alive: bool,
+}
+
+/// Reads foldgate's usage every second until the run's end, restarting
+/// Redis (with `--cluster`, failing a master over) on its schedule.
+async fn watch(
+    args: &Args,
+    foldgate: &mut Foldgate,
+    redis: &mut RedisServer,
+    started: Instant,
+    at_start: Usage,
+) -> Result<Watched, String> {
+    let deadline = started + Duration::from_secs(args.seconds);
+    let warm_up = Duration::from_secs((args.seconds / 10).clamp(2, 60));
+    let mut watched = Watched {
+        warm: None,
+        peak: at_start,
+        timeline: Vec::new(),
+        alive: true,
+    };
     let restart_every = if args.seconds >= 2 * REDIS_RESTART_EVERY.as_secs() {
         REDIS_RESTART_EVERY
     } else {
@@ -220,48 +354,68 @@ pub async fn run(args: Args) -> Result<bool, String> {
             redis.restart(redis_down).await?;
             next_restart += restart_every;
         }
-        if let Ok(Some(_)) = guard.0.try_wait() {
-            alive = false;
+        if let Ok(Some(_)) = foldgate.guard.0.try_wait() {
+            watched.alive = false;
             break;
         }
-        if let Some(u) = usage(pid) {
-            peak.rss_kb = peak.rss_kb.max(u.rss_kb);
-            peak.fds = peak.fds.max(u.fds);
-            if warm.is_none() && started.elapsed() >= warm_up {
-                warm = Some(u);
-            }
-            let tenth = Duration::from_secs(args.seconds).as_secs_f64() / 10.0;
-            if started.elapsed().as_secs_f64() >= tenth * (timeline.len() + 1) as f64 {
-                timeline.push(u.rss_kb);
-                memory_line(&base, started.elapsed(), u.rss_kb).await;
-            }
+        let Some(u) = usage(foldgate.pid) else {
+            continue;
+        };
+        watched.peak.rss_kb = watched.peak.rss_kb.max(u.rss_kb);
+        watched.peak.fds = watched.peak.fds.max(u.fds);
+        if watched.warm.is_none() && started.elapsed() >= warm_up {
+            watched.warm = Some(u);
+        }
+        let tenth = Duration::from_secs(args.seconds).as_secs_f64() / 10.0;
+        if started.elapsed().as_secs_f64() >= tenth * (watched.timeline.len() + 1) as f64 {
+            watched.timeline.push(u.rss_kb);
+            memory_line(&foldgate.base, started.elapsed(), u.rss_kb).await;
         }
     }
-    let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
-    let mut conversations = 0;
-    for w in workers {
-        if let Ok((o, started)) = w.await {
-            conversations += started;
-            for (k, v) in o {
-                *outcomes.entry(k).or_default() += v;
-            }
-        }
-    }
-    // Let the spool drain, the last folds end and the clients'
-    // connections close before the last reading.
-    let settled = tiers::settle(&base).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let alive = alive && matches!(guard.0.try_wait(), Ok(None));
-    let at_end = usage(pid);
-    let healthy_at_end = alive && healthy(&base, Duration::from_secs(5)).await;
-    let shutdown = if alive {
-        stop(&mut guard.0, Duration::from_secs(15)).await
-    } else {
-        None
-    };
-    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
-    let panics = log_text.matches("panicked").count();
+    Ok(watched)
+}
 
+/// The readings after the traffic.
+struct End {
+    /// The tiers' figures once settled (`None`: they never settled).
+    settled: Option<String>,
+    alive: bool,
+    usage: Option<Usage>,
+    healthy: bool,
+    /// SIGTERM's outcome: (exited with status 0, time taken).
+    shutdown: Option<(bool, Duration)>,
+    /// `panicked` lines in foldgate's log.
+    panics: usize,
+}
+
+impl End {
+    /// The process' own checks: up, no panic, healthy, a clean shutdown.
+    fn checks(&self) -> Vec<(bool, String)> {
+        let panics = self.panics;
+        vec![
+            (self.alive, "foldgate stayed up".into()),
+            (
+                panics == 0,
+                format!("no panic in foldgate's log ({panics} found)"),
+            ),
+            (self.healthy, "healthy at the end".into()),
+            (
+                self.shutdown.is_some_and(|s| s.0),
+                format!(
+                    "clean shutdown on SIGTERM ({})",
+                    self.shutdown.map_or("not reached".into(), |s| format!(
+                        "{:.1} s",
+                        s.1.as_secs_f64()
+                    ))
+                ),
+            ),
+        ]
+    }
+}
+
+/// Prints the outcomes' table: (requests, those that timed out or never
+/// reached foldgate).
+fn print_outcomes(outcomes: &BTreeMap<String, u64>, started: Instant, seconds: u64) -> (u64, u64) {
     let total: u64 = outcomes.values().sum();
     let unreachable: u64 = outcomes
         .iter()
@@ -271,16 +425,20 @@ pub async fn run(args: Args) -> Result<bool, String> {
     println!(
         "\nrequests: {total} in {:.0} s ({:.1}/s)",
         started.elapsed().as_secs_f64(),
-        total as f64 / args.seconds.max(1) as f64
+        total as f64 / seconds.max(1) as f64
     );
     println!("| outcome | count | share |\n|---|---:|---:|");
-    for (kind, n) in &outcomes {
+    for (kind, n) in outcomes {
         println!(
             "| {kind} | {n} | {:.2}% |",
             100.0 * *n as f64 / total.max(1) as f64
         );
     }
-    let i = &injected;
+    (total, unreachable)
+}
+
+/// Prints what the upstream saw and the faults it injected.
+fn print_upstream(i: &upstream::Injected) {
     println!(
         "\nupstream: {} requests; injected: {} connection resets, {} 500s, {} aborted bodies, {} slow bodies; summaries: {} ({} not JSON)",
         i.requests.load(Ordering::Relaxed),
@@ -291,19 +449,16 @@ pub async fn run(args: Args) -> Result<bool, String> {
         i.summaries.load(Ordering::Relaxed),
         i.bad_summaries.load(Ordering::Relaxed),
     );
-    let leaked = outcomes.get("recall_leaked").copied().unwrap_or(0);
-    let tier_checks = tiers::report(settled.as_deref(), &mut redis, &injected, leaked).await;
-    let warm = warm.unwrap_or(at_start);
-    let show = |u: Option<Usage>| {
-        u.map_or("gone".into(), |u| {
-            format!("{:.1} MiB RSS, {} fds", u.rss_kb as f64 / 1024.0, u.fds)
-        })
-    };
+}
+
+/// Prints foldgate's RSS and fds at start, after warm-up, at the peak and
+/// at the end, and RSS at each tenth of the run.
+fn print_usage(watched: &Watched, at_start: Usage, at_end: Option<Usage>) {
     println!("\n| foldgate | RSS MiB | open fds |\n|---|---:|---:|");
     for (name, u) in [
         ("start", Some(at_start)),
-        ("after warm-up", Some(warm)),
-        ("peak", Some(peak)),
+        ("after warm-up", Some(watched.warm.unwrap_or(at_start))),
+        ("peak", Some(watched.peak)),
         ("end", at_end),
     ] {
         match u {
@@ -311,81 +466,39 @@ pub async fn run(args: Args) -> Result<bool, String> {
             None => println!("| {name} | gone | gone |"),
         }
     }
-
-    let steps: Vec<String> = timeline
+    let steps: Vec<String> = watched
+        .timeline
         .iter()
         .map(|kb| format!("{:.0}", *kb as f64 / 1024.0))
         .collect();
     println!("\nRSS MiB at each tenth of the run: {}", steps.join(", "));
-    if let Some(end) = at_end {
-        let grown = end.rss_kb.saturating_sub(warm.rss_kb) as f64 / 1024.0;
-        println!(
-            "conversations: {conversations} distinct ({} live at once, each restarted past {} items); RSS growth after warm-up per 1,000 conversations: {:.1} MiB",
-            3 * args.workers * args.conversations.max(1),
-            args.conversation_items,
-            grown * 1000.0 / conversations.max(1) as f64
-        );
-    }
+}
 
-    let mut pass = true;
-    let mut check = |ok: bool, what: String| {
-        println!("{} {what}", if ok { "ok  " } else { "FAIL" });
-        pass &= ok;
+/// RSS and fd growth after warm-up, each within its bound.
+fn growth_checks(warm: Usage, at_end: Option<Usage>) -> Vec<(bool, String)> {
+    let show = |u: Usage| format!("{:.1} MiB RSS, {} fds", u.rss_kb as f64 / 1024.0, u.fds);
+    let Some(end) = at_end else {
+        return vec![(false, "foldgate's usage readable at the end".into())];
     };
-    println!();
-    check(alive, "foldgate stayed up".into());
-    check(
-        panics == 0,
-        format!("no panic in foldgate's log ({panics} found)"),
-    );
-    check(healthy_at_end, "healthy at the end".into());
-    check(
-        shutdown.is_some_and(|s| s.0),
-        format!(
-            "clean shutdown on SIGTERM ({})",
-            shutdown.map_or("not reached".into(), |s| format!(
-                "{:.1} s",
-                s.1.as_secs_f64()
-            ))
+    vec![
+        (
+            end.rss_kb <= warm.rss_kb + RSS_GROWTH_BOUND_KB,
+            format!(
+                "RSS growth after warm-up {:+.1} MiB (bound {} MiB): {} -> {}",
+                (end.rss_kb as f64 - warm.rss_kb as f64) / 1024.0,
+                RSS_GROWTH_BOUND_KB / 1024,
+                show(warm),
+                show(end)
+            ),
         ),
-    );
-    check(
-        outcomes.get("ok").copied().unwrap_or(0) > 0,
-        "some requests succeeded".into(),
-    );
-    check(
-        (unreachable as f64) <= MAX_UNREACHABLE_SHARE * total as f64,
-        format!(
-            "timeouts and unreachable: {unreachable} of {total} (bound {:.1}%)",
-            MAX_UNREACHABLE_SHARE * 100.0
+        (
+            end.fds <= warm.fds + FD_GROWTH_BOUND,
+            format!(
+                "fd growth after warm-up {:+} (bound {FD_GROWTH_BOUND})",
+                end.fds as i64 - warm.fds as i64
+            ),
         ),
-    );
-    for (ok, what) in tier_checks {
-        check(ok, what);
-    }
-    match at_end {
-        Some(end) => {
-            check(
-                end.rss_kb <= warm.rss_kb + RSS_GROWTH_BOUND_KB,
-                format!(
-                    "RSS growth after warm-up {:+.1} MiB (bound {} MiB): {} -> {}",
-                    (end.rss_kb as f64 - warm.rss_kb as f64) / 1024.0,
-                    RSS_GROWTH_BOUND_KB / 1024,
-                    show(Some(warm)),
-                    show(Some(end))
-                ),
-            );
-            check(
-                end.fds <= warm.fds + FD_GROWTH_BOUND,
-                format!(
-                    "fd growth after warm-up {:+} (bound {FD_GROWTH_BOUND})",
-                    end.fds as i64 - warm.fds as i64
-                ),
-            );
-        }
-        None => check(false, "foldgate's usage readable at the end".into()),
-    }
-    Ok(pass)
+    ]
 }
 
 /// Polls `/foldgate/health` until it answers 200 or `within` passes.

@@ -91,16 +91,9 @@ pub async fn settle(base: &str) -> Option<String> {
     text
 }
 
-/// Prints the tiers' figures and returns their checks.
-pub async fn report(
-    text: Option<&str>,
-    redis: &mut RedisServer,
-    injected: &Injected,
-    leaked: u64,
-) -> Vec<(bool, String)> {
-    let t = text.unwrap_or_default();
-    let archived = redis.archived().await;
-    let i = injected;
+/// Prints the APIs', recall's, folds' and the archive's figures from
+/// foldgate's metrics `t`: (archive rows handed by folds, by stubs).
+fn print_figures(t: &str, i: &Injected) -> (u64, u64) {
     println!(
         "\nAPIs (upstream requests): anthropic {}, responses {}; recall calls the scripted model made: {} ({} streamed) of {} requests offering the tool",
         i.anthropic.load(Ordering::Relaxed),
@@ -136,6 +129,19 @@ pub async fn report(
         value(t, "foldgate_archive_spool_rows"),
         value(t, "foldgate_archive_vetoed_folds_total"),
     );
+    (fold_rows, stub_rows)
+}
+
+/// Prints the tiers' figures and returns their checks.
+pub async fn report(
+    text: Option<&str>,
+    redis: &mut RedisServer,
+    injected: &Injected,
+    leaked: u64,
+) -> Vec<(bool, String)> {
+    let t = text.unwrap_or_default();
+    let archived = redis.archived().await;
+    let (fold_rows, stub_rows) = print_figures(t, injected);
     let mut checks = vec![
         (
             text.is_some(),

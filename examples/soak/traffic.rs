@@ -79,46 +79,59 @@ pub async fn worker(
                 let req = post(&base, convo.path(), &convo.id(), &body);
                 exchange(&client, req, true, true).await.0
             }
-            70..82 => {
-                exchange(
-                    &client,
-                    plain(Method::GET, &format!("{base}/v1/models"), Bytes::new()),
-                    false,
-                    false,
-                )
-                .await
-                .0
-            }
-            82..92 => {
-                let body = json!({"model": "soak-model", "input": user_text(&mut rng)}).to_string();
-                exchange(
-                    &client,
-                    plain(Method::POST, &format!("{base}/v1/embeddings"), body.into()),
-                    false,
-                    false,
-                )
-                .await
-                .0
-            }
-            _ => {
-                exchange(
-                    &client,
-                    plain(
-                        Method::GET,
-                        &format!("{base}/foldgate/metrics"),
-                        Bytes::new(),
-                    ),
-                    false,
-                    false,
-                )
-                .await
-                .0
-            }
+            _ => passthrough(&client, &base, dice, &mut rng).await,
         };
         *outcomes.entry(kind).or_default() += 1;
     }
     let started = convos.iter().map(|c| c.round as u64 + 1).sum();
     (outcomes, started)
+}
+
+/// One request foldgate passes through untouched, by `dice` (70 to 99):
+/// the model list, an embedding, foldgate's metrics.
+async fn passthrough(
+    client: &Client<HttpConnector, Body>,
+    base: &str,
+    dice: u64,
+    rng: &mut Rng,
+) -> String {
+    match dice {
+        70..82 => {
+            exchange(
+                &client,
+                plain(Method::GET, &format!("{base}/v1/models"), Bytes::new()),
+                false,
+                false,
+            )
+            .await
+            .0
+        }
+        82..92 => {
+            let body = json!({"model": "soak-model", "input": user_text(rng)}).to_string();
+            exchange(
+                &client,
+                plain(Method::POST, &format!("{base}/v1/embeddings"), body.into()),
+                false,
+                false,
+            )
+            .await
+            .0
+        }
+        _ => {
+            exchange(
+                &client,
+                plain(
+                    Method::GET,
+                    &format!("{base}/foldgate/metrics"),
+                    Bytes::new(),
+                ),
+                false,
+                false,
+            )
+            .await
+            .0
+        }
+    }
 }
 
 fn post(base: &str, path: &str, conversation: &str, body: &Value) -> Request<Body> {

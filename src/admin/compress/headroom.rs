@@ -89,25 +89,7 @@ async fn compress(app: &Arc<App>, req: Request<Incoming>) -> Result<Value, ApiEr
         .and_then(|c| c.get("mode"))
         .and_then(Value::as_str)
         == Some("ccr");
-    let sent: Vec<Value> = match fields.remove("messages") {
-        Some(Value::Array(ms)) if ms.iter().all(Value::is_object) => ms,
-        _ => {
-            return Err(super::bad(
-                Some("messages"),
-                "`messages` must be an array of message objects".into(),
-            ));
-        }
-    };
-    let model = match fields.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => m.clone(),
-        _ => {
-            return Err(super::bad(
-                Some("model"),
-                "`model` must name the model the conversation is for (the guardrail's `model`)"
-                    .into(),
-            ));
-        }
-    };
+    let (sent, model) = messages_and_model(&mut fields)?;
     let headers = with_conversation(app, &parts.headers)?;
     let path = "/v1/chat/completions".to_string();
     let uri: Uri = path
@@ -154,6 +136,30 @@ async fn compress(app: &Arc<App>, req: Request<Incoming>) -> Result<Value, ApiEr
         map.insert("warning".into(), warning.into());
     }
     Ok(out)
+}
+
+/// The request's `messages` (message objects) and `model` (a name).
+fn messages_and_model(fields: &mut Map<String, Value>) -> Result<(Vec<Value>, String), ApiError> {
+    let sent: Vec<Value> = match fields.remove("messages") {
+        Some(Value::Array(ms)) if ms.iter().all(Value::is_object) => ms,
+        _ => {
+            return Err(super::bad(
+                Some("messages"),
+                "`messages` must be an array of message objects".into(),
+            ));
+        }
+    };
+    let model = match fields.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        _ => {
+            return Err(super::bad(
+                Some("model"),
+                "`model` must name the model the conversation is for (the guardrail's `model`)"
+                    .into(),
+            ));
+        }
+    };
+    Ok((sent, model))
 }
 
 /// The caller's headers with the conversation header set from the

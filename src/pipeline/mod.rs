@@ -71,42 +71,12 @@ pub async fn handle(
     let mut prepared = request.prepare(app, &own).await?;
     let mut retried = false;
     loop {
-        // A folded chat's room: the newest folded messages, the blocks
-        // earlier turns injected (at their places), then this turn's block.
-        let (mut injected, kept) = recall::inject::kept(app, &request, &prepared);
-        recall::inject::fill(app, &request, &mut prepared);
-        if !injected.is_empty() && !recall::inject::admit(&request, &mut prepared, kept) {
-            injected.clear();
-        }
-        let injection = recall::inject::plan(app, &request, &prepared, &injected).await;
-        if let Some(injection) = &injection {
-            app.metrics.recall_injections.inc();
-            prepared.injected = injection.excerpts;
-            prepared.tokens_out = prepared.tokens_out.saturating_add(injection.tokens);
-            prepared.raw_tokens_out = prepared.raw_tokens_out.saturating_add(injection.tokens);
-            injected.push(recall::sticky::Placed {
-                from_end: 0,
-                text: Arc::from(injection.text.as_str()),
-            });
-        }
+        let injected = inject(app, &request, &mut prepared).await;
         let recall = recall::Session::offer(app, &mut request, &mut prepared, &parts, &injected);
         let (head, incoming) = match &recall {
             Some(session) => send(app, &request.provider, session.parts(), session.body()?).await?,
             None => {
-                let body = match injected.is_empty() {
-                    false => {
-                        let api = request.api;
-                        request.body_with(&mut prepared, |fields| {
-                            if let Some(items) = api.conversation(fields) {
-                                let place = |items: &mut Vec<serde_json::Value>, text: &str| {
-                                    api.place_recalled(items, text);
-                                };
-                                recall::sticky::place(items, &injected, &place);
-                            }
-                        })?
-                    }
-                    true => request.body(&mut prepared)?,
-                };
+                let body = body_with_blocks(&mut request, &mut prepared, &injected)?;
                 send(app, &request.provider, &parts, body).await?
             }
         };
@@ -127,51 +97,8 @@ pub async fn handle(
         let error_body = read_bounded(incoming).await?;
         if let Some(err) = request.api.context_error(&error_body).filter(|_| !retried) {
             retried = true;
-            tracing::info!(
-                model = %request.model,
-                window = err.window,
-                "upstream rejected the prompt as too long; folding and retrying once"
-            );
-            app.metrics.reactive_folds.inc();
-            if let Some(window) = err.window {
-                app.learn_window(&request.model, window).await;
-            } else {
-                // An error that names no window, for a model whose window
-                // nothing named (or was bounded so): the rejected prompt's
-                // size bounds it from above; each later rejection tightens it.
-                let limits = app.tokens.limits_quiet(&request.model);
-                let bounded = limits.source == crate::tokens::LimitSource::Learned;
-                if !limits.known() || (bounded && prepared.tokens_out < limits.context_window) {
-                    app.learn_window(&request.model, prepared.tokens_out).await;
-                }
-            }
-            // The rejected prompt is over the window in the upstream's
-            // count, whatever foldgate's estimate of it was.
-            let window = err.window.unwrap_or(u32::MAX).min(prepared.tokens_out);
-            let rejected = prepared.tokens_out;
-            let smaller = request
-                .prepare_smaller(app, &own, (window, err.window))
-                .await;
-            match smaller {
-                Ok(smaller) if smaller.fold == TurnFold::New || smaller.tokens_out < rejected => {
-                    prepared = smaller;
-                    continue;
-                }
-                // No smaller view: sending it again would only be
-                // rejected again. The upstream's answer, and why.
-                Ok(smaller) => {
-                    prepared = smaller;
-                    let why = prepared.warning.take().unwrap_or_else(|| {
-                        crate::error::fold_failed("no smaller view could be made")
-                    });
-                    prepared.warning = Some(upstream_error_returned(&why));
-                }
-                // No view fits: the upstream's own answer, and why.
-                Err(ApiError::ContextLength(why)) => {
-                    prepared.warning =
-                        Some(upstream_error_returned(&crate::error::fold_failed(&why)));
-                }
-                Err(e) => return Err(e),
+            if smaller_view(app, &mut request, &own, &mut prepared, err).await? {
+                continue;
             }
         }
         // Not a context-length error, or not one a smaller view answers:
@@ -185,6 +112,115 @@ pub async fn handle(
             request.take_key(),
         );
         return Ok(answer);
+    }
+}
+
+/// The recall blocks of a folded chat's room, in their places: the blocks
+/// earlier turns injected that still fit, then this turn's (its excerpts
+/// and tokens counted into `prepared`).
+async fn inject(
+    app: &Arc<App>,
+    request: &ConvRequest,
+    prepared: &mut Prepared,
+) -> Vec<recall::sticky::Placed> {
+    let (mut injected, kept) = recall::inject::kept(app, request, prepared);
+    recall::inject::fill(app, request, prepared);
+    if !injected.is_empty() && !recall::inject::admit(request, prepared, kept) {
+        injected.clear();
+    }
+    let injection = recall::inject::plan(app, request, prepared, &injected).await;
+    if let Some(injection) = &injection {
+        app.metrics.recall_injections.inc();
+        prepared.injected = injection.excerpts;
+        prepared.tokens_out = prepared.tokens_out.saturating_add(injection.tokens);
+        prepared.raw_tokens_out = prepared.raw_tokens_out.saturating_add(injection.tokens);
+        injected.push(recall::sticky::Placed {
+            from_end: 0,
+            text: Arc::from(injection.text.as_str()),
+        });
+    }
+    injected
+}
+
+/// The body to forward without a recall round: the view, with the
+/// injected blocks at their places.
+fn body_with_blocks(
+    request: &mut ConvRequest,
+    prepared: &mut Prepared,
+    injected: &[recall::sticky::Placed],
+) -> Result<Bytes, ApiError> {
+    if injected.is_empty() {
+        return request.body(prepared);
+    }
+    let api = request.api;
+    request.body_with(prepared, |fields| {
+        if let Some(items) = api.conversation(fields) {
+            let place = |items: &mut Vec<serde_json::Value>, text: &str| {
+                api.place_recalled(items, text);
+            };
+            recall::sticky::place(items, injected, &place);
+        }
+    })
+}
+
+/// After the upstream's context-length error `err`: learns what it says
+/// of the window and prepares a smaller view into `prepared`. `true` when
+/// there is one to send; `false` when there is none (`prepared` then
+/// carries why, and the upstream's answer goes back).
+async fn smaller_view(
+    app: &Arc<App>,
+    request: &mut ConvRequest,
+    own: &HeaderMap,
+    prepared: &mut Prepared,
+    err: crate::api::ContextError,
+) -> Result<bool, ApiError> {
+    tracing::info!(
+        model = %request.model,
+        window = err.window,
+        "upstream rejected the prompt as too long; folding and retrying once"
+    );
+    app.metrics.reactive_folds.inc();
+    if let Some(window) = err.window {
+        app.learn_window(&request.model, window).await;
+    } else {
+        // An error that names no window, for a model whose window
+        // nothing named (or was bounded so): the rejected prompt's
+        // size bounds it from above; each later rejection tightens it.
+        let limits = app.tokens.limits_quiet(&request.model);
+        let bounded = limits.source == crate::tokens::LimitSource::Learned;
+        if !limits.known() || (bounded && prepared.tokens_out < limits.context_window) {
+            app.learn_window(&request.model, prepared.tokens_out).await;
+        }
+    }
+    // The rejected prompt is over the window in the upstream's
+    // count, whatever foldgate's estimate of it was.
+    let window = err.window.unwrap_or(u32::MAX).min(prepared.tokens_out);
+    let rejected = prepared.tokens_out;
+    match request
+        .prepare_smaller(app, own, (window, err.window))
+        .await
+    {
+        Ok(smaller) if smaller.fold == TurnFold::New || smaller.tokens_out < rejected => {
+            *prepared = smaller;
+            Ok(true)
+        }
+        // No smaller view: sending it again would only be
+        // rejected again. The upstream's answer, and why.
+        Ok(smaller) => {
+            *prepared = smaller;
+            let why = prepared
+                .warning
+                .take()
+                .unwrap_or_else(|| crate::error::fold_failed("no smaller view could be made"));
+            prepared.warning = Some(upstream_error_returned(&why));
+            Ok(false)
+        }
+        // No view fits: the upstream's own answer, and why.
+        Err(ApiError::ContextLength(why)) => {
+            prepared.warning = Some(upstream_error_returned(&crate::error::fold_failed(&why)));
+            Ok(false)
+        }
+        Err(e) => Err(e),
     }
 }
 

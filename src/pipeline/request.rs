@@ -94,58 +94,16 @@ impl ConvRequest {
             }
         }
         let decoded = api.decode_at(&path, &bytes)?;
-        let fields = decoded.estimate_fields();
         // The body's model, else the path's (an Azure deployment).
-        let model = fields
+        let model = decoded
+            .estimate_fields()
             .get("model")
             .and_then(Value::as_str)
             .map(str::to_string)
             .or(path_model)
             .unwrap_or_default();
         let provider = app.upstreams.route_api(api, &model, &path)?;
-        let estimate = app
-            .tokens
-            .estimate_messages(&model, &decoded.messages, fields);
-        let ids = decoded.ids();
-        let look = match decoded.opaque {
-            Some(why) => {
-                tracing::debug!(api = api.name(), why, "forwarded untouched");
-                Look::opaque(estimate, ids, Vec::new())
-            }
-            None => {
-                let roles = roles_of(&decoded.messages);
-                let fingerprint = || key::fingerprint(&roles, &ids);
-                let key = key::conversation_key(headers, fingerprint, &app.config.conversation);
-                if !estimate.window_known {
-                    // As on the fast path: untouched until the window is known.
-                    app.tokens.window_unknown(&provider.name, &model);
-                    return Ok(Self {
-                        api,
-                        bytes,
-                        path,
-                        tail,
-                        model,
-                        provider,
-                        stage: Stage::Raw {
-                            look: Look::unknown_window(key, estimate, ids, roles),
-                            decoded: Some(Box::new(decoded)),
-                        },
-                    });
-                }
-                let chain = match &key {
-                    Some(k) => app.store.load(k).await,
-                    None => None,
-                };
-                Look {
-                    key,
-                    ids,
-                    roles,
-                    estimate,
-                    chain,
-                    untouched: None,
-                }
-            }
-        };
+        let look = decoded_look(app, api, headers, &decoded, &model, &provider.name).await;
         Ok(Self {
             api,
             bytes,
@@ -396,5 +354,46 @@ impl ConvRequest {
             Stage::Parsed { turn, .. } => Ok(turn),
             _ => Err(ApiError::Internal("request not parsed".into())),
         }
+    }
+}
+
+/// The first look at a decoded body: its estimate and ids, and unless it
+/// is forwarded untouched (opaque, or the model's window not known yet),
+/// its conversation key and fold chain.
+async fn decoded_look(
+    app: &App,
+    api: Api,
+    headers: &HeaderMap,
+    decoded: &Decoded,
+    model: &str,
+    provider: &str,
+) -> Look {
+    let estimate =
+        app.tokens
+            .estimate_messages(model, &decoded.messages, decoded.estimate_fields());
+    let ids = decoded.ids();
+    if let Some(why) = decoded.opaque {
+        tracing::debug!(api = api.name(), why, "forwarded untouched");
+        return Look::opaque(estimate, ids, Vec::new());
+    }
+    let roles = roles_of(&decoded.messages);
+    let fingerprint = || key::fingerprint(&roles, &ids);
+    let key = key::conversation_key(headers, fingerprint, &app.config.conversation);
+    if !estimate.window_known {
+        // As on the fast path: untouched until the window is known.
+        app.tokens.window_unknown(provider, model);
+        return Look::unknown_window(key, estimate, ids, roles);
+    }
+    let chain = match &key {
+        Some(k) => app.store.load(k).await,
+        None => None,
+    };
+    Look {
+        key,
+        ids,
+        roles,
+        estimate,
+        chain,
+        untouched: None,
     }
 }

@@ -5,6 +5,7 @@
 //! foldgate's p99 on two busy cores (`docs/benchmarks.md`, "Passthrough
 //! overhead").
 
+use core_affinity::CoreId;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What a runtime thread calls when it starts: pins it to the next of
@@ -19,54 +20,21 @@ pub fn pinning() -> impl Fn() + Send + Sync + 'static {
             return;
         }
         let core = cores[next.fetch_add(1, Ordering::Relaxed) % cores.len()];
-        if let Err(e) = pin_current_thread(core) {
-            tracing::warn!(core, error = %e, "a runtime thread could not be pinned to its core");
+        if !core_affinity::set_for_current(CoreId { id: core }) {
+            tracing::warn!(core, "a runtime thread could not be pinned to its core");
         }
     }
 }
 
-/// The cores this process may run on (its affinity mask, which a
-/// container's cpuset narrows), in order.
-#[cfg(target_os = "linux")]
+/// The cores the calling thread may run on (the process' affinity mask,
+/// which a container's cpuset narrows), in order; none where that cannot
+/// be read.
 pub fn allowed_cores() -> Vec<usize> {
-    // SAFETY: `cpu_set_t` is plain bits, valid zeroed; `sched_getaffinity`
-    // writes at most `size_of::<cpu_set_t>()` bytes into it, and CPU_ISSET
-    // reads it within bounds for every index below CPU_SETSIZE.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Vec::new();
-        }
-        let all = usize::try_from(libc::CPU_SETSIZE).unwrap_or(0);
-        (0..all).filter(|&cpu| libc::CPU_ISSET(cpu, &set)).collect()
-    }
-}
-
-/// Not on this platform: no cores to pin to.
-#[cfg(not(target_os = "linux"))]
-pub fn allowed_cores() -> Vec<usize> {
-    Vec::new()
-}
-
-#[cfg(target_os = "linux")]
-fn pin_current_thread(core: usize) -> std::io::Result<()> {
-    // SAFETY: as in `allowed_cores`; `core` comes from the allowed set, so
-    // below CPU_SETSIZE. Pid 0 is the calling thread.
-    let set = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(core, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if set == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn pin_current_thread(_core: usize) -> std::io::Result<()> {
-    Ok(())
+    core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|core| core.id)
+        .collect()
 }
 
 #[cfg(test)]

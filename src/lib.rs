@@ -6,7 +6,7 @@
 //! in the workspace's lower layers and are re-exported here at the same
 //! paths: `config`, `message`, `tokens`, `fold`, `glob` and `stem` in
 //! `foldgate-core`; `api`, `shallow`, `sse`, `usage`, `upstream`, `body`,
-//! `error`, `headers`, `telemetry` and `random` in `foldgate-wire`;
+//! `error`, `headers` and `telemetry` in `foldgate-wire`;
 //! `state` and `archive` in `foldgate-store`; `summarize` in
 //! `foldgate-summarize`.
 //!
@@ -37,7 +37,6 @@
 //! - [`estimate`]: `foldgate estimate`: one request body counted as the proxy counts it, and its trigger point.
 //! - [`replay`]: `foldgate replay`: a recorded conversation through the fold engine, offline.
 //! - [`glob`]: model-name patterns.
-//! - [`random`]: per-thread SplitMix64 for request ids and sampling draws.
 //! - [`heap`]: live heap bytes, counted in a `heap-stats` build (for soaks).
 //! - [`log_format`]: the text log's line; [`log_writer`]: log lines to stderr without std's lock, whole.
 
@@ -61,6 +60,4 @@ pub mod unclaimed;
 pub use foldgate_core::{config, fold, glob, message, stem, tokens};
 pub use foldgate_store::{archive, state};
 pub use foldgate_summarize as summarize;
-pub use foldgate_wire::{
-    api, body, error, headers, random, shallow, sse, telemetry, upstream, usage,
-};
+pub use foldgate_wire::{api, body, error, headers, shallow, sse, telemetry, upstream, usage};

@@ -15,7 +15,7 @@
 //! a fifth of the access line's instructions.
 
 use std::fmt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::field::{RecordFields, VisitOutput};
@@ -38,12 +38,7 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        let since_epoch = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        let time = timestamp(since_epoch);
-        writer.write_str(std::str::from_utf8(&time).unwrap_or_default())?;
-        writer.write_char(' ')?;
+        write!(writer, "{} ", timestamp(SystemTime::now()))?;
         let meta = event.metadata();
         writer.write_str(level(*meta.level()))?;
         writer.write_char(' ')?;
@@ -263,97 +258,29 @@ fn level(level: Level) -> &'static str {
     }
 }
 
-/// RFC 3339 UTC to the microsecond (`2026-11-25T11:12:51.283332Z`), for a
-/// time given since the Unix epoch, as ASCII on the stack.
-fn timestamp(since_epoch: Duration) -> [u8; 27] {
-    let secs = since_epoch.as_secs();
-    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX);
-    let (year, month, day) = civil(days);
-    let of_day = secs % 86_400;
-    let mut text = [0u8; 27];
-    let fields: [(usize, u64, usize); 7] = [
-        (0, u64::try_from(year).unwrap_or(0), 4),
-        (5, month, 2),
-        (8, day, 2),
-        (11, of_day / 3600, 2),
-        (14, of_day / 60 % 60, 2),
-        (17, of_day % 60, 2),
-        (20, u64::from(since_epoch.subsec_micros()), 6),
-    ];
-    for (at, mut value, width) in fields {
-        for digit in text[at..at + width].iter_mut().rev() {
-            *digit = b'0' + (value % 10) as u8;
-            value /= 10;
-        }
-    }
-    for (at, mark) in [
-        (4, b'-'),
-        (7, b'-'),
-        (10, b'T'),
-        (13, b':'),
-        (16, b':'),
-        (19, b'.'),
-        (26, b'Z'),
-    ] {
-        text[at] = mark;
-    }
-    text
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (Howard
-/// Hinnant's `civil_from_days`).
-fn civil(days: i64) -> (i64, u64, u64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (
-        year,
-        u64::try_from(month).unwrap_or(0),
-        u64::try_from(day).unwrap_or(0),
-    )
+/// RFC 3339 UTC to the microsecond (`2026-11-25T11:12:51.283332Z`), as
+/// tracing-subscriber's full format writes it.
+fn timestamp(at: SystemTime) -> humantime::Rfc3339Timestamp {
+    humantime::format_rfc3339_micros(at)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
+    use std::time::{Duration, UNIX_EPOCH};
     use tracing_subscriber::fmt::MakeWriter;
 
     #[test]
     fn timestamps_are_rfc_3339_to_the_microsecond() {
         let at = |secs: u64, micros: u32| {
-            String::from_utf8(timestamp(Duration::new(secs, micros * 1000)).to_vec()).unwrap()
+            timestamp(UNIX_EPOCH + Duration::new(secs, micros * 1000)).to_string()
         };
         assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
         assert_eq!(at(1_700_000_000, 123_456), "2023-11-14T22:13:20.123456Z");
         assert_eq!(at(1_709_208_000, 7), "2024-02-29T12:00:00.000007Z");
         assert_eq!(at(951_782_400, 0), "2000-02-29T00:00:00.000000Z");
         assert_eq!(at(4_102_444_799, 999_999), "2099-12-31T23:59:59.999999Z");
-        // Every day of four centuries against a day-by-day count.
-        let (mut year, mut month, mut day) = (1970i64, 1u64, 1u64);
-        for days in 0..146_097 {
-            assert_eq!(civil(days), (year, month, day), "day {days}");
-            let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-            let length = match month {
-                2 if leap => 29,
-                2 => 28,
-                4 | 6 | 9 | 11 => 30,
-                _ => 31,
-            };
-            day += 1;
-            if day > length {
-                (day, month) = (1, month + 1);
-            }
-            if month > 12 {
-                (month, year) = (1, year + 1);
-            }
-        }
     }
 
     /// Lines written to a shared buffer.

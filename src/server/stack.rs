@@ -148,8 +148,8 @@ where
     BoxCloneService::new(service)
 }
 
-/// Request ids: random version 4 UUIDs from a generator per thread, seeded
-/// from the OS once (tower-http's `MakeRequestUuid` asks the OS on every
+/// Request ids: random version 4 UUIDs from `fastrand`'s generator per
+/// thread, seeded once (tower-http's `MakeRequestUuid` asks the OS on every
 /// request: a system call each). Ids, not secrets: unique and unguessed
 /// enough to find a request's lines by.
 #[derive(Clone, Copy)]
@@ -157,10 +157,7 @@ struct RandomIds;
 
 impl MakeRequestId for RandomIds {
     fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
-        let mut bytes = [0u8; 16];
-        for half in bytes.chunks_exact_mut(8) {
-            half.copy_from_slice(&crate::random::next_u64().to_le_bytes());
-        }
+        let bytes = fastrand::u128(..).to_le_bytes();
         let id = uuid::Builder::from_random_bytes(bytes).into_uuid();
         let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
         let text = id.hyphenated().encode_lower(&mut text);

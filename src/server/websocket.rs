@@ -414,7 +414,7 @@ impl Session {
 
     /// Answers a warm-up with an empty completed response.
     async fn warm_up(&mut self, socket: &mut Socket, model: Value) -> bool {
-        let id = format!("resp_foldgate_{:016x}", crate::random::next_u64());
+        let id = format!("resp_foldgate_{:016x}", fastrand::u64(..));
         let created_at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());

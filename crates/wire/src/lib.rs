@@ -15,13 +15,11 @@
 //! - [`headers`]: the response headers foldgate adds to a conversation request.
 //! - [`telemetry`]: OpenTelemetry traces over OTLP: the layer, the spans,
 //!   `traceparent` in and out.
-//! - [`random`]: per-thread SplitMix64 for request ids and sampling draws.
 
 pub mod api;
 pub mod body;
 pub mod error;
 pub mod headers;
-pub mod random;
 pub mod shallow;
 pub mod sse;
 pub mod telemetry;

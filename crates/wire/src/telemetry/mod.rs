@@ -64,7 +64,7 @@ fn traced(headers: &HeaderMap) -> bool {
         .and_then(|v| sampled_flag(v.as_bytes()))
     {
         Some(sampled) => sampled,
-        None => crate::random::unit() < f64::from_bits(RATIO.load(Ordering::Relaxed)),
+        None => fastrand::f64() < f64::from_bits(RATIO.load(Ordering::Relaxed)),
     }
 }
 
@@ -556,7 +556,7 @@ mod tests {
 
     #[test]
     fn draws_are_spread_over_the_unit_interval() {
-        let draws: Vec<f64> = (0..10_000).map(|_| crate::random::unit()).collect();
+        let draws: Vec<f64> = (0..10_000).map(|_| fastrand::f64()).collect();
         assert!(draws.iter().all(|d| (0.0..1.0).contains(d)));
         let below = draws.iter().filter(|d| **d < 0.25).count();
         assert!(

@@ -99,7 +99,7 @@ pub async fn handle(
                         request.body_with(&mut prepared, |fields| {
                             if let Some(items) = api.conversation(fields) {
                                 let place = |items: &mut Vec<serde_json::Value>, text: &str| {
-                                    api.place_recalled(items, text);
+                                    api.recall().place_recalled(items, text);
                                 };
                                 recall::sticky::place(items, &injected, &place);
                             }

@@ -19,7 +19,7 @@
 //! - [`unclaimed`]: conversation-shaped `POST`s no API claims: counted, warned about once, listed.
 //! - [`admin`]: `/foldgate/*` endpoints and the guard on conversation reads; [`ui`]: the dashboard's embedded files (`/foldgate/ui`).
 //! - [`pipeline`]: the conversation pipeline: key, estimate, plan, fold, forward, retry, recall rounds; names no API.
-//! - [`api`]: the wire formats (chat completions, Anthropic Messages, Responses, Gemini, Ollama), one folder each behind one trait, [`api::WireApi`], made of four parts with chat completions' defaults ([`api::Endpoint`], [`api::Provider`], [`api::Codec`], [`api::Recall`]): a folder holds only what its wire does differently.
+//! - [`api`]: the wire formats (chat completions, Anthropic Messages, Responses, Gemini, Ollama), one folder each: a `const` [`api::ApiSpec`] of its data and a small codec ([`api::Codec`], [`api::Provider`], [`api::Recall`]): a folder holds only what its wire does differently.
 //! - [`state`]: fold-state storage and per-conversation single-flight.
 //! - [`tokens`]: token estimation, model windows, calibration.
 //! - [`fold`]: fold policy, cut planning and views (pure, no IO).

@@ -64,9 +64,9 @@ impl Unclaimed {
             tracing::warn!(
                 path,
                 "a conversation was POSTed to a path no API claims, and was forwarded unfolded: \
-                 foldgate folds paths ending in /chat/completions, /messages, /responses or \
-                 /models/{{model}}:generateContent (any prefix and version); point the client's \
-                 base URL so its SDK calls one of them"
+                 foldgate folds paths ending in {} (any prefix and version); point the client's \
+                 base URL so its SDK calls one of them",
+                claimed_paths()
             );
         }
         *count += 1;
@@ -82,6 +82,13 @@ impl Unclaimed {
         let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         seen.iter().map(|(p, n)| (p.clone(), *n)).collect()
     }
+}
+
+/// The endpoints the APIs claim, as their specs name them
+/// ([`crate::api::ApiSpec::path`]).
+fn claimed_paths() -> String {
+    let paths: Vec<&str> = crate::api::all().iter().map(|api| api.path()).collect();
+    paths.join(", ")
 }
 
 /// What a forwarded JSON body says of itself, read in one pass without

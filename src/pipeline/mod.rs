@@ -67,7 +67,7 @@ pub async fn handle(
     let tenant_and_id = request
         .key()
         .map(|k| (k.tenant.as_str(), k.conversation.as_str()));
-    crate::telemetry::record_request(api.name(), api.provider(), &request.model, tenant_and_id);
+    crate::telemetry::record_request(api, &request.model, tenant_and_id);
     let mut prepared = request.prepare(app, &own).await?;
     let mut retried = false;
     loop {
@@ -156,7 +156,7 @@ fn body_with_blocks(
     request.body_with(prepared, |fields| {
         if let Some(items) = api.conversation(fields) {
             let place = |items: &mut Vec<serde_json::Value>, text: &str| {
-                api.place_recalled(items, text);
+                api.recall().place_recalled(items, text);
             };
             recall::sticky::place(items, injected, &place);
         }

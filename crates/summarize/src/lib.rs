@@ -346,7 +346,7 @@ impl Summarizer {
         learned: Learned,
     ) -> Attempt {
         let api = target.provider.api();
-        let span = crate::telemetry::summarizer_call(api.name(), api.provider(), &target.model);
+        let span = crate::telemetry::summarizer_call(api, &target.model);
         let call =
             crate::telemetry::within(span, post(target, credentials, body, self.config.timeout));
         let (status, bytes) = match tokio::time::timeout(self.config.timeout, call).await {

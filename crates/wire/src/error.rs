@@ -1,5 +1,5 @@
 //! Errors made by foldgate itself. Each becomes its route's API's error
-//! envelope ([`ErrorShape`], from `crate::api::Provider::error_shape`) in
+//! envelope ([`ErrorShape`], from `crate::api::ApiSpec::error_shape`) in
 //! one place, [`ApiError::into_response_as`], so the stack's error type
 //! is `Infallible`.
 //! Upstream errors are not `ApiError`s: they pass through unchanged.
@@ -81,7 +81,7 @@ pub enum ApiError {
 
 /// The shape foldgate answers its own errors in on a route: the JSON
 /// envelope its API writes an error as, given by the API
-/// (`crate::api::Provider::error_shape`; `crate::api::own_error_shape` on
+/// (`crate::api::ApiSpec::error_shape`; `crate::api::own_error_shape` on
 /// routes no API claims).
 #[derive(Clone, Copy)]
 pub struct ErrorShape(pub fn(&ApiError) -> serde_json::Value);

@@ -2,7 +2,7 @@
 //! prompt's, for calibration; its output's, for traces), without holding
 //! the whole body. Where an answer
 //! reports them is its API's to say ([`UsageReader`], from
-//! `crate::api::Provider::usage`, most often reading a [`UsageShape`]);
+//! `crate::api::ApiSpec::usage`, most often reading a [`UsageShape`]);
 //! this module knows no API's shape.
 
 use crate::sse::{self, Events, Framing};
@@ -117,7 +117,7 @@ impl UsageScanner {
     pub fn finish(self) -> Reported {
         match self.body {
             Body::Sse(events) => read_event(self.reader, &events.rest()).or(self.found),
-            Body::Json(buf) => buf.map(|b| (self.reader.tokens)(&b)).unwrap_or_default(),
+            Body::Json(buf) => buf.map(|b| self.reader.tokens(&b)).unwrap_or_default(),
         }
     }
 }
@@ -127,7 +127,7 @@ impl UsageScanner {
 fn read_event(reader: UsageReader, event: &[u8]) -> Reported {
     let data = sse::payload(event);
     if has_object(&data, reader.key) {
-        (reader.tokens)(&data)
+        reader.tokens(&data)
     } else {
         Reported::default()
     }
@@ -141,8 +141,35 @@ fn read_event(reader: UsageReader, event: &[u8]) -> Reported {
 pub struct UsageReader {
     /// The quoted key, e.g. `"usage"`.
     pub key: &'static [u8],
+    /// What reads the tokens a body or event reports.
+    pub read: ReadTokens,
+}
+
+/// What reads the tokens of a body or event.
+#[derive(Debug, Clone, Copy)]
+pub enum ReadTokens {
+    /// A declared shape.
+    Shape(&'static UsageShape),
+    /// A reader of its own.
+    With(fn(&[u8]) -> Reported),
+}
+
+impl UsageReader {
+    /// The reader of `shape`, whose quoted field is `key`.
+    pub const fn of(key: &'static [u8], shape: &'static UsageShape) -> Self {
+        Self {
+            key,
+            read: ReadTokens::Shape(shape),
+        }
+    }
+
     /// The tokens a body or event reports.
-    pub tokens: fn(&[u8]) -> Reported,
+    pub fn tokens(&self, data: &[u8]) -> Reported {
+        match self.read {
+            ReadTokens::Shape(shape) => shape.tokens(data),
+            ReadTokens::With(read) => read(data),
+        }
+    }
 }
 
 /// Where an API's answers report their prompt tokens, for the common
@@ -173,6 +200,19 @@ pub struct UsageShape {
 }
 
 impl UsageShape {
+    /// The object under `field` counting `tokens` and `output`, nothing
+    /// added, of the answer itself.
+    pub const fn of(field: &'static str, tokens: &'static str, output: &'static str) -> Self {
+        Self {
+            field,
+            tokens,
+            added: &[],
+            output,
+            within: &[],
+            array: false,
+        }
+    }
+
     /// The tokens a body or event reports.
     pub fn tokens(self, data: &[u8]) -> Reported {
         // One UTF-8 check of the whole answer, then the parser reads text:

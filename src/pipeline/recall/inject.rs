@@ -217,7 +217,7 @@ pub(in crate::pipeline) fn fill(app: &App, request: &ConvRequest, prepared: &mut
         return;
     };
     let tool = if request.recall() {
-        fit::json_tokens(app, &request.model, &[request.api.recall_tool()])
+        fit::json_tokens(app, &request.model, &[request.api.recall().recall_tool()])
     } else {
         0
     };

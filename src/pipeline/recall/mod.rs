@@ -114,10 +114,10 @@ impl Session {
         let mut fields = request.view_fields(prepared)?;
         if let (false, Some(items)) = (injected.is_empty(), api.conversation(&mut fields)) {
             sticky::place(items, injected, &|items, text| {
-                api.place_recalled(items, text)
+                api.recall().place_recalled(items, text)
             });
         }
-        let tool = api.recall_tool();
+        let tool = api.recall().recall_tool();
         let used = prepared.tokens_out.saturating_add(fit::json_tokens(
             app,
             &request.model,
@@ -235,7 +235,7 @@ impl Session {
             }
             if calls.recall_only() {
                 let calls = calls.recalls();
-                let messages = self.api.answer_messages(&answer, &calls);
+                let messages = self.api.recall().answer_messages(&answer, &calls);
                 let usage = answer.get(self.api.usage_field()).cloned();
                 let turn = RecallTurn {
                     messages,
@@ -246,7 +246,7 @@ impl Session {
                 (head, incoming) = self.next_round(turn).await?;
                 continue;
             }
-            self.api.hide(&mut answer);
+            self.api.recall().hide(&mut answer);
             if let Some(answer) = answer.as_object_mut().filter(|_| !self.usage.is_null()) {
                 let field = self.api.usage_field();
                 let last = answer.get(field).cloned().unwrap_or_default();
@@ -260,13 +260,15 @@ impl Session {
 
     /// The tool calls of a whole answer.
     fn calls(&self, answer: &Value) -> Calls {
-        self.api.calls(answer)
+        self.api.recall().calls(answer)
     }
 
     /// A reader for the current round's streamed events, continuing what
     /// `carry` says the earlier rounds showed.
     fn stream_round(&self, carry: Carry) -> Box<dyn Round> {
-        self.api.stream_round(self.last(), self.rounds > 0, carry)
+        self.api
+            .recall()
+            .stream_round(self.last(), self.rounds > 0, carry)
     }
 
     /// The event that ends a stream foldgate cannot finish.
@@ -297,7 +299,7 @@ impl Session {
         }
         // This request's fold may have just queued what it archived.
         self.app.archive.flush().await;
-        self.api.bound_calls(&mut turn.messages);
+        self.api.recall().bound_calls(&mut turn.messages);
         // The round's call message goes in whatever the results take.
         let asked = fit::json_tokens(&self.app, &self.model, &turn.messages);
         let used = self.used.saturating_add(asked);
@@ -308,7 +310,7 @@ impl Session {
         m.recall_shortened.inc_by(answers.shortened);
         m.recall_refused.inc_by(answers.refused);
         let texts = answers.texts;
-        let results = self.api.results(&turn.calls, texts);
+        let results = self.api.recall().results(&turn.calls, texts);
         self.used = used.saturating_add(fit::json_tokens(&self.app, &self.model, &results));
         if let Some(messages) = self.api.conversation(&mut self.fields) {
             messages.extend(turn.messages);

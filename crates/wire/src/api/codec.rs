@@ -10,6 +10,9 @@ use crate::message::{MessageId, unit_id};
 use serde_json::{Map, Value, json};
 use std::ops::Range;
 
+/// A request body's top-level fields.
+pub type Fields = Map<String, Value>;
+
 /// A request read shallowly, without building a `Value` tree
 /// ([`crate::shallow`]): its pinned fields and conversation items stay
 /// JSON text, other fields are skipped unless the estimate needs them.
@@ -82,7 +85,7 @@ impl<'a> RawRequest<'a> {
 impl RawRequest<'_> {
     /// Reads each unit's items in order into `out` with `read`, which is
     /// told whether the unit before makes tool calls (on an API that
-    /// [answers by position](super::Codec::answers_by_position); else
+    /// [answers by position](super::spec::ApiSpec::answers_by_position); else
     /// always `false`) and tells whether this one does. `None` when a
     /// unit cannot be read.
     pub fn read_units<T>(
@@ -111,17 +114,27 @@ pub fn raw_pinned(name: &str, field: &[u8]) -> Option<(Value, MessageId)> {
 /// The engine message the wire items of `api` given as JSON text stand
 /// for, and its identity, as the decoder makes them (`None`: an item is
 /// not JSON the decoder reads, or not UTF-8); `after_calls`: the unit
-/// before them makes tool calls ([`super::Codec::unit_message_after`]).
+/// before them makes tool calls ([`super::Codec::unit_message`]).
 pub fn raw_unit(api: super::Api, items: &[&[u8]], after_calls: bool) -> Option<(Value, MessageId)> {
     let values = items
         .iter()
         .map(|i| serde_json::from_slice(i))
         .collect::<Result<Vec<Value>, _>>()
         .ok()?;
-    Some((
-        api.unit_message_after(&values, after_calls),
-        unit_id(&values),
-    ))
+    Some((api.unit_message(&values, after_calls), unit_id(&values)))
+}
+
+/// The view of `messages`, the engine's, laid out by the fold engine as
+/// `items` in the conversation `field`: the fill of every body whose
+/// messages are the engine's (chat completions').
+pub fn fill_messages(
+    fields: &mut Map<String, Value>,
+    field: &str,
+    messages: &[Value],
+    items: Vec<Item>,
+) {
+    let view = crate::fold::view::materialize(messages, items);
+    fields.insert(field.into(), Value::Array(view));
 }
 
 /// The engine message of pinned field `name` and its identity, as the
@@ -150,13 +163,13 @@ impl ReadBody {
     /// Reads a body of `api` as the pipeline reads it, for an estimate
     /// made outside the proxy (`foldgate estimate`).
     pub fn read(api: super::Api, bytes: &[u8]) -> Result<Self, ApiError> {
-        api.decode(bytes).map(Self::of)
+        api.decode(None, bytes).map(Self::of)
     }
 
     /// [`ReadBody::read`] of a body posted to `path` (an API may name the
     /// model there).
     pub fn read_at(api: super::Api, path: &str, bytes: &[u8]) -> Result<Self, ApiError> {
-        api.decode_at(path, bytes).map(Self::of)
+        api.decode(Some(path), bytes).map(Self::of)
     }
 
     fn of(decoded: Decoded) -> Self {

@@ -109,7 +109,7 @@ pub fn fast_read(api: &str, bytes: &[u8]) -> Option<FastRead> {
 pub fn codec(api: &str, bytes: &[u8]) -> Result<CodecRead, String> {
     use crate::fold::view::Item;
     let api: super::Api = super::named(api).unwrap_or(&super::chat::Chat);
-    let mut decoded = api.decode(bytes).map_err(|e| e.to_string())?;
+    let mut decoded = api.decode(None, bytes).map_err(|e| e.to_string())?;
     let layout = (0..decoded.messages.len()).map(Item::Original).collect();
     let (units, items) = match &decoded.wire {
         Some(wire) => (wire.units.clone(), wire.items.len()),

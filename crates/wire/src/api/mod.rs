@@ -1,15 +1,15 @@
 //! The wire formats foldgate folds, one folder each, behind one trait.
 //!
-//! A [`WireApi`] is everything one API means to the pipeline, in four
-//! parts: its [`Endpoint`] (the route it serves), its [`Provider`] side
-//! (keys, error shape and context-length error, usage, the summarizer's
-//! call to a provider that speaks it), its [`Codec`] (how its body becomes
-//! the fold engine's messages and a view goes back into it, where the
-//! summary goes) and its [`Recall`] round. Every part's defaults are chat
-//! completions', so a folder writes only what its wire does differently
-//! (docs/architecture.md, "An API: the `WireApi` parts", has the table).
-//! The server's pipeline holds an [`Api`] and names none of
-//! them; adding an API is a folder here and one line in [`APIS`].
+//! An API is data plus a small codec (docs/architecture.md, "An API: a
+//! spec and a small codec"): a `const` [`ApiSpec`] (its name, routes,
+//! conversation field, keys, usage, framing, error shapes, where the
+//! summary goes, its recall round's settings and telemetry names) and a
+//! [`WireApi`]: its [`Codec`] (decode, fill, the fast path's reader), its
+//! [`Provider`] side (the summarizer's call) and, through the spec, its
+//! [`Recall`] shapes. What every API does alike reads the spec, once
+//! (`parts.rs`, [`codec`], [`recall`]). The server's pipeline holds an
+//! [`Api`] and names none of them; adding an API is a folder here and one
+//! line in [`APIS`].
 //!
 //! - [`chat`]: OpenAI chat completions; the messages are the engine's.
 //! - [`anthropic`]: Anthropic Messages; `system` pinned, `tool_use` and
@@ -39,11 +39,13 @@ pub mod ollama;
 pub mod recall;
 pub mod responses;
 pub mod route;
+pub mod spec;
 pub mod summary;
 
 pub use context_error::ContextError;
-pub use parts::{Codec, Endpoint, Provider, Recall, Signer, WireApi};
+pub use parts::{Codec, Provider, Recall, Signer, WireApi};
 pub use registry::*;
+pub use spec::ApiSpec;
 
 mod parts;
 mod registry;

@@ -27,7 +27,7 @@ static APIS: &[Api] = &[
 ];
 
 /// The API a request speaks, when foldgate folds it: a `POST` whose path
-/// has the shape of an API's endpoint ([`Endpoint::claim`](super::Endpoint::claim)).
+/// has the shape of an API's endpoint ([`ApiSpec::claim`](super::ApiSpec::claim)).
 pub fn of(method: &Method, path: &str) -> Option<Api> {
     claim(method, path).map(|(api, _)| api)
 }
@@ -69,7 +69,7 @@ pub fn route(method: &Method, uri: &Uri) -> Option<Route> {
 /// A request to one of an API's other endpoints, which foldgate does not
 /// fold (Gemini's `:countTokens`, Anthropic's `/messages/count_tokens`):
 /// forwarded untouched, but only to a provider of that API, with the
-/// route's tail ([`Endpoint::owns`](super::Endpoint::owns)).
+/// route's tail ([`ApiSpec::owns`](super::ApiSpec::owns)).
 pub fn sibling(uri: &Uri) -> Option<Route> {
     let path = uri.path();
     let (api, claim) = APIS
@@ -118,7 +118,7 @@ pub fn by_shape(body: &Map<String, Value>) -> Api {
     best
 }
 
-/// Every API's name ([`Endpoint::name`](super::Endpoint::name)), in registry order.
+/// Every API's name ([`ApiSpec::name`](super::ApiSpec::name)), in registry order.
 pub fn names() -> impl Iterator<Item = &'static str> {
     APIS.iter().map(|api| api.name())
 }
@@ -128,7 +128,7 @@ pub fn all() -> &'static [Api] {
     APIS
 }
 
-/// The API of this name ([`Endpoint::name`](super::Endpoint::name)).
+/// The API of this name ([`ApiSpec::name`](super::ApiSpec::name)).
 pub fn named(name: &str) -> Option<Api> {
     APIS.iter().copied().find(|api| api.name() == name)
 }
@@ -156,9 +156,9 @@ pub fn key_headers() -> &'static [HeaderName] {
     static NAMES: LazyLock<Vec<HeaderName>> = LazyLock::new(|| {
         let mut names: Vec<HeaderName> = Vec::with_capacity(APIS.len());
         for api in APIS {
-            let (name, _) = api.key_header("");
-            let others = api.client_key_headers().iter().copied();
-            for name in std::iter::once(name).chain(others.map(HeaderName::from_static)) {
+            let keys = &api.spec().keys;
+            let all = std::iter::once(keys.header).chain(keys.client_headers.iter().copied());
+            for name in all.map(HeaderName::from_static) {
                 if !names.contains(&name) {
                     names.push(name);
                 }

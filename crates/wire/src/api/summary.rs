@@ -45,6 +45,16 @@ pub struct SummaryCall<'a> {
     pub completion_param: bool,
 }
 
+impl SummaryCall<'_> {
+    /// The system prompt and the user's, as chat messages.
+    pub fn messages(&self) -> Value {
+        serde_json::json!([
+            {"role": "system", "content": self.system},
+            {"role": "user", "content": self.user},
+        ])
+    }
+}
+
 /// What a successful answer to a summarizer call says, read by the API
 /// of the provider that answered.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

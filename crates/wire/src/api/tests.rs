@@ -137,7 +137,7 @@ fn calls_go_back_with_their_bounded_query_on_every_api() {
     let mut chat = vec![json!({"role": "assistant", "tool_calls": [
         {"id": "a", "function": {"name": RECALL_TOOL, "arguments": huge}},
         {"id": "b", "function": {"name": "ls", "arguments": "{\"p\": 1}"}}]})];
-    api("chat").bound_calls(&mut chat);
+    api("chat").recall().bound_calls(&mut chat);
     assert_eq!(
         chat[0]["tool_calls"][0]["function"]["arguments"],
         cut.to_string()
@@ -150,12 +150,12 @@ fn calls_go_back_with_their_bounded_query_on_every_api() {
     let mut anthropic = vec![json!({"role": "assistant", "content": [
         {"type": "text", "text": "hm"},
         {"type": "tool_use", "id": "a", "name": RECALL_TOOL, "input": input}]})];
-    api("anthropic").bound_calls(&mut anthropic);
+    api("anthropic").recall().bound_calls(&mut anthropic);
     assert_eq!(anthropic[0]["content"][1]["input"], cut);
     let mut responses = vec![
         json!({"type": "function_call", "call_id": "a", "name": RECALL_TOOL, "arguments": "not json"}),
     ];
-    api("responses").bound_calls(&mut responses);
+    api("responses").recall().bound_calls(&mut responses);
     assert_eq!(responses[0]["arguments"], "{}");
 }
 
@@ -164,7 +164,8 @@ fn recalled_excerpts_go_before_the_last_user_message_in_each_api() {
     let place = |name: &str, body: &mut Value, block: &str| {
         let api = api(name);
         let fields = body.as_object_mut().unwrap();
-        api.place_recalled(api.conversation(fields).unwrap(), block);
+        api.recall()
+            .place_recalled(api.conversation(fields).unwrap(), block);
     };
     let mut chat = json!({"messages": [
         {"role": "system", "content": "s"}, {"role": "user", "content": "a"},
@@ -227,7 +228,7 @@ fn summarizer_calls_take_each_providers_shape() {
 #[test]
 fn malformed_conversations_are_refused_in_each_apis_words() {
     let said = |name: &str, body: &str| {
-        let refused = api(name).decode(body.as_bytes()).err();
+        let refused = api(name).decode(None, body.as_bytes()).err();
         refused.map(|e| (e.to_string(), e.code()))
     };
     let cases = [

@@ -17,6 +17,7 @@ mod layer;
 
 pub use layer::RequestSpans;
 
+use crate::api::Api;
 use crate::config::TelemetryConfig;
 use http::HeaderMap;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
@@ -299,12 +300,14 @@ pub fn fold(parent: Option<&Context>, started: &'static str) -> Option<Context> 
 }
 
 /// The span of one summarizer call to `model` over an API's wire format
-/// (its name and its provider's, as [`crate::api::WireApi`] gives them).
-pub fn summarizer_call(api: &str, api_provider: &'static str, model: &str) -> Option<Context> {
+/// (its names in the conventions are its spec's,
+/// [`crate::api::spec::Telemetry`]).
+pub fn summarizer_call(api: Api, model: &str) -> Option<Context> {
+    let names = &api.spec().telemetry;
     child("summarizer call", SpanKind::Client, || {
         vec![
-            KeyValue::new("gen_ai.operation.name", operation(api)),
-            KeyValue::new("gen_ai.provider.name", provider(api_provider)),
+            KeyValue::new("gen_ai.operation.name", names.operation),
+            KeyValue::new("gen_ai.provider.name", names.provider),
             KeyValue::new("gen_ai.request.model", model.to_string()),
         ]
     })
@@ -364,26 +367,20 @@ pub fn record_status(cx: Option<&Context>, status: http::StatusCode) {
 
 /// Sets the GenAI semantic conventions' attributes and foldgate's
 /// conversation on the request's span (the one in force): the request's
-/// API and its provider by name (as [`crate::api::WireApi`] gives them),
-/// the model asked for, and the conversation's key (tenant, id), exported
-/// only hashed.
-pub fn record_request(
-    api: &'static str,
-    api_provider: &'static str,
-    model: &str,
-    conversation: Option<(&str, &str)>,
-) {
+/// API's names in the conventions (its spec's,
+/// [`crate::api::spec::Telemetry`]), the model asked for, and the
+/// conversation's key (tenant, id), exported only hashed.
+pub fn record_request(api: Api, model: &str, conversation: Option<(&str, &str)>) {
     let Some(cx) = current() else {
         return;
     };
     let span = cx.span();
-    span.set_attribute(KeyValue::new("gen_ai.operation.name", operation(api)));
-    span.set_attribute(KeyValue::new(
-        "gen_ai.provider.name",
-        provider(api_provider),
-    ));
+    let spec = api.spec();
+    let names = &spec.telemetry;
+    span.set_attribute(KeyValue::new("gen_ai.operation.name", names.operation));
+    span.set_attribute(KeyValue::new("gen_ai.provider.name", names.provider));
     span.set_attribute(KeyValue::new("gen_ai.request.model", model.to_string()));
-    span.set_attribute(KeyValue::new("foldgate.api", api));
+    span.set_attribute(KeyValue::new("foldgate.api", spec.name));
     if let Some((tenant, id)) = conversation {
         span.set_attribute(KeyValue::new(
             "foldgate.conversation",
@@ -458,22 +455,6 @@ pub fn record_usage(cx: &Context, reported: crate::usage::Reported) {
 pub fn record_round_usage(reported: crate::usage::Reported) {
     if let Some(cx) = current() {
         record_usage(&cx, reported);
-    }
-}
-
-/// `gen_ai.operation.name` of an API's requests.
-fn operation(api: &str) -> &'static str {
-    match api {
-        "gemini" => "generate_content",
-        _ => "chat",
-    }
-}
-
-/// `gen_ai.provider.name` of an API's provider, as the conventions spell it.
-fn provider(name: &'static str) -> &'static str {
-    match name {
-        "gemini" => "gcp.gemini",
-        other => other,
     }
 }
 

@@ -288,6 +288,14 @@ fn breakpoints(value: &Value, out: &mut Vec<bool>) {
     }
 }
 
+/// The engine message of a unit, one message; one without a string `role`
+/// has none (the decoder refuses it, so the fast path must not take it).
+pub fn unit_message(unit: &[Value]) -> Value {
+    unit.first()
+        .filter(|m| m.get("role").is_some_and(Value::is_string))
+        .map_or(Value::Null, engine_message)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@ use super::Anthropic;
 use crate::api::Recall;
 use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, summed};
 use crate::api::recall::input::bounded;
-use crate::api::recall::stream::{self, RoundState, Stream};
+use crate::api::recall::stream::{self, Outgoing, RoundState, Seen, Stream, kind};
 use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -20,11 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 impl Recall for Anthropic {
     /// The tool foldgate adds to a request.
     fn recall_tool(&self) -> Value {
-        json!({
-            "name": RECALL_TOOL,
-            "description": crate::api::recall::DESCRIPTION,
-            "input_schema": crate::api::recall::parameters(),
-        })
+        crate::api::recall::declaration("input_schema")
     }
 
     fn tool_name<'t>(&self, tool: &'t Value) -> Option<&'t str> {
@@ -33,15 +29,7 @@ impl Recall for Anthropic {
 
     /// `tool_choice` unset or `{"type": "auto"}`.
     fn free_to_call(&self, fields: &Map<String, Value>) -> bool {
-        match fields.get("tool_choice") {
-            None | Some(Value::Null) => true,
-            Some(choice) => choice.get("type").and_then(Value::as_str) == Some("auto"),
-        }
-    }
-
-    /// Anthropic wants the tool defined while the history has a `tool_use`.
-    fn keeps_recall_tool(&self) -> bool {
-        true
+        crate::api::recall::auto_choice(fields, |choice| choice.get("type")?.as_str())
     }
 
     /// Its `tool_use` blocks, by block index.
@@ -72,11 +60,11 @@ impl Recall for Anthropic {
 
     /// One user message of `tool_result`s.
     fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-        let blocks: Vec<Value> = calls
-            .iter()
-            .zip(texts)
-            .map(|(c, text)| json!({"type": "tool_result", "tool_use_id": c.id, "content": text}))
-            .collect();
+        let blocks = crate::api::recall::each_result(
+            calls,
+            texts,
+            |c, text| json!({"type": "tool_result", "tool_use_id": c.id, "content": text}),
+        );
         vec![json!({"role": "user", "content": blocks})]
     }
 
@@ -110,13 +98,6 @@ impl Recall for Anthropic {
         }
     }
 
-    fn error_event(&self, message: &str) -> Bytes {
-        stream::named_event(
-            "error",
-            &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
-        )
-    }
-
     /// As the first text block of the last user message: roles must
     /// alternate, and a user message that carries tool results is not the
     /// user's.
@@ -138,6 +119,14 @@ impl Recall for Anthropic {
         };
         message.insert("content".into(), Value::Array(content));
     }
+}
+
+/// The event that ends a stream foldgate cannot finish.
+pub fn error_event(message: &str) -> Bytes {
+    stream::named_event(
+        "error",
+        &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+    )
 }
 
 /// A tool's name.
@@ -187,13 +176,6 @@ impl Round {
         };
         Stream::new(RoundState::new(last, Gap::default()), round)
     }
-}
-
-fn kind(event: &Value) -> &str {
-    event
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
 }
 
 /// Sets each field of `from` in `usage` (a later count replaces an earlier).
@@ -285,25 +267,17 @@ impl stream::Reader for Round {
     /// once the answer is mixed, blocks numbered after earlier rounds',
     /// a later round's text set apart, usage summed over the rounds in the
     /// last `message_delta`.
-    fn outgoing(
-        &mut self,
-        state: &mut RoundState,
-        raw: Bytes,
-        event: Option<Value>,
-        recall: &[u64],
-        prior: &Value,
-    ) -> Option<Bytes> {
-        let Some(mut event) = event else {
-            return Some(raw);
-        };
+    fn outgoing(&mut self, state: &mut RoundState, mut event: Value, seen: Seen<'_>) -> Outgoing {
         let kind = kind(&event).to_string();
         if self.later && kind == "message_start" {
-            return None;
+            return Outgoing::Drop;
         }
         let mut changed = false;
         let index = event.get("index").and_then(Value::as_u64);
-        let hidden = if state.hold.mixed { recall } else { &[] };
-        changed |= stream::renumber(&mut event, "index", self.offset, hidden)?;
+        match stream::renumber(&mut event, "index", self.offset, seen.hidden(state)) {
+            Some(renumbered) => changed |= renumbered,
+            None => return Outgoing::Drop,
+        }
         if let Some(i) = index.filter(|_| kind == "content_block_start") {
             self.shown.insert(i);
         }
@@ -315,16 +289,12 @@ impl stream::Reader for Round {
                 changed |=
                     stream::replace_str(&mut event, "/delta/stop_reason", "tool_use", "end_turn");
             }
-            if !prior.is_null() {
-                event["usage"] = summed(prior, &self.usage);
+            if !seen.prior.is_null() {
+                event["usage"] = summed(seen.prior, &self.usage);
                 changed = true;
             }
         }
-        Some(if changed {
-            stream::named_event(&kind, &event)
-        } else {
-            raw
-        })
+        Outgoing::of(changed, || stream::named_event(&kind, &event))
     }
 
     fn end(self, state: RoundState) -> Option<RecallTurn> {
@@ -344,14 +314,8 @@ impl stream::Reader for Round {
 /// Whether a message is a user's turn: role `user`, no `tool_result` in it.
 fn is_user_turn(message: &Value) -> bool {
     let user = message.get("role").and_then(Value::as_str) == Some("user");
-    let results = message
-        .get("content")
-        .and_then(Value::as_array)
-        .is_some_and(|blocks| {
-            blocks
-                .iter()
-                .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-        });
+    let blocks = message.get("content").and_then(Value::as_array);
+    let results = (blocks.into_iter().flatten()).any(|b| kind(b) == "tool_result");
     user && !results
 }
 
@@ -360,25 +324,8 @@ mod tests {
     use super::*;
     use crate::api::recall::stream::Round as _;
 
-    fn tool() -> Value {
-        Anthropic.recall_tool()
-    }
-
-    fn offerable(fields: &Map<String, Value>) -> bool {
-        Anthropic.recall_offerable(fields)
-    }
-
-    fn calls(answer: &Value) -> Calls {
-        Anthropic.calls(answer)
-    }
-
-    fn hide(answer: &mut Value) {
-        Anthropic.hide(answer);
-    }
-
     fn ev(v: Value) -> Bytes {
-        let name = kind(&v).to_string();
-        stream::named_event(&name, &v)
+        stream::typed_event(&v)
     }
 
     fn start(usage: u64) -> Bytes {
@@ -419,14 +366,6 @@ mod tests {
         ]
     }
 
-    fn feed(round: &mut Stream<Round>, events: Vec<Bytes>, prior: &Value) -> Vec<Value> {
-        events
-            .into_iter()
-            .flat_map(|e| round.event(e, prior))
-            .filter_map(|b| stream::chunk_of(&b))
-            .collect()
-    }
-
     #[test]
     fn a_recall_round_shows_its_text_and_holds_the_rest() {
         let mut round = Round::new(false, false, 0);
@@ -439,7 +378,7 @@ mod tests {
             "{\"query\": \"port\"}",
         ));
         events.extend(finish("tool_use", 20));
-        let shown = feed(&mut round, events, &Value::Null);
+        let shown = stream::feed(&mut round, events, &Value::Null);
         assert_eq!(shown.len(), 4, "message_start and the text block");
         let turn = Box::new(round)
             .end()
@@ -468,7 +407,7 @@ mod tests {
         let mut events = vec![start(150)];
         events.extend(text_block(0, "Port 8080."));
         events.extend(finish("end_turn", 9));
-        let shown = feed(&mut round, events, &prior);
+        let shown = stream::feed(&mut round, events, &prior);
         assert!(shown.iter().all(|e| kind(e) != "message_start"));
         assert_eq!(
             shown[0]["index"], 1,
@@ -498,7 +437,7 @@ mod tests {
         ));
         events.extend(tool_block(1, "toolu_c", "read_file", "{\"path\": \"a\"}"));
         events.extend(finish("tool_use", 20));
-        let shown = feed(&mut round, events, &Value::Null);
+        let shown = stream::feed(&mut round, events, &Value::Null);
         let starts: Vec<&Value> = shown
             .iter()
             .filter(|e| kind(e) == "content_block_start")
@@ -519,15 +458,15 @@ mod tests {
         let mut answer = json!({"stop_reason": "tool_use", "content": [
             {"type": "text", "text": "Checking."},
             {"type": "tool_use", "id": "t", "name": "foldgate_recall", "input": {"query": "port"}}]});
-        let calls = calls(&answer);
+        let calls = Anthropic.calls(&answer);
         assert!(calls.recall_only());
         assert_eq!(calls.recalls()[0].query().as_deref(), Some("port"));
-        hide(&mut answer);
+        Anthropic.hide(&mut answer);
         assert_eq!(answer["content"].as_array().map(Vec::len), Some(1));
         assert_eq!(answer["stop_reason"], "end_turn");
         let fields = |v: Value| v.as_object().cloned().unwrap_or_default();
-        assert!(offerable(&fields(json!({"tool_choice": {"type": "auto"}}))));
-        assert!(!offerable(&fields(json!({"tool_choice": {"type": "any"}}))));
-        assert!(!offerable(&fields(json!({"tools": [tool()]}))));
+        assert!(Anthropic.recall_offerable(&fields(json!({"tool_choice": {"type": "auto"}}))));
+        assert!(!Anthropic.recall_offerable(&fields(json!({"tool_choice": {"type": "any"}}))));
+        assert!(!Anthropic.recall_offerable(&fields(json!({"tools": [Anthropic.recall_tool()]}))));
     }
 }

@@ -16,17 +16,15 @@ pub mod eventstream;
 pub mod sign;
 
 use super::anthropic::{self, Anthropic};
-use super::codec::{Decoded, RawRequest, Wire, object};
-use super::recall::calls::{Call, Calls, Carry};
-use super::recall::stream::Round;
+use super::codec::{Decoded, Fields, RawRequest, Wire, object};
 use super::route::Claim;
+use super::spec::{self, ApiSpec, Framing, RecallSpec, Telemetry};
 use super::summary::{SummaryAnswer, SummaryCall};
-use super::{Codec, Endpoint, Fit, Provider, Recall, Signer};
-use crate::config::{Placement, ProviderConfig};
+use super::{Codec, Fit, Provider, Signer};
+use crate::config::ProviderConfig;
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
-use crate::usage::{Reported, UsageReader};
-use bytes::Bytes;
+use crate::usage::{ReadTokens, Reported, UsageReader};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
@@ -41,30 +39,37 @@ const INVOKE: [&str; 2] = ["invoke", "invoke-with-response-stream"];
 /// A model's other methods: forwarded untouched, only to Bedrock.
 const SIBLINGS: [&str; 3] = ["converse", "converse-stream", "count-tokens"];
 
-impl Endpoint for Bedrock {
-    fn name(&self) -> &'static str {
-        "bedrock"
-    }
-
-    fn path(&self) -> &'static str {
-        "/model/{model}/invoke"
-    }
-
-    /// `…/model/{model}/invoke` or `…/invoke-with-response-stream`: the
-    /// tail starts at `/model`.
-    fn claim(&self, path: &str) -> Option<Claim> {
-        model_path(path, &INVOKE)
-    }
-
-    /// `…/model/{model}/converse`, `converse-stream` and `count-tokens`.
-    fn owns(&self, path: &str) -> Option<Claim> {
-        model_path(path, &SIBLINGS)
-    }
-
-    fn model_in_path(&self) -> bool {
-        true
-    }
-}
+/// Bedrock's `InvokeModel` as data: `…/model/{model}/invoke` or
+/// `…/invoke-with-response-stream` (the tail starts at `/model`), its
+/// siblings `converse`, `converse-stream` and `count-tokens`; otherwise
+/// Anthropic's (its body, where the summary goes, its recall shapes), but
+/// the recall tool is never offered (a round would have to read and write
+/// event-stream frames).
+pub const SPEC: ApiSpec = ApiSpec {
+    name: "bedrock",
+    provider: "bedrock",
+    path: "/model/{model}/invoke",
+    claim: |path| model_path(path, &INVOKE),
+    owns: |path| model_path(path, &SIBLINGS),
+    model_in_path: true,
+    keys: spec::BEARER,
+    usage: UsageReader {
+        key: b"\"usage\"",
+        read: ReadTokens::With(usage),
+    },
+    framing: Framing::EventStream,
+    error_shape: ErrorShape(|error| json!({"message": error.to_string()})),
+    error_event: |message| eventstream::exception("internalServerException", message),
+    recall: RecallSpec {
+        offered: false,
+        ..anthropic::SPEC.recall
+    },
+    telemetry: Telemetry {
+        operation: "chat",
+        provider: "bedrock",
+    },
+    ..anthropic::SPEC
+};
 
 /// `…/model/{id}/{method}` for one of `methods`, the id one segment.
 fn model_path(path: &str, methods: &[&str]) -> Option<Claim> {
@@ -82,21 +87,6 @@ fn model_path(path: &str, methods: &[&str]) -> Option<Claim> {
 }
 
 impl Provider for Bedrock {
-    /// `{"message": "..."}`, as Bedrock's errors read.
-    fn error_shape(&self) -> ErrorShape {
-        ErrorShape(|error| json!({"message": error.to_string()}))
-    }
-
-    /// Anthropic's `usage`, of a whole answer or, for a stream, of the
-    /// events its frames carry (read once the answer has ended: a frame's
-    /// event is base64 in its payload).
-    fn usage(&self) -> UsageReader {
-        UsageReader {
-            key: b"\"usage\"",
-            tokens: usage,
-        }
-    }
-
     /// Anthropic's call, the model in the path.
     fn summary_body(&self, call: SummaryCall<'_>) -> Option<Value> {
         let mut body = Anthropic.summary_body(call)?;
@@ -127,7 +117,7 @@ impl Provider for Bedrock {
     }
 
     fn summary_answer(&self, answer: &Value) -> SummaryAnswer {
-        Anthropic.summary_answer(answer)
+        anthropic::summary_answer(answer)
     }
 
     /// SigV4 with the provider's `[aws]` credentials, when it has them.
@@ -136,10 +126,11 @@ impl Provider for Bedrock {
     }
 }
 
-/// The tokens a whole answer reports: a JSON body's, or the events' of an
-/// event stream (the later of each count wins).
+/// Anthropic's `usage`, of a whole answer or, for a stream, of the events
+/// its frames carry (read once the answer has ended: a frame's event is
+/// base64 in its payload; the later of each count wins).
 fn usage(data: &[u8]) -> Reported {
-    let anthropic = Anthropic.usage().tokens;
+    let anthropic = |data: &[u8]| anthropic::USAGE.tokens(data);
     if data.first() == Some(&b'{') {
         return anthropic(data);
     }
@@ -149,13 +140,29 @@ fn usage(data: &[u8]) -> Reported {
 }
 
 impl Codec for Bedrock {
-    /// `anthropic_version` is Bedrock's (an Anthropic body on another
-    /// route fits Anthropic as well, which comes first).
-    fn fit(&self, body: &Map<String, Value>) -> Fit {
-        match body.get("anthropic_version") {
-            Some(_) if body.contains_key("messages") => Fit::Only,
-            _ => Fit::No,
+    fn spec(&self) -> &'static ApiSpec {
+        &SPEC
+    }
+
+    /// Anthropic's decoder, given the path's model (taken out again when
+    /// the view is filled in); a body without its path: its `model`, if
+    /// it has one.
+    fn decode(&self, path: Option<&str>, bytes: &[u8]) -> Result<Decoded, ApiError> {
+        let mut fields = object(bytes)?;
+        let claim = path.and_then(|p| model_path(p, &INVOKE).or_else(|| model_path(p, &SIBLINGS)));
+        if let (Some(path), Some(range)) = (path, claim.and_then(|c| c.model)) {
+            fields.insert("model".into(), Value::String(path[range].to_string()));
         }
+        anthropic::codec::decode(fields)
+    }
+
+    fn fill_wire(&self, fields: &mut Fields, _: &[Value], wire: &Wire, items: Vec<Item>) {
+        anthropic::codec::encode(fields, wire, items);
+        fields.remove("model");
+    }
+
+    fn unit_message(&self, unit: &[Value], _after_calls: bool) -> Value {
+        anthropic::codec::unit_message(unit)
     }
 
     /// Anthropic's reader; the model is the path's, so the read leaves it
@@ -175,93 +182,13 @@ impl Codec for Bedrock {
         Some(raw)
     }
 
-    fn unit_message(&self, unit: &[Value]) -> Value {
-        Anthropic.unit_message(unit)
-    }
-
-    /// A body without its path: its `model`, if it has one.
-    fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {
-        anthropic::codec::decode(object(bytes)?)
-    }
-
-    /// The model is the path's, given to Anthropic's decoder (and taken
-    /// out again when the view is filled in).
-    fn decode_at(&self, path: &str, bytes: &[u8]) -> Result<Decoded, ApiError> {
-        let mut fields = object(bytes)?;
-        let claim = model_path(path, &INVOKE).or_else(|| model_path(path, &SIBLINGS));
-        if let Some(range) = claim.and_then(|c| c.model) {
-            fields.insert("model".into(), Value::String(path[range].to_string()));
+    /// `anthropic_version` is Bedrock's (an Anthropic body on another
+    /// route fits Anthropic as well, which comes first).
+    fn fit(&self, body: &Map<String, Value>) -> Fit {
+        match body.get("anthropic_version") {
+            Some(_) if body.contains_key("messages") => Fit::Only,
+            _ => Fit::No,
         }
-        anthropic::codec::decode(fields)
-    }
-
-    fn fill_wire(
-        &self,
-        fields: &mut Map<String, Value>,
-        _messages: &[Value],
-        wire: &Wire,
-        items: Vec<Item>,
-    ) {
-        anthropic::codec::encode(fields, wire, items);
-        fields.remove("model");
-    }
-
-    /// The summary can only go in `system`.
-    fn placement(&self, _configured: Placement) -> Placement {
-        Placement::System
-    }
-}
-
-/// Anthropic's recall shapes; the tool is never offered on Bedrock.
-impl Recall for Bedrock {
-    fn recall_tool(&self) -> Value {
-        Anthropic.recall_tool()
-    }
-
-    fn tool_name<'t>(&self, tool: &'t Value) -> Option<&'t str> {
-        Anthropic.tool_name(tool)
-    }
-
-    /// Never: a round would have to read and write event-stream frames.
-    fn recall_offerable(&self, _fields: &Map<String, Value>) -> bool {
-        false
-    }
-
-    fn keeps_recall_tool(&self) -> bool {
-        true
-    }
-
-    fn calls(&self, answer: &Value) -> Calls {
-        Anthropic.calls(answer)
-    }
-
-    fn answer_messages(&self, answer: &Value, calls: &[Call]) -> Vec<Value> {
-        Anthropic.answer_messages(answer, calls)
-    }
-
-    fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-        Anthropic.results(calls, texts)
-    }
-
-    fn hide(&self, answer: &mut Value) {
-        Anthropic.hide(answer);
-    }
-
-    fn stream_round(&self, last: bool, later: bool, carry: Carry) -> Box<dyn Round> {
-        Anthropic.stream_round(last, later, carry)
-    }
-
-    fn bound_calls(&self, messages: &mut [Value]) {
-        Anthropic.bound_calls(messages);
-    }
-
-    /// An `exception` frame.
-    fn error_event(&self, message: &str) -> Bytes {
-        eventstream::exception("internalServerException", message)
-    }
-
-    fn place_recalled(&self, items: &mut Vec<Value>, block: &str) {
-        Anthropic.place_recalled(items, block);
     }
 }
 
@@ -273,18 +200,18 @@ mod tests {
     fn invoke_paths_are_claimed_with_their_model() {
         let path =
             "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke-with-response-stream";
-        let claim = Bedrock.claim(path).unwrap();
+        let claim = (SPEC.claim)(path).unwrap();
         assert_eq!(claim.tail, 0);
         assert_eq!(
             &path[claim.model.unwrap()],
             "us.anthropic.claude-sonnet-4-5-20250929-v1%3A0"
         );
         let mounted = "/bedrock/model/m/invoke";
-        assert_eq!(Bedrock.claim(mounted).unwrap().tail, "/bedrock".len());
-        assert!(Bedrock.claim("/model//invoke").is_none());
-        assert!(Bedrock.claim("/model/m/converse").is_none());
-        assert!(Bedrock.owns("/model/m/converse").is_some());
-        assert!(Bedrock.claim("/v1/messages").is_none());
+        assert_eq!((SPEC.claim)(mounted).unwrap().tail, "/bedrock".len());
+        assert!((SPEC.claim)("/model//invoke").is_none());
+        assert!((SPEC.claim)("/model/m/converse").is_none());
+        assert!((SPEC.owns)("/model/m/converse").is_some());
+        assert!((SPEC.claim)("/v1/messages").is_none());
     }
 
     #[test]
@@ -318,7 +245,10 @@ mod tests {
             "system": "be brief", "messages": [{"role": "user", "content": "hi"}]});
         let bytes = body.to_string();
         let decoded = Bedrock
-            .decode_at("/model/anthropic.claude-x-v1%3A0/invoke", bytes.as_bytes())
+            .decode(
+                Some("/model/anthropic.claude-x-v1%3A0/invoke"),
+                bytes.as_bytes(),
+            )
             .unwrap();
         assert_eq!(
             decoded.estimate_fields().get("model"),

@@ -1,10 +1,10 @@
 //! Chat completions (`POST /v1/chat/completions`): the messages are the
 //! engine's messages, so decoding checks the body and takes them out of
-//! it, and encoding lays the view's messages back in.
+//! it; the view's messages go back in as they are
+//! ([`crate::api::codec::fill_messages`]).
 
 use crate::api::codec::{Decoded, RoleErrors, model, object, take_array, with_roles};
 use crate::error::ApiError;
-use crate::fold::view::{self, Item};
 use serde_json::{Map, Value};
 
 /// Reads a chat body for the fold engine.
@@ -19,12 +19,6 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, ApiError> {
         estimate_fields: None,
         opaque: None,
     })
-}
-
-/// `fields` with the view of `messages` laid out by the fold engine.
-pub fn fill(fields: &mut Map<String, Value>, messages: &[Value], items: Vec<Item>) {
-    let view = view::materialize(messages, items);
-    fields.insert("messages".into(), Value::Array(view));
 }
 
 /// Parses and checks the body: a JSON object with a string `model` and an

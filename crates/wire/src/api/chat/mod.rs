@@ -6,10 +6,12 @@
 pub mod codec;
 pub mod recall;
 
-use super::codec::RawRequest;
+use super::codec::{Decoded, RawRequest};
+use super::recall::stream::data_event;
 use super::route::{self, Claim};
-use super::summary::{Format, SummaryCall};
-use super::{Codec, Endpoint, Provider};
+use super::spec::{self, ApiSpec, Framing, Keys, RecallSpec, SummaryPlace, Telemetry};
+use super::summary::{Format, SummaryAnswer, SummaryCall};
+use super::{Codec, Provider, context_error};
 use crate::error::{ApiError, ErrorShape};
 use crate::shallow::Spec;
 use crate::usage::{UsageReader, UsageShape};
@@ -18,22 +20,54 @@ use serde_json::{Value, json};
 /// OpenAI chat completions.
 pub struct Chat;
 
-/// Chat completions' usage: `usage.prompt_tokens` and
-/// `usage.completion_tokens` (every API's by default, [`Provider::usage`]).
-pub const USAGE: UsageReader = UsageReader {
-    key: b"\"usage\"",
-    tokens: |data| USAGE_SHAPE.tokens(data),
+/// Its endpoint.
+const PATH: &str = "/chat/completions";
+
+/// Chat completions as data.
+pub const SPEC: ApiSpec = ApiSpec {
+    name: "chat",
+    provider: "openai",
+    path: PATH,
+    claim,
+    owns: |_| None,
+    model_in_path: false,
+    conversation_field: "messages",
+    keys: Keys {
+        client_headers: &["api-key"],
+        ..spec::BEARER
+    },
+    usage: USAGE,
+    usage_field: "usage",
+    framing: Framing::Sse,
+    error_shape: ErrorShape(error_envelope),
+    error_event: |message| {
+        data_event(&json!({"error": {"message": message, "type": "server_error"}}))
+    },
+    context_error: context_error::detect,
+    format_errors: FORMAT_ERRORS,
+    summary: SummaryPlace::Configured,
+    compresses_answers: true,
+    answers_by_position: false,
+    recall: RecallSpec {
+        offered: true,
+        keeps_tool: false,
+        shapes: &Chat,
+    },
+    telemetry: Telemetry {
+        operation: "chat",
+        provider: "openai",
+    },
 };
 
+/// What OpenAI's servers name when they refuse a `response_format`.
+pub const FORMAT_ERRORS: &[&str] = &["response_format", "json_schema"];
+
+/// Chat completions' usage: `usage.prompt_tokens` and
+/// `usage.completion_tokens`.
+pub const USAGE: UsageReader = UsageReader::of(b"\"usage\"", &USAGE_SHAPE);
+
 /// Where [`USAGE`] reads.
-const USAGE_SHAPE: UsageShape = UsageShape {
-    field: "usage",
-    tokens: "prompt_tokens",
-    added: &[],
-    output: "completion_tokens",
-    within: &[],
-    array: false,
-};
+const USAGE_SHAPE: UsageShape = UsageShape::of("usage", "prompt_tokens", "completion_tokens");
 
 /// What the fast path reads of a chat body: the fields the estimate
 /// reads, and the messages as text.
@@ -52,37 +86,14 @@ const SHALLOW: Spec = Spec {
     item_members: false,
 };
 
-impl Endpoint for Chat {
-    fn name(&self) -> &'static str {
-        "chat"
-    }
-
-    fn path(&self) -> &'static str {
-        "/chat/completions"
-    }
-
-    /// Also Azure OpenAI's `…/deployments/{deployment}/chat/completions`,
-    /// the deployment naming the model.
-    fn claim(&self, path: &str) -> Option<Claim> {
-        route::deployment(path, self.path()).or_else(|| route::endpoint(path, self.path()))
-    }
+/// A path ending in `/chat/completions`, or Azure OpenAI's
+/// `…/deployments/{deployment}/chat/completions`, the deployment naming
+/// the model.
+fn claim(path: &str) -> Option<Claim> {
+    route::deployment(path, PATH).or_else(|| route::endpoint(path, PATH))
 }
 
 impl Provider for Chat {
-    fn provider(&self) -> &'static str {
-        "openai"
-    }
-
-    /// `{"error":{"message","type","param","code"}}` (every API's by
-    /// default).
-    fn error_shape(&self) -> ErrorShape {
-        ErrorShape(error_envelope)
-    }
-
-    fn client_key_headers(&self) -> &'static [&'static str] {
-        &["api-key"]
-    }
-
     /// A conversation on an Azure deployment's path is summarized on the
     /// summarizer model's deployment, with the same `api-version`.
     fn summary_path(&self, model: &str, conversation: Option<&str>) -> String {
@@ -91,9 +102,9 @@ impl Provider for Chat {
             Some(tail) => {
                 let query = tail.split_once('?').map_or("", |(_, q)| q);
                 let sep = if query.is_empty() { "" } else { "?" };
-                format!("/deployments/{model}{}{sep}{query}", self.path())
+                format!("/deployments/{model}{PATH}{sep}{query}")
             }
-            None => self.path().to_string(),
+            None => PATH.to_string(),
         }
     }
 
@@ -102,10 +113,7 @@ impl Provider for Chat {
     fn summary_body(&self, call: SummaryCall<'_>) -> Option<Value> {
         let mut body = json!({
             "model": call.model,
-            "messages": [
-                { "role": "system", "content": call.system },
-                { "role": "user", "content": call.user },
-            ],
+            "messages": call.messages(),
             "stream": false,
         });
         let limit_key = if call.completion_param {
@@ -126,17 +134,29 @@ impl Provider for Chat {
         }
         Some(body)
     }
+
+    fn summary_answer(&self, answer: &Value) -> SummaryAnswer {
+        SummaryAnswer::of_completion(answer)
+    }
 }
 
-/// The messages are the engine's: decoded and filled as [`Codec`]'s
-/// defaults do.
+/// The messages are the engine's.
 impl Codec for Chat {
-    fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
-        RawRequest::one_per_item(bytes, &SHALLOW, None)
+    fn spec(&self) -> &'static ApiSpec {
+        &SPEC
     }
 
-    fn compresses_answers(&self) -> bool {
-        true
+    fn decode(&self, _path: Option<&str>, bytes: &[u8]) -> Result<Decoded, ApiError> {
+        codec::decode(bytes)
+    }
+
+    /// The one message itself.
+    fn unit_message(&self, unit: &[Value], _after_calls: bool) -> Value {
+        unit.first().cloned().unwrap_or(Value::Null)
+    }
+
+    fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
+        RawRequest::one_per_item(bytes, &SHALLOW, None)
     }
 }
 
@@ -178,7 +198,7 @@ mod tests {
     #[tokio::test]
     async fn openai_error_envelope() {
         let error = ApiError::BodyTooLarge { limit: 10 };
-        let resp = error.into_response_as(Chat.error_shape());
+        let resp = error.into_response_as(SPEC.error_shape);
         assert_eq!(resp.status(), 413);
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
         let v: Value = serde_json::from_slice(&bytes).unwrap();

@@ -6,22 +6,14 @@ use super::Chat;
 use crate::api::Recall;
 use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn};
 use crate::api::recall::input::bounded;
-use crate::api::recall::stream::{self, RoundState, Stream};
+use crate::api::recall::stream::{self, Outgoing, RoundState, Seen, Stream};
 use crate::message::RECALL_TOOL;
-use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 impl Recall for Chat {
     /// The function tool foldgate adds to a request.
     fn recall_tool(&self) -> Value {
-        json!({
-            "type": "function",
-            "function": {
-                "name": RECALL_TOOL,
-                "description": crate::api::recall::DESCRIPTION,
-                "parameters": crate::api::recall::parameters(),
-            }
-        })
+        json!({"type": "function", "function": crate::api::recall::declaration("parameters")})
     }
 
     fn tool_name<'t>(&self, tool: &'t Value) -> Option<&'t str> {
@@ -33,11 +25,7 @@ impl Recall for Chat {
         let one_choice = fields
             .get("n")
             .is_none_or(|n| n.is_null() || n.as_u64() == Some(1));
-        let free = match fields.get("tool_choice") {
-            None | Some(Value::Null) => true,
-            Some(choice) => choice.as_str() == Some("auto"),
-        };
-        one_choice && free
+        one_choice && crate::api::recall::auto_choice(fields, Value::as_str)
     }
 
     /// The calls of a whole answer's first choice.
@@ -61,11 +49,11 @@ impl Recall for Chat {
 
     /// One `tool` message each.
     fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-        calls
-            .iter()
-            .zip(texts)
-            .map(|(c, text)| json!({"role": "tool", "tool_call_id": c.id, "content": text}))
-            .collect()
+        crate::api::recall::each_result(
+            calls,
+            texts,
+            |c, text| json!({"role": "tool", "tool_call_id": c.id, "content": text}),
+        )
     }
 
     /// From the first choice: the client's calls stay; with none left,
@@ -185,30 +173,16 @@ impl stream::Reader for Round {
     /// Recall deltas removed once the answer is mixed (the client's calls
     /// renumbered), a later round's text set apart, and usage summed over
     /// the rounds.
-    fn outgoing(
-        &mut self,
-        state: &mut RoundState,
-        raw: Bytes,
-        chunk: Option<Value>,
-        recall: &[u64],
-        prior: &Value,
-    ) -> Option<Bytes> {
-        let Some(mut chunk) = chunk else {
-            return Some(raw);
-        };
+    fn outgoing(&mut self, state: &mut RoundState, mut chunk: Value, seen: Seen<'_>) -> Outgoing {
         let mixed = state.hold.mixed;
-        let mut changed = mixed && hide_in_chunk(&mut chunk, recall);
+        let mut changed = mixed && hide_in_chunk(&mut chunk, seen.recall);
         changed |= stream::separate(&mut chunk, "/choices/0/delta/content", &mut state.gap);
         if mixed && !state.calls.any_client() {
             changed |=
                 stream::replace_str(&mut chunk, "/choices/0/finish_reason", "tool_calls", "stop");
         }
-        changed |= stream::add_prior_usage(&mut chunk, "usage", prior);
-        Some(if changed {
-            stream::data_event(&chunk)
-        } else {
-            raw
-        })
+        changed |= stream::add_prior_usage(&mut chunk, "usage", seen.prior);
+        Outgoing::of(changed, || stream::data_event(&chunk))
     }
 
     fn end(self, state: RoundState) -> Option<RecallTurn> {
@@ -255,6 +229,7 @@ fn hide_in_chunk(chunk: &mut Value, recall: &[u64]) -> bool {
 mod tests {
     use super::*;
     use crate::api::recall::stream::Round as _;
+    use bytes::Bytes;
 
     fn offerable(fields: &Map<String, Value>) -> bool {
         Chat.recall_offerable(fields)

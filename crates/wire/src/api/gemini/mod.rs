@@ -12,17 +12,16 @@ pub mod codec;
 pub mod recall;
 pub mod shallow;
 
-use super::codec::{Decoded, RawRequest, Wire, bad, object};
+use super::codec::{Decoded, Fields, RawRequest, Wire, bad, object};
 use super::context_error::{self, ContextError};
-use super::route::{self, Claim};
+use super::route;
+use super::spec::{ApiSpec, Framing, Keys, RecallSpec, SummaryPlace, Telemetry};
 use super::summary::{Format, SummaryAnswer, SummaryCall};
-use super::{Codec, Endpoint, Provider};
-use crate::config::Placement;
+use super::{Codec, Provider};
 use crate::error::{ApiError, ErrorShape};
 use crate::fold::view::Item;
 use crate::usage::{UsageReader, UsageShape};
-use http::HeaderName;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// Gemini's `generateContent`.
 pub struct Gemini;
@@ -30,72 +29,85 @@ pub struct Gemini;
 /// The methods of a model it serves.
 const METHODS: [&str; 2] = [":generateContent", ":streamGenerateContent"];
 
-impl Endpoint for Gemini {
-    fn name(&self) -> &'static str {
-        "gemini"
-    }
+/// Gemini as data. Its routes: `…/models/{model}:generateContent` or
+/// `:streamGenerateContent` under any version (`v1`, `v1beta`, `v1alpha`,
+/// none) and mount prefix, Vertex AI's `…/projects/{p}/locations/{l}/
+/// publishers/google/models/{model}:…` included; the version segment
+/// stays in the tail, since a Gemini provider's `base_url` is the bare
+/// host. Every other method of a model (`:countTokens`, `:embedContent`,
+/// …) is a sibling.
+pub const SPEC: ApiSpec = ApiSpec {
+    name: "gemini",
+    provider: "gemini",
+    path: "/v1beta/models/{model}:generateContent",
+    claim: |path| route::gemini_model(path, &METHODS),
+    owns: |path| route::gemini_model(path, &[]),
+    model_in_path: true,
+    conversation_field: "contents",
+    keys: Keys {
+        header: "x-goog-api-key",
+        bearer: false,
+        client_headers: &[],
+        query: Some("key"),
+    },
+    usage: USAGE,
+    usage_field: recall::USAGE,
+    framing: Framing::Sse,
+    error_shape: ErrorShape(error_envelope),
+    error_event: recall::error_event,
+    context_error,
+    format_errors: &[
+        "responsemimetype",
+        "response_mime_type",
+        "responseschema",
+        "response_schema",
+        "json mode",
+    ],
+    summary: SummaryPlace::System,
+    compresses_answers: false,
+    answers_by_position: true,
+    recall: RecallSpec {
+        offered: true,
+        keeps_tool: true,
+        shapes: &Gemini,
+    },
+    telemetry: Telemetry {
+        operation: "generate_content",
+        provider: "gcp.gemini",
+    },
+};
 
-    fn path(&self) -> &'static str {
-        "/v1beta/models/{model}:generateContent"
-    }
+/// `usageMetadata.promptTokenCount` and `candidatesTokenCount`, in each
+/// event or the whole answer (a JSON array when streamed without
+/// `alt=sse`).
+const USAGE: UsageReader = UsageReader::of(b"\"usageMetadata\"", &USAGE_SHAPE);
 
-    /// `…/models/{model}:generateContent` or `:streamGenerateContent`
-    /// under any version (`v1`, `v1beta`, `v1alpha`, none) and mount
-    /// prefix, Vertex AI's `…/projects/{p}/locations/{l}/publishers/
-    /// google/models/{model}:…` included; the version segment stays in
-    /// the tail, since a Gemini provider's `base_url` is the bare host.
-    fn claim(&self, path: &str) -> Option<Claim> {
-        route::gemini_model(path, &METHODS)
-    }
+/// Where [`USAGE`] reads.
+const USAGE_SHAPE: UsageShape = UsageShape {
+    array: true,
+    ..UsageShape::of(recall::USAGE, "promptTokenCount", "candidatesTokenCount")
+};
 
-    /// Every other method of a model (`:countTokens`, `:embedContent`, …).
-    fn owns(&self, path: &str) -> Option<Claim> {
-        route::gemini_model(path, &[])
-    }
-
-    fn model_in_path(&self) -> bool {
-        true
+/// "The input token count (N) exceeds the maximum number of tokens
+/// allowed (M)." names the window; other shapes as every API's.
+fn context_error(body: &[u8]) -> Option<ContextError> {
+    let text = String::from_utf8_lossy(body);
+    const MARK: &str = "exceeds the maximum number of tokens allowed (";
+    match text.find(MARK) {
+        Some(at) => {
+            let digits: String = text[at + MARK.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            Some(ContextError {
+                window: digits.parse().ok(),
+            })
+        }
+        None => context_error::detect(body),
     }
 }
 
 impl Provider for Gemini {
-    /// `{"error":{"code","message","status"}}`.
-    fn error_shape(&self) -> ErrorShape {
-        ErrorShape(error_envelope)
-    }
-
-    /// "The input token count (N) exceeds the maximum number of tokens
-    /// allowed (M)." names the window; other shapes as every API's.
-    fn context_error(&self, body: &[u8]) -> Option<ContextError> {
-        let text = String::from_utf8_lossy(body);
-        const MARK: &str = "exceeds the maximum number of tokens allowed (";
-        match text.find(MARK) {
-            Some(at) => {
-                let digits: String = text[at + MARK.len()..]
-                    .chars()
-                    .take_while(char::is_ascii_digit)
-                    .collect();
-                Some(ContextError {
-                    window: digits.parse().ok(),
-                })
-            }
-            None => context_error::detect(body),
-        }
-    }
-
-    /// `x-goog-api-key: KEY`.
-    fn key_header(&self, key: &str) -> (HeaderName, String) {
-        (HeaderName::from_static("x-goog-api-key"), key.to_string())
-    }
-
-    /// `?key=KEY` (Google's keys need no percent-decoding).
-    fn query_key<'q>(&self, query: &'q str) -> Option<&'q str> {
-        query
-            .split('&')
-            .find_map(|pair| pair.strip_prefix("key="))
-            .filter(|k| !k.is_empty())
-    }
-
     /// The prompt in `systemInstruction`; JSON asked for by
     /// `responseMimeType` unless the format fell back to instructions.
     fn summary_body(&self, call: SummaryCall<'_>) -> Option<Value> {
@@ -136,101 +148,45 @@ impl Provider for Gemini {
                 == Some(&Value::from("MAX_TOKENS")),
         }
     }
-
-    /// `responseMimeType` or `responseSchema` refused ("JSON mode is not
-    /// enabled for this model", or an unknown field).
-    fn rejects_format(&self, error: &str) -> bool {
-        [
-            "responsemimetype",
-            "response_mime_type",
-            "responseschema",
-            "response_schema",
-            "json mode",
-        ]
-        .iter()
-        .any(|marker| error.contains(marker))
-    }
-
-    /// `usageMetadata.promptTokenCount` and `candidatesTokenCount`, in each
-    /// event or the whole answer (a JSON array when streamed without
-    /// `alt=sse`).
-    fn usage(&self) -> UsageReader {
-        const SHAPE: UsageShape = UsageShape {
-            field: recall::USAGE,
-            tokens: "promptTokenCount",
-            added: &[],
-            output: "candidatesTokenCount",
-            within: &[],
-            array: true,
-        };
-        UsageReader {
-            key: b"\"usageMetadata\"",
-            tokens: |data| SHAPE.tokens(data),
-        }
-    }
-
-    fn usage_field(&self) -> &'static str {
-        recall::USAGE
-    }
 }
 
 impl Codec for Gemini {
-    fn conversation_field(&self) -> &'static str {
-        "contents"
+    fn spec(&self) -> &'static ApiSpec {
+        &SPEC
     }
 
-    fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
-        shallow::shallow(bytes)
+    /// The model is the path's when the path is known, else the body's.
+    fn decode(&self, path: Option<&str>, bytes: &[u8]) -> Result<Decoded, ApiError> {
+        let fields = object(bytes)?;
+        let model = match path {
+            Some(path) => codec::model_in_path(path)
+                .ok_or_else(|| bad("the path names no model", None))?
+                .to_string(),
+            None => fields
+                .get("model")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+        };
+        codec::decode(fields, &model)
     }
 
-    fn unit_message(&self, unit: &[Value]) -> Value {
-        self.unit_message_after(unit, false)
+    fn fill_wire(&self, fields: &mut Fields, _: &[Value], wire: &Wire, items: Vec<Item>) {
+        codec::encode(fields, wire, items);
     }
 
-    /// A function response answers the model turn before it.
-    fn answers_by_position(&self) -> bool {
-        true
-    }
-
-    /// One content each; one that is not an object has none (the decoder
+    /// One content each (a function response answers the model turn
+    /// before it); one that is not an object has none (the decoder
     /// refuses it, so the fast path must not take it).
-    fn unit_message_after(&self, unit: &[Value], after_calls: bool) -> Value {
+    fn unit_message(&self, unit: &[Value], after_calls: bool) -> Value {
         match unit {
             [content] if content.is_object() => codec::unit_message(content, after_calls),
             _ => Value::Null,
         }
     }
 
-    fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {
-        let fields = object(bytes)?;
-        let model = fields
-            .get("model")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        codec::decode(fields, &model)
-    }
-
-    /// The model is the path's.
-    fn decode_at(&self, path: &str, bytes: &[u8]) -> Result<Decoded, ApiError> {
-        let model =
-            codec::model_in_path(path).ok_or_else(|| bad("the path names no model", None))?;
-        codec::decode(object(bytes)?, model)
-    }
-
-    fn fill_wire(
-        &self,
-        fields: &mut Map<String, Value>,
-        _messages: &[Value],
-        wire: &Wire,
-        items: Vec<Item>,
-    ) {
-        codec::encode(fields, wire, items);
-    }
-
-    /// The summary can only go in `systemInstruction`.
-    fn placement(&self, _configured: Placement) -> Placement {
-        Placement::System
+    fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
+        shallow::shallow(bytes)
     }
 }
 
@@ -256,7 +212,7 @@ mod tests {
 
     #[test]
     fn routes_and_errors() {
-        let g = Gemini;
+        let g: crate::api::Api = &Gemini;
         assert!(
             g.claim("/v1beta/models/gemini-2.5-flash:generateContent")
                 .is_some()
@@ -288,7 +244,7 @@ mod tests {
 
     #[test]
     fn usage_from_usage_metadata() {
-        let prompt_tokens = |data: &[u8]| (Gemini.usage().tokens)(data).prompt;
+        let prompt_tokens = |data: &[u8]| USAGE.tokens(data).prompt;
         let one = br#"{"candidates":[],"usageMetadata":{"promptTokenCount":42}}"#;
         assert_eq!(prompt_tokens(one), Some(42));
         let array = br#"[{"candidates":[]},{"usageMetadata":{"promptTokenCount":7}}]"#;

@@ -9,7 +9,7 @@ use super::Gemini;
 use crate::api::Recall;
 use crate::api::recall::calls::{Call, Calls, Carry, RecallTurn};
 use crate::api::recall::input::bounded;
-use crate::api::recall::stream::{self, RoundState, Stream};
+use crate::api::recall::stream::{self, Outgoing, RoundState, Seen, Stream};
 use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -17,11 +17,7 @@ use serde_json::{Map, Value, json};
 impl Recall for Gemini {
     /// A `Tool` holding one declaration.
     fn recall_tool(&self) -> Value {
-        json!({"functionDeclarations": [{
-            "name": RECALL_TOOL,
-            "description": crate::api::recall::DESCRIPTION,
-            "parameters": crate::api::recall::parameters(),
-        }]})
+        json!({"functionDeclarations": [crate::api::recall::declaration("parameters")]})
     }
 
     /// The recall tool's name when `tool` is the one
@@ -36,9 +32,8 @@ impl Recall for Gemini {
 
     /// The model free to call functions (`functionCallingConfig.mode`
     /// unset or `AUTO`), one candidate, only function tools (built-in
-    /// tools do not mix with them on every model), and no declaration of
-    /// the recall tool already.
-    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool {
+    /// tools do not mix with them on every model).
+    fn free_to_call(&self, fields: &Map<String, Value>) -> bool {
         let config = fields
             .get("toolConfig")
             .or_else(|| fields.get("tool_config"));
@@ -52,18 +47,20 @@ impl Recall for Gemini {
             .is_none_or(|n| n.as_u64() == Some(1));
         let tools = fields.get("tools").and_then(Value::as_array);
         let only_functions = tools.is_none_or(|ts| ts.iter().all(|t| declarations(t).is_some()));
+        free && one && only_functions
+    }
+
+    /// [Free to call](Self::free_to_call), and no declaration of the
+    /// recall tool already.
+    fn recall_offerable(&self, fields: &Map<String, Value>) -> bool {
+        let tools = fields.get("tools").and_then(Value::as_array);
         let declared = tools
             .into_iter()
             .flatten()
             .filter_map(declarations)
             .flatten()
             .any(|d| d.get("name").and_then(Value::as_str) == Some(RECALL_TOOL));
-        free && one && only_functions && !declared
-    }
-
-    /// The history holds calls of the tool: it stays declared.
-    fn keeps_recall_tool(&self) -> bool {
-        true
+        self.free_to_call(fields) && !declared
     }
 
     fn calls(&self, answer: &Value) -> Calls {
@@ -98,7 +95,7 @@ impl Recall for Gemini {
     }
 
     fn stream_round(&self, last: bool, _later: bool, carry: Carry) -> Box<dyn stream::Round> {
-        Box::new(Round::new(last, carry))
+        Box::new(Stream::<Round>::fresh(last, carry))
     }
 
     /// The recall calls of model turns.
@@ -116,15 +113,14 @@ impl Recall for Gemini {
         }
     }
 
-    fn error_event(&self, message: &str) -> Bytes {
-        stream::data_event(
-            &json!({"error": {"code": 500, "message": message, "status": "INTERNAL"}}),
-        )
-    }
-
     fn place_recalled(&self, items: &mut Vec<Value>, block: &str) {
         super::codec::place_recalled(items, block);
     }
+}
+
+/// The event that ends a stream foldgate cannot finish.
+pub fn error_event(message: &str) -> Bytes {
+    stream::data_event(&json!({"error": {"code": 500, "message": message, "status": "INTERNAL"}}))
 }
 
 /// A tool's function declarations, when it is a function tool.
@@ -185,13 +181,6 @@ pub struct Round {
     usage: Option<Value>,
 }
 
-impl Round {
-    /// A round; `last`: its request could not offer recall again.
-    pub fn new(last: bool, carry: Carry) -> Stream<Self> {
-        Stream::new(RoundState::new(last, carry.gap), Self::default())
-    }
-}
-
 impl stream::Reader for Round {
     fn read(&mut self, state: &mut RoundState, event: &Value) {
         let parts = answer_parts(event);
@@ -202,24 +191,10 @@ impl stream::Reader for Round {
         }
     }
 
-    fn outgoing(
-        &mut self,
-        state: &mut RoundState,
-        raw: Bytes,
-        event: Option<Value>,
-        _recall: &[u64],
-        prior: &Value,
-    ) -> Option<Bytes> {
-        let Some(mut event) = event else {
-            return Some(raw);
-        };
+    fn outgoing(&mut self, state: &mut RoundState, mut event: Value, seen: Seen<'_>) -> Outgoing {
         let mut changed = state.hold.mixed && hide(&mut event);
-        changed |= stream::add_prior_usage(&mut event, USAGE, prior);
-        Some(if changed {
-            stream::data_event(&event)
-        } else {
-            raw
-        })
+        changed |= stream::add_prior_usage(&mut event, USAGE, seen.prior);
+        Outgoing::of(changed, || stream::data_event(&event))
     }
 
     fn end(self, state: RoundState) -> Option<RecallTurn> {
@@ -240,18 +215,6 @@ impl stream::Reader for Round {
 mod tests {
     use super::*;
 
-    fn tool() -> Value {
-        Gemini.recall_tool()
-    }
-
-    fn offerable(fields: &Map<String, Value>) -> bool {
-        Gemini.recall_offerable(fields)
-    }
-
-    fn calls(answer: &Value) -> Calls {
-        Gemini.calls(answer)
-    }
-
     fn name_of(tool: &Value) -> Option<&str> {
         Gemini.tool_name(tool)
     }
@@ -270,7 +233,7 @@ mod tests {
             {"text": "looking"},
             {"functionCall": {"name": RECALL_TOOL, "args": {"query": "port"}}},
             {"functionCall": {"name": "ls", "args": {}}}]}}]});
-        let calls = calls(&answer);
+        let calls = Gemini.calls(&answer);
         assert!(calls.any_client());
         let recalls = calls.recalls();
         assert_eq!(recalls.len(), 1);
@@ -294,24 +257,22 @@ mod tests {
         let answers = results(&recalls, vec!["y".into()]);
         let response = &answers[0]["parts"][0]["functionResponse"];
         assert!(response.get("id").is_none(), "the call had no id");
-        assert_eq!(name_of(&tool()), Some(RECALL_TOOL));
+        assert_eq!(name_of(&Gemini.recall_tool()), Some(RECALL_TOOL));
     }
 
     #[test]
     fn offered_only_where_functions_are_free() {
         let fields = |v: Value| v.as_object().cloned().unwrap_or_default();
         let ls = json!([{"functionDeclarations": [{"name": "ls"}]}]);
-        assert!(offerable(&fields(json!({"contents": []}))));
-        assert!(offerable(&fields(json!({"tools": ls}))));
+        assert!(Gemini.recall_offerable(&fields(json!({"contents": []}))));
+        assert!(Gemini.recall_offerable(&fields(json!({"tools": ls}))));
         let auto = json!({"functionCallingConfig": {"mode": "AUTO"}});
-        assert!(offerable(&fields(json!({"tools": ls, "toolConfig": auto}))));
+        assert!(Gemini.recall_offerable(&fields(json!({"tools": ls, "toolConfig": auto}))));
         let any = json!({"functionCallingConfig": {"mode": "ANY"}});
-        assert!(!offerable(&fields(json!({"tools": ls, "toolConfig": any}))));
-        assert!(!offerable(&fields(
-            json!({"tools": [{"googleSearch": {}}]})
-        )));
-        assert!(!offerable(&fields(json!({"tools": [tool()]}))));
+        assert!(!Gemini.recall_offerable(&fields(json!({"tools": ls, "toolConfig": any}))));
+        assert!(!Gemini.recall_offerable(&fields(json!({"tools": [{"googleSearch": {}}]}))));
+        assert!(!Gemini.recall_offerable(&fields(json!({"tools": [Gemini.recall_tool()]}))));
         let two = json!({"candidateCount": 2});
-        assert!(!offerable(&fields(json!({"generationConfig": two}))));
+        assert!(!Gemini.recall_offerable(&fields(json!({"generationConfig": two}))));
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! Each content is one unit, its identity its own text's; whether a turn
 //! of function responses is a tool message depends on the content before
-//! it, which the fast path tells ([`crate::api::Codec::answers_by_position`]).
+//! it, which the fast path tells ([`crate::api::ApiSpec::answers_by_position`]).
 //! The pinned unit is the system instruction's `parts`; the model is the
 //! path's, so the read leaves it empty.
 

@@ -7,7 +7,11 @@
 //! member this codec does not read is opaque ([`crate::message::OPAQUE`]):
 //! never summarized, kept as it came.
 
-use crate::api::codec::{Decoded, RawRequest, Units, Wire, model, take_array, text_of, tool_call};
+use super::{Ollama, SPEC};
+use crate::api::codec::{
+    Decoded, Fields, RawRequest, Units, Wire, model, take_array, text_of, tool_call,
+};
+use crate::api::{ApiSpec, Codec, Fit};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use crate::message::OPAQUE;
@@ -19,18 +23,105 @@ use serde_json::{Map, Value, json};
 /// (Ollama's calls often do).
 pub const MADE_ID: &str = "ollama-call-";
 
-/// Reads an Ollama chat body for the fold engine: checked as a chat
-/// body is (a string `model`, `messages` of objects with a string `role`).
-pub fn decode(bytes: &[u8]) -> Result<Decoded, ApiError> {
-    let mut fields = crate::api::chat::codec::parse(bytes)?;
-    let model = model(&fields)?;
-    let estimate = estimate_fields(&fields, model);
-    let items = take_array(&mut fields, "messages");
-    let mut units = Units::default();
-    for (i, item) in items.iter().enumerate() {
-        units.push(engine_message(item, i), i..i + 1);
+impl Codec for Ollama {
+    fn spec(&self) -> &'static ApiSpec {
+        &SPEC
     }
-    Ok(units.decoded(fields, items, estimate, None))
+
+    /// Reads an Ollama chat body for the fold engine: checked as a chat
+    /// body is (a string `model`, `messages` of objects with a string `role`).
+    fn decode(&self, _path: Option<&str>, bytes: &[u8]) -> Result<Decoded, ApiError> {
+        let mut fields = crate::api::chat::codec::parse(bytes)?;
+        let model = model(&fields)?;
+        let estimate = estimate_fields(&fields, model);
+        let items = take_array(&mut fields, "messages");
+        let mut units = Units::default();
+        for (i, item) in items.iter().enumerate() {
+            units.push(engine_message(item, i), i..i + 1);
+        }
+        Ok(units.decoded(fields, items, estimate, None))
+    }
+
+    /// Reads an Ollama chat body shallowly, for the fast path (`None`: the
+    /// decoder judges it). Each message is one unit ([`unit_message`]).
+    fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
+        let fields = shallow::read(bytes, &SHALLOW)?;
+        let model = match fields.parsed.get("model") {
+            Some(Value::String(m)) if !m.is_empty() => m.clone(),
+            _ => return None,
+        };
+        Some(RawRequest {
+            rest: estimate_fields(&fields.parsed, model.clone()),
+            model,
+            pinned: Vec::new(),
+            units: (0..fields.items.len()).map(|i| i..i + 1).collect(),
+            items: fields.items,
+            opaque: None,
+        })
+    }
+
+    /// The engine message of a message read alone by the fast path, as the
+    /// decoder makes it; `Null` (the body goes to the decoder) for one the
+    /// decoder refuses (no string `role`) and for one with a call that has no
+    /// id: the id made for it names the message's position, which a message
+    /// read alone does not know.
+    fn unit_message(&self, unit: &[Value], _after_calls: bool) -> Value {
+        let Some(item) = unit.first() else {
+            return Value::Null;
+        };
+        let unnamed_call = item
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .is_some_and(|calls| {
+                calls
+                    .iter()
+                    .any(|call| call_id(call, "").starts_with(MADE_ID))
+            });
+        if !item.get("role").is_some_and(Value::is_string) || unnamed_call {
+            return Value::Null;
+        }
+        engine_message(item, 0)
+    }
+
+    /// `fields` with the view laid out: the client's messages as they came,
+    /// foldgate's own (the summary) as plain Ollama messages, and a
+    /// compressed message as its original with the stub's text.
+    fn fill_wire(&self, fields: &mut Fields, _: &[Value], wire: &Wire, items: Vec<Item>) {
+        let original = |i: usize| {
+            wire.units
+                .get(i)
+                .and_then(Option::as_ref)
+                .map_or(&[][..], |range| &wire.items[range.clone()])
+        };
+        let mut out = Vec::with_capacity(wire.items.len() + 2);
+        for item in items {
+            match item {
+                Item::Original(i) => out.extend(original(i).iter().cloned()),
+                Item::New(message) => out.push(own_message(&message)),
+                Item::Stub(i, stub) => {
+                    let text = stub.get("content").map(text_of).unwrap_or_default();
+                    out.extend(original(i).iter().map(|m| {
+                        let mut m = m.clone();
+                        m["content"] = Value::String(text.clone());
+                        m
+                    }));
+                }
+            }
+        }
+        fields.insert("messages".into(), Value::Array(out));
+    }
+
+    /// Only Ollama's clients write `options`, `keep_alive` or `think`.
+    fn fit(&self, body: &Map<String, Value>) -> Fit {
+        match ["options", "keep_alive", "think"]
+            .iter()
+            .any(|k| body.contains_key(*k))
+        {
+            true if body.contains_key("messages") => Fit::Only,
+            _ if body.contains_key("messages") => Fit::Field,
+            _ => Fit::No,
+        }
+    }
 }
 
 /// What the fast path reads of a chat body: the fields the estimate reads
@@ -42,47 +133,6 @@ const SHALLOW: Spec = Spec {
     held_upstream: &[],
     item_members: false,
 };
-
-/// Reads an Ollama chat body shallowly, for the fast path (`None`: the
-/// decoder judges it). Each message is one unit ([`unit_message`]).
-pub fn shallow(bytes: &[u8]) -> Option<RawRequest<'_>> {
-    let fields = shallow::read(bytes, &SHALLOW)?;
-    let model = match fields.parsed.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => m.clone(),
-        _ => return None,
-    };
-    Some(RawRequest {
-        rest: estimate_fields(&fields.parsed, model.clone()),
-        model,
-        pinned: Vec::new(),
-        units: (0..fields.items.len()).map(|i| i..i + 1).collect(),
-        items: fields.items,
-        opaque: None,
-    })
-}
-
-/// The engine message of a message read alone by the fast path, as the
-/// decoder makes it; `Null` (the body goes to the decoder) for one the
-/// decoder refuses (no string `role`) and for one with a call that has no
-/// id: the id made for it names the message's position, which a message
-/// read alone does not know.
-pub fn unit_message(unit: &[Value]) -> Value {
-    let Some(item) = unit.first() else {
-        return Value::Null;
-    };
-    let unnamed_call = item
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .is_some_and(|calls| {
-            calls
-                .iter()
-                .any(|call| call_id(call, "").starts_with(MADE_ID))
-        });
-    if !item.get("role").is_some_and(Value::is_string) || unnamed_call {
-        return Value::Null;
-    }
-    engine_message(item, 0)
-}
 
 /// The engine message of the client's message at `index`: its role, its
 /// text, its calls (ids made where it has none) and the call a tool
@@ -181,34 +231,6 @@ fn estimate_fields(fields: &Map<String, Value>, model: String) -> Map<String, Va
     out
 }
 
-/// `fields` with the view laid out: the client's messages as they came,
-/// foldgate's own (the summary) as plain Ollama messages, and a
-/// compressed message as its original with the stub's text.
-pub fn fill(fields: &mut Map<String, Value>, wire: &Wire, items: Vec<Item>) {
-    let original = |i: usize| {
-        wire.units
-            .get(i)
-            .and_then(Option::as_ref)
-            .map_or(&[][..], |range| &wire.items[range.clone()])
-    };
-    let mut out = Vec::with_capacity(wire.items.len() + 2);
-    for item in items {
-        match item {
-            Item::Original(i) => out.extend(original(i).iter().cloned()),
-            Item::New(message) => out.push(own_message(&message)),
-            Item::Stub(i, stub) => {
-                let text = stub.get("content").map(text_of).unwrap_or_default();
-                out.extend(original(i).iter().map(|m| {
-                    let mut m = m.clone();
-                    m["content"] = Value::String(text.clone());
-                    m
-                }));
-            }
-        }
-    }
-    fields.insert("messages".into(), Value::Array(out));
-}
-
 /// One of foldgate's own messages (chat-completions shaped) as an Ollama
 /// message: its role and its text.
 fn own_message(message: &Value) -> Value {
@@ -238,7 +260,7 @@ mod tests {
             "options": {"num_ctx": 8192, "num_predict": 64},
             "format": "json", "keep_alive": "5m", "think": true,
         });
-        let decoded = decode(body.to_string().as_bytes()).unwrap();
+        let decoded = Ollama.decode(None, body.to_string().as_bytes()).unwrap();
         let m = &decoded.messages;
         assert_eq!(m.len(), 4);
         assert_eq!(m[1], json!({"role": "user", "content": "look"}));
@@ -251,7 +273,12 @@ mod tests {
         assert_eq!(estimate["max_tokens"], 64);
         let mut fields = decoded.fields;
         let wire = decoded.wire.unwrap();
-        fill(&mut fields, &wire, (0..4).map(Item::Original).collect());
+        Ollama.fill_wire(
+            &mut fields,
+            &[],
+            &wire,
+            (0..4).map(Item::Original).collect(),
+        );
         assert_eq!(
             Value::Object(fields),
             body,
@@ -264,18 +291,22 @@ mod tests {
         let body = json!({"model": "m", "messages": [
             {"role": "user", "content": "go"},
             {"role": "tool", "content": "long output", "tool_name": "ls"}]});
-        let decoded = decode(body.to_string().as_bytes()).unwrap();
+        let decoded = Ollama.decode(None, body.to_string().as_bytes()).unwrap();
         let mut fields = decoded.fields;
         let summary = json!({"role": "system", "content": [{"type": "text", "text": "S"}]});
         let stub = json!({"role": "tool", "content": "[stub]"});
         let items = vec![Item::New(summary), Item::Original(0), Item::Stub(1, stub)];
-        fill(&mut fields, &decoded.wire.unwrap(), items);
+        Ollama.fill_wire(&mut fields, &[], &decoded.wire.unwrap(), items);
         assert_eq!(
             fields["messages"],
             json!([{"role": "system", "content": "S"}, {"role": "user", "content": "go"},
                    {"role": "tool", "content": "[stub]", "tool_name": "ls"}])
         );
-        assert!(decode(br#"{"model":"m","messages":[{"content":"x"}]}"#).is_err());
-        assert!(decode(br#"{"messages":[]}"#).is_err());
+        assert!(
+            Ollama
+                .decode(None, br#"{"model":"m","messages":[{"content":"x"}]}"#)
+                .is_err()
+        );
+        assert!(Ollama.decode(None, br#"{"messages":[]}"#).is_err());
     }
 }

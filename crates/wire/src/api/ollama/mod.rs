@@ -9,20 +9,19 @@
 //! fields go upstream untouched ([`codec`]). Providers set
 //! `api = "ollama"` with the server's bare address as `base_url`; the
 //! summarizer calls `/api/chat` with `"stream": false` and
-//! `"format": "json"`. Bodies take the fast path ([`codec::shallow`])
+//! `"format": "json"`. Bodies take the fast path (its `Codec::shallow`, in [`codec`])
 //! unless a call has no id.
 
 pub mod codec;
 pub mod recall;
 
-use super::codec::{Decoded, RawRequest, Wire};
-use super::route::{self, Claim};
+use super::route;
+use super::spec::{self, ApiSpec, Framing, RecallSpec, SummaryPlace, Telemetry};
 use super::summary::{Format, SummaryAnswer, SummaryCall};
-use super::{Codec, Endpoint, Fit, Provider};
-use crate::error::{ApiError, ErrorShape};
-use crate::fold::view::Item;
-use crate::usage::{Reported, UsageReader};
-use serde_json::{Map, Value, json};
+use super::{Provider, context_error};
+use crate::error::ErrorShape;
+use crate::usage::{ReadTokens, Reported, UsageReader};
+use serde_json::{Value, json};
 
 /// Ollama's native chat.
 pub struct Ollama;
@@ -40,38 +39,51 @@ const SIBLINGS: [&str; 8] = [
     "/api/pull",
 ];
 
-impl Endpoint for Ollama {
-    fn name(&self) -> &'static str {
-        "ollama"
-    }
+/// Its endpoint.
+const PATH: &str = "/api/chat";
 
-    fn path(&self) -> &'static str {
-        "/api/chat"
-    }
-
-    fn owns(&self, path: &str) -> Option<Claim> {
-        SIBLINGS
-            .iter()
-            .find_map(|endpoint| route::endpoint(path, endpoint))
-    }
-}
+/// Ollama's native chat as data.
+pub const SPEC: ApiSpec = ApiSpec {
+    name: "ollama",
+    provider: "ollama",
+    path: PATH,
+    claim: |path| route::endpoint(path, PATH),
+    owns: |path| SIBLINGS.iter().find_map(|end| route::endpoint(path, end)),
+    model_in_path: false,
+    conversation_field: "messages",
+    keys: spec::BEARER,
+    usage: UsageReader {
+        key: b"\"prompt_eval_count\"",
+        read: ReadTokens::With(tokens),
+    },
+    usage_field: recall::USAGE,
+    framing: Framing::Lines,
+    error_shape: ErrorShape(|error| json!({"error": error.to_string()})),
+    error_event: recall::error_event,
+    context_error: context_error::detect,
+    format_errors: &["format"],
+    summary: SummaryPlace::Configured,
+    compresses_answers: false,
+    answers_by_position: false,
+    recall: RecallSpec {
+        offered: true,
+        keeps_tool: false,
+        shapes: &Ollama,
+    },
+    telemetry: Telemetry {
+        operation: "chat",
+        provider: "ollama",
+    },
+};
 
 impl Provider for Ollama {
-    /// `{"error": "..."}`.
-    fn error_shape(&self) -> ErrorShape {
-        ErrorShape(|error| json!({"error": error.to_string()}))
-    }
-
     /// The system prompt and the user's, not streamed, JSON asked for by
     /// `format` unless the format fell back to instructions, the limit in
     /// `options.num_predict`.
     fn summary_body(&self, call: SummaryCall<'_>) -> Option<Value> {
         let mut body = json!({
             "model": call.model,
-            "messages": [
-                {"role": "system", "content": call.system},
-                {"role": "user", "content": call.user},
-            ],
+            "messages": call.messages(),
             "stream": false,
             "options": {"num_predict": call.max_tokens},
         });
@@ -79,10 +91,6 @@ impl Provider for Ollama {
             body["format"] = json!("json");
         }
         Some(body)
-    }
-
-    fn rejects_format(&self, error: &str) -> bool {
-        error.contains("format")
     }
 
     /// The message's text, the two counts, a `length` finish.
@@ -96,53 +104,6 @@ impl Provider for Ollama {
             tokens: count(recall::USAGE) + count("eval_count"),
             cut_off: answer.get("done_reason").and_then(Value::as_str) == Some("length"),
         }
-    }
-
-    fn usage(&self) -> UsageReader {
-        UsageReader {
-            key: b"\"prompt_eval_count\"",
-            tokens,
-        }
-    }
-
-    fn usage_field(&self) -> &'static str {
-        recall::USAGE
-    }
-}
-
-impl Codec for Ollama {
-    /// Only Ollama's clients write `options`, `keep_alive` or `think`.
-    fn fit(&self, body: &Map<String, Value>) -> Fit {
-        match ["options", "keep_alive", "think"]
-            .iter()
-            .any(|k| body.contains_key(*k))
-        {
-            true if body.contains_key("messages") => Fit::Only,
-            _ if body.contains_key("messages") => Fit::Field,
-            _ => Fit::No,
-        }
-    }
-
-    fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
-        codec::shallow(bytes)
-    }
-
-    fn unit_message(&self, unit: &[Value]) -> Value {
-        codec::unit_message(unit)
-    }
-
-    fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {
-        codec::decode(bytes)
-    }
-
-    fn fill_wire(
-        &self,
-        fields: &mut Map<String, Value>,
-        _messages: &[Value],
-        wire: &Wire,
-        items: Vec<Item>,
-    ) {
-        codec::fill(fields, wire, items);
     }
 }
 
@@ -174,11 +135,14 @@ fn tokens(data: &[u8]) -> Reported {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Fit;
     use crate::api::summary::Format;
+    use crate::error::ApiError;
+    use serde_json::Map;
 
     #[test]
     fn routes_errors_and_usage() {
-        let o = Ollama;
+        let o: crate::api::Api = &Ollama;
         assert_eq!(o.claim("/api/chat").map(|c| c.tail), Some(0));
         assert_eq!(o.claim("/ollama/api/chat").map(|c| c.tail), Some(7));
         assert!(o.claim("/api/chats").is_none());

@@ -12,7 +12,7 @@ use crate::api::Recall;
 use crate::api::chat::Chat;
 use crate::api::recall::calls::{Call, Calls, Carry, RecallTurn};
 use crate::api::recall::input::bounded;
-use crate::api::recall::stream::{self, RoundState, Stream};
+use crate::api::recall::stream::{self, Outgoing, RoundState, Seen, Stream};
 use crate::message::RECALL_TOOL;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -52,11 +52,11 @@ impl Recall for Ollama {
 
     /// One `tool` message each, naming the tool.
     fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-        calls
-            .iter()
-            .zip(texts)
-            .map(|(_, text)| json!({"role": "tool", "content": text, "tool_name": RECALL_TOOL}))
-            .collect()
+        crate::api::recall::each_result(
+            calls,
+            texts,
+            |_, text| json!({"role": "tool", "content": text, "tool_name": RECALL_TOOL}),
+        )
     }
 
     fn hide(&self, answer: &mut Value) {
@@ -64,7 +64,7 @@ impl Recall for Ollama {
     }
 
     fn stream_round(&self, last: bool, _later: bool, carry: Carry) -> Box<dyn stream::Round> {
-        Box::new(Round::new(last, carry))
+        Box::new(Stream::<Round>::fresh(last, carry))
     }
 
     /// The bounded query as an object, as Ollama takes arguments.
@@ -80,11 +80,11 @@ impl Recall for Ollama {
             }
         }
     }
+}
 
-    /// A line `{"error": "..."}`, as Ollama ends a stream that failed.
-    fn error_event(&self, message: &str) -> Bytes {
-        line_of(&json!({ "error": message }))
-    }
+/// A line `{"error": "..."}`, as Ollama ends a stream that failed.
+pub fn error_event(message: &str) -> Bytes {
+    line_of(&json!({ "error": message }))
 }
 
 /// The calls of an answer (or a streamed line): `message.tool_calls`.
@@ -138,13 +138,6 @@ pub struct Round {
     usage: Option<Value>,
 }
 
-impl Round {
-    /// A round; `last`: its request could not offer recall again.
-    pub fn new(last: bool, carry: Carry) -> Stream<Self> {
-        Stream::new(RoundState::new(last, carry.gap), Self::default())
-    }
-}
-
 impl stream::Reader for Round {
     fn read(&mut self, state: &mut RoundState, line: &Value) {
         self.next = feed(&mut state.calls, self.next, line);
@@ -166,25 +159,15 @@ impl stream::Reader for Round {
     /// Recall calls removed once the answer is mixed, a later round's
     /// text set apart, and the earlier rounds' prompt tokens added to the
     /// final line's.
-    fn outgoing(
-        &mut self,
-        state: &mut RoundState,
-        raw: Bytes,
-        line: Option<Value>,
-        _recall: &[u64],
-        prior: &Value,
-    ) -> Option<Bytes> {
-        let Some(mut line) = line else {
-            return Some(raw);
-        };
+    fn outgoing(&mut self, state: &mut RoundState, mut line: Value, seen: Seen<'_>) -> Outgoing {
         let mut changed = state.hold.mixed && hide(&mut line);
         changed |= stream::separate(&mut line, "/message/content", &mut state.gap);
         let count = line.get(USAGE).and_then(Value::as_u64);
-        if let (Some(count), Some(prior)) = (count, prior.as_u64()) {
+        if let (Some(count), Some(prior)) = (count, seen.prior.as_u64()) {
             line[USAGE] = json!(count.saturating_add(prior));
             changed = true;
         }
-        Some(if changed { line_of(&line) } else { raw })
+        Outgoing::of(changed, || line_of(&line))
     }
 
     fn end(self, state: RoundState) -> Option<RecallTurn> {
@@ -280,7 +263,7 @@ mod tests {
 
     #[test]
     fn a_streamed_round_holds_from_the_recall_call_and_sums_prompt_tokens() {
-        let mut r = Round::new(false, Carry::default());
+        let mut r = Stream::<Round>::fresh(false, Carry::default());
         let prior = Value::Null;
         let shown = r.event(
             line(json!({"role": "assistant", "content": "Let me"}), false),
@@ -301,7 +284,7 @@ mod tests {
         assert_eq!(turn.messages[0]["tool_calls"][0], recall_call());
         assert_eq!(turn.usage, Some(json!(120)));
 
-        let mut next = Round::new(true, Carry::default());
+        let mut next = Stream::<Round>::fresh(true, Carry::default());
         *next.gap() = turn.carry.gap.next_round();
         let out = next.event(
             line(json!({"role": "assistant", "content": "Port 80"}), false),
@@ -325,7 +308,7 @@ mod tests {
 
     #[test]
     fn a_client_call_releases_the_round_without_the_recall_call() {
-        let mut r = Round::new(false, Carry::default());
+        let mut r = Stream::<Round>::fresh(false, Carry::default());
         let both = json!({"role": "assistant", "tool_calls": [recall_call(),
             {"function": {"name": "ls", "arguments": {"p": 1}}}]});
         let out = r.event(line(both, false), &Value::Null);

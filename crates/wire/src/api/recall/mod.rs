@@ -29,6 +29,32 @@ pub fn parameters() -> Value {
     })
 }
 
+/// The recall tool's declaration: its name, description and parameters
+/// schema under `schema` (`parameters`, Anthropic's `input_schema`).
+pub fn declaration(schema: &str) -> Value {
+    let mut tool = serde_json::json!({"name": RECALL_TOOL, "description": DESCRIPTION});
+    tool[schema] = parameters();
+    tool
+}
+
+/// Whether the request's `tool_choice` is unset or `auto`, as `auto`
+/// reads it (`"auto"`, Anthropic's `{"type": "auto"}`).
+pub fn auto_choice(fields: &Map<String, Value>, auto: fn(&Value) -> Option<&str>) -> bool {
+    match fields.get("tool_choice") {
+        None | Some(Value::Null) => true,
+        Some(choice) => auto(choice) == Some("auto"),
+    }
+}
+
+/// One result for each call, made by `result` from the call and its text.
+pub fn each_result(
+    calls: &[calls::Call],
+    texts: Vec<String>,
+    result: impl Fn(&calls::Call, String) -> Value,
+) -> Vec<Value> {
+    calls.iter().zip(texts).map(|(c, t)| result(c, t)).collect()
+}
+
 /// Whether the request's `tools` has one that `name` calls the recall tool.
 pub fn has_tool(fields: &Map<String, Value>, name: impl Fn(&Value) -> Option<&str>) -> bool {
     fields

@@ -2,7 +2,7 @@
 //! implements over its events, what a round holds back ([`Hold`]), and the
 //! SSE helpers the APIs share. The rounds themselves run in the pipeline.
 
-use super::calls::{Calls, Gap, RecallTurn, summed};
+use super::calls::{Calls, Carry, Gap, RecallTurn, summed};
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -63,6 +63,44 @@ pub fn add_prior_usage(event: &mut Value, field: &str, prior: &Value) -> bool {
     }
 }
 
+/// What an outgoing event meets: the indices of the round's recall calls,
+/// and the earlier rounds' usage, summed (`Null`: none).
+#[derive(Clone, Copy)]
+pub struct Seen<'a> {
+    pub recall: &'a [u64],
+    pub prior: &'a Value,
+}
+
+impl<'a> Seen<'a> {
+    /// The recall calls to hide: all of them once the answer is mixed.
+    pub fn hidden(self, state: &RoundState) -> &'a [u64] {
+        match state.hold.mixed {
+            true => self.recall,
+            false => &[],
+        }
+    }
+}
+
+/// What of an outgoing event the client gets.
+pub enum Outgoing {
+    /// Nothing: the event is foldgate's.
+    Drop,
+    /// The event as it came.
+    Same,
+    /// The event rewritten.
+    New(Bytes),
+}
+
+impl Outgoing {
+    /// The event rewritten by `encode` when it `changed`, else as it came.
+    pub fn of(changed: bool, encode: impl FnOnce() -> Bytes) -> Self {
+        match changed {
+            true => Self::New(encode()),
+            false => Self::Same,
+        }
+    }
+}
+
 /// One API's reading of a streamed round's events: what it gathers from
 /// an event, what of the event the client gets, and the turn foldgate
 /// answers. The state every API's round keeps alike is [`Stream`]'s,
@@ -72,15 +110,8 @@ pub trait Reader: Send + 'static {
     fn read(&mut self, state: &mut RoundState, event: &Value);
     /// The event as the client gets it, if at all: recall calls removed
     /// once the answer is mixed, numbering and usage carried over from
-    /// earlier rounds (`prior`: their usage, summed).
-    fn outgoing(
-        &mut self,
-        state: &mut RoundState,
-        raw: Bytes,
-        event: Option<Value>,
-        recall: &[u64],
-        prior: &Value,
-    ) -> Option<Bytes>;
+    /// earlier rounds ([`Seen`]).
+    fn outgoing(&mut self, state: &mut RoundState, event: Value, seen: Seen<'_>) -> Outgoing;
     /// The turn foldgate answers, at the end of a round that held recall
     /// calls only.
     fn end(self, state: RoundState) -> Option<RecallTurn>;
@@ -98,6 +129,14 @@ impl<R: Reader> Stream<R> {
     /// A round read by `reader`, from `state`.
     pub fn new(state: RoundState, reader: R) -> Self {
         Self { state, reader }
+    }
+}
+
+impl<R: Reader + Default> Stream<R> {
+    /// A round whose reader starts empty; `last`: its request could not
+    /// offer recall again, `carry`: what the rounds before showed.
+    pub fn fresh(last: bool, carry: Carry) -> Self {
+        Self::new(RoundState::new(last, carry.gap), R::default())
     }
 }
 
@@ -144,13 +183,17 @@ impl<R: Reader> Round for Stream<R> {
             self.reader.read(&mut self.state, event);
         }
         let recall = self.state.calls.recall_indices();
+        let seen = Seen {
+            recall: &recall,
+            prior,
+        };
         let mut out = Vec::new();
         let state = &mut self.state;
         if !recall.is_empty() && !state.hold.mixed {
             if state.calls.any_client() {
                 state.hold.mixed = true;
                 for (raw, event) in state.hold.held.take().unwrap_or_default() {
-                    out.extend(self.reader.outgoing(state, raw, event, &recall, prior));
+                    out.extend(outgoing(&mut self.reader, state, raw, event, seen));
                 }
             } else if state.hold.held.is_none() {
                 state.hold.held = Some(Vec::new());
@@ -158,7 +201,7 @@ impl<R: Reader> Round for Stream<R> {
         }
         match &mut state.hold.held {
             Some(held) => held.push((raw, event)),
-            None => out.extend(self.reader.outgoing(state, raw, event, &recall, prior)),
+            None => out.extend(outgoing(&mut self.reader, state, raw, event, seen)),
         }
         out
     }
@@ -171,6 +214,36 @@ impl<R: Reader> Round for Stream<R> {
     }
 }
 
+/// What the client gets of an event that came as `raw`: itself when it
+/// carries no JSON, else what `reader` makes of it.
+fn outgoing<R: Reader>(
+    reader: &mut R,
+    state: &mut RoundState,
+    raw: Bytes,
+    event: Option<Value>,
+    seen: Seen<'_>,
+) -> Option<Bytes> {
+    let Some(event) = event else {
+        return Some(raw);
+    };
+    match reader.outgoing(state, event, seen) {
+        Outgoing::Drop => None,
+        Outgoing::Same => Some(raw),
+        Outgoing::New(bytes) => Some(bytes),
+    }
+}
+
+/// The JSON data of what a round lets through of `events` (a test's
+/// view of a streamed round).
+#[cfg(test)]
+pub fn feed<R: Reader>(round: &mut Stream<R>, events: Vec<Bytes>, prior: &Value) -> Vec<Value> {
+    events
+        .into_iter()
+        .flat_map(|e| round.event(e, prior))
+        .filter_map(|b| chunk_of(&b))
+        .collect()
+}
+
 /// The JSON object of a `data:` event or a JSON line (`None`: `[DONE]`,
 /// comments, pings without data), lone surrogate escapes read as U+FFFD.
 pub fn chunk_of(raw: &[u8]) -> Option<Value> {
@@ -181,6 +254,20 @@ pub fn chunk_of(raw: &[u8]) -> Option<Value> {
 /// An SSE event carrying `value` as its data.
 pub fn data_event(value: &Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))
+}
+
+/// The `type` of an event's data (Anthropic's and Responses' events
+/// name themselves; empty when it has none).
+pub fn kind(event: &Value) -> &str {
+    event
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// An SSE event named by its data's [`kind`], carrying it.
+pub fn typed_event(value: &Value) -> Bytes {
+    named_event(kind(value), value)
 }
 
 /// An SSE event named `name` carrying `value`.

@@ -16,45 +16,85 @@
 //!   message: pinned when it leads, a pin later, never summarized
 //!   ([`crate::message::OPAQUE`]); its bytes go upstream unchanged.
 
+use super::{Responses, SPEC};
 use crate::api::codec::{
-    Decoded, RawRequest, Units, Wire, bad, estimate_fields, model, take_array, text_of, tool_call,
+    Decoded, Fields, RawRequest, Units, Wire, bad, estimate_fields, model, object, take_array,
+    text_of, tool_call,
 };
+use crate::api::{ApiSpec, Codec};
 use crate::error::ApiError;
 use crate::fold::view::Item;
 use crate::message::{OPAQUE, role};
 use crate::shallow::{self, Spec};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// The fields that, set, say the history is held upstream.
 const HELD_UPSTREAM: [&str; 2] = ["previous_response_id", "conversation"];
 
-/// Reads a Responses body.
-pub fn decode(mut fields: Map<String, Value>) -> Result<Decoded, ApiError> {
-    let model = model(&fields)?;
-    let held_upstream = HELD_UPSTREAM
-        .iter()
-        .any(|k| fields.get(*k).is_some_and(|v| !v.is_null()));
-    let mut opaque = held_upstream.then_some(shallow::HELD_UPSTREAM);
-    let items = match fields.get("input") {
-        Some(Value::Array(_)) => take_array(&mut fields, "input"),
-        Some(Value::String(text)) => {
-            opaque = opaque.or(Some("a single input message"));
-            vec![json!({"role": "user", "content": text})]
+impl Codec for Responses {
+    fn spec(&self) -> &'static ApiSpec {
+        &SPEC
+    }
+
+    /// Reads a Responses body.
+    fn decode(&self, _path: Option<&str>, bytes: &[u8]) -> Result<Decoded, ApiError> {
+        let mut fields = object(bytes)?;
+        let model = model(&fields)?;
+        let held_upstream = HELD_UPSTREAM
+            .iter()
+            .any(|k| fields.get(*k).is_some_and(|v| !v.is_null()));
+        let mut opaque = held_upstream.then_some(shallow::HELD_UPSTREAM);
+        let items = match fields.get("input") {
+            Some(Value::Array(_)) => take_array(&mut fields, "input"),
+            Some(Value::String(text)) => {
+                opaque = opaque.or(Some("a single input message"));
+                vec![json!({"role": "user", "content": text})]
+            }
+            Some(_) => return Err(bad("`input` must be a string or an array", Some("input"))),
+            None => return Err(bad("you must provide an `input` parameter", Some("input"))),
+        };
+        if let Some(i) = items.iter().position(|item| !item.is_object()) {
+            return Err(bad(&format!("input[{i}] must be an object"), Some("input")));
         }
-        Some(_) => return Err(bad("`input` must be a string or an array", Some("input"))),
-        None => return Err(bad("you must provide an `input` parameter", Some("input"))),
-    };
-    if let Some(i) = items.iter().position(|item| !item.is_object()) {
-        return Err(bad(&format!("input[{i}] must be an object"), Some("input")));
+        let mut units = Units::default();
+        units.pin("instructions", fields.get("instructions"));
+        let shapes: Vec<Shape> = items.iter().map(shape).collect();
+        for range in unit_ranges(&shapes) {
+            units.push(engine_message(&items[range.clone()]), range);
+        }
+        let estimate = estimate_fields(&fields, model, "parameters", "max_output_tokens");
+        Ok(units.decoded(fields, items, estimate, opaque))
     }
-    let mut units = Units::default();
-    units.pin("instructions", fields.get("instructions"));
-    let shapes: Vec<Shape> = items.iter().map(shape).collect();
-    for range in unit_ranges(&shapes) {
-        units.push(engine_message(&items[range.clone()]), range);
+
+    /// Reads a Responses body shallowly, for the fast path: its items grouped
+    /// into units as the decoder groups them (`None`: a string `input`, or a
+    /// body the decoder must judge).
+    fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
+        let fields = shallow::read(bytes, &SHALLOW)?;
+        let shapes = fields
+            .members
+            .iter()
+            .map(raw_shape)
+            .collect::<Option<Vec<_>>>()?;
+        let mut raw =
+            RawRequest::from_fields(fields, &SHALLOW, Some(("parameters", "max_output_tokens")))?;
+        raw.units = unit_ranges(&shapes);
+        Some(raw)
     }
-    let estimate = estimate_fields(&fields, model, "parameters", "max_output_tokens");
-    Ok(units.decoded(fields, items, estimate, opaque))
+
+    /// The `input` items of the view; foldgate's own messages become message
+    /// items where the layout puts them.
+    fn fill_wire(&self, fields: &mut Fields, _: &[Value], wire: &Wire, items: Vec<Item>) {
+        let input = wire.render(items, |made| {
+            let role = role(&made).unwrap_or("system").to_string();
+            Some(json!({"role": role, "content": text_of(&made["content"])}))
+        });
+        fields.insert("input".into(), Value::Array(input));
+    }
+
+    fn unit_message(&self, unit: &[Value], _after_calls: bool) -> Value {
+        engine_message(unit)
+    }
 }
 
 fn kind(item: &Value) -> &str {
@@ -144,22 +184,6 @@ const SHALLOW: Spec = Spec {
     held_upstream: &HELD_UPSTREAM,
     item_members: true,
 };
-
-/// Reads a Responses body shallowly, for the fast path: its items grouped
-/// into units as [`decode`] groups them (`None`: a string `input`, or a
-/// body the decoder must judge).
-pub fn shallow(bytes: &[u8]) -> Option<RawRequest<'_>> {
-    let fields = shallow::read(bytes, &SHALLOW)?;
-    let shapes = fields
-        .members
-        .iter()
-        .map(raw_shape)
-        .collect::<Option<Vec<_>>>()?;
-    let mut raw =
-        RawRequest::from_fields(fields, &SHALLOW, Some(("parameters", "max_output_tokens")))?;
-    raw.units = unit_ranges(&shapes);
-    Some(raw)
-}
 
 /// The items of each unit, in order.
 fn unit_ranges(shapes: &[Shape]) -> Vec<std::ops::Range<usize>> {
@@ -254,15 +278,6 @@ pub fn engine_message(unit: &[Value]) -> Value {
         // Built-in tool calls and reasoning: the model's side.
         _ => json!({"role": "assistant", "content": text}),
     }
-}
-
-/// The `input` items of the view; foldgate's own messages become message
-/// items where the layout puts them.
-pub fn encode(wire: &Wire, items: Vec<Item>) -> Vec<Value> {
-    wire.render(items, |made| {
-        let role = role(&made).unwrap_or("system").to_string();
-        Some(json!({"role": role, "content": text_of(&made["content"])}))
-    })
 }
 
 #[cfg(test)]

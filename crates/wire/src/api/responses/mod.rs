@@ -7,83 +7,54 @@
 pub mod codec;
 pub mod recall;
 
-use super::codec::{Decoded, RawRequest, Wire, object};
-use super::{Codec, Endpoint, Provider};
-use crate::config::Placement;
-use crate::error::ApiError;
-use crate::fold::view::Item;
+use super::route;
+use super::spec::{self, ApiSpec, RecallSpec, SummaryPlace};
+use super::summary::SummaryAnswer;
+use super::{Provider, chat};
 use crate::usage::{UsageReader, UsageShape};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// OpenAI Responses.
 pub struct Responses;
 
-impl Endpoint for Responses {
-    fn name(&self) -> &'static str {
-        "responses"
-    }
+/// Its endpoint.
+const PATH: &str = "/responses";
 
-    fn path(&self) -> &'static str {
-        "/responses"
-    }
-}
+/// OpenAI Responses as data: otherwise chat completions' (OpenAI's errors
+/// and usage field, the providers chat completions go to), but without
+/// Azure's `api-key` header.
+pub const SPEC: ApiSpec = ApiSpec {
+    name: "responses",
+    path: PATH,
+    claim: |path| route::endpoint(path, PATH),
+    conversation_field: "input",
+    keys: spec::BEARER,
+    usage: USAGE,
+    error_event: recall::error_event,
+    summary: SummaryPlace::NotMerged,
+    compresses_answers: false,
+    recall: RecallSpec {
+        offered: true,
+        keeps_tool: false,
+        shapes: &Responses,
+    },
+    ..chat::SPEC
+};
 
+/// `usage.input_tokens` and `usage.output_tokens`, of the answer or of
+/// the `response` an event carries.
+const USAGE: UsageReader = UsageReader::of(b"\"usage\"", &USAGE_SHAPE);
+
+/// Where [`USAGE`] reads.
+const USAGE_SHAPE: UsageShape = UsageShape {
+    within: &["response"],
+    ..UsageShape::of("usage", "input_tokens", "output_tokens")
+};
+
+/// No summarizer call is made in its shape: a provider of Responses is an
+/// OpenAI one, called with chat completions.
 impl Provider for Responses {
-    /// OpenAI's: the providers chat completions go to.
-    fn provider(&self) -> &'static str {
-        "openai"
-    }
-
-    /// `usage.input_tokens` and `usage.output_tokens`, of the answer or of
-    /// the `response` an event carries.
-    fn usage(&self) -> UsageReader {
-        const SHAPE: UsageShape = UsageShape {
-            field: "usage",
-            tokens: "input_tokens",
-            added: &[],
-            output: "output_tokens",
-            within: &["response"],
-            array: false,
-        };
-        UsageReader {
-            key: b"\"usage\"",
-            tokens: |data| SHAPE.tokens(data),
-        }
-    }
-}
-
-impl Codec for Responses {
-    fn conversation_field(&self) -> &'static str {
-        "input"
-    }
-
-    fn shallow<'a>(&self, bytes: &'a [u8]) -> Option<RawRequest<'a>> {
-        codec::shallow(bytes)
-    }
-
-    fn unit_message(&self, unit: &[Value]) -> Value {
-        codec::engine_message(unit)
-    }
-
-    fn decode(&self, bytes: &[u8]) -> Result<Decoded, ApiError> {
-        codec::decode(object(bytes)?)
-    }
-
-    fn fill_wire(
-        &self,
-        fields: &mut Map<String, Value>,
-        _messages: &[Value],
-        wire: &Wire,
-        items: Vec<Item>,
-    ) {
-        fields.insert("input".into(), Value::Array(codec::encode(wire, items)));
-    }
-
-    /// The pinned head may be `instructions`, which cannot take a merge.
-    fn placement(&self, configured: Placement) -> Placement {
-        match configured {
-            Placement::Merge => Placement::System,
-            p => p,
-        }
+    fn summary_answer(&self, answer: &Value) -> SummaryAnswer {
+        SummaryAnswer::of_completion(answer)
     }
 }

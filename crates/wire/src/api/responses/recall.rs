@@ -13,25 +13,29 @@ use super::Responses;
 use crate::api::Recall;
 use crate::api::recall::calls::{Call, Calls, Carry, Gap, RecallTurn, SEPARATOR};
 use crate::api::recall::input::bounded;
-use crate::api::recall::stream::{self, RoundState, Stream};
+use crate::api::recall::stream::{self, Outgoing, RoundState, Seen, Stream, kind};
 use crate::message::RECALL_TOOL;
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
 impl Recall for Responses {
     /// The function tool foldgate adds to a request.
     fn recall_tool(&self) -> Value {
-        json!({
-            "type": "function",
-            "name": RECALL_TOOL,
-            "description": crate::api::recall::DESCRIPTION,
-            "parameters": crate::api::recall::parameters(),
-        })
+        let mut tool = Map::from_iter([("type".to_string(), json!("function"))]);
+        if let Value::Object(declaration) = crate::api::recall::declaration("parameters") {
+            tool.extend(declaration);
+        }
+        Value::Object(tool)
     }
 
     fn tool_name<'t>(&self, tool: &'t Value) -> Option<&'t str> {
         name_of(tool)
+    }
+
+    /// `tool_choice` unset or `auto`.
+    fn free_to_call(&self, fields: &Map<String, Value>) -> bool {
+        crate::api::recall::auto_choice(fields, Value::as_str)
     }
 
     /// Its `function_call` items, by position.
@@ -57,11 +61,11 @@ impl Recall for Responses {
 
     /// A `function_call_output` each.
     fn results(&self, calls: &[Call], texts: Vec<String>) -> Vec<Value> {
-        calls
-            .iter()
-            .zip(texts)
-            .map(|(c, text)| json!({"type": "function_call_output", "call_id": c.id, "output": text}))
-            .collect()
+        crate::api::recall::each_result(
+            calls,
+            texts,
+            |c, text| json!({"type": "function_call_output", "call_id": c.id, "output": text}),
+        )
     }
 
     /// Recall calls removed from the output, and the recall tool from the
@@ -85,13 +89,14 @@ impl Recall for Responses {
             item["arguments"] = Value::String(args);
         }
     }
+}
 
-    fn error_event(&self, message: &str) -> Bytes {
-        stream::named_event(
-            "error",
-            &json!({"type": "error", "code": "server_error", "message": message}),
-        )
-    }
+/// The event that ends a stream foldgate cannot finish.
+pub fn error_event(message: &str) -> Bytes {
+    stream::named_event(
+        "error",
+        &json!({"type": "error", "code": "server_error", "message": message}),
+    )
 }
 
 /// A tool's name.
@@ -224,13 +229,6 @@ impl Round {
     }
 }
 
-fn kind(event: &Value) -> &str {
-    event
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
-
 impl stream::Reader for Round {
     /// Gathers the event's calls, items, usage and the response id.
     fn read(&mut self, state: &mut RoundState, event: &Value) {
@@ -266,23 +264,14 @@ impl stream::Reader for Round {
     }
 
     /// The event as the client gets it, if at all.
-    fn outgoing(
-        &mut self,
-        state: &mut RoundState,
-        raw: Bytes,
-        event: Option<Value>,
-        recall: &[u64],
-        prior: &Value,
-    ) -> Option<Bytes> {
-        let Some(mut event) = event else {
-            return Some(raw);
-        };
+    fn outgoing(&mut self, state: &mut RoundState, mut event: Value, seen: Seen<'_>) -> Outgoing {
         let kind = kind(&event).to_string();
         if self.later && matches!(kind.as_str(), "response.created" | "response.in_progress") {
-            return None;
+            return Outgoing::Drop;
         }
-        let hidden = if state.hold.mixed { recall } else { &[] };
-        stream::renumber(&mut event, "output_index", self.offset, hidden)?;
+        if stream::renumber(&mut event, "output_index", self.offset, seen.hidden(state)).is_none() {
+            return Outgoing::Drop;
+        }
         self.separate(&mut state.gap, &kind, &mut event);
         if let Some(response) = event.get_mut("response") {
             unlist(response);
@@ -295,13 +284,13 @@ impl stream::Reader for Round {
             .get_mut("response")
             .filter(|_| kind == "response.completed" || kind == "response.incomplete")
         {
-            self.complete(response, prior);
+            self.complete(response, seen.prior);
         }
         if event.get("sequence_number").is_some() {
             event["sequence_number"] = Value::from(self.carry.sequence);
             self.carry.sequence += 1;
         }
-        Some(stream::named_event(&kind, &event))
+        Outgoing::New(stream::named_event(&kind, &event))
     }
 
     fn end(self, state: RoundState) -> Option<RecallTurn> {
@@ -322,25 +311,8 @@ mod tests {
     use super::*;
     use crate::api::recall::stream::Round as _;
 
-    fn tool() -> Value {
-        Responses.recall_tool()
-    }
-
-    fn offerable(fields: &serde_json::Map<String, Value>) -> bool {
-        Responses.recall_offerable(fields)
-    }
-
-    fn calls(answer: &Value) -> Calls {
-        Responses.calls(answer)
-    }
-
-    fn hide(answer: &mut Value) {
-        Responses.hide(answer);
-    }
-
     fn ev(v: Value) -> Bytes {
-        let name = kind(&v).to_string();
-        stream::named_event(&name, &v)
+        stream::typed_event(&v)
     }
 
     fn message_item(i: u64, text: &str) -> Vec<Value> {
@@ -383,14 +355,6 @@ mod tests {
             .collect()
     }
 
-    fn feed_all(round: &mut Stream<Round>, events: Vec<Bytes>, prior: &Value) -> Vec<Value> {
-        events
-            .into_iter()
-            .flat_map(|e| round.event(e, prior))
-            .filter_map(|b| stream::chunk_of(&b))
-            .collect()
-    }
-
     #[test]
     fn rounds_stream_as_one_response() {
         let mut first = Round::new(false, false, Carry::default());
@@ -402,7 +366,7 @@ mod tests {
             ],
             100,
         );
-        let shown = feed_all(&mut first, events, &Value::Null);
+        let shown = stream::feed(&mut first, events, &Value::Null);
         assert_eq!(shown.len(), 5, "created, in_progress and the message item");
         let turn = Box::new(first)
             .end()
@@ -413,7 +377,7 @@ mod tests {
 
         let prior = turn.usage.clone().unwrap_or_default();
         let mut second = Round::new(false, true, turn.carry);
-        let shown = feed_all(
+        let shown = stream::feed(
             &mut second,
             round_events("resp_2", vec![message_item(0, "Port 8080.")], 150),
             &prior,
@@ -446,7 +410,7 @@ mod tests {
             ],
             100,
         );
-        let shown = feed_all(&mut round, events, &Value::Null);
+        let shown = stream::feed(&mut round, events, &Value::Null);
         assert!(
             !shown
                 .iter()
@@ -467,15 +431,15 @@ mod tests {
             {"type": "reasoning", "id": "rs_1"},
             {"type": "function_call", "call_id": "c1", "name": "foldgate_recall", "arguments": "{\"query\":\"x\"}"},
             {"type": "message", "content": []}]});
-        assert!(calls(&answer).recall_only());
-        hide(&mut answer);
+        assert!(Responses.calls(&answer).recall_only());
+        Responses.hide(&mut answer);
         assert_eq!(
             answer["output"],
             json!([{"type": "message", "content": []}])
         );
         let fields = |v: Value| v.as_object().cloned().unwrap_or_default();
-        assert!(offerable(&fields(json!({"tool_choice": "auto"}))));
-        assert!(!offerable(&fields(json!({"tool_choice": "required"}))));
-        assert!(!offerable(&fields(json!({"tools": [tool()]}))));
+        assert!(Responses.recall_offerable(&fields(json!({"tool_choice": "auto"}))));
+        assert!(!Responses.recall_offerable(&fields(json!({"tool_choice": "required"}))));
+        assert!(!Responses.recall_offerable(&fields(json!({"tools": [Responses.recall_tool()]}))));
     }
 }

@@ -376,8 +376,8 @@ impl Archive {
     }
 
     /// [`Archive::hits`], with the query searched by ([`Found::searched`]).
-    pub async fn found(&self, key: &ConvKey, query: &str, limit: usize) -> Found {
-        let query = query::Query::shape(query);
+    pub async fn found(&self, key: &ConvKey, text: &str, limit: usize) -> Found {
+        let query = query::Query::shape(text);
         // Room for hits that merge into others.
         let wanted = limit.saturating_mul(2);
         let mut found = match &self.backend {
@@ -395,6 +395,14 @@ impl Archive {
             &found.searched
         };
         let wanted = query::query_stems(searched);
+        // The names left out as too common (a speaker's) rank the hits of
+        // the rest: the subject's turns first.
+        let names = query::name_stems(text);
+        let common: Vec<String> = query::query_stems(&query)
+            .into_iter()
+            .filter(|s| !wanted.contains(s) && names.contains(s))
+            .collect();
+        found.hits = query::subject_first(std::mem::take(&mut found.hits), &common);
         found.hits = query::together(std::mem::take(&mut found.hits), &wanted);
         found.hits.truncate(limit);
         found

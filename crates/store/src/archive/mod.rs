@@ -369,8 +369,10 @@ impl Archive {
     /// by stem, those in more than a third of the messages left out while
     /// rarer ones are left,
     /// see [`query::common`]), hits of one message are merged
-    /// ([`query::merge`]), and the first hits hold the searched words
-    /// together ([`query::together`]).
+    /// ([`query::merge`]), those holding more of the names `query` writes
+    /// capitalized that were too common to search by come first
+    /// ([`query::subject_first`]: a speaker's turns), and the first hits
+    /// hold the searched words together ([`query::together`]).
     pub async fn hits(&self, key: &ConvKey, query: &str, limit: usize) -> Vec<Hit> {
         self.found(key, query, limit).await.hits
     }

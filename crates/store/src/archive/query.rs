@@ -569,6 +569,36 @@ mod tests {
     }
 
     #[test]
+    fn the_named_subjects_hits_come_first() {
+        assert_eq!(
+            name_stems("Which instruments does Theo play? Ask O'Neil"),
+            ["which", "theo", "ask", "o", "neil"]
+        );
+        let hit = |p: usize, text: &str| Hit {
+            row: row(p, text),
+            score: 1.0,
+        };
+        let hits = vec![
+            hit(1, "Maya: instrument strings, instrument lessons"),
+            hit(2, "Theo: my first instrument"),
+            hit(3, "Maya: an instrument, Theo"),
+            hit(4, "Maya: instrument"),
+        ];
+        let order = |hits: Vec<Hit>| hits.iter().map(|h| h.row.position).collect::<Vec<_>>();
+        assert_eq!(
+            order(subject_first(hits.clone(), &["theo".into()])),
+            [2, 3, 1, 4],
+            "the hits holding the name first, each group in its order"
+        );
+        assert_eq!(
+            order(subject_first(hits.clone(), &["theo".into(), "maya".into()])),
+            [3, 1, 2, 4],
+            "more of the names first"
+        );
+        assert_eq!(order(subject_first(hits, &[])), [1, 2, 3, 4]);
+    }
+
+    #[test]
     fn hits_of_one_message_merge() {
         let hit = |p: usize, text: &str, score: f64| Hit {
             row: row(p, text),

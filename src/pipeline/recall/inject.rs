@@ -450,6 +450,13 @@ mod tests {
     }
 
     #[test]
+    fn names_keep_their_capitals_for_the_search() {
+        let words = content_words("Which instrument does Theo have?");
+        assert_eq!(words, ["instrument", "Theo"]);
+        assert_eq!(query::name_stems(&words.join(" ")), ["theo"]);
+    }
+
+    #[test]
     fn a_hit_must_cover_enough_of_the_query() {
         let words = content_words("what is the favourite colour of the customer?");
         assert_eq!(words, ["favourite", "colour", "customer"]);

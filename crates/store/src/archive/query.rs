@@ -257,7 +257,7 @@ pub fn subject_first(hits: Vec<Hit>, names: &[String]) -> Vec<Hit> {
         .map(|h| (matched(&h.row.text, names), h))
         .collect();
     // Stable: equal counts keep the search's order.
-    keyed.sort_by(|a, b| b.0.cmp(&a.0));
+    keyed.sort_by_key(|k| std::cmp::Reverse(k.0));
     keyed.into_iter().map(|(_, h)| h).collect()
 }
 

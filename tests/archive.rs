@@ -195,6 +195,59 @@ async fn search_ranks_the_right_message_first_in_sqlite_and_in_memory() {
     }
 }
 
+/// A talk between two people, every turn led by its speaker's name (so
+/// each name is too common to search by): Maya names the instrument more
+/// often and in shorter turns, Theo once; then a question about Theo.
+fn two_speakers() -> Convo {
+    let mut convo = Convo::with_turns(0);
+    convo.user("Maya: an instrument shop opened, instrument strings half price");
+    convo.assistant("Theo: I bought a banjo at the flea market on Sunday, my very first instrument, and the case it came in smells of old cigars");
+    convo.user("Maya: instrument lessons cost a fortune, every instrument teacher is booked");
+    for i in 0..50 {
+        convo.assistant(&format!("Theo: small talk {i}"));
+        convo.user(&format!("Maya: more small talk {i}"));
+    }
+    convo.assistant("Theo: anyway");
+    convo.user("Which instrument does Theo have?");
+    convo
+}
+
+#[tokio::test]
+async fn search_ranks_the_named_subjects_turns_first_in_sqlite_and_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    for state in [sqlite(&dir.path().join("s.db")), String::new()] {
+        let llm = Llm::start().await;
+        let fg = Foldgate::start(&config(&llm, &state)).await;
+        chat(&fg, "subject", &two_speakers()).await.assert_ok();
+        let found = hits(&fg, "subject", "Which instrument does Theo have?", 3).await;
+        let texts: Vec<&str> = found
+            .iter()
+            .map(|h| h["message"]["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(texts.len(), 3, "{state}: {texts:#?}");
+        // Maya's turns score higher on `instrument` alone; Theo's name,
+        // too common to search by, puts his turn first.
+        assert!(
+            texts[0].contains("Theo: I bought a banjo"),
+            "{state}: {texts:#?}"
+        );
+        let scores: Vec<f64> = found.iter().map(|h| h["score"].as_f64().unwrap()).collect();
+        assert!(
+            scores[1] > scores[0],
+            "BM25 alone ranks Maya's first: {scores:?}"
+        );
+        // Lowercase, the name is not taken for one: BM25's order stays.
+        let plain = hits(&fg, "subject", "which instrument does theo have", 3).await;
+        assert!(
+            plain[0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .contains("Maya:"),
+            "{state}: {plain:#?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn tenants_never_see_each_others_archive() {
     let llm = Llm::start().await;

@@ -32,6 +32,8 @@ pub struct Tally {
     pub history_tokens: u64,
     /// The same for trimming.
     pub trimmed_tokens: u64,
+    /// Tokens of the injected block, summed.
+    pub injected_tokens: u64,
 }
 
 impl Tally {
@@ -46,6 +48,7 @@ impl Tally {
         self.reachable += o.reachable;
         self.history_tokens += o.history_tokens;
         self.trimmed_tokens += o.trimmed_tokens;
+        self.injected_tokens += o.injected_tokens;
     }
 }
 
@@ -147,6 +150,11 @@ pub async fn run(window: u32, policy: &str) -> [Tally; 4] {
                     .collect::<Vec<_>>()
                     .join("\n"),
             );
+            t.injected_tokens += shown
+                .iter()
+                .filter(|m| recalled(&content_text(m)))
+                .map(tokens)
+                .sum::<u64>();
             t.history_tokens += shown
                 .iter()
                 .filter(|m| history.contains(&m.to_string()))
@@ -244,9 +252,9 @@ pub async fn table(inline: &str) {
         stats.iter().map(|s| s.2).sum::<usize>(),
     );
     println!(
-        "| window | folding | category | questions | trimming: in view | plain BM25, whole history: top {TOP} | foldgate: in view | … in the verbatim history | … in the injected block | recall top {TOP} | reachable (view or recall top {TOP}) | history tokens in view: foldgate / trimming |"
+        "| window | folding | category | questions | trimming: in view | plain BM25, whole history: top {TOP} | foldgate: in view | … in the verbatim history | … in the injected block | recall top {TOP} | reachable (view or recall top {TOP}) | history tokens in view: foldgate / trimming | injected tokens per question |"
     );
-    println!("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     // `FIDELITY_WINDOWS=8192` and `FIDELITY_MODES=defaults` narrow the run.
     let windows = std::env::var("FIDELITY_WINDOWS").unwrap_or_default();
     let modes = std::env::var("FIDELITY_MODES").unwrap_or_default();
@@ -267,7 +275,7 @@ pub async fn table(inline: &str) {
             for (name, t) in names.iter().zip(&tallies).chain([(&"all", &all)]) {
                 let pct = |n: usize| 100.0 * n as f64 / t.questions.max(1) as f64;
                 println!(
-                    "| {window} | {how} | {name} | {} | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.0} / {:.0} |",
+                    "| {window} | {how} | {name} | {} | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.0} / {:.0} | {:.0} |",
                     t.questions,
                     pct(t.trimmed),
                     pct(t.bm25),
@@ -278,6 +286,7 @@ pub async fn table(inline: &str) {
                     pct(t.reachable),
                     t.history_tokens as f64 / t.questions.max(1) as f64,
                     t.trimmed_tokens as f64 / t.questions.max(1) as f64,
+                    t.injected_tokens as f64 / t.questions.max(1) as f64,
                 );
             }
         }

@@ -86,7 +86,7 @@ pub(in crate::pipeline) async fn plan(
     // A hit is judged by the words searched by: a speaker's name in half
     // the messages, or a word no message holds, says nothing about it.
     let query = if found.searched.is_empty() {
-        Query::of_words(&words)
+        Query::of_words(words.iter().map(|w| w.to_lowercase()))
     } else {
         found.searched
     };
@@ -319,16 +319,18 @@ fn query_text(messages: &[Value]) -> String {
 }
 
 /// The distinct words of `text` that carry a subject, in order (distinct
-/// by stem).
+/// by stem), as written: a name keeps its capital, which ranks its turns
+/// first ([`query::subject_first`]).
 fn content_words(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let mut stems: Vec<String> = Vec::new();
-    for w in query::words(text) {
+    for cased in query::cased_words(text) {
+        let w = cased.to_lowercase();
         let digits = w.chars().any(|c| c.is_ascii_digit());
         let stem = crate::stem::stem(&w);
         if (digits || w.chars().count() >= 3) && !query::is_stopword(&w) && !stems.contains(&stem) {
             stems.push(stem);
-            out.push(w);
+            out.push(cased.to_string());
         }
     }
     out
@@ -445,6 +447,13 @@ mod tests {
         assert!(words.contains(&"toml".to_string()), "{words:?}");
         assert!(!words.contains(&"what".to_string()) && !words.contains(&"old".to_string()));
         assert!(content_words("what is it?").is_empty());
+    }
+
+    #[test]
+    fn names_keep_their_capitals_for_the_search() {
+        let words = content_words("Which instrument does Theo have?");
+        assert_eq!(words, ["instrument", "Theo"]);
+        assert_eq!(query::name_stems(&words.join(" ")), ["theo"]);
     }
 
     #[test]

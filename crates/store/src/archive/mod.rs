@@ -369,15 +369,17 @@ impl Archive {
     /// by stem, those in more than a third of the messages left out while
     /// rarer ones are left,
     /// see [`query::common`]), hits of one message are merged
-    /// ([`query::merge`]), and the first hits hold the searched words
-    /// together ([`query::together`]).
+    /// ([`query::merge`]), those holding more of the names `query` writes
+    /// capitalized that were too common to search by come first
+    /// ([`query::subject_first`]: a speaker's turns), and the first hits
+    /// hold the searched words together ([`query::together`]).
     pub async fn hits(&self, key: &ConvKey, query: &str, limit: usize) -> Vec<Hit> {
         self.found(key, query, limit).await.hits
     }
 
     /// [`Archive::hits`], with the query searched by ([`Found::searched`]).
-    pub async fn found(&self, key: &ConvKey, query: &str, limit: usize) -> Found {
-        let query = query::Query::shape(query);
+    pub async fn found(&self, key: &ConvKey, text: &str, limit: usize) -> Found {
+        let query = query::Query::shape(text);
         // Room for hits that merge into others.
         let wanted = limit.saturating_mul(2);
         let mut found = match &self.backend {
@@ -395,6 +397,14 @@ impl Archive {
             &found.searched
         };
         let wanted = query::query_stems(searched);
+        // The names left out as too common (a speaker's) rank the hits of
+        // the rest: the subject's turns first.
+        let names = query::name_stems(text);
+        let common: Vec<String> = query::query_stems(&query)
+            .into_iter()
+            .filter(|s| !wanted.contains(s) && names.contains(s))
+            .collect();
+        found.hits = query::subject_first(std::mem::take(&mut found.hits), &common);
         found.hits = query::together(std::mem::take(&mut found.hits), &wanted);
         found.hits.truncate(limit);
         found

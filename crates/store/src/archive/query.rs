@@ -60,9 +60,27 @@ pub struct Query {
 
 /// The lowercase words of `text`: runs of letters and digits.
 pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    cased_words(text).map(str::to_lowercase)
+}
+
+/// The words of `text` as written: runs of letters and digits.
+pub fn cased_words(text: &str) -> impl Iterator<Item = &str> + '_ {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
+}
+
+/// The stems of the words `text` writes capitalized: the names a question
+/// asks about ("What does Maya do …" names `maya`). A question's first
+/// word is most often a stop word, which no search keeps anyway.
+pub fn name_stems(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for w in cased_words(text).filter(|w| w.chars().next().is_some_and(char::is_uppercase)) {
+        let s = stem(&w.to_lowercase());
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
 }
 
 impl Query {
@@ -221,6 +239,26 @@ pub fn together(hits: Vec<Hit>, wanted: &[String]) -> Vec<Hit> {
         .into_iter()
         .filter_map(|i| slots.get_mut(i).and_then(Option::take))
         .collect()
+}
+
+/// Hits reordered so that those holding more of `names` (stems of the
+/// names a question asks about that were too common to search by: in a
+/// talk between two people, the one the question is about, whose every
+/// turn holds their name) come first, each group in its order. Such a
+/// name finds nothing useful alone, but among the hits of the rarer words
+/// it tells the turns of the question's subject from the same words said
+/// by someone else (docs/folding.md, *Search*).
+pub fn subject_first(hits: Vec<Hit>, names: &[String]) -> Vec<Hit> {
+    if names.is_empty() || hits.len() < 2 {
+        return hits;
+    }
+    let mut keyed: Vec<(usize, Hit)> = hits
+        .into_iter()
+        .map(|h| (matched(&h.row.text, names), h))
+        .collect();
+    // Stable: equal counts keep the search's order.
+    keyed.sort_by_key(|k| std::cmp::Reverse(k.0));
+    keyed.into_iter().map(|(_, h)| h).collect()
 }
 
 /// Ranks `rows` (oldest archived first) against `query` with BM25 over the
@@ -528,6 +566,36 @@ mod tests {
         let hits = rank(&rows, &q, 10).hits;
         let order: Vec<usize> = hits.iter().map(|h| h.row.position).collect();
         assert_eq!(order, [1], "the name in most rows finds nothing alone");
+    }
+
+    #[test]
+    fn the_named_subjects_hits_come_first() {
+        assert_eq!(
+            name_stems("Which instruments does Theo play? Ask O'Neil"),
+            ["which", "theo", "ask", "o", "neil"]
+        );
+        let hit = |p: usize, text: &str| Hit {
+            row: row(p, text),
+            score: 1.0,
+        };
+        let hits = vec![
+            hit(1, "Maya: instrument strings, instrument lessons"),
+            hit(2, "Theo: my first instrument"),
+            hit(3, "Maya: an instrument, Theo"),
+            hit(4, "Maya: instrument"),
+        ];
+        let order = |hits: Vec<Hit>| hits.iter().map(|h| h.row.position).collect::<Vec<_>>();
+        assert_eq!(
+            order(subject_first(hits.clone(), &["theo".into()])),
+            [2, 3, 1, 4],
+            "the hits holding the name first, each group in its order"
+        );
+        assert_eq!(
+            order(subject_first(hits.clone(), &["theo".into(), "maya".into()])),
+            [3, 1, 2, 4],
+            "more of the names first"
+        );
+        assert_eq!(order(subject_first(hits, &[])), [1, 2, 3, 4]);
     }
 
     #[test]

@@ -193,7 +193,9 @@ impl FoldRequest {
             // without a fold: another replica cut off too may hold that
             // fold already, or make it. Redis is waited for as another
             // replica's lock is (within `lock_wait` of the first ask), then
-            // the fold is planned again from what it holds.
+            // the fold is planned again from what it holds: folding alone
+            // here made the failover test's extra summarizer calls
+            // (docs/architecture.md, "What a failover costs").
             if patient.is_none() && self.must_fold_alone(&decision) {
                 drop(guard);
                 patient = Some(asked);

@@ -178,25 +178,81 @@ impl FoldRequest {
         started: Started,
         wait: Option<Duration>,
     ) -> Result<Prepared, ApiError> {
-        let _guard = match (&self.data.key, wait) {
-            (None, _) => None,
-            (Some(key), None) => Some(self.app.store.lock(key).await),
-            (Some(key), Some(limit)) => {
-                match tokio::time::timeout(limit, self.app.store.lock(key)).await {
-                    Ok(guard) => Some(guard),
-                    Err(_) => {
-                        tracing::warn!(conversation = %key, ?limit, "running fold did not finish in time; folding inline");
-                        None
-                    }
-                }
-            }
-        };
+        let asked = Instant::now();
+        let mut patient = None;
         let policy = match started {
             Started::Inline => self.data.policy.clone(),
             Started::Background => self.prefold_policy(),
         };
-        let chain = self.load().await;
-        match self.decide(chain.as_deref(), &policy) {
+        loop {
+            let guard = self.take_lock(wait, patient).await;
+            let chain = self.load().await;
+            let decision = self.decide(chain.as_deref(), &policy);
+            // Redis has not answered for this conversation for a while
+            // (less than `state.lock_wait`) and the view cannot go on
+            // without a fold: another replica cut off too may hold that
+            // fold already, or make it. Redis is waited for as another
+            // replica's lock is (within `lock_wait` of the first ask), then
+            // the fold is planned again from what it holds: folding alone
+            // here made the failover test's extra summarizer calls
+            // (docs/architecture.md, "What a failover costs").
+            if patient.is_none() && self.must_fold_alone(&decision) {
+                drop(guard);
+                patient = Some(asked);
+                continue;
+            }
+            return self.carry_out(decision, chain, started).await;
+        }
+    }
+
+    /// The conversation's fold lock (`None` without a key): waiting for
+    /// Redis too when `patient` ([`crate::state::Store::lock_awaiting`]),
+    /// for at most half the request's fold time left, so the fold still
+    /// has the other half; with `wait`, for at most that long, then none.
+    async fn take_lock(
+        &self,
+        wait: Option<Duration>,
+        patient: Option<Instant>,
+    ) -> Option<crate::state::FoldGuard> {
+        let key = self.data.key.as_ref()?;
+        let store = &self.app.store;
+        let lock = async {
+            match patient {
+                Some(since) => {
+                    let limit = self.fold_time.left() / 2;
+                    store.lock_awaiting(key, since, limit).await
+                }
+                None => store.lock(key).await,
+            }
+        };
+        let Some(limit) = wait else {
+            return Some(lock.await);
+        };
+        match tokio::time::timeout(limit, lock).await {
+            Ok(guard) => Some(guard),
+            Err(_) => {
+                tracing::warn!(conversation = %key, ?limit, "running fold did not finish in time; folding inline");
+                None
+            }
+        }
+    }
+
+    /// Whether `decision` is a fold the view cannot go on without that
+    /// this replica would make alone, Redis silent for the conversation
+    /// (less than `state.lock_wait`).
+    fn must_fold_alone(&self, decision: &Decision) -> bool {
+        matches!(decision, Decision::Fold(plan) if plan.reason == Reason::Emergency && !plan.restub)
+            && self.fold_may_wait()
+    }
+
+    /// What the decision made under the fold lock says to do.
+    async fn carry_out(
+        &self,
+        decision: Decision,
+        chain: Option<Arc<FoldChain>>,
+        started: Started,
+    ) -> Result<Prepared, ApiError> {
+        match decision {
             Decision::NoFold(info) => self.no_fold(&info),
             Decision::CannotFit(c) => self.cannot_fit(&c),
             // A pending fold queued behind one that just failed waits too.
@@ -211,8 +267,7 @@ impl FoldRequest {
             // Redis has not answered for this conversation for a while
             // (less than `state.lock_wait`): a fold made now would be this
             // replica's alone, and another replica cut off too may make
-            // the same one. Only a view that cannot go on without it folds
-            // (provisionally); the others wait a turn.
+            // the same one. A view that can go on without it waits a turn.
             Decision::Fold(plan) if plan.reason != Reason::Emergency && self.fold_may_wait() => {
                 self.app.metrics.folds_postponed.inc();
                 let why = "fold postponed: the state store does not answer for this conversation";

@@ -78,6 +78,22 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn fold_may_wait(&self, _key: &ConvKey) -> bool {
         false
     }
+    /// [`Store::lock`] for a fold the request cannot go on without, when
+    /// [`Store::fold_may_wait`] said the shared backend does not answer
+    /// for the conversation: waits for it as for another replica's lock,
+    /// from `since` (when the request first asked for the lock) for at
+    /// most `limit` and `state.lock_wait`, and no longer than `lock_wait`
+    /// of its silence, so replicas cut off together fold once, after it
+    /// answers, from what it holds then (docs/architecture.md, "What a
+    /// failover costs"). Callers `load` again after acquiring it.
+    fn lock_awaiting<'a>(
+        &'a self,
+        key: &'a ConvKey,
+        _since: std::time::Instant,
+        _limit: std::time::Duration,
+    ) -> BoxFuture<'a, FoldGuard> {
+        self.lock(key)
+    }
     /// Every tenant's chain for a conversation id (admin only).
     fn find<'a>(&'a self, conversation: &'a str) -> BoxFuture<'a, Vec<(ConvKey, Arc<FoldChain>)>>;
     /// A page of stored conversations with their chains, in listing order

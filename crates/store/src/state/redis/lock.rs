@@ -280,10 +280,17 @@ enum Taken {
 
 /// Local lock first (one waiter per replica talks to Redis), then the
 /// Redis lock, waiting up to `state.lock_wait` for another replica's fold.
-pub(super) async fn acquire(store: Arc<Inner>, key: &ConvKey) -> FoldGuard {
+/// With `patient` (when the request first asked, and how long it may wait
+/// for Redis), a slot that does not answer is waited for too, as a lock
+/// held elsewhere ([`take`]).
+pub(super) async fn acquire(
+    store: Arc<Inner>,
+    key: &ConvKey,
+    patient: Option<(Instant, Duration)>,
+) -> FoldGuard {
     let local = store.flights.lock(key).await;
     let held = Held::new(store.clone(), key);
-    let remote = match take(&store, key).await {
+    let remote = match take(&store, key, patient).await {
         Taken::Held(claim, renewer) => Some((claim, renewer)),
         Taken::Waited => None,
         Taken::Unreachable => {
@@ -298,13 +305,23 @@ pub(super) async fn acquire(store: Arc<Inner>, key: &ConvKey) -> FoldGuard {
     })
 }
 
-async fn take(store: &Arc<Inner>, key: &ConvKey) -> Taken {
+/// `SET NX` until it takes the lock or `state.lock_wait` (from when the
+/// request first asked) runs out. A slot that does not answer ends the
+/// wait at once, unless `patient`: then it is waited for as another
+/// replica's lock is, within the request's limit too, and not past
+/// `lock_wait` of its silence (past that, each replica folds alone
+/// anyway). Each `SET` carries a token of its own: one whose answer was
+/// lost may have taken the key, and its release must not delete a later
+/// `SET`'s lock.
+async fn take(store: &Arc<Inner>, key: &ConvKey, patient: Option<(Instant, Duration)>) -> Taken {
     let lock = lock_key(key);
-    let token = token();
+    let slot = store.health.slot(Some(&lock));
     let ttl_ms = u64::try_from(store.lock_ttl.as_millis()).unwrap_or(u64::MAX);
-    let started = Instant::now();
+    let (started, limit) = patient.unwrap_or((Instant::now(), Duration::ZERO));
+    let limit = limit.min(store.lock_wait);
     let mut pause = BACKOFF.0;
     loop {
+        let token = token();
         let mut conn = store.conn();
         let cmd = redis::cmd("SET")
             .arg(&lock)
@@ -343,6 +360,12 @@ async fn take(store: &Arc<Inner>, key: &ConvKey) -> Taken {
                 tracing::warn!(target: "foldgate::state", conversation = %key, waited = ?store.lock_wait,
                     "another replica's fold lock outlived state.lock_wait; folding without it");
                 return Taken::Waited;
+            }
+            Err(_)
+                if started.elapsed() < limit && store.health.down_for(slot) < store.lock_wait =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(BACKOFF.1);
             }
             Err(Unavailable::Down | Unavailable::Failed) => return Taken::Unreachable,
         }
@@ -404,7 +427,7 @@ mod tests {
             tenant: "tenant".into(),
             conversation: "conversation".into(),
         };
-        let wait = acquire(store.inner.clone(), &key);
+        let wait = acquire(store.inner.clone(), &key, None);
         let gave_up = tokio::time::timeout(Duration::from_millis(200), wait).await;
         assert!(gave_up.is_err(), "the lock's SET had no answer to return");
         assert!(

@@ -532,7 +532,16 @@ impl Store for RedisStore {
     }
 
     fn lock<'a>(&'a self, key: &'a ConvKey) -> BoxFuture<'a, FoldGuard> {
-        Box::pin(lock::acquire(self.inner.clone(), key))
+        Box::pin(lock::acquire(self.inner.clone(), key, None))
+    }
+
+    fn lock_awaiting<'a>(
+        &'a self,
+        key: &'a ConvKey,
+        since: std::time::Instant,
+        limit: Duration,
+    ) -> BoxFuture<'a, FoldGuard> {
+        Box::pin(lock::acquire(self.inner.clone(), key, Some((since, limit))))
     }
 
     fn fold_may_wait(&self, key: &ConvKey) -> bool {

@@ -91,31 +91,7 @@ pub(in crate::pipeline) async fn plan(
         found.searched
     };
     let stems = query::query_stems(&query);
-    let hits = found.hits;
-    let mut seen = view_text(messages, items);
-    for block in kept {
-        seen.push_str(&block.text);
-        seen.push('\n');
-    }
-    let seen = normalized(&seen);
-    let shown: HashSet<usize> = items
-        .iter()
-        .filter_map(|i| match i {
-            Item::Original(p) => Some(*p),
-            _ => None,
-        })
-        .collect();
-    let hidden: Vec<Hit> = hits
-        .into_iter()
-        .filter(|h| !shown.contains(&h.row.position))
-        .collect();
-    let keep = together(&hidden, &stems);
-    let fresh: Vec<Hit> = hidden
-        .into_iter()
-        .zip(keep)
-        .filter(|(h, keep)| *keep && !in_view(&h.row.text, &stems, &seen))
-        .map(|(h, _)| h)
-        .collect();
+    let fresh = fresh_hits(found.hits, (messages, items), kept, &stems);
     if fresh.is_empty() {
         return None;
     }
@@ -136,6 +112,41 @@ pub(in crate::pipeline) async fn plan(
         text,
         excerpts,
     })
+}
+
+/// The hits the view does not show already: archived messages it hides,
+/// kept together as [`together`] says, whose matching words are not in
+/// the view's text or an earlier block's.
+fn fresh_hits(
+    hits: Vec<Hit>,
+    (messages, items): (&[Value], &[Item]),
+    kept: &[Placed],
+    stems: &[String],
+) -> Vec<Hit> {
+    let mut seen = view_text(messages, items);
+    for block in kept {
+        seen.push_str(&block.text);
+        seen.push('\n');
+    }
+    let seen = normalized(&seen);
+    let shown: HashSet<usize> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Original(p) => Some(*p),
+            _ => None,
+        })
+        .collect();
+    let hidden: Vec<Hit> = hits
+        .into_iter()
+        .filter(|h| !shown.contains(&h.row.position))
+        .collect();
+    let keep = together(&hidden, stems);
+    hidden
+        .into_iter()
+        .zip(keep)
+        .filter(|(h, keep)| *keep && !in_view(&h.row.text, stems, &seen))
+        .map(|(h, _)| h)
+        .collect()
 }
 
 /// The blocks earlier requests of the conversation injected, to show

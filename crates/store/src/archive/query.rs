@@ -283,32 +283,9 @@ pub fn rank(rows: &[Row], query: &Query, limit: usize) -> Found {
             searched: Query::default(),
         };
     }
-    // The distinct stems, each with the first word that gave it.
-    let mut wanted: Vec<String> = Vec::new();
-    let mut said: Vec<&str> = Vec::new();
-    for w in query.words() {
-        let s = stem(w);
-        if !wanted.contains(&s) {
-            wanted.push(s);
-            said.push(w);
-        }
-    }
+    let (wanted, said) = distinct_stems(query);
     let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
-    // Term frequencies of the wanted stems, and each row's length in words.
-    let stats: Vec<(HashMap<&str, u32>, usize)> = rows
-        .iter()
-        .map(|row| {
-            let mut tf = HashMap::new();
-            let mut len = 0;
-            for w in stems(&row.text) {
-                len += 1;
-                if let Some(&hit) = wanted.iter().find(|&&q| q == w) {
-                    *tf.entry(hit).or_insert(0) += 1;
-                }
-            }
-            (tf, len)
-        })
-        .collect();
+    let stats = term_stats(rows, &wanted);
     let n = rows.len() as f64;
     let avg = (stats.iter().map(|(_, len)| *len).sum::<usize>() as f64 / n.max(1.0)).max(1.0);
     let counts: Vec<usize> = wanted
@@ -362,6 +339,38 @@ pub fn rank(rows: &[Row], query: &Query, limit: usize) -> Found {
         hits,
         searched: Query::of_words(searched),
     }
+}
+
+/// The query's distinct stems, each with the first word that gave it.
+fn distinct_stems(query: &Query) -> (Vec<String>, Vec<&str>) {
+    let mut wanted: Vec<String> = Vec::new();
+    let mut said: Vec<&str> = Vec::new();
+    for w in query.words() {
+        let s = stem(w);
+        if !wanted.contains(&s) {
+            wanted.push(s);
+            said.push(w);
+        }
+    }
+    (wanted, said)
+}
+
+/// Each row's term frequencies of the `wanted` stems, and its length in
+/// words.
+fn term_stats<'w>(rows: &[Row], wanted: &[&'w str]) -> Vec<(HashMap<&'w str, u32>, usize)> {
+    rows.iter()
+        .map(|row| {
+            let mut tf = HashMap::new();
+            let mut len = 0;
+            for w in stems(&row.text) {
+                len += 1;
+                if let Some(&hit) = wanted.iter().find(|&&q| q == w) {
+                    *tf.entry(hit).or_insert(0) += 1;
+                }
+            }
+            (tf, len)
+        })
+        .collect()
 }
 
 /// Passages of `hits`, best first, within about `token_budget` tokens in

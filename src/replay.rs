@@ -193,7 +193,7 @@ pub fn run(config: &Config, model: &str, recording: &str) -> Result<Report, Repl
         row.stubs = compression
             .stubbable()
             .into_iter()
-            .filter(|&i| i >= shown && (compression.is_selected(i) || i < mark))
+            .filter(|&i| i >= shown && compression.shown_stub(i, mark).is_some())
             .count();
         first.get_or_insert_with(|| (model.to_string(), provider.to_string(), policy, budget));
         rows.push(row);

@@ -52,6 +52,7 @@ fn budget() -> Budget {
         overhead: 0,
         summary_reserve: 100,
         now_unix: 0,
+        lands_later: false,
     }
 }
 

@@ -86,7 +86,7 @@ impl FoldRequest {
         if self.mark_pending() {
             return;
         }
-        if let Decision::Fold(_) = self.decide(chain, &self.prefold_policy()) {
+        if let Decision::Fold(_) = self.decide_background(chain) {
             self.start_background();
         }
     }
@@ -191,12 +191,12 @@ impl FoldRequest {
                 }
             }
         };
-        let policy = match started {
-            Started::Inline => self.data.policy.clone(),
-            Started::Background => self.prefold_policy(),
-        };
         let chain = self.load().await;
-        match self.decide(chain.as_deref(), &policy) {
+        let decision = match started {
+            Started::Inline => self.decide(chain.as_deref(), &self.data.policy),
+            Started::Background => self.decide_background(chain.as_deref()),
+        };
+        match decision {
             Decision::NoFold(info) => self.no_fold(&info),
             Decision::CannotFit(c) => self.cannot_fit(&c),
             // A pending fold queued behind one that just failed waits too.

@@ -297,7 +297,7 @@ impl<C: CountTokens + ?Sized> Inputs<'_, C> {
     fn view_tokens(&self, base: Option<&FoldState>) -> u64 {
         match base {
             None => sent_tokens(self.request.counts.iter().copied(), self.budget),
-            Some(_) => self.tokens_at(base, mark_of(base)),
+            Some(_) => self.tokens_at(base, mark_of(base, self.request.values)),
         }
     }
 
@@ -381,16 +381,22 @@ struct Folding<'a, C: ?Sized> {
 }
 
 impl<C: CountTokens + ?Sized> Folding<'_, C> {
-    /// The base's stub mark.
+    /// The base's stub mark, as this request shows it.
     fn base_mark(&self) -> usize {
-        mark_of(self.base)
+        mark_of(self.base, self.inputs.request.values)
     }
 
     /// The stub mark that stubs every tool result before the newest
-    /// exchange.
+    /// exchange; for a plan shown first on a later request
+    /// ([`Budget::lands_later`]: a background fold or restub), every one
+    /// of these messages', the newest exchange being an older one there.
     fn deeper_mark(&self) -> usize {
-        self.base_mark()
-            .max(last_exchange(self.inputs.request.values))
+        let values = self.inputs.request.values;
+        let newest = match self.inputs.budget.lands_later {
+            true => values.len(),
+            false => last_exchange(values),
+        };
+        self.base_mark().max(newest)
     }
 
     /// The cut: the candidate [`cut::choose`] picks with the base's stubs,
@@ -638,9 +644,12 @@ fn choose_base<'s>(
         .unwrap_or((best, best_tokens))
 }
 
-/// The stub mark of a state: stub-eligible messages before it show as stubs.
-fn mark_of(state: Option<&FoldState>) -> usize {
-    state.map_or(0, |s| s.retained.stubs_before)
+/// The stub mark of a state as `messages` show it: stub-eligible messages
+/// before it show as stubs, never those of the newest tool exchange (a
+/// background rewrite's mark may reach into it, made for a later request:
+/// [`Budget::lands_later`]).
+fn mark_of(state: Option<&FoldState>, messages: &[Value]) -> usize {
+    state.map_or(0, |s| s.retained.stubs_before.min(last_exchange(messages)))
 }
 
 /// `counts` with every message before `mark` counted as its stub, where
@@ -657,12 +666,13 @@ fn with_stubs<'c>(counts: &'c [u32], stubbed: &[u32], mark: usize) -> Cow<'c, [u
 }
 
 /// Where the newest tool exchange starts: the results after the last
-/// assistant message that calls tools stay verbatim (the end when none).
-fn last_exchange(messages: &[Value]) -> usize {
+/// assistant message that calls tools stay verbatim (the last message
+/// when none: it stays verbatim too).
+pub(crate) fn last_exchange(messages: &[Value]) -> usize {
     messages
         .iter()
         .rposition(|m| is_role(m, Role::Assistant) && m.get("tool_calls").is_some())
-        .unwrap_or(messages.len())
+        .unwrap_or(messages.len().saturating_sub(1))
 }
 
 /// Tokens of a laid-out view, messages only.

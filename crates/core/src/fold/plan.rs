@@ -391,12 +391,18 @@ impl<C: CountTokens + ?Sized> Folding<'_, C> {
     /// ([`Budget::lands_later`]: a background fold or restub), every one
     /// of these messages', the newest exchange being an older one there.
     fn deeper_mark(&self) -> usize {
+        self.base_mark().max(self.reach())
+    }
+
+    /// The furthest a stub mark of this plan reaches where it is shown:
+    /// the newest exchange (the end of these messages for a plan shown
+    /// first on a later request).
+    fn reach(&self) -> usize {
         let values = self.inputs.request.values;
-        let newest = match self.inputs.budget.lands_later {
+        match self.inputs.budget.lands_later {
             true => values.len(),
             false => last_exchange(values),
-        };
-        self.base_mark().max(newest)
+        }
     }
 
     /// The cut: the candidate [`cut::choose`] picks with the base's stubs,
@@ -410,7 +416,8 @@ impl<C: CountTokens + ?Sized> Folding<'_, C> {
             return (self.cut_at(base_mark).0, base_mark);
         }
         let (n, policy) = (self.inputs.n, self.inputs.policy);
-        let before_tail = base_mark.max(n.saturating_sub(policy.preserve_recent));
+        let tail = n.saturating_sub(policy.preserve_recent).min(self.reach());
+        let before_tail = base_mark.max(tail);
         let (first, limit) = self.cut_at(before_tail);
         let short = |c: &Candidate| {
             c.expected > limit || n - c.cut < policy.preserve_recent.min(n - self.start)

@@ -283,6 +283,24 @@ fn trace() -> bool {
     std::env::var_os("AGENT_TRACE").is_some()
 }
 
+/// `AGENT_TRACE=units`: each request's prefix units too, as the first
+/// letter of their role or type and their tokens at the request's tokens
+/// per byte (`*`: a stub).
+fn trace_units() -> bool {
+    std::env::var("AGENT_TRACE").is_ok_and(|v| v == "units")
+}
+
+fn units_line(units: &[Value], per_byte: f64) -> String {
+    let unit = |u: &Value| {
+        let text = u.to_string();
+        let kind = u["role"].as_str().or(u["type"].as_str()).unwrap_or("-");
+        let stub = if text.contains(STUB_PREFIX) { "*" } else { "" };
+        let tokens = (text.len() as f64 * per_byte).round();
+        format!("{}{tokens}{stub}", kind.chars().next().unwrap_or('-'))
+    };
+    units.iter().map(unit).collect::<Vec<_>>().join(" ")
+}
+
 async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
     let up = Upstream::start(lp.wire).await;
     let toml = format!(
@@ -370,6 +388,9 @@ async fn replay(lp: Loop, mode: &Mode, window: u32) -> Figures {
                 reply.header("x-foldgate-tokens-in"),
                 tokens,
             );
+        }
+        if trace_units() {
+            eprintln!("    units {}", units_line(&units, per_byte));
         }
         previous = Some(units);
         if background(mode) {

@@ -176,7 +176,7 @@ fn replay_line(
     row.stubs = compression
         .stubbable()
         .into_iter()
-        .filter(|&i| i >= shown && (compression.is_selected(i) || i < mark))
+        .filter(|&i| i >= shown && compression.shown_stub(i, mark).is_some())
         .count();
     let settings = (model.to_string(), provider.to_string(), policy, budget);
     Ok((row, settings))

@@ -203,6 +203,7 @@ fn setup() -> impl Strategy<Value = Setup> {
                 overhead: b.2,
                 summary_reserve: b.3,
                 now_unix: 0,
+                lands_later: false,
             },
             placement,
             compress,
@@ -537,6 +538,7 @@ fn an_agent_loop_shows_stubs() {
             overhead: 0,
             summary_reserve: 200,
             now_unix: 0,
+            lands_later: false,
         },
         placement: Placement::System,
         compress: Compress {

@@ -86,7 +86,7 @@ impl FoldRequest {
         if self.mark_pending() {
             return;
         }
-        if let Decision::Fold(_) = self.decide(chain, &self.prefold_policy()) {
+        if let Decision::Fold(_) = self.decide_background(chain) {
             self.start_background();
         }
     }
@@ -180,14 +180,13 @@ impl FoldRequest {
     ) -> Result<Prepared, ApiError> {
         let asked = Instant::now();
         let mut patient = None;
-        let policy = match started {
-            Started::Inline => self.data.policy.clone(),
-            Started::Background => self.prefold_policy(),
-        };
         loop {
             let guard = self.take_lock(wait, patient).await;
             let chain = self.load().await;
-            let decision = self.decide(chain.as_deref(), &policy);
+            let decision = match started {
+                Started::Inline => self.decide(chain.as_deref(), &self.data.policy),
+                Started::Background => self.decide_background(chain.as_deref()),
+            };
             // Redis has not answered for this conversation for a while
             // (less than `state.lock_wait`) and the view cannot go on
             // without a fold: another replica cut off too may hold that

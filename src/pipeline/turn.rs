@@ -291,7 +291,7 @@ impl FoldRequest {
     /// are large against the prefold band
     /// ([`fold::trigger::prefold_ratio`]), and cuts as far below it as a
     /// normal fold cuts below the trigger.
-    pub(super) fn prefold_policy(&self) -> Policy {
+    fn prefold_policy(&self) -> Policy {
         let p = &self.data.policy;
         let budget = &self.budget;
         let room = budget.context_window.saturating_sub(budget.output_reserve);
@@ -329,21 +329,35 @@ impl FoldRequest {
         }
     }
 
+    /// The decision for this request's own view under `policy`.
     pub(super) fn decide(&self, chain: Option<&FoldChain>, policy: &Policy) -> Decision {
+        self.decide_within(chain, policy, &self.budget)
+    }
+
+    /// The decision a background fold carries out: under the prefold
+    /// policy ([`Self::prefold_policy`]), for the later request it lands
+    /// on ([`Budget::lands_later`]).
+    pub(super) fn decide_background(&self, chain: Option<&FoldChain>) -> Decision {
+        let budget = Budget {
+            lands_later: true,
+            ..self.budget
+        };
+        self.decide_within(chain, &self.prefold_policy(), &budget)
+    }
+
+    fn decide_within(
+        &self,
+        chain: Option<&FoldChain>,
+        policy: &Policy,
+        budget: &Budget,
+    ) -> Decision {
         // Only the messages foldgate adds are counted here.
         let counter = |m: &Value| {
             let raw = self.app.tokens.message_tokens(&self.data.model, m);
             self.data.estimate.calibrated(u64::from(raw))
         };
         let placement = self.data.placement;
-        fold::plan(
-            self.messages(),
-            chain,
-            policy,
-            &self.budget,
-            &counter,
-            placement,
-        )
+        fold::plan(self.messages(), chain, policy, budget, &counter, placement)
     }
 
     /// The request's messages with their identities and counts.

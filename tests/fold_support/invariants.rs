@@ -185,6 +185,16 @@ fn check_stubs(
             compression.is_selected(i) || i < mark,
             "stub of {i}: neither chosen by its batch nor under the fold's mark {mark}"
         );
+        // The newest exchange (and the last message) is the one the model
+        // answers: no fold's mark stubs it on this request.
+        let newest = ms
+            .iter()
+            .rposition(|m| m["role"] == "assistant" && m.get("tool_calls").is_some())
+            .unwrap_or(ms.len() - 1);
+        assert!(
+            compression.is_selected(i) || i < newest,
+            "stub of {i} at or after the newest exchange ({newest})"
+        );
         let original = &ms[i];
         for key in ["role", "tool_call_id", "tool_calls"] {
             assert_eq!(m.get(key), original.get(key), "stub of {i} keeps its {key}");

@@ -75,6 +75,7 @@ pub fn budget(window: u32) -> Budget {
         overhead: 0,
         summary_reserve: 50,
         now_unix: 0,
+        lands_later: false,
     }
 }
 

@@ -201,8 +201,11 @@ fn starts_turn(roles: &[Option<Role>], i: usize) -> bool {
 }
 
 /// The messages a fold may stub (`compress.with_fold`): long tool results
-/// (and, with `compress.assistant`, answers) outside the pinned head, never
-/// the last message, whatever turns follow them.
+/// (and, with `compress.assistant`, answers) outside the pinned head,
+/// whatever turns follow them. The newest exchange and the last message
+/// are among them for a background rewrite, which lands on a later
+/// request; no view of this request shows them as stubs
+/// ([`Compression::shown_stub`]).
 fn eligible<'r>(
     roles: &'r [Option<Role>],
     tokens: &'r [u32],
@@ -210,7 +213,7 @@ fn eligible<'r>(
 ) -> impl Iterator<Item = usize> + 'r {
     let n = roles.len().min(tokens.len());
     let pinned = pinned_count(roles.iter().copied());
-    (pinned..n.saturating_sub(1)).filter(move |&i| {
+    (pinned..n).filter(move |&i| {
         let kind = match roles[i] {
             Some(Role::Tool) => settings.enabled,
             Some(Role::Assistant) => settings.assistant,
@@ -337,6 +340,11 @@ pub struct Compression {
     /// The same for the other messages a fold may stub
     /// (`compress.with_fold`): long tool results not selected yet.
     spare: Vec<(usize, Value, u32)>,
+    /// Where the newest tool exchange starts (the results the model is
+    /// answering now): no stub mark shows a spare stub from there on, on
+    /// this request (a background rewrite's mark may reach further: it
+    /// was made for a later request, [`super::Budget::lands_later`]).
+    newest: usize,
 }
 
 impl Compression {
@@ -422,7 +430,12 @@ impl Compression {
         } else {
             Vec::new()
         };
-        Self { stubs, spare }
+        let newest = super::plan::last_exchange(messages);
+        Self {
+            stubs,
+            spare,
+            newest,
+        }
     }
 
     /// Whether nothing is compressed.
@@ -535,11 +548,11 @@ impl Compression {
 
     /// The stub a view with stub mark `mark` shows for message `i`, if it
     /// shows one: a compressed message's, or before `mark` one a fold may
-    /// add.
+    /// add, never in the newest tool exchange.
     pub fn shown_stub(&self, i: usize, mark: usize) -> Option<&Value> {
         match self.find(i) {
             Some(found) => Some(&found.1),
-            None if i < mark => self.any(i).map(|(_, v, _)| v),
+            None if i < mark.min(self.newest) => self.any(i).map(|(_, v, _)| v),
             None => None,
         }
     }

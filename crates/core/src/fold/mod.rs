@@ -128,6 +128,13 @@ pub struct Budget {
     /// The clock, in Unix seconds, for `policy.idle_fold_after` (the fold
     /// engine reads no clock itself).
     pub now_unix: u64,
+    /// The plan is carried out off the request path and first shown on a
+    /// later request of the conversation (a background fold or restub).
+    /// There this request's newest tool exchange is an older one, already
+    /// answered, so the rewrite stubs its results too, as an inline fold
+    /// on that later request would (docs/folding.md, *Background and
+    /// inline folding*). `false`: the plan is shown on this very request.
+    pub lands_later: bool,
 }
 
 impl Budget {
@@ -147,6 +154,7 @@ impl Budget {
             overhead: estimate.calibrated(u64::from(estimate.overhead)),
             summary_reserve: summary_budget(config, policy, estimate.context_window),
             now_unix,
+            lands_later: false,
         }
     }
 }

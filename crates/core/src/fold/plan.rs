@@ -297,7 +297,7 @@ impl<C: CountTokens + ?Sized> Inputs<'_, C> {
     fn view_tokens(&self, base: Option<&FoldState>) -> u64 {
         match base {
             None => sent_tokens(self.request.counts.iter().copied(), self.budget),
-            Some(_) => self.tokens_at(base, mark_of(base)),
+            Some(_) => self.tokens_at(base, mark_of(base, self.request.values)),
         }
     }
 
@@ -381,16 +381,28 @@ struct Folding<'a, C: ?Sized> {
 }
 
 impl<C: CountTokens + ?Sized> Folding<'_, C> {
-    /// The base's stub mark.
+    /// The base's stub mark, as this request shows it.
     fn base_mark(&self) -> usize {
-        mark_of(self.base)
+        mark_of(self.base, self.inputs.request.values)
     }
 
     /// The stub mark that stubs every tool result before the newest
-    /// exchange.
+    /// exchange; for a plan shown first on a later request
+    /// ([`Budget::lands_later`]: a background fold or restub), every one
+    /// of these messages', the newest exchange being an older one there.
     fn deeper_mark(&self) -> usize {
-        self.base_mark()
-            .max(last_exchange(self.inputs.request.values))
+        self.base_mark().max(self.reach())
+    }
+
+    /// The furthest a stub mark of this plan reaches where it is shown:
+    /// the newest exchange (the end of these messages for a plan shown
+    /// first on a later request).
+    fn reach(&self) -> usize {
+        let values = self.inputs.request.values;
+        match self.inputs.budget.lands_later {
+            true => values.len(),
+            false => last_exchange(values),
+        }
     }
 
     /// The cut: the candidate [`cut::choose`] picks with the base's stubs,
@@ -404,7 +416,8 @@ impl<C: CountTokens + ?Sized> Folding<'_, C> {
             return (self.cut_at(base_mark).0, base_mark);
         }
         let (n, policy) = (self.inputs.n, self.inputs.policy);
-        let before_tail = base_mark.max(n.saturating_sub(policy.preserve_recent));
+        let tail = n.saturating_sub(policy.preserve_recent).min(self.reach());
+        let before_tail = base_mark.max(tail);
         let (first, limit) = self.cut_at(before_tail);
         let short = |c: &Candidate| {
             c.expected > limit || n - c.cut < policy.preserve_recent.min(n - self.start)
@@ -638,9 +651,12 @@ fn choose_base<'s>(
         .unwrap_or((best, best_tokens))
 }
 
-/// The stub mark of a state: stub-eligible messages before it show as stubs.
-fn mark_of(state: Option<&FoldState>) -> usize {
-    state.map_or(0, |s| s.retained.stubs_before)
+/// The stub mark of a state as `messages` show it: stub-eligible messages
+/// before it show as stubs, never those of the newest tool exchange (a
+/// background rewrite's mark may reach into it, made for a later request:
+/// [`Budget::lands_later`]).
+fn mark_of(state: Option<&FoldState>, messages: &[Value]) -> usize {
+    state.map_or(0, |s| s.retained.stubs_before.min(last_exchange(messages)))
 }
 
 /// `counts` with every message before `mark` counted as its stub, where
@@ -657,12 +673,13 @@ fn with_stubs<'c>(counts: &'c [u32], stubbed: &[u32], mark: usize) -> Cow<'c, [u
 }
 
 /// Where the newest tool exchange starts: the results after the last
-/// assistant message that calls tools stay verbatim (the end when none).
-fn last_exchange(messages: &[Value]) -> usize {
+/// assistant message that calls tools stay verbatim (the last message
+/// when none: it stays verbatim too).
+pub(crate) fn last_exchange(messages: &[Value]) -> usize {
     messages
         .iter()
         .rposition(|m| is_role(m, Role::Assistant) && m.get("tool_calls").is_some())
-        .unwrap_or(messages.len())
+        .unwrap_or(messages.len().saturating_sub(1))
 }
 
 /// Tokens of a laid-out view, messages only.

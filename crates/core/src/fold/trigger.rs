@@ -210,6 +210,7 @@ mod tests {
             overhead: 0,
             summary_reserve: 50,
             now_unix: 0,
+            lands_later: false,
         }
     }
 

@@ -335,34 +335,8 @@ impl FoldRequest {
                 return self.vetoed(&plan, started, &full);
             }
         }
-        // A message the view showed as its stub (archived when shown) is
-        // summarized as that stub: its specifics are in it, and the
-        // summarizer's input stays near the view's size (one call).
-        let mark = plan.base.as_ref().map_or(0, |b| b.retained.stubs_before);
-        let compression = &self.data.compression;
-        let to_fold: Vec<&Value> = plan
-            .fold
-            .iter()
-            .filter_map(|&i| compression.shown_stub(i, mark).or_else(|| messages.get(i)))
-            .collect();
-        let raw = |m: &Value| app.tokens.message_tokens(&self.data.model, m);
-        // A rebuild summarizes the raw messages, not the base summary.
-        let current = plan
-            .base
-            .as_ref()
-            .filter(|_| !plan.rebuild)
-            .map(|b| &b.summary);
-        let result = app
-            .summarizer
-            .summarize(
-                &self.targets(),
-                &self.data.credentials,
-                current,
-                &to_fold,
-                &raw,
-                self.narrative_tokens(),
-            )
-            .await;
+        let to_fold = self.to_fold(&plan);
+        let result = self.summarize(&plan, &to_fold).await;
         let conversation = self
             .data
             .key
@@ -372,22 +346,7 @@ impl FoldRequest {
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(e) => {
-                app.metrics.fold_failures.inc();
-                if let Some(key) = &self.data.key {
-                    app.background
-                        .record_failure(key, self.app.config.summarizer.failure_backoff);
-                    // Kept with the fold history (and stored with it), so a
-                    // later success does not erase it.
-                    let mut kept = chain.as_deref().cloned().unwrap_or_default();
-                    kept.push_failure(FailureRecord::new(
-                        now_unix(),
-                        plan.reason,
-                        started == Started::Background,
-                        plan.tokens_before,
-                        &e.to_string(),
-                    ));
-                    app.store.save(key, Arc::new(kept)).await;
-                }
+                self.record_failure(&plan, chain, started, &e).await;
                 tracing::warn!(
                     target: "foldgate::fold", conversation, reason = plan.reason.as_str(), mode = started.as_str(),
                     folded = to_fold.len(), tokens_before = plan.tokens_before, outcome = "failed", error = %e,
@@ -408,13 +367,11 @@ impl FoldRequest {
             ..FoldState::after(&plan, summary, ledger, now_unix())
         }
         .with_summarizer(&outcome.model, outcome.latency, outcome.calls);
-        let pins_folded = state.retained.pins_folded;
-        let warning = (pins_folded > 0)
-            .then_some("pinned messages over policy.pin_ratio: the oldest were folded");
-        if pins_folded > 0 {
-            tracing::warn!(target: "foldgate::fold", conversation, pins_folded, "pinned messages over their budget (policy.pin_ratio); the oldest were folded");
-        }
-        let prepared = self.prepared(Some(&state), TurnFold::New, warning);
+        let prepared = self.prepared(
+            Some(&state),
+            TurnFold::New,
+            pins_warning(&state, &conversation),
+        );
         // Archived first: a fold whose messages the archive cannot hold is
         // not made, so nothing leaves the view unarchived.
         let archived = match &self.data.key {
@@ -440,10 +397,80 @@ impl FoldRequest {
         if let Some(key) = &self.data.key {
             let mut next = chain.map(|c| (*c).clone()).unwrap_or_default();
             next.push(state);
-            let next = Arc::new(next);
-            app.store.save(key, next).await;
+            app.store.save(key, Arc::new(next)).await;
         }
         Ok(prepared)
+    }
+
+    /// The summarizer's summary of `to_fold`, updating the base's summary
+    /// (a rebuild summarizes the raw messages, not the base summary).
+    async fn summarize(
+        &self,
+        plan: &FoldPlan,
+        to_fold: &[&Value],
+    ) -> Result<Outcome, crate::summarize::SummarizeError> {
+        let app = &*self.app;
+        let raw = |m: &Value| app.tokens.message_tokens(&self.data.model, m);
+        let current = plan
+            .base
+            .as_ref()
+            .filter(|_| !plan.rebuild)
+            .map(|b| &b.summary);
+        app.summarizer
+            .summarize(
+                &self.targets(),
+                &self.data.credentials,
+                current,
+                to_fold,
+                &raw,
+                self.narrative_tokens(),
+            )
+            .await
+    }
+
+    /// The plan's messages as the summarizer gets them: a message the
+    /// view showed as its stub (archived when shown) as that stub (its
+    /// specifics are in it, and the summarizer's input stays near the
+    /// view's size: one call).
+    fn to_fold(&self, plan: &FoldPlan) -> Vec<&Value> {
+        let mark = plan.base.as_ref().map_or(0, |b| b.retained.stubs_before);
+        let compression = &self.data.compression;
+        plan.fold
+            .iter()
+            .filter_map(|&i| {
+                compression
+                    .shown_stub(i, mark)
+                    .or_else(|| self.data.messages.get(i))
+            })
+            .collect()
+    }
+
+    /// Counts a failed fold and, for a keyed conversation, backs its next
+    /// folds off and keeps the failure with its fold history (stored with
+    /// it, so a later success does not erase it).
+    async fn record_failure(
+        &self,
+        plan: &FoldPlan,
+        chain: Option<Arc<FoldChain>>,
+        started: Started,
+        error: &crate::summarize::SummarizeError,
+    ) {
+        let app = &*self.app;
+        app.metrics.fold_failures.inc();
+        let Some(key) = &self.data.key else {
+            return;
+        };
+        app.background
+            .record_failure(key, app.config.summarizer.failure_backoff);
+        let mut kept = chain.as_deref().cloned().unwrap_or_default();
+        kept.push_failure(FailureRecord::new(
+            now_unix(),
+            plan.reason,
+            started == Started::Background,
+            plan.tokens_before,
+            &error.to_string(),
+        ));
+        app.store.save(key, Arc::new(kept)).await;
     }
 
     /// The archive spool cannot take the rows of the plan's folded
@@ -595,4 +622,15 @@ impl FoldRequest {
             })
             .collect()
     }
+}
+
+/// The warning a fold that had to fold pinned messages answers with (and
+/// logs), when it did.
+fn pins_warning(state: &FoldState, conversation: &str) -> Option<&'static str> {
+    let pins_folded = state.retained.pins_folded;
+    if pins_folded == 0 {
+        return None;
+    }
+    tracing::warn!(target: "foldgate::fold", conversation, pins_folded, "pinned messages over their budget (policy.pin_ratio); the oldest were folded");
+    Some("pinned messages over policy.pin_ratio: the oldest were folded")
 }

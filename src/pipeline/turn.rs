@@ -477,19 +477,7 @@ impl FoldRequest {
                 )
             }
         };
-        let view_ids: Arc<[u128]> = match &view {
-            None => self.data.ids.as_slice().into(),
-            Some(items) => items
-                .iter()
-                .map(|item| match item {
-                    Item::Original(i) => self.data.ids.get(*i).copied().unwrap_or_default(),
-                    // A stub is a pure function of its message: its identity
-                    // follows the message's, without hashing the stub again.
-                    Item::Stub(i, _) => !self.data.ids.get(*i).copied().unwrap_or_default(),
-                    Item::New(v) => crate::message::message_id(v),
-                })
-                .collect(),
-        };
+        let view_ids = self.view_ids(view.as_deref());
         Prepared {
             view_ids,
             view,
@@ -501,6 +489,24 @@ impl FoldRequest {
             compressed,
             injected: 0,
             landed: state.map(|s| s.messages),
+        }
+    }
+    /// The ids of the view's messages (the request's own when it forwards
+    /// them unchanged).
+    fn view_ids(&self, view: Option<&[Item]>) -> Arc<[u128]> {
+        let ids = &self.data.ids;
+        match view {
+            None => ids.as_slice().into(),
+            Some(items) => items
+                .iter()
+                .map(|item| match item {
+                    Item::Original(i) => ids.get(*i).copied().unwrap_or_default(),
+                    // A stub is a pure function of its message: its identity
+                    // follows the message's, without hashing the stub again.
+                    Item::Stub(i, _) => !ids.get(*i).copied().unwrap_or_default(),
+                    Item::New(v) => crate::message::message_id(v),
+                })
+                .collect(),
         }
     }
 }

@@ -98,7 +98,7 @@ async fn passthrough(
     match dice {
         70..82 => {
             exchange(
-                &client,
+                client,
                 plain(Method::GET, &format!("{base}/v1/models"), Bytes::new()),
                 false,
                 false,
@@ -109,7 +109,7 @@ async fn passthrough(
         82..92 => {
             let body = json!({"model": "soak-model", "input": user_text(rng)}).to_string();
             exchange(
-                &client,
+                client,
                 plain(Method::POST, &format!("{base}/v1/embeddings"), body.into()),
                 false,
                 false,
@@ -119,7 +119,7 @@ async fn passthrough(
         }
         _ => {
             exchange(
-                &client,
+                client,
                 plain(
                     Method::GET,
                     &format!("{base}/foldgate/metrics"),

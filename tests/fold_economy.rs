@@ -165,6 +165,11 @@ fn fold_of(ms: &[Value]) -> foldgate::fold::FoldPlan {
 /// The decision on `ms` under compression `c` and `chain`, with
 /// `reset_ratio` 0.5.
 fn decide_at_half(ms: &[Value], c: &Compression, chain: &FoldChain) -> Decision {
+    decide_within(ms, c, chain, &budget())
+}
+
+/// [`decide_at_half`] within `budget`.
+fn decide_within(ms: &[Value], c: &Compression, chain: &FoldChain, budget: &Budget) -> Decision {
     let raw: Vec<u32> = ms.iter().map(count).collect();
     let counts = c.counts(&raw, |t| t);
     let stubbed = c.stubbed(&counts, |t| t);
@@ -177,7 +182,7 @@ fn decide_at_half(ms: &[Value], c: &Compression, chain: &FoldChain) -> Decision 
         (&counts, &stubbed),
         chain,
         &policy,
-        &budget(),
+        budget,
         Placement::System,
         count,
     )
@@ -312,26 +317,11 @@ fn a_restub_makes_room_without_the_summarizer_and_its_stubs_stay() {
 /// The decision a background fold plans on `ms` ([`decide_at_half`] for
 /// a later request: `Budget::lands_later`).
 fn decide_landing(ms: &[Value], c: &Compression, chain: &FoldChain) -> Decision {
-    let raw: Vec<u32> = ms.iter().map(count).collect();
-    let counts = c.counts(&raw, |t| t);
-    let stubbed = c.stubbed(&counts, |t| t);
-    let policy = Policy {
-        reset_ratio: 0.5,
-        ..policy()
-    };
     let budget = Budget {
         lands_later: true,
         ..budget()
     };
-    decide_stubbed(
-        ms,
-        (&counts, &stubbed),
-        chain,
-        &policy,
-        &budget,
-        Placement::System,
-        count,
-    )
+    decide_within(ms, c, chain, &budget)
 }
 
 /// A background fold is planned on one request and shown from the next

@@ -587,9 +587,12 @@ impl CutOff {
         }
     }
 
-    /// Once the pause is over: both replicas serve the shared fold
-    /// without folding again, and no fold lock is left.
-    async fn settled(&self, convo: &mut Convo) {
+    /// Once the pause is over: the store holds one fold, both replicas
+    /// serve it without folding again, and no fold lock is left. The
+    /// stored states, as read first.
+    async fn settled(&self, convo: &mut Convo) -> serde_json::Value {
+        let stored = self.stored().await;
+        assert_eq!(stored["audit"]["total"], 1, "one fold shared: {stored}");
         let before = self.llm.summarizer_calls();
         convo.next_turn("after the pause");
         for fg in [&self.a, &self.b, &self.a, &self.b] {
@@ -614,6 +617,7 @@ impl CutOff {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        stored
     }
 }
 
@@ -643,11 +647,9 @@ async fn folds_made_while_a_slot_is_cut_off_settle_to_one_shared_state() {
         assert_eq!(calls[1], before + 2 * one, "each replica folded");
 
         // The pause ends; one fold is written, the other adopted.
-        let stored = t.stored().await;
-        assert_eq!(stored["states"][0]["reason"], "emergency", "{stored}");
-        assert_eq!(stored["audit"]["total"], 1, "one fold shared: {stored}");
         tokio::time::sleep(Duration::from_secs(1)).await;
-        t.settled(&mut convo).await;
+        let stored = t.settled(&mut convo).await;
+        assert_eq!(stored["states"][0]["reason"], "emergency", "{stored}");
     };
     tokio::time::timeout(BOUND, run)
         .await
@@ -694,8 +696,6 @@ async fn replicas_cut_off_together_fold_once_when_the_slot_answers() {
         for took in [ta, tb] {
             assert!(took <= LOCK_WAIT + FOLD, "a request took {took:?}");
         }
-        let stored = t.stored().await;
-        assert_eq!(stored["audit"]["total"], 1, "one fold shared: {stored}");
         t.settled(&mut convo).await;
     };
     tokio::time::timeout(BOUND, run)
